@@ -80,8 +80,9 @@ def main_module_name() -> str | None:
     if not path:
         return None
     path = os.path.abspath(path)
-    roots = sorted({os.path.abspath(p or os.getcwd()) for p in [os.getcwd(), *sys.path]}, key=len, reverse=True)
-    for root in roots:
+    # Prefer the working directory (experiments.hello_world), then the shortest sys.path root.
+    others = sorted({os.path.abspath(p or os.getcwd()) for p in sys.path}, key=len)
+    for root in [os.getcwd(), *others]:
         if path.startswith(root + os.sep) and path.endswith(".py"):
             parts = os.path.relpath(path, root)[:-3].split(os.sep)
             if all(p.isidentifier() for p in parts):
@@ -89,8 +90,8 @@ def main_module_name() -> str | None:
     return None
 
 
-def fn_import_path(fn: Callable[..., Any]) -> str:
-    """`module:qualname` of an importable function; `__main__` is mapped to the script's module name."""
+def fn_import_path(fn: Callable[..., Any] | type) -> str:
+    """`module:qualname` of an importable function or class; `__main__` is mapped to the script's module."""
     module = fn.__module__
     if module == "__main__":
         module = main_module_name() or "__main__"

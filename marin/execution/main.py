@@ -121,7 +121,7 @@ def run_experiment(
     be = _make_backend(backend, completions, ray_address)
     try:
         be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
-        prov = provenance()
+        prov = provenance(script)
         ctx = RunContextInfo(run_id, sf.new_executor_id(), experiment_id, str(issue_ref) if issue_ref else None,
                              prefix, prov)
         manifest.start_run(storage, prefix, experiment_id, script=script, description=description, issue=ctx.issue,

@@ -24,15 +24,20 @@ def capture_output(log_file: str) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
+    saved_streams = sys.stdout, sys.stderr
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own object.
+    stream = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        sys.stdout = sys.stderr = stream
         yield
     finally:
         with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
+            stream.flush()
+        sys.stdout, sys.stderr = saved_streams
+        stream.close()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for f in (fd, *saved):

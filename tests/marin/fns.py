@@ -105,3 +105,23 @@ def write_env(cfg: EnvConfig) -> None:
     import socket
 
     Path(cfg.output_path, "node.txt").write_text(os.environ.get("MARIN_NODE_TAG", socket.gethostname()))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on demand)."""
+
+    output_path: str
+    started_file: str
+    release_file: str
+    timeout_s: float = 120.0
+
+
+def block_until_released(cfg: BlockConfig) -> None:
+    Path(cfg.started_file).write_text("started\n")
+    deadline = time.time() + cfg.timeout_s
+    while not os.path.exists(cfg.release_file):
+        if time.time() > deadline:
+            raise TimeoutError(f"{cfg.release_file} never appeared")
+        time.sleep(0.02)
+    os.makedirs(cfg.output_path, exist_ok=True)
