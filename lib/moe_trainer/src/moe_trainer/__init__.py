@@ -5,18 +5,25 @@ Reading order: config.py -> layers.py -> attention.py -> dispatch.py / dispatch_
 """
 
 from moe_trainer.config import ModelConfig
+from moe_trainer.flops import FlopsPerToken, count_params, flops_per_token
+from moe_trainer.hf import load_hf, save_hf
 from moe_trainer.model import Model, MoEStats, forward, init_params, param_logical_axes, update_router_bias
 from moe_trainer.sharding import make_mesh, param_shardings, shard_params
 
 __all__ = [
+    "FlopsPerToken",
     "Model",
     "ModelConfig",
     "MoEStats",
+    "count_params",
+    "flops_per_token",
     "forward",
     "init_params",
+    "load_hf",
     "make_mesh",
     "param_logical_axes",
     "param_shardings",
+    "save_hf",
     "shard_params",
     "update_router_bias",
 ]
