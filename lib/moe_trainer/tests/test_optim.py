@@ -105,3 +105,28 @@ def test_accumulation_rejects_indivisible_batch() -> None:
     batch = jax.tree.map(jnp.asarray, cyclic_batch(0, batch=6, seq=4))
     with pytest.raises(ValueError, match="batch size 6 is not divisible by accum_steps=4"):
         accumulate_gradients(toy_loss, params, batch, 4)
+
+
+def test_muon_matrix_views_follow_logical_axes() -> None:
+    assert optim.matrix_view((32, 4, 8), ("embed", "heads", "head_dim")) == (0, 1)  # [embed | heads*hd]
+    assert optim.matrix_view((4, 8, 32), ("heads", "head_dim", "embed")) == (0, 2)  # [heads*hd | embed]
+    assert optim.matrix_view((6, 32, 16), ("experts", "expert_embed", "expert_mlp")) == (1, 1)
+    assert optim.matrix_view((6, 32, 16), None) == (1, 1)
+    # wo as one [heads*head_dim, embed] matrix: orthogonal over the merged rows, not per head.
+    params = {"wo": jnp.zeros((4, 8, 32), jnp.float32)}
+    axes = {"wo": ("heads", "head_dim", "embed")}
+    tx = optim.build_optimizer(optim.OptimizerConfig(name="muon", muon_lr=1.0, weight_decay=0.0), params, axes)
+    g = {"wo": jax.random.normal(jax.random.key(3), (4, 8, 32), jnp.float32)}
+    upd = np.asarray(tx.update(g, tx.init(params), params)[0]["wo"]).reshape(32, 32)
+    s = np.linalg.svd(upd / (0.2 * np.sqrt(32)), compute_uv=False)
+    assert s.min() > 0.6 and s.max() < 1.25, s
+
+
+def test_frozen_router_bias_gets_no_update_and_no_state() -> None:
+    params = {"router_bias": jnp.ones((4,)), "w": jnp.ones((4, 4))}
+    cfg = optim.OptimizerConfig(lr=0.1, weight_decay=0.5)
+    assert optim.param_labels(params, cfg)["router_bias"] == "frozen"
+    tx = optim.build_optimizer(cfg, params)
+    grads = {"router_bias": jnp.ones((4,)), "w": jnp.ones((4, 4))}
+    updates, _ = tx.update(grads, tx.init(params), params)
+    assert not np.any(np.asarray(updates["router_bias"])) and np.all(np.asarray(updates["w"]) < 0)

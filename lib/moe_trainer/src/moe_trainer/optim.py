@@ -11,13 +11,17 @@ Parameter groups (chosen from the parameter path and rank, see :func:`param_labe
 
 - ``decay``: matrices trained by AdamW with decoupled weight decay;
 - ``no_decay``: norms, biases, embeddings (and every parameter of rank < 2): AdamW without weight decay;
+- ``frozen``: statistics stored among the parameters but never trained (the aux-loss-free ``router_bias``,
+  updated by the train step from the expert load): their update is zero and they hold no optimizer state;
 - ``muon``: with ``OptimizerConfig.name == "muon"``, the hidden matrices (attention, dense and expert MLPs,
   latent projections) use Muon — Nesterov momentum orthogonalised by a quintic Newton–Schulz iteration —
   scaled so that its RMS matches AdamW's (0.2·sqrt(max(fan_in, fan_out)), Moonshot's convention), so the same
   learning rate and weight decay carry over. Embeddings, the output head and the router stay on AdamW.
 
-Stacked tensors are orthogonalised per matrix: leading axes beyond the last two are batch axes (experts,
-layers).
+Muon needs each tensor's matrix view. With the model's logical axes (``param_logical_axes``), leading
+``experts`` axes are batch axes (one matrix per expert), and a rank-3 projection is split at its ``embed``
+axis: ``wq [embed, heads, head_dim]`` is the matrix [embed, heads·head_dim] and ``wo [heads, head_dim, embed]``
+is [heads·head_dim, embed]. Without logical axes, leading axes beyond the last two are batch axes.
 """
 
 from __future__ import annotations
@@ -80,6 +84,10 @@ class OptimizerConfig:
     """Peak learning rate of the muon group (its RMS is matched to AdamW's, so lr is a good default)."""
     muon_momentum: float = 0.95
     muon_ns_steps: int = 5
+    frozen_patterns: tuple[str, ...] = ("router_bias",)
+    """Parameter-path substrings of statistics the optimizer must leave alone (zero update, no state)."""
+    router_bias_rate: float = 1e-3
+    """Aux-loss-free balancing (model.balance="aux_free"): router-bias step size per train step."""
     no_decay_patterns: tuple[str, ...] = ("embed", "norm", "bias", "scale")
     """Parameter-path substrings that put a parameter in the no_decay group (rank < 2 always is)."""
     adam_only_patterns: tuple[str, ...] = ("embed", "lm_head", "unembed", "output", "router")
@@ -140,10 +148,12 @@ def _path_name(path: tuple[Any, ...]) -> str:
 
 
 def param_labels(params: PyTree, cfg: OptimizerConfig) -> PyTree:
-    """Label every parameter with its group: ``decay``, ``no_decay`` or ``muon``."""
+    """Label every parameter with its group: ``decay``, ``no_decay``, ``muon`` or ``frozen``."""
 
     def label(path: tuple[Any, ...], leaf: Any) -> str:
         name = _path_name(path)
+        if any(p in name for p in cfg.frozen_patterns):
+            return "frozen"
         if jnp.ndim(leaf) < 2 or any(p in name for p in cfg.no_decay_patterns):
             return "no_decay"
         if cfg.name == "muon" and not any(p in name for p in cfg.adam_only_patterns):
@@ -173,8 +183,40 @@ class MuonState(NamedTuple):
     momentum: PyTree
 
 
-def scale_by_muon(momentum: float, ns_steps: int) -> optax.GradientTransformation:
-    """Muon direction: Nesterov momentum, Newton–Schulz orthogonalised, RMS-matched to AdamW (0.2·√max(m,n))."""
+# Logical axes that are batch dimensions of a stacked matrix, and those that mark a projection's model side.
+_BATCH_AXES = ("experts",)
+_EMBED_AXES = ("embed", "expert_embed")
+
+
+def matrix_view(shape: tuple[int, ...], axes: tuple[str | None, ...] | None) -> tuple[int, int]:
+    """(number of leading batch axes, number of row axes) of a tensor's matrix view for Muon."""
+    if axes is None or len(axes) != len(shape):
+        return max(len(shape) - 2, 0), 1
+    n_batch = 0
+    while n_batch < len(axes) - 2 and axes[n_batch] in _BATCH_AXES:
+        n_batch += 1
+    rest = axes[n_batch:]
+    n_rows = 1 if len(rest) <= 2 or rest[0] in _EMBED_AXES else len(rest) - 1
+    return n_batch, n_rows
+
+
+def _orthogonalise(u: jax.Array, view: tuple[int, int], ns_steps: int) -> jax.Array:
+    n_batch, n_rows = view
+    shape = u.shape
+    rows = math.prod(shape[n_batch:n_batch + n_rows])
+    cols = math.prod(shape[n_batch + n_rows:])
+    m = u.reshape(*shape[:n_batch], rows, cols)
+    return (newton_schulz(m, ns_steps) * (0.2 * math.sqrt(max(rows, cols)))).reshape(shape)
+
+
+def scale_by_muon(momentum: float, ns_steps: int, views: dict[str, tuple[int, int]] | None = None
+                  ) -> optax.GradientTransformation:
+    """Muon direction: Nesterov momentum, Newton–Schulz orthogonalised, RMS-matched to AdamW (0.2·√max(m,n)).
+
+    ``views`` maps a parameter path (see :func:`param_labels`) to its :func:`matrix_view`; paths not in it
+    use the default view (last two axes).
+    """
+    views = views or {}
 
     def init(params: PyTree) -> MuonState:
         return MuonState(jax.tree.map(lambda p: jnp.zeros_like(p, dtype=jnp.float32), params))
@@ -184,19 +226,21 @@ def scale_by_muon(momentum: float, ns_steps: int) -> optax.GradientTransformatio
         buf = jax.tree.map(lambda m, g: momentum * m + g.astype(jnp.float32), state.momentum, grads)
         nesterov = jax.tree.map(lambda m, g: g.astype(jnp.float32) + momentum * m, buf, grads)
 
-        def orth(u: jax.Array) -> jax.Array:
-            rows, cols = u.shape[-2], u.shape[-1]
-            return newton_schulz(u, ns_steps) * (0.2 * math.sqrt(max(rows, cols)))
+        def orth(path: tuple[Any, ...], u: jax.Array) -> jax.Array:
+            view = views.get(_path_name(path), matrix_view(u.shape, None))
+            return _orthogonalise(u, view, ns_steps)
 
-        return jax.tree.map(orth, nesterov), MuonState(buf)
+        return jax.tree_util.tree_map_with_path(orth, nesterov), MuonState(buf)
 
     return optax.GradientTransformation(init, update)
 
 
-def build_optimizer(cfg: OptimizerConfig, params: PyTree) -> optax.GradientTransformation:
+def build_optimizer(cfg: OptimizerConfig, params: PyTree, logical_axes: PyTree | None = None
+                    ) -> optax.GradientTransformation:
     """The grouped optimizer. Its updates are ``-peak_lr · direction``; multiply by the schedule outside.
 
-    ``params`` is used only for its tree structure and shapes (an abstract ``jax.eval_shape`` tree is fine).
+    ``params`` is used only for its tree structure and shapes (an abstract ``jax.eval_shape`` tree is fine);
+    ``logical_axes`` (the model's ``param_logical_axes``) gives Muon each tensor's matrix view.
     """
     labels = param_labels(params, cfg)
 
@@ -207,9 +251,17 @@ def build_optimizer(cfg: OptimizerConfig, params: PyTree) -> optax.GradientTrans
         parts.append(optax.scale(-cfg.lr))
         return optax.chain(*parts)
 
-    transforms = {"decay": adamw(cfg.weight_decay), "no_decay": adamw(0.0)}
+    transforms = {"decay": adamw(cfg.weight_decay), "no_decay": adamw(0.0), "frozen": optax.set_to_zero()}
     if cfg.name == "muon":
-        parts = [scale_by_muon(cfg.muon_momentum, cfg.muon_ns_steps)]
+        views: dict[str, tuple[int, int]] = {}
+        if logical_axes is not None:
+            flat_axes = jax.tree_util.tree_flatten_with_path(logical_axes, is_leaf=lambda x: isinstance(x, tuple))[0]
+            shapes = {_path_name(p): jnp.shape(x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+            for path, axes in flat_axes:
+                name = _path_name(path)
+                if name in shapes:
+                    views[name] = matrix_view(tuple(shapes[name]), axes)
+        parts = [scale_by_muon(cfg.muon_momentum, cfg.muon_ns_steps, views)]
         if cfg.weight_decay > 0:
             parts.append(optax.add_decayed_weights(cfg.weight_decay))
         parts.append(optax.scale(-cfg.muon_lr))
