@@ -29,6 +29,7 @@ def preset_path(name: str) -> str:
 def load_preset(name: str) -> TrainConfig:
     """The ``TrainConfig`` of preset ``name`` (see ``preset_names()``)."""
     import draccus
+
     from moe_trainer.train import TrainConfig
 
     return draccus.parse(TrainConfig, config_path=preset_path(name), args=[])
