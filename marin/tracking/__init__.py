@@ -13,7 +13,9 @@ from marin.tracking.base import (
     TrackerNotFound,
     TrackerUnavailable,
 )
+from marin.tracking.factory import issue_publisher_factory, make_tracker
 from marin.tracking.local import DEFAULT_LOCAL_REPO, LocalTracker
+from marin.tracking.publisher import IssuePublisher, PublishError
 from marin.tracking.redact import redact
 
 __all__ = [
@@ -26,5 +28,19 @@ __all__ = [
     "TrackerError",
     "TrackerNotFound",
     "TrackerUnavailable",
+    "IssuePublisher",
+    "PublishError",
+    "issue_publisher_factory",
+    "make_tracker",
     "redact",
 ]
+
+
+def _register_publisher() -> None:
+    from marin.status.publisher import DEFAULT_PUBLISHER_FACTORIES
+
+    if issue_publisher_factory not in DEFAULT_PUBLISHER_FACTORIES:
+        DEFAULT_PUBLISHER_FACTORIES.append(issue_publisher_factory)
+
+
+_register_publisher()

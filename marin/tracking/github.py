@@ -109,11 +109,23 @@ class GitHubTracker(Tracker):
     def __repr__(self) -> str:  # never show the client (it holds the token)
         return f"GitHubTracker(repo={self.repo!r}, api_url={self.api_url!r})"
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], idempotent: bool = True) -> T:
+        """Run one PyGithub call under the retry policy. A non-idempotent call (a POST that creates
+        something) is not retried after a network error, since the server may have applied it: the caller
+        decides (the publisher looks for its comment before creating it again)."""
+
+        def classify_call(exc: BaseException) -> Transient | None:
+            if not idempotent and isinstance(exc, _NETWORK_ERRORS):
+                return None
+            return classify(exc)
+
         def give_up(exc: BaseException, why: str) -> Exception:
             from github.GithubException import BadCredentialsException, GithubException
 
             msg = f"GitHub {what} on {self.repo} ({self.api_url}) failed: {describe(exc)} [{why}]"
+            if isinstance(exc, _NETWORK_ERRORS):
+                ambiguous = "" if idempotent else "; the request may have been applied"
+                return TrackerUnavailable(msg + ambiguous)
             if isinstance(exc, GithubException) and exc.status == 404:
                 return TrackerNotFound(msg + "; check the repository/issue exists and the token can read it")
             if isinstance(exc, BadCredentialsException) or (
@@ -123,7 +135,7 @@ class GitHubTracker(Tracker):
                 return TrackerUnavailable(msg)
             return TrackerError(msg)
 
-        return self.policy.run(fn, classify, give_up, abort=self.abort_event)
+        return self.policy.run(fn, classify_call, give_up, abort=self.abort_event)
 
     def _repository(self) -> GhRepository:
         if self._repo_obj is None:
@@ -156,7 +168,8 @@ class GitHubTracker(Tracker):
         with self._lock:
             repo = self._repository()
             gh = self._call("create issue", lambda: repo.create_issue(title=title, body=redact(body),
-                                                                      labels=list(labels)))
+                                                                      labels=list(labels)),
+                            idempotent=False)
             self._issues[gh.number] = gh
             return self._to_issue(gh)
 
@@ -177,7 +190,8 @@ class GitHubTracker(Tracker):
     def create_comment(self, number: int, body: str) -> Comment:
         with self._lock:
             issue = self._issue(number)
-            gh = self._call(f"comment on #{number}", lambda: issue.create_comment(redact(body)))
+            gh = self._call(f"comment on #{number}", lambda: issue.create_comment(redact(body)),
+                            idempotent=False)
             self._comments[gh.id] = gh
             return self._to_comment(number, gh)
 
