@@ -120,20 +120,15 @@ def wandb_cell(outputs: StepOutputs) -> str:
     return cell(outputs.wandb_label) if outputs.wandb_label else ""
 
 
-def table_steps(steps: Sequence[StepLike]) -> tuple[list[StepLike], int]:
-    """The steps shown as rows (in DAG order) and how many succeeded steps were left out."""
+def table_steps(steps: Sequence[StepLike]) -> tuple[list[StepLike], Counter[str]]:
+    """The steps shown as rows (in DAG order; the steps that are not SUCCESS first in line for a row) and
+    the states of those left out."""
     if len(steps) <= MAX_TABLE_ROWS:
-        return list(steps), 0
-    keep = {id(s) for s in steps if s.status != "SUCCESS"}
-    room = MAX_TABLE_ROWS - min(len(keep), MAX_TABLE_ROWS)
-    for s in steps:
-        if room <= 0:
-            break
-        if id(s) not in keep:
-            keep.add(id(s))
-            room -= 1
-    shown = [s for s in steps if id(s) in keep][:MAX_TABLE_ROWS]
-    return shown, sum(1 for s in steps if s.status == "SUCCESS") - sum(1 for s in shown if s.status == "SUCCESS")
+        return list(steps), Counter()
+    ranked = sorted(range(len(steps)), key=lambda i: (steps[i].status == "SUCCESS", i))
+    keep = sorted(ranked[:MAX_TABLE_ROWS])
+    kept = set(keep)
+    return [steps[i] for i in keep], Counter(s.status for i, s in enumerate(steps) if i not in kept)
 
 
 def render(run: RunLike, *, issue_ref: str, outputs: Callable[[StepLike], StepOutputs],
@@ -166,7 +161,8 @@ def render(run: RunLike, *, issue_ref: str, outputs: Callable[[StepLike], StepOu
                      f"{duration(_elapsed(step.started, step.ended, now))} | {step.attempt} | "
                      f"{cell(step.output_path)} | {wandb_cell(out)} | {metrics_cell(out)} |")
     if hidden:
-        lines.append(f"| … {hidden} more succeeded steps (see the dashboard) | | | | | | |")
+        states = ", ".join(f"{n} {k}" for k, n in sorted(hidden.items()))
+        lines.append(f"| … {sum(hidden.values())} more steps ({states}): see the dashboard | | | | | | |")
     failed = [s for s in steps if s.status == "FAILED"]
     if failed:
         lines += ["", f"#### Failed steps ({len(failed)})"]

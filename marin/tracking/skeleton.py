@@ -26,7 +26,7 @@ def slugify(title: str) -> str:
         if len(candidate) > MAX_SLUG:
             break
         slug = candidate
-    return slug or "experiment"
+    return slug or (words[0][:MAX_SLUG] if words else "experiment")
 
 
 def script_path(experiments_dir: Path, number: int, title: str) -> Path:
@@ -36,6 +36,7 @@ def script_path(experiments_dir: Path, number: int, title: str) -> Path:
 def _hypothesis(body: str) -> str:
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
     text = paragraphs[0] if paragraphs else "State what this experiment tries and what result would confirm it."
+    text = re.sub(r"(?i)^hypothesis\s*:\s*", "", text)
     return textwrap.fill(" ".join(text.split()).replace('"""', "'''"), width=100)
 
 

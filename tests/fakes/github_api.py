@@ -69,7 +69,7 @@ class FakeGitHub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-github", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-github", daemon=True)
 
     def __enter__(self) -> FakeGitHub:
         self._thread.start()

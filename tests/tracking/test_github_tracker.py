@@ -8,7 +8,7 @@ import pytest
 
 from marin.tracking.base import TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
 from marin.tracking.github import GitHubTracker
-from tests.fakes.github_api import Fault, FakeGitHub
+from tests.fakes.github_api import FakeGitHub, Fault
 from tests.tracking.conftest import REPO, TOKEN, SleepRecorder
 
 
