@@ -2,8 +2,9 @@
 
 It follows the house habits for experiment scripts (docs: GUIDE): a module docstring that links the issue and
 states the hypothesis, steps as flat declarations named for what they produce, no storage literals, and
-``executor_main`` at the end with the issue named explicitly. The starting steps are the hello-world pair
-(write numbers, sum them), so the file runs as generated; the researcher replaces them with the real steps.
+``executor_main`` at the end with the issue named explicitly. The starting steps reuse the hello-world
+functions (write numbers, sum them), so the file runs as generated; the researcher replaces them with the
+experiment's real steps.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ Hypothesis: {_hypothesis(issue.body)}
 """
 
 from marin import Step, executor_main, output_path_of, this_output_path
-from operators.demo import SumConfig, WriteNumbersConfig, sum_numbers, write_numbers
+from experiments.hello_world import SumConfig, WriteConfig, sum_numbers, write_numbers
 
 numbers = Step(
     name="{name}/numbers",
     fn=write_numbers,
-    config=WriteNumbersConfig(output_path=this_output_path(), n=10),
+    config=WriteConfig(output_path=this_output_path(), n=10),
     description="the inputs of this experiment",
 )
 
