@@ -4,7 +4,8 @@ Backend choice for a repository (``MARIN_TRACKER`` overrides it: ``github``, ``l
 a repository whose owner is ``local`` always uses the local tracker; otherwise GitHub when ``GITHUB_TOKEN`` is
 set, else the local tracker under the prefix. ``GITHUB_API_URL`` points the GitHub backend at GitHub
 Enterprise or a test server; ``MARIN_DASHBOARD_URL`` adds dashboard links; ``MARIN_TRACKER_MIN_INTERVAL``
-(seconds) sets the publisher's debounce interval (default 10 s for GitHub, 1 s for the local tracker).
+(seconds) sets the publisher's debounce interval (default 10 s for GitHub, 1 s for the local tracker);
+``MARIN_TRACKER_MAX_ATTEMPTS`` the attempts per GitHub call (default 5; 1 disables retries).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from marin.tracking.base import Tracker, TrackerAuthError
 from marin.tracking.local import DEFAULT_LOCAL_REPO, LocalTracker
 from marin.tracking.publisher import IssuePublisher
+from marin.tracking.retry import RetryPolicy
 
 BACKENDS = ("github", "local", "off")
 DEFAULT_INTERVALS = {"github": 10.0, "local": 1.0}
@@ -46,7 +48,9 @@ def make_tracker(repo: str | None, prefix: str, backend: str | None = None) -> T
     if not token:
         raise TrackerAuthError(f"the GitHub tracker for {repo} needs GITHUB_TOKEN; unset MARIN_TRACKER=github "
                                f"(or pass --backend local) to use the local tracker instead")
-    return GitHubTracker(repo, token, api_url=os.environ.get("GITHUB_API_URL") or None)
+    attempts = os.environ.get("MARIN_TRACKER_MAX_ATTEMPTS")
+    policy = RetryPolicy(max_attempts=max(1, int(attempts))) if attempts else RetryPolicy()
+    return GitHubTracker(repo, token, api_url=os.environ.get("GITHUB_API_URL") or None, policy=policy)
 
 
 def issue_publisher_factory(ctx: Any) -> IssuePublisher | None:
