@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,26 @@ def test_issue_new_skeleton_runs_and_reports_to_its_issue(tmp_path: Path, marin_
     assert ran.returncode == 0, ran.stderr
     [comment] = LocalTracker(marin_prefix, readonly=True).list_comments(1)
     assert "— SUCCESS" in comment.body and "`tiny_skeleton/total`" in comment.body
+
+
+def test_local_issue_comment_is_live_while_the_run_goes_on(mixed_run: Any) -> None:
+    """A run in every state at once (exec's `mixed_run`, linked to openlab/demo#7, no token: local tracker)."""
+    tracker = LocalTracker(mixed_run.prefix, repo="openlab/demo", readonly=True)
+
+    def comment_body() -> str:
+        comments = tracker.list_comments(7) if tracker.list_issues() else []
+        return comments[0].body if comments else ""
+
+    deadline = time.time() + 30
+    while "🔄 RUNNING" not in comment_body() or "❌ FAILED" not in comment_body():
+        assert time.time() < deadline, f"no live comment; last body: {comment_body()!r}"
+        time.sleep(0.05)
+    live = comment_body()
+    assert "— RUNNING" in live and "`mixed/slow` | 🔄 RUNNING" in live and "⛔ DEP_FAILED" in live
+    assert "ValueError: planned failure" in live
+    assert tracker.get_issue(7).labels == ("marin:running",)
+    result = mixed_run.release()
+    assert result.status == "FAILED" and result.publisher_errors == []
+    final = comment_body()
+    assert "— FAILED" in final and "`mixed/slow` | ✅ SUCCESS" in final
+    assert tracker.get_issue(7).labels == ("marin:failed",) and len(tracker.list_comments(7)) == 1
