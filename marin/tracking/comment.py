@@ -19,8 +19,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
+from marin.status.publisher import RunView, StepView
 from marin.tracking.outputs import StepOutputs
 from marin.tracking.redact import redact
 
@@ -32,32 +33,6 @@ MAX_BODY_CHARS = 60_000
 STATE_ICONS = {"SUCCESS": "✅", "FAILED": "❌", "RUNNING": "🔄", "WAITING": "⏳", "DEP_FAILED": "⛔",
                "PREEMPTED": "⚠️"}
 RUN_LABELS = {"RUNNING": "marin:running", "SUCCESS": "marin:succeeded", "FAILED": "marin:failed"}
-
-
-class StepLike(Protocol):
-    name: str
-    hash: str
-    output_path: str
-    status: str
-    attempt: int
-    started: float | None
-    ended: float | None
-    error_summary: str | None
-    log_path: str | None
-
-
-class RunLike(Protocol):
-    experiment_id: str
-    run_id: str
-    script: str
-    description: str
-    prefix: str
-    status: str
-    started: float | None
-    ended: float | None
-
-    @property
-    def steps(self) -> Sequence[StepLike]: ...
 
 
 def marker(experiment_id: str, prefix: str) -> str:
@@ -120,7 +95,7 @@ def wandb_cell(outputs: StepOutputs) -> str:
     return cell(outputs.wandb_label) if outputs.wandb_label else ""
 
 
-def table_steps(steps: Sequence[StepLike]) -> tuple[list[StepLike], Counter[str]]:
+def table_steps(steps: Sequence[StepView]) -> tuple[list[StepView], Counter[str]]:
     """The steps shown as rows (in DAG order; the steps that are not SUCCESS first in line for a row) and
     the states of those left out."""
     if len(steps) <= MAX_TABLE_ROWS:
@@ -131,7 +106,7 @@ def table_steps(steps: Sequence[StepLike]) -> tuple[list[StepLike], Counter[str]
     return [steps[i] for i in keep], Counter(s.status for i, s in enumerate(steps) if i not in kept)
 
 
-def render(run: RunLike, *, issue_ref: str, outputs: Callable[[StepLike], StepOutputs],
+def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOutputs],
            history: Sequence[Mapping[str, Any]] = (), dashboard_url: str | None = None,
            now: float | None = None) -> str:
     """The comment body for ``run``; ``outputs`` reads a shown step's results, ``history`` is the manifest's

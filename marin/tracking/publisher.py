@@ -24,8 +24,9 @@ from typing import Any
 
 import fsspec
 
-from marin.tracking.base import Tracker, TrackerError, TrackerNotFound, TrackerUnavailable
-from marin.tracking.comment import RUN_LABELS, StepLike, load_history, marker, render
+from marin.status.publisher import RunView, StepView
+from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
+from marin.tracking.comment import RUN_LABELS, load_history, marker, render
 from marin.tracking.local import LocalTracker
 from marin.tracking.outputs import StepOutputs, read_step_outputs
 from marin.tracking.redact import redact
@@ -33,6 +34,7 @@ from marin.tracking.retry import RetryAborted, RetryPolicy, Transient
 
 logger = logging.getLogger(__name__)
 TERMINAL_STEP_STATES = frozenset({"SUCCESS", "FAILED"})
+MAX_KEPT_ERRORS = 20
 
 
 class PublishError(RuntimeError):
@@ -54,14 +56,16 @@ class IssuePublisher:
         self.find_policy = find_policy or RetryPolicy(max_attempts=3, base_delay_s=1.0)
         self.clock = clock
         self.errors: list[str] = []
-        """Redacted messages of failed flushes, oldest first (a later flush may have recovered)."""
+        """Redacted messages of the first MAX_KEPT_ERRORS failed flushes (a later flush may have recovered)."""
+        self.error_count = 0
+        self._gave_up: str | None = None  # set by a failure that retrying cannot fix (credentials, missing issue)
         self.api_flushes = 0
         self._comment_id: int | None = None
         self._last_body: str | None = None
         self._labels: set[str] | None = None
         self._issue_checked = False
         self._outputs_cache: dict[tuple[str, str, int], StepOutputs] = {}
-        self._pending: Any = None
+        self._pending: RunView | None = None
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._sync_lock = threading.Lock()
@@ -73,7 +77,7 @@ class IssuePublisher:
 
     # -- the Publisher protocol ----------------------------------------------------------------------------
 
-    def publish(self, run: Any, final: bool) -> None:
+    def publish(self, run: RunView, final: bool) -> None:
         if not final:
             with self._cv:
                 if self._stop.is_set():
@@ -90,13 +94,13 @@ class IssuePublisher:
             with self._sync_lock:
                 self._sync(run)
         except (TrackerError, OSError, ValueError) as exc:
-            earlier = f"; {len(self.errors)} earlier failed updates, first: {self.errors[0]}" if self.errors else ""
+            earlier = f"; {self.error_count} earlier failed updates, first: {self.errors[0]}" if self.errors else ""
             raise PublishError(redact(
                 f"could not publish the final status of run {run.run_id} of {run.experiment_id} to "
                 f"{self.issue_ref} ({self.tracker.kind} tracker): {type(exc).__name__}: {exc}{earlier}")) from None
         if self.errors:
             logger.warning("status of %s reached %s after %d failed updates (first: %s)", run.experiment_id,
-                           self.issue_ref, len(self.errors), self.errors[0])
+                           self.issue_ref, self.error_count, self.errors[0])
 
     def close(self) -> None:
         """Stop the background flusher (interrupting a retry wait); an in-flight request completes."""
@@ -120,24 +124,35 @@ class IssuePublisher:
                 return
             with self._cv:
                 view, self._pending = self._pending, None
+            if view is None or self._gave_up is not None:
+                continue  # after a permanent failure only the final publish tries again (and reports it)
             try:
                 with self._sync_lock, self.tracker.abort_on(self._stop):
                     self._sync(view)
             except RetryAborted:
                 return
             except Exception as exc:  # the flusher must survive anything: record it and retry next interval
-                message = redact(f"{type(exc).__name__}: {exc}")
-                self.errors.append(message)
-                logger.warning("status update of %s failed, will retry: %s", self.issue_ref, message)
+                self._record_failure(exc)
                 with self._cv:
                     if self._pending is None:
                         self._pending = view
             finally:
                 self._last_flush = self.clock()
 
+    def _record_failure(self, exc: Exception) -> None:
+        message = redact(f"{type(exc).__name__}: {exc}")
+        self.error_count += 1
+        if len(self.errors) < MAX_KEPT_ERRORS:
+            self.errors.append(message)
+        if isinstance(exc, TrackerAuthError | TrackerNotFound):
+            self._gave_up = message
+            logger.warning("status updates of %s stop until the final one: %s", self.issue_ref, message)
+        else:
+            logger.warning("status update of %s failed, will retry: %s", self.issue_ref, message)
+
     # -- one flush -----------------------------------------------------------------------------------------
 
-    def _sync(self, run: Any) -> None:
+    def _sync(self, run: RunView) -> None:
         self._ensure_issue(run)
         body = render(run, issue_ref=self.issue_ref, outputs=self._outputs, history=self._history(run),
                       dashboard_url=self._dashboard_link(run), now=self.clock())
@@ -147,7 +162,7 @@ class IssuePublisher:
         self._set_labels(run.status)
         self.api_flushes += 1
 
-    def _ensure_issue(self, run: Any) -> None:
+    def _ensure_issue(self, run: RunView) -> None:
         if self._issue_checked:
             return
         try:
@@ -161,7 +176,7 @@ class IssuePublisher:
         self._labels = set(issue.labels)
         self._issue_checked = True
 
-    def _write_comment(self, run: Any, body: str) -> None:
+    def _write_comment(self, run: RunView, body: str) -> None:
         if self._comment_id is not None:
             try:
                 self.tracker.edit_comment(self.number, self._comment_id, body)
@@ -200,7 +215,7 @@ class IssuePublisher:
 
     # -- inputs of the body ----------------------------------------------------------------------------------
 
-    def _outputs(self, step: StepLike) -> StepOutputs:
+    def _outputs(self, step: StepView) -> StepOutputs:
         if step.status not in ("SUCCESS", "FAILED", "RUNNING"):
             return StepOutputs()  # nothing written yet (WAITING, DEP_FAILED) or nothing final (PREEMPTED)
         key = (step.output_path, step.status, step.attempt)
@@ -211,7 +226,7 @@ class IssuePublisher:
             self._outputs_cache[key] = outputs
         return outputs
 
-    def _history(self, run: Any) -> Sequence[Mapping[str, Any]]:
+    def _history(self, run: RunView) -> Sequence[Mapping[str, Any]]:
         path = f"{run.prefix.rstrip('/')}/experiments/{run.experiment_id}.json"
         try:
             with fsspec.open(path, "r") as handle:
@@ -222,5 +237,5 @@ class IssuePublisher:
             logger.warning("run history of %s omitted: manifest %s unreadable: %s", run.experiment_id, path, exc)
             return ()
 
-    def _dashboard_link(self, run: Any) -> str | None:
+    def _dashboard_link(self, run: RunView) -> str | None:
         return f"{self.dashboard_url}/experiments/{run.experiment_id}" if self.dashboard_url else None

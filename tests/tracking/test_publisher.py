@@ -259,3 +259,22 @@ def test_token_never_leaves_the_process(fake_github: FakeGitHub, tmp_path: Path,
     outputs = [body, caplog.text, *pub.errors, repr(tracker), repr(pub)]
     assert all(TOKEN not in text for text in outputs)
     assert any("echo ***" in e for e in pub.errors)
+
+
+def test_bad_credentials_stop_background_updates_until_the_final_report(fake_github: FakeGitHub,
+                                                                         tmp_path: Path) -> None:
+    tracker = GitHubTracker(REPO, "ghp_revokedtoken0123456789ab", api_url=fake_github.base_url, throttle=False)
+    pub = publisher(tracker, interval=0.01)
+    prefix = str(tmp_path)
+    view = run(prefix, [step(f"s{i}", prefix) for i in range(50)])
+    for i in range(50):
+        view = with_status(view, i, "SUCCESS")
+        pub.publish(view, final=False)
+        time.sleep(0.005)
+    wait_for(lambda: pub.error_count >= 1)
+    time.sleep(0.1)
+    background_requests = len(fake_github.requests)
+    assert background_requests == 1  # one 401, then no more tries in the background
+    with pytest.raises(PublishError, match="Bad credentials.*GITHUB_TOKEN"):
+        pub.publish(dataclasses.replace(view, status="SUCCESS"), final=True)
+    assert len(fake_github.requests) == 2 and pub.error_count == 1
