@@ -29,21 +29,23 @@ def resolve_prefix(prefix: str | None) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="marin issue", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="marin issue", description=__doc__.replace("``", "`"),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--prefix", help="the prefix holding the local tracker (default: $MARIN_PREFIX or ./marin-out)")
     common.add_argument("--backend", choices=[b for b in BACKENDS if b != "off"],
                         help="tracker backend (default: github when GITHUB_TOKEN is set, else local)")
     sub = parser.add_subparsers(dest="command", required=True)
     new = sub.add_parser("new", parents=[common], help="open an experiment issue and print its script skeleton")
-    new.add_argument("title")
+    new.add_argument("title", help="what the experiment tries, in a few words (also names the script)")
     body = new.add_mutually_exclusive_group()
     body.add_argument("--body", default="", help="the issue text: what is tried and why")
     body.add_argument("--body-file", type=Path, help="read the issue text from this file")
     new.add_argument("--repo", help=f"owner/repo (default: $MARIN_ISSUE_REPO or {DEFAULT_LOCAL_REPO})")
     new.add_argument("--label", action="append", default=None, help="label to add (repeatable; default: experiment)")
     new.add_argument("--write", action="store_true", help="also create the script under --experiments-dir")
-    new.add_argument("--experiments-dir", type=Path, default=Path("experiments"))
+    new.add_argument("--experiments-dir", type=Path, default=Path("experiments"),
+                     help="where --write puts the script (default: ./experiments)")
     show = sub.add_parser("show", parents=[common], help="print an issue and its comments")
     show.add_argument("ref", help="owner/repo#N (or #N with $MARIN_ISSUE_REPO)")
     listing = sub.add_parser("list", parents=[common], help="list the issues of a repository")
