@@ -13,7 +13,6 @@ are not SUCCESS first and counts the rest, and the whole body is cut to ``MAX_BO
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections import Counter
@@ -107,10 +106,12 @@ def table_steps(steps: Sequence[StepView]) -> tuple[list[StepView], Counter[str]
 
 
 def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOutputs],
-           history: Sequence[Mapping[str, Any]] = (), dashboard_url: str | None = None,
+           manifest: Mapping[str, Any] | None = None, dashboard_url: str | None = None,
            now: float | None = None) -> str:
-    """The comment body for ``run``; ``outputs`` reads a shown step's results, ``history`` is the manifest's
-    ``runs`` list (the current run is skipped). The result is redacted."""
+    """The comment body for ``run``; ``outputs`` reads a shown step's results; ``manifest`` (the experiment
+    manifest, when written) gives the git commit, the user and the earlier runs. The result is redacted."""
+    manifest = manifest or {}
+    history = [r for r in manifest.get("runs") or [] if isinstance(r, dict)]
     now = time.time() if now is None else now
     steps = list(run.steps)
     counts = Counter(s.status for s in steps)
@@ -119,6 +120,10 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
              f"### {icon} Experiment `{cell(run.experiment_id)[1:-1]}` — {run.status}", ""]
     links = [f"run `{cell(run.run_id)[1:-1]}`", f"started {_when(run.started)}",
              f"{'took' if run.ended else 'running for'} {duration(_elapsed(run.started, run.ended, now))}"]
+    if manifest.get("user"):
+        links.append(f"by {cell(str(manifest['user']))}")
+    if manifest.get("git_commit"):
+        links.append(f"commit {cell(str(manifest['git_commit'])[:12])}")
     if dashboard_url:
         links.append(f"[dashboard]({dashboard_url})")
     lines.append(" · ".join(links))
@@ -159,8 +164,3 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
         body = body[:MAX_BODY_CHARS] + "\n\n… (truncated; see the dashboard)"
     return body
 
-
-def load_history(manifest_text: str) -> list[Mapping[str, Any]]:
-    """The ``runs`` list of an experiment manifest (docs/formats.md)."""
-    runs = json.loads(manifest_text).get("runs") or []
-    return [r for r in runs if isinstance(r, dict)]

@@ -16,17 +16,18 @@ retry policy raises :class:`PublishError` (its message redacted), which the exec
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import fsspec
 
 from marin.status.publisher import RunView, StepView
 from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
-from marin.tracking.comment import RUN_LABELS, load_history, marker, render
+from marin.tracking.comment import RUN_LABELS, marker, render
 from marin.tracking.local import LocalTracker
 from marin.tracking.outputs import StepOutputs, read_step_outputs
 from marin.tracking.redact import redact
@@ -154,7 +155,7 @@ class IssuePublisher:
 
     def _sync(self, run: RunView) -> None:
         self._ensure_issue(run)
-        body = render(run, issue_ref=self.issue_ref, outputs=self._outputs, history=self._history(run),
+        body = render(run, issue_ref=self.issue_ref, outputs=self._outputs, manifest=self._manifest(run),
                       dashboard_url=self._dashboard_link(run), now=self.clock())
         if body != self._last_body:
             self._write_comment(run, body)
@@ -226,16 +227,18 @@ class IssuePublisher:
             self._outputs_cache[key] = outputs
         return outputs
 
-    def _history(self, run: RunView) -> Sequence[Mapping[str, Any]]:
+    def _manifest(self, run: RunView) -> Mapping[str, Any]:
         path = f"{run.prefix.rstrip('/')}/experiments/{run.experiment_id}.json"
         try:
             with fsspec.open(path, "r") as handle:
-                return load_history(handle.read())
+                data = json.load(handle)
         except FileNotFoundError:
-            return ()  # the executor has not written the manifest yet
+            return {}  # the executor has not written the manifest yet
         except ValueError as exc:  # a damaged manifest must not stop the status from being published
-            logger.warning("run history of %s omitted: manifest %s unreadable: %s", run.experiment_id, path, exc)
-            return ()
+            logger.warning("commit and run history of %s omitted: manifest %s unreadable: %s", run.experiment_id,
+                           path, exc)
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def _dashboard_link(self, run: RunView) -> str | None:
         return f"{self.dashboard_url}/experiments/{run.experiment_id}" if self.dashboard_url else None

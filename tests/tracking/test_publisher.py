@@ -101,7 +101,7 @@ def test_restarted_executor_edits_the_same_comment(fake_github: FakeGitHub, tmp_
     prefix = str(tmp_path)
     manifest = tmp_path / "experiments" / f"{EXP}.json"
     manifest.parent.mkdir()
-    manifest.write_text(json.dumps({"id": EXP, "runs": [
+    manifest.write_text(json.dumps({"id": EXP, "git_commit": "0123456789abcdef0123", "user": "ada", "runs": [
         {"run_id": "run-1", "started": 1764000000.0, "status": "FAILED"},
         {"run_id": "run-2", "started": 1764000100.0, "status": "RUNNING"}]}))
     fake_github.add_issue(REPO, "unrelated")  # #2
@@ -122,6 +122,7 @@ def test_restarted_executor_edits_the_same_comment(fake_github: FakeGitHub, tmp_
     managed = [c for c in comments if c["body"].startswith(marker(EXP, prefix))]
     assert len(managed) == 1 and "run `run-2`" in managed[0]["body"]
     assert "Earlier runs: `run-1` FAILED" in managed[0]["body"]
+    assert "by `ada` · commit `0123456789ab`" in managed[0]["body"]
     # another prefix running the same DAG keeps its own comment
     publisher(fresh_tracker()).publish(run(prefix + "-b", [step("a", prefix, "SUCCESS")], "SUCCESS"), final=True)
     assert len(fake_github.issue_comments(REPO, 1)) == 5
