@@ -26,6 +26,9 @@ class StepOutputs:
     loss_step: int | None = None
     bpb: dict[str, float] = field(default_factory=dict)
     macro_bpb: float | None = None
+    failed_at: str | None = None
+    """For a FAILED step: the innermost frame of the traceback in its status.json (``File ..., line N, in f``
+    and the source line), i.e. where the error was raised."""
     problems: tuple[str, ...] = ()
 
 
@@ -58,8 +61,19 @@ def _last_loss(fs: fsspec.AbstractFileSystem, path: str) -> tuple[float, int | N
     return None
 
 
-def read_step_outputs(output_path: str) -> StepOutputs:
-    """What the status comment shows for the step whose output lives at ``output_path``."""
+def innermost_frame(traceback_text: str) -> str | None:
+    """The last ``File "...", line N, in f`` line of a formatted traceback, with its source line."""
+    lines = traceback_text.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].lstrip().startswith('File "'):
+            source = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
+            return lines[i].strip() + (f"\n    {source}" if source else "")
+    return None
+
+
+def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
+    """What the status comment shows for the step whose output lives at ``output_path`` (``failed``: also
+    where its error was raised, from ``.marin/status.json``)."""
     fs, root = fsspec.core.url_to_fs(output_path)
     root = root.rstrip("/")
     values: dict[str, Any] = {}
@@ -92,4 +106,13 @@ def read_step_outputs(output_path: str) -> StepOutputs:
         pass
     except (OSError, ValueError, AttributeError) as exc:
         problems.append(f"eval.json unreadable ({type(exc).__name__})")
+    if failed:
+        try:
+            status = _read_json(fs, f"{root}/.marin/status.json")
+            traceback_text = ((status.get("error") or {}).get("traceback")) or ""
+            values["failed_at"] = innermost_frame(traceback_text) if isinstance(traceback_text, str) else None
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, AttributeError) as exc:
+            problems.append(f".marin/status.json unreadable ({type(exc).__name__})")
     return StepOutputs(**values, problems=tuple(problems))

@@ -222,7 +222,7 @@ class IssuePublisher:
         key = (step.output_path, step.status, step.attempt)
         if key in self._outputs_cache:
             return self._outputs_cache[key]
-        outputs = read_step_outputs(step.output_path)
+        outputs = read_step_outputs(step.output_path, failed=step.status == "FAILED")
         if step.status in TERMINAL_STEP_STATES:  # a running step's metrics keep growing: re-read them
             self._outputs_cache[key] = outputs
         return outputs

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from marin.tracking.comment import cell, duration, fence
-from marin.tracking.outputs import TAIL_BYTES, read_step_outputs
+from marin.tracking.outputs import TAIL_BYTES, innermost_frame, read_step_outputs
 
 
 @given(st.text())
@@ -53,3 +53,10 @@ def test_unreadable_outputs_are_reported_not_raised(tmp_path: Path) -> None:
     assert out.final_loss == 0.5  # a damaged line before the last good one does not matter
     assert out.problems == ("eval.json unreadable (JSONDecodeError)",)
     assert read_step_outputs(str(tmp_path / "missing")) == read_step_outputs(str(tmp_path / "missing2"))
+
+
+def test_innermost_frame() -> None:
+    tb = ('Traceback (most recent call last):\n  File "/a/runner.py", line 3, in run\n    fn(cfg)\n'
+          '  File "/a/ops.py", line 9, in train\n    raise ValueError("x")\nValueError: x\n')
+    assert innermost_frame(tb) == 'File "/a/ops.py", line 9, in train\n    raise ValueError("x")'
+    assert innermost_frame("ValueError: x") is None

@@ -98,6 +98,7 @@ def test_failed_step_is_shown_with_its_error_and_log(run_marin: Callable[..., An
         body = server.issue_comments(REPO, 1)[0]["body"]
         log = f"{result.output_path('e2e/eval')}/.marin/logs/attempt-1.log"
         assert "#### Failed steps (1)" in body and "ValueError: bad" in body and f"log `{log}`" in body
+        assert 'tests/tracking/fns.py", line' in body and "in fail\n    raise ValueError(cfg.message)" in body
         assert os.path.exists(log)
         assert server.labels(REPO, 1) == ["marin:failed"]
 
