@@ -113,6 +113,10 @@ class Tracker(abc.ABC):
         """Replace the body of comment ``comment_id`` on issue ``number``."""
 
     @abc.abstractmethod
+    def delete_comment(self, number: int, comment_id: int) -> None:
+        """Delete comment ``comment_id`` of issue ``number`` (an already deleted one is fine)."""
+
+    @abc.abstractmethod
     def add_labels(self, number: int, labels: Sequence[str]) -> tuple[str, ...]:
         """Add labels to issue ``number``; return its labels afterwards."""
 

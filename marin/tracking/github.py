@@ -206,6 +206,25 @@ class GitHubTracker(Tracker):
             self._call(f"edit comment {comment_id} on #{number}", lambda: target.edit(redact(body)))
             return self._to_comment(number, target)
 
+    def delete_comment(self, number: int, comment_id: int) -> None:
+        from github.GithubException import GithubException
+
+        with self._lock:
+            gh = self._comments.pop(comment_id, None)
+            if gh is None:
+                issue = self._issue(number)
+                gh = self._call(f"get comment {comment_id}", lambda: issue.get_comment(comment_id))
+            target = gh
+
+            def delete() -> None:
+                try:
+                    target.delete()
+                except GithubException as exc:
+                    if exc.status != 404:  # 404: already deleted, the wanted end state
+                        raise
+
+            self._call(f"delete comment {comment_id} on #{number}", delete)
+
     def add_labels(self, number: int, labels: Sequence[str]) -> tuple[str, ...]:
         with self._lock:
             issue = self._issue(number)

@@ -321,6 +321,12 @@ class LocalTracker(Tracker):
 
         return self._write(op)
 
+    def delete_comment(self, number: int, comment_id: int) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM comments WHERE id=? AND repo=? AND number=?", (comment_id, self.repo, number))
+
+        self._write(op)
+
     def add_labels(self, number: int, labels: Sequence[str]) -> tuple[str, ...]:
         def op(conn: sqlite3.Connection) -> tuple[str, ...]:
             self._require_issue(conn, number)

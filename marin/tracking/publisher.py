@@ -190,7 +190,14 @@ class IssuePublisher:
             for comment in self.tracker.list_comments(self.number):
                 if comment.body.startswith(tag):
                     return comment.id, False
-            return self.tracker.create_comment(self.number, body).id, True
+            created = self.tracker.create_comment(self.number, body).id
+            # Two executors of one experiment starting together may both have created the comment: the
+            # oldest one wins and the others delete their own, so every publisher ends on the same comment.
+            managed = sorted(c.id for c in self.tracker.list_comments(self.number) if c.body.startswith(tag))
+            oldest = managed[0] if managed else created
+            if oldest != created:
+                self.tracker.delete_comment(self.number, created)
+            return oldest, oldest == created
 
         def classify(exc: BaseException) -> Transient | None:
             return Transient("tracker unavailable") if isinstance(exc, TrackerUnavailable) else None

@@ -20,6 +20,9 @@ def test_issue_comment_and_label_round_trip(gh_tracker: GitHubTracker, fake_gith
     edited = gh_tracker.edit_comment(1, comment.id, "second")
     assert edited.id == comment.id
     assert [c.body for c in gh_tracker.list_comments(1)] == ["second"]
+    doomed = gh_tracker.create_comment(1, "doomed")
+    gh_tracker.delete_comment(1, doomed.id)
+    assert [c.body for c in gh_tracker.list_comments(1)] == ["second"]
     assert gh_tracker.add_labels(1, ["marin:running", "experiment"]) == ("experiment", "marin:running")
     assert gh_tracker.remove_label(1, "marin:running") == ("experiment",)
     assert gh_tracker.remove_label(1, "never-added") == ("experiment",)  # GitHub's 404 means "already absent"

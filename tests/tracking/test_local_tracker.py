@@ -25,6 +25,9 @@ def test_crud(tmp_path: Path) -> None:
     assert tracker.edit_comment(1, comment.id, "status v2").body == "status v2"
     tracker.create_comment(1, "a remark")
     assert [c.body for c in tracker.list_comments(1)] == ["status v2", "a remark"]
+    tracker.delete_comment(1, comment.id)
+    tracker.delete_comment(1, comment.id)  # already gone: fine
+    assert [c.body for c in tracker.list_comments(1)] == ["a remark"]
     assert tracker.list_comments(2) == []
     assert tracker.add_labels(1, ["marin:running"]) == ("experiment", "marin:running")
     assert tracker.remove_label(1, "marin:running") == ("experiment",)

@@ -8,10 +8,12 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from marin.tracking.base import Comment
 from marin.tracking.comment import MAX_BODY_CHARS, marker
 from marin.tracking.github import GitHubTracker
 from marin.tracking.local import LocalTracker
@@ -279,3 +281,35 @@ def test_bad_credentials_stop_background_updates_until_the_final_report(fake_git
     with pytest.raises(PublishError, match="Bad credentials.*GITHUB_TOKEN"):
         pub.publish(dataclasses.replace(view, status="SUCCESS"), final=True)
     assert len(fake_github.requests) == 2 and pub.error_count == 1
+
+
+class StaleFirstListing(GitHubTracker):
+    """A tracker whose first comment listing misses a comment another executor is creating at that moment."""
+
+    def __init__(self, *args: object, rival: Callable[[], None], **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.rival, self.listed = rival, 0
+
+    def list_comments(self, number: int) -> list[Comment]:
+        self.listed += 1
+        if self.listed == 1:
+            self.rival()  # the other executor creates its comment right after our listing
+            return []
+        return super().list_comments(number)
+
+
+def test_two_executors_creating_at_once_converge_on_the_oldest_comment(fake_github: FakeGitHub,
+                                                                       tmp_path: Path) -> None:
+    prefix = str(tmp_path)
+    rival = GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False)
+    rival_id: list[int] = []
+
+    def rival_creates() -> None:
+        rival_id.append(rival.create_comment(1, marker(EXP, prefix) + "\nrival's view").id)
+
+    ours = StaleFirstListing(REPO, TOKEN, api_url=fake_github.base_url, throttle=False, rival=rival_creates)
+    pub = publisher(ours)
+    pub.publish(run(prefix, [step("a", prefix, "SUCCESS")], "SUCCESS"), final=True)
+    [comment] = fake_github.issue_comments(REPO, 1)
+    assert comment["id"] == rival_id[0] and "— SUCCESS" in comment["body"]
+    assert fake_github.count("DELETE", r"/issues/comments/") == 1
