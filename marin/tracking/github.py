@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_API_URL = "https://api.github.com"
+SECONDARY_RATE_LIMIT_WAIT_S = 60.0
 _NETWORK_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                    requests.exceptions.ChunkedEncodingError, http.client.HTTPException, ConnectionError,
                    TimeoutError)
@@ -65,8 +66,10 @@ def classify(exc: BaseException, now: Callable[[], float] = time.time) -> Transi
     wait: float | None = None
     if headers.get("retry-after", "").strip().isdigit():
         wait = float(headers["retry-after"])
-    elif headers.get("x-ratelimit-reset", "").strip().isdigit():
-        wait = max(0.0, float(headers["x-ratelimit-reset"]) - now()) + 1.0
+    elif headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").strip().isdigit():
+        wait = max(0.0, float(headers["x-ratelimit-reset"]) - now()) + 1.0  # the primary limit: until reset
+    else:  # a secondary limit (the reset header is the primary window's): GitHub asks to wait at least a minute
+        wait = SECONDARY_RATE_LIMIT_WAIT_S
     return Transient(f"rate limited (HTTP {status})", wait)
 
 

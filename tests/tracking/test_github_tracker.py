@@ -64,10 +64,12 @@ def test_rate_limit_waits_for_the_reset_header(gh_tracker: GitHubTracker, fake_g
     fake_github.inject(Fault("status", 403, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(reset)},
                              message="API rate limit exceeded for user ID 1."))
     fake_github.inject(Fault("status", 429, headers={"Retry-After": "3"}, message="Too Many Requests"))
+    fake_github.inject(Fault("status", 403, message="You have exceeded a secondary rate limit."))
     gh_tracker.create_comment(1, "after the limit")
-    assert len(sleeps.waits) == 2
+    assert len(sleeps.waits) == 3
     assert 6.0 <= sleeps.waits[0] <= 9.0  # until X-RateLimit-Reset (+1 s margin)
     assert sleeps.waits[1] == 3.0  # Retry-After
+    assert sleeps.waits[2] == 60.0  # a secondary limit without headers: GitHub asks for at least a minute
     assert [c["body"] for c in fake_github.issue_comments(REPO, 1)] == ["after the limit"]
 
 
