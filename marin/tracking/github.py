@@ -110,7 +110,7 @@ class GitHubTracker(Tracker):
         self._labels: dict[int, set[str]] = {}  # PyGithub does not update Issue.labels after label calls
 
     def __repr__(self) -> str:  # never show the client (it holds the token)
-        return f"GitHubTracker(repo={self.repo!r}, api_url={self.api_url!r})"
+        return redact(f"GitHubTracker(repo={self.repo!r}, api_url={self.api_url!r})")
 
     def _call(self, what: str, fn: Callable[[], T], idempotent: bool = True) -> T:
         """Run one PyGithub call under the retry policy. A non-idempotent call (a POST that creates
@@ -125,7 +125,7 @@ class GitHubTracker(Tracker):
         def give_up(exc: BaseException, why: str) -> Exception:
             from github.GithubException import BadCredentialsException, GithubException
 
-            msg = f"GitHub {what} on {self.repo} ({self.api_url}) failed: {describe(exc)} [{why}]"
+            msg = redact(f"GitHub {what} on {self.repo} ({self.api_url}) failed: {describe(exc)} [{why}]")
             if isinstance(exc, _NETWORK_ERRORS):
                 ambiguous = "" if idempotent else "; the request may have been applied"
                 return TrackerUnavailable(msg + ambiguous)
