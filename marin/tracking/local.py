@@ -87,7 +87,7 @@ class _RemoteCopy:
         self._ukey = key
 
     def push(self) -> None:
-        self.fs.makedirs(self.fs._parent(self.remote), exist_ok=True)
+        self.fs.makedirs(self.remote.rsplit("/", 1)[0], exist_ok=True)
         self.fs.put(str(self.local), self.remote)
         self._ukey = self.remote_key()
 
