@@ -23,7 +23,7 @@ def run(prefix: str, steps: list[StepView], status: str = "RUNNING", *, run_id: 
         description: str = "Does a wider router balance expert load?") -> RunView:
     now = time.time()
     return RunView(experiment_id=experiment_id, run_id=run_id, script="experiments/exp1_wider_router.py",
-                   description=description, issue=IssueRef.parse(issue), prefix=prefix, status=status,
+                   description=description, issue=str(IssueRef.parse(issue)), prefix=prefix, status=status,
                    started=now - 5, ended=now if status != "RUNNING" else None, steps=tuple(steps))
 
 
