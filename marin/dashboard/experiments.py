@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -35,13 +36,16 @@ NOT_STARTED = "NOT_STARTED"
 IssueLinker = Callable[[str | None], IssueLink | None]
 
 
+_GITHUB_REF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+
+
 def github_issue_link(ref: str | None) -> IssueLink | None:
-    """'owner/repo#12' -> a link to the GitHub issue; other references are shown as text."""
+    """'owner/repo#12' -> a link to the GitHub issue; anything else is shown as text, never linked."""
     if not ref:
         return None
-    repo, sep, number = ref.rpartition("#")
-    if sep and number.isdigit() and repo.count("/") == 1 and all(repo.split("/")):
-        return IssueLink(ref=ref, url=f"https://github.com/{repo}/issues/{number}")
+    m = _GITHUB_REF.match(ref)
+    if m:
+        return IssueLink(ref=ref, url=f"https://github.com/{m.group(1)}/issues/{m.group(2)}")
     return IssueLink(ref=ref)
 
 

@@ -3,7 +3,7 @@
 `python -m marin.dashboard.synthetic PREFIX --experiments 1000` writes 1,000 experiment manifests of 20 steps
 each: 4 tokenize shards -> merge -> 5 train steps -> 5 evals -> 5 reports, every step with status.json,
 events.jsonl, step.json and a log; train steps also get metrics.jsonl (with expert load) and wandb.json, eval
-steps eval.json. Experiments reuse 50 step-name groups with different learning rates, so steps have previous
+steps eval.json. Experiments reuse 50 step-name groups (`--groups`) with different learning rates, so steps have previous
 versions to compare with. Every tenth experiment fails (a train step FAILED, its dependents DEP_FAILED) and
 every tenth+1 is still running. Hashes are sha256 over the identity, as the executor computes them, but this is
 not the executor: real runs are in the tests (tests/dashboard uses the executor when it is available).
@@ -33,10 +33,10 @@ def _write(path: str, data: str) -> None:
         f.write(data)
 
 
-def _plan(i: int) -> list[tuple[str, str, dict[str, Any], list[str]]]:
+def _plan(i: int, groups: int) -> list[tuple[str, str, dict[str, Any], list[str]]]:
     """(kind, name, config, dependency names) of experiment i's 20 steps."""
-    g = f"sweep{i % 50:02d}"
-    lr = round(1e-3 * (1 + (i // 50) * 0.25), 6)
+    g = f"sweep{i % groups:02d}"
+    lr = round(1e-3 * (1 + (i // groups) * 0.25), 6)
     steps: list[tuple[str, str, dict[str, Any], list[str]]] = []
     shards = [f"{g}/tokenize/shard{k}" for k in range(4)]
     for k, name in enumerate(shards):
@@ -72,7 +72,7 @@ def _state(i: int, kind: str, name: str, failed_deps: set[str], deps: list[str],
     return "SUCCESS"
 
 
-def write_experiment(prefix: str, i: int, metrics_rows: int = 20) -> str:
+def write_experiment(prefix: str, i: int, metrics_rows: int = 20, groups: int = 50) -> str:
     created = BASE_TIME + i * 600.0
     user = ("alice", "bob", "carol", "dan")[i % 4]
     issue = f"marin-community/marin#{100 + i % 37}"
@@ -81,7 +81,7 @@ def write_experiment(prefix: str, i: int, metrics_rows: int = 20) -> str:
     failed: set[str] = set()
     manifest_steps = []
     t = created
-    for position, (kind, name, config, deps) in enumerate(_plan(i)):
+    for position, (kind, name, config, deps) in enumerate(_plan(i, groups)):
         identity = {
             "name": name,
             "version": None,
@@ -292,8 +292,9 @@ def _eval(i: int) -> dict[str, Any]:
     return {"domains": domains, "micro": {"bpb": 1.0}, "macro": {"bpb": 1.0}}
 
 
-def write_prefix(prefix: str, experiments: int, metrics_rows: int = 20) -> list[str]:
-    return [write_experiment(prefix, i, metrics_rows) for i in range(experiments)]
+def write_prefix(prefix: str, experiments: int, metrics_rows: int = 20, groups: int = 50) -> list[str]:
+    """Write `experiments` experiments; experiment i uses step-name group i % groups."""
+    return [write_experiment(prefix, i, metrics_rows, groups) for i in range(experiments)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("prefix")
     p.add_argument("--experiments", type=int, default=1000)
     p.add_argument("--metrics-rows", type=int, default=20)
+    p.add_argument("--groups", type=int, default=50)
     args = p.parse_args(argv)
-    ids = write_prefix(os.path.abspath(args.prefix), args.experiments, args.metrics_rows)
+    ids = write_prefix(os.path.abspath(args.prefix), args.experiments, args.metrics_rows, args.groups)
     print(
         json.dumps(
             {
