@@ -188,7 +188,7 @@ def write_experiment(prefix: str, i: int, metrics_rows: int = 20, groups: int = 
             "executor": "bench:1:abcd1234",
             "created": created,
             "updated": ended if not running else started,
-            "started": started if state != "WAITING" else None,
+            "started": started if state in ("RUNNING", "SUCCESS", "FAILED") else None,
             "ended": None if running else ended,
             "error": error,
             "log": "logs/attempt-1.log",
