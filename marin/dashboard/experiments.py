@@ -119,7 +119,8 @@ class ExperimentIndex:
             id=key,
             script=_str(m.get("script")),
             description=_str(m.get("description")) or "",
-            issue=self.issue_link(_str(m.get("issue"))),
+            # The link is resolved per response (the local tracker may learn the issue later).
+            issue=IssueLink(ref=m["issue"]) if isinstance(m.get("issue"), str) and m["issue"] else None,
             user=_str(m.get("user")),
             host=_str(m.get("host")),
             git_commit=_str(m.get("git_commit")),
@@ -170,10 +171,13 @@ class ExperimentIndex:
             total=len(items),
             offset=offset,
             limit=limit,
-            items=items[offset : offset + limit],
+            items=[self._linked(s) for s in items[offset : offset + limit]],
             state_counts=counts,
             problems=sorted(self._problems.values()),
         )
+
+    def _linked(self, s: ExperimentSummary) -> ExperimentSummary:
+        return s.model_copy(update={"issue": self.issue_link(s.issue.ref)}) if s.issue else s
 
     def authors(self) -> list[str]:
         self.refresh()
@@ -193,6 +197,7 @@ class ExperimentIndex:
         if found is None:
             return None
         manifest, summary = found
+        summary = self._linked(summary)
         steps = [step_ref(self.store, s) for s in manifest.get("steps") or [] if isinstance(s, dict)]
         counts: dict[str, int] = {}
         for s in steps:

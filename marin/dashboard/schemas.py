@@ -278,8 +278,11 @@ class IssueComment(BaseModel):
 
 class Issue(BaseModel):
     model_config = ConfigDict(extra="allow")
+    repo: str
     number: int
     ref: str
+    url: str = Field("", description="the dashboard page of this issue")
+    author: str | None = None
     title: str = ""
     body: str = ""
     state: str = "open"
