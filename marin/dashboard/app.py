@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marin.dashboard.context import Dashboard
 from marin.dashboard.files import FileNotFound
+from marin.dashboard.markdown import render as render_markdown
 from marin.dashboard.paths import UnsafePathError
 from marin.dashboard.routers import experiments, files, issues, steps
 from marin.dashboard.steps import StepNotFound
@@ -98,7 +99,9 @@ def _short(value: Any, n: int = 28) -> str:
 
 def templates() -> Jinja2Templates:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.filters.update(ts=_ts, duration=_duration, state=_state, pretty=_pretty, short=_short)
+    env.filters.update(
+        ts=_ts, duration=_duration, state=_state, pretty=_pretty, short=_short, markdown=render_markdown
+    )
     return Jinja2Templates(env=env)
 
 

@@ -155,3 +155,51 @@ def test_clean_relpath_refuses(raw: str) -> None:
 )
 def test_clean_relpath_accepts(raw: str, clean: str) -> None:
     assert clean_relpath(raw) == clean
+
+
+def test_markdown_escapes_and_keeps_only_safe_links() -> None:
+    from marin.dashboard.markdown import render
+
+    html = str(
+        render(
+            "<!-- marin-status:x:1 -->\n## Run <b>x</b>\n| step | state |\n|---|---|\n"
+            f"| {XSS} | [run](https://wandb.ai/a?b=1&c=2) [bad](javascript:alert(1)) |\n\n"
+            '```\n<img src=x onerror=alert(1)>\n```\n[x](/issues/local/experiments/1) "q" [y](https://a.b/"onmouseover=alert(1))'
+        )
+    )
+    _assert_escaped(html)
+    assert "marin-status" not in html  # the hidden marker stays hidden
+    assert "<table" in html and "<h4>Run &lt;b&gt;x&lt;/b&gt;</h4>" in html
+    assert '<a href="https://wandb.ai/a?b=1&amp;c=2"' in html
+    assert '<a href="/issues/local/experiments/1"' in html
+    tags = _tags(html)
+    assert {t for t, _ in tags} <= {
+        "h4",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "a",
+        "pre",
+        "code",
+        "p",
+        "br",
+    }
+    for _, attrs in tags:
+        assert not any(k.startswith("on") for k, _ in attrs)
+        assert all(v.startswith(("https://", "/")) for k, v in attrs if k == "href")
+
+
+def _tags(html: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    from html.parser import HTMLParser
+
+    found: list[tuple[str, list[tuple[str, str]]]] = []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            found.append((tag, [(k, v or "") for k, v in attrs]))
+
+    Collect().feed(html)
+    return found
