@@ -65,6 +65,8 @@ class ExperimentIndex:
         self.issue_link = issue_link
         self._manifests: dict[str, tuple[Any, dict[str, Any], ExperimentSummary]] = {}
         self._problems: dict[str, str] = {}
+        self._by_hash: dict[str, list[str]] = {}  # step hash -> experiments naming it, newest first
+        self._entries: dict[str, dict[str, Any]] = {}  # step hash -> its entry in the newest such manifest
         self._refreshed = -1e18
         self._lock = threading.Lock()
 
@@ -105,11 +107,27 @@ class ExperimentIndex:
                     manifest,
                     self._summary(key, manifest),
                 )
-            for key in set(self._manifests) - set(entries):
+            removed = set(self._manifests) - set(entries)
+            for key in removed:
                 del self._manifests[key]
             for key in set(self._problems) - set(entries):
                 del self._problems[key]
+            if stale or removed:
+                self._index_steps()
             self._refreshed = time.monotonic()
+
+    def _index_steps(self) -> None:
+        by_hash: dict[str, list[str]] = {}
+        entries: dict[str, dict[str, Any]] = {}
+        newest_first = sorted(
+            self._manifests.items(), key=lambda kv: (kv[1][2].created or 0, kv[0]), reverse=True
+        )
+        for key, (_, manifest, _) in newest_first:
+            for entry in manifest.get("steps") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
+                    by_hash.setdefault(entry["hash"], []).append(key)
+                    entries.setdefault(entry["hash"], entry)
+        self._by_hash, self._entries = by_hash, entries
 
     def _summary(self, key: str, m: dict[str, Any]) -> ExperimentSummary:
         runs = [RunSummary.model_validate(r) for r in m.get("runs") or [] if isinstance(r, dict)]
@@ -187,6 +205,16 @@ class ExperimentIndex:
         self.refresh()
         found = self._manifests.get(key)
         return (found[1], found[2]) if found else None
+
+    def containing(self, step_hash: str) -> list[str]:
+        """Ids of the experiments whose manifest names this step, newest first."""
+        self.refresh()
+        return list(self._by_hash.get(step_hash, []))
+
+    def step_entry(self, step_hash: str) -> dict[str, Any] | None:
+        """The step's entry (name, hash, output_path, dependency hashes) in the newest manifest naming it."""
+        self.refresh()
+        return self._entries.get(step_hash)
 
     def for_issue(self, ref: str) -> list[str]:
         self.refresh()

@@ -203,6 +203,12 @@ class StepDetail(BaseModel):
     has_metrics: bool = False
     has_eval: bool = False
     active: bool = False
+    experiments: list[str] = Field(
+        default_factory=list, description="experiments naming this step, newest first"
+    )
+    recorded: bool = Field(
+        True, description="false when the step never ran (no step.json): shown from the manifest"
+    )
 
 
 class LogTail(BaseModel):

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from marin.dashboard.diff import field_changes
-from marin.dashboard.experiments import IssueLinker, _float, _str, step_ref, step_rel
+from marin.dashboard.experiments import ExperimentIndex, IssueLinker, _float, _str, step_ref, step_rel
 from marin.dashboard.schemas import (
     Attempt,
     LogTail,
@@ -32,14 +32,17 @@ class StepNotFound(LookupError):
     pass
 
 
-def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker) -> StepDetail:
+def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: ExperimentIndex) -> StepDetail:
     meta = f"{rel}/.marin"
     step = store.read_json(f"{meta}/step.json")
     status_doc = store.read_json(f"{meta}/status.json")
     if not isinstance(step, dict) and not isinstance(status_doc, dict):
         raise StepNotFound(f"no step at {rel!r}: neither {meta}/step.json nor {meta}/status.json exists")
-    step = step if isinstance(step, dict) else {}
     status = StepStatus.model_validate(status_doc if isinstance(status_doc, dict) else {})
+    step_hash = step.get("hash") if isinstance(step, dict) else status.hash
+    experiments = index.containing(step_hash) if isinstance(step_hash, str) else []
+    recorded = isinstance(step, dict)
+    step = step if isinstance(step, dict) else _from_manifest(index, step_hash, experiments)
     events = [
         StepEvent.model_validate(e) for e in store.read_jsonl(f"{meta}/events.jsonl") if isinstance(e, dict)
     ]
@@ -72,13 +75,33 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker) -> StepDe
         attempts=attempts(store, rel, events),
         lease=lease if isinstance(lease, dict) else None,
         changes=previous_changes(store, rel, step)
-        if step
-        else StepChanges(note="this step has no step.json yet"),
+        if recorded
+        else StepChanges(
+            note="this step never ran, so it has no step.json; its definition comes from the manifest"
+        ),
+        experiments=experiments,
+        recorded=recorded,
         wandb=wandb if isinstance(wandb, dict) else None,
         has_metrics=store.info(f"{rel}/metrics.jsonl") is not None,
         has_eval=store.info(f"{rel}/eval.json") is not None,
         active=status.status in ("WAITING", "RUNNING"),
     )
+
+
+def _from_manifest(index: ExperimentIndex, step_hash: Any, experiments: list[str]) -> dict[str, Any]:
+    """What the manifest knows of a step that never ran (DEP_FAILED, or waiting): name and dependencies."""
+    entry = index.step_entry(step_hash) if isinstance(step_hash, str) else None
+    if entry is None:
+        return {}
+    deps = [index.step_entry(d) for d in entry.get("dependencies") or [] if isinstance(d, str)]
+    found = index.manifest(experiments[0]) if experiments else None
+    return {
+        "name": entry.get("name"),
+        "hash": step_hash,
+        "dependencies": [d for d in deps if d is not None],
+        "experiment": experiments[0] if experiments else None,
+        "issue": found[1].issue.ref if found and found[1].issue else None,
+    }
 
 
 def attempts(store: PrefixStore, rel: str, events: list[StepEvent]) -> list[Attempt]:

@@ -20,7 +20,7 @@ MAX_LOG_BYTES = 1 << 20
 @router.get("/api/steps/{step_path:path}", response_model=StepDetail, tags=["steps"])
 def get_step(step_path: str, dash: Dash) -> StepDetail:
     """A step by its output path relative to the prefix, e.g. `demo/total-5e6f7a8b`."""
-    return step_detail(dash.store, clean_relpath(step_path), dash.issues.link)
+    return step_detail(dash.store, clean_relpath(step_path), dash.issues.link, dash.experiments)
 
 
 @router.get("/api/logs/{step_path:path}", response_model=LogTail, tags=["steps"])
