@@ -16,15 +16,15 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from marin.dashboard.synthetic import write_prefix
 
 from .conftest import write_hostile_prefix
 
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -49,53 +49,93 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait(
+    predicate: Any, what: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 90
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise RuntimeError(f"process exited while waiting for {what}: {out[-3000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _status(prefix: Path, name: str) -> str | None:
+    for path in prefix.glob(f"{name}-*/.marin/status.json"):
+        return str(json.loads(path.read_text())["status"])
+    return None
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, str]]]:
-    prefix = tmp_path_factory.mktemp("browser") / "prefix"
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, str], Path]]:
+    """A real executor run left in every state (tests/dashboard/live_run.py), plus hostile files, served by
+    `marin dashboard` in a subprocess."""
+    base = tmp_path_factory.mktemp("browser")
+    prefix, workdir = base / "prefix", base / "work"
     prefix.mkdir()
-    write_prefix(str(prefix), experiments=3, metrics_rows=80, groups=3)
-    hostile = write_hostile_prefix(prefix)
-    port = _free_port()
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "marin.dashboard.cli",
-            "--prefix",
-            str(prefix),
-            "--port",
-            str(port),
-            "--cache-ttl",
-            "0.2",
-            "--log-level",
-            "warning",
-        ],
+    workdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.dashboard.live_run", str(prefix), str(workdir)],
+        cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://127.0.0.1:{port}"
+    port = _free_port()
+    server = None
     try:
-        deadline = time.monotonic() + 30
-        while True:
+        _wait(
+            lambda: (
+                (workdir / "started").exists()
+                and _status(prefix, "live/child") == "DEP_FAILED"
+                and _status(prefix, "eval/tiny") == "SUCCESS"
+            ),
+            "the run to reach every state",
+            run,
+        )
+        hostile = write_hostile_prefix(prefix)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "marin.dashboard.cli",
+                "--prefix",
+                str(prefix),
+                "--port",
+                str(port),
+                "--cache-ttl",
+                "0.2",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
             try:
                 urllib.request.urlopen(url + "/api/experiments", timeout=2).read()
-                break
+                return True
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read().decode() if proc.stdout else ""
-                    raise RuntimeError(f"the dashboard did not start on {url}: {out}") from None
-                time.sleep(0.2)
-        yield url, prefix, hostile
+                return False
+
+        _wait(up, f"the dashboard on {url}", server, timeout=30)
+        yield url, prefix, hostile, workdir
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        (workdir / "release").write_text("go\n")
+        run.wait(timeout=60)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -105,91 +145,92 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser: object) -> Iterator[object]:
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+def page(browser: Any) -> Iterator[Any]:
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
     pg = ctx.new_page()
-    pg.errors = []  # type: ignore[attr-defined]
-    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)  # type: ignore[attr-defined]
-    pg.on("response", lambda r: pg.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)  # type: ignore[attr-defined]
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))  # type: ignore[attr-defined]
-    pg.on("dialog", lambda d: (pg.errors.append("dialog: " + d.message), d.dismiss()))  # type: ignore[attr-defined]
+    pg.errors = []
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.on("response", lambda r: pg.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("dialog", lambda d: (pg.errors.append("dialog: " + d.message), d.dismiss()))
     yield pg
     ctx.close()
 
 
 def test_navigate_experiment_to_step_with_dag_and_charts(
-    served: tuple[str, Path, dict[str, str]], page: object
+    served: tuple[str, Path, dict[str, str], Path], page: Any
 ) -> None:
     from playwright.sync_api import expect
 
-    url, _, _ = served
+    url = served[0]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    pg = page  # type: ignore[assignment]
+    pg = page
     pg.goto(url + "/")
-    expect(pg.locator("tr[data-id]")).to_have_count(4)
+    expect(pg.locator("tr[data-id]")).to_have_count(2)
     pg.screenshot(path=str(ARTIFACTS / "experiments.png"), full_page=True)
 
-    pg.locator("a.exp-link", has_text="sweep-00000000").click()
-    expect(pg.locator("h1")).to_contain_text("sweep-00000000")
-    expect(pg.locator("svg#dag g.node")).to_have_count(20)
-    expect(pg.locator("svg#dag path.edge")).to_have_count(19)
-    expect(pg.locator("svg#dag g.node.state-FAILED")).to_have_count(1)
-    expect(pg.locator("svg#dag g.node.state-DEP_FAILED")).to_have_count(2)
+    pg.locator("a.exp-link", has_text="exp5_dashboard_live-").click()
+    expect(pg.locator("h1")).to_contain_text("exp5_dashboard_live-")
+    expect(pg.locator("svg#dag g.node")).to_have_count(5)
+    expect(pg.locator("svg#dag path.edge")).to_have_count(2)
+    for state, n in (("SUCCESS", 2), ("FAILED", 1), ("DEP_FAILED", 1), ("RUNNING", 1)):
+        expect(pg.locator(f"svg#dag g.node.state-{state}")).to_have_count(n)
     pg.screenshot(path=str(ARTIFACTS / "experiment.png"), full_page=True)
 
-    pg.locator("svg#dag a.node-link", has=pg.locator("title", has_text="sweep00/train/model1 ")).click()
-    expect(pg.locator("h1")).to_contain_text("sweep00/train/model1")
+    pg.locator("svg#dag a.node-link", has=pg.locator("title", has_text="train/tiny ")).click()
+    expect(pg.locator("h1")).to_contain_text("train/tiny")
     expect(pg.locator("#chart-loss svg path.series")).to_have_count(1)
     expect(pg.locator("#chart-lr svg path.series")).to_have_count(1)
     expect(pg.locator("#chart-norms svg path.series")).to_have_count(2)
-    expect(pg.locator("#chart-expert-load svg rect.cell")).to_have_count(4 * 8)
-    expect(pg.locator("#chart-eval-history svg path.series")).to_have_count(3)
-    expect(pg.locator("#log")).to_contain_text("[train] line 39 of step sweep00/train/model1")
-    expect(pg.locator("#events tbody tr")).to_have_count(3)
+    expect(pg.locator("#chart-expert-load svg rect.cell")).to_have_count(2 * 4)
+    expect(pg.locator("#chart-eval-history svg path.series")).to_have_count(2)
+    expect(pg.locator("#log")).to_contain_text("step 79 loss")
+    assert pg.locator("#events tbody tr").count() >= 2
     pg.screenshot(path=str(ARTIFACTS / "step.png"), full_page=True)
-    assert pg.errors == []  # type: ignore[attr-defined]  # no script error, no CSP violation
+
+    pg.goto(url + "/")
+    pg.locator("a.exp-link", has_text="exp5_dashboard_live-").click()
+    pg.locator("svg#dag a.node-link", has=pg.locator("title", has_text="eval/tiny ")).click()
+    expect(pg.locator("#chart-eval svg rect.bar")).to_have_count(4)
+    assert pg.errors == []  # no script error, no failed request, no CSP violation
 
 
-def test_running_pages_refresh(served: tuple[str, Path, dict[str, str]], page: object) -> None:
+def test_running_pages_refresh(served: tuple[str, Path, dict[str, str], Path], page: Any) -> None:
     from playwright.sync_api import expect
 
-    url, prefix, _ = served
-    pg = page  # type: ignore[assignment]
+    url, _, _, workdir = served
+    pg = page
     pg.goto(url + "/")
-    pg.locator("a.exp-link", has_text="sweep-00000001").click()
+    pg.locator("a.exp-link", has_text="exp5_dashboard_live-").click()
     running = pg.locator("svg#dag g.node.state-RUNNING")
-    expect(running).to_have_count(5)
-    step_hash = running.first.get_attribute("data-hash")
-    manifest = next((prefix / "experiments").glob("*-00000001.json"))
-    entry = next(s for s in json.loads(manifest.read_text())["steps"] if s["hash"] == step_hash)
-    status_path = Path(entry["output_path"]) / ".marin/status.json"
-    status = json.loads(status_path.read_text())
-    status.update(status="SUCCESS", ended=status["started"] + 2.0)
-    status_path.write_text(json.dumps(status))
-    expect(pg.locator(f'svg#dag g.node[data-hash="{step_hash}"]')).to_have_class(
-        "node state-SUCCESS", timeout=15000
-    )
-    expect(running).to_have_count(4)
+    expect(running).to_have_count(1)
+    expect(pg.locator("#exp-state")).to_have_text("RUNNING")
+    step_hash = running.get_attribute("data-hash")
 
-    # A running step's log is followed while it grows.
-    other = running.first.get_attribute("data-hash")
-    entry = next(s for s in json.loads(manifest.read_text())["steps"] if s["hash"] == other)
-    pg.locator(f'svg#dag g.node[data-hash="{other}"]').click()
+    # The running step's log is followed while it grows (it prints a line every 0.1 s).
+    running.click()
     expect(pg.locator("#step-state")).to_have_text("RUNNING")
-    with (Path(entry["output_path"]) / ".marin/logs/attempt-1.log").open("a") as f:
-        f.write("appended while the page was open\n")
-    expect(pg.locator("#log")).to_contain_text("appended while the page was open", timeout=15000)
+    expect(pg.locator("#log")).to_contain_text("tick 5")
+    first = pg.locator("#log").text_content() or ""
+    expect(pg.locator("#log")).not_to_have_text(first, timeout=15000)
+    assert len(pg.locator("#log").text_content() or "") > len(first)
     pg.screenshot(path=str(ARTIFACTS / "step-running.png"), full_page=True)
-    assert pg.errors == []  # type: ignore[attr-defined]
+
+    pg.go_back()
+    (workdir / "release").write_text("go\n")
+    node = pg.locator(f'svg#dag g.node[data-hash="{step_hash}"]')
+    expect(node).to_have_class("node state-SUCCESS", timeout=20000)
+    expect(pg.locator("#exp-state")).to_have_text("FAILED", timeout=20000)  # live/bad failed
+    assert pg.errors == []
 
 
-def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str]], page: object) -> None:
+def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str], Path], page: Any) -> None:
     from urllib.parse import quote
 
     from playwright.sync_api import expect
 
-    url, _, hostile = served
-    pg = page  # type: ignore[assignment]
+    url, _, hostile, _ = served
+    pg = page
     pg.goto(url + "/experiments/" + quote(hostile["experiment"], safe=""))
     expect(pg.locator("p.description")).to_have_text("description <script>alert('xss')</script>")
     expect(pg.locator("svg#dag g.node")).to_have_count(1)
@@ -198,4 +239,4 @@ def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str]], page
     expect(pg.locator("#error-message")).to_have_text("bad <script>alert('xss')</script>")
     pg.screenshot(path=str(ARTIFACTS / "hostile-step.png"), full_page=True)
     assert pg.locator("img").count() == 0
-    assert pg.errors == []  # type: ignore[attr-defined]  # no alert dialog ran
+    assert pg.errors == []  # no alert dialog ran

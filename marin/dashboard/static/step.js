@@ -8,6 +8,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const attemptSel = document.getElementById("log-attempt");
   const MAX_SHOWN = 256 * 1024;
   let logEnd = null;
+  let shownFrom = 0;  // byte offset of the first byte on screen
 
   async function loadLog(reset) {
     if (reset) { logEnd = null; logEl.textContent = ""; }
@@ -16,12 +17,18 @@ document.addEventListener("DOMContentLoaded", () => {
     if (logEnd !== null) url += "&offset=" + logEnd;
     const tail = await marin.getJSON(url);
     if (!tail.path) { info.textContent = "no log yet"; return; }
-    if (logEnd !== null && tail.start !== logEnd) logEl.textContent = "";  // fell behind: start from the tail
+    if (logEnd === null || tail.start !== logEnd) {  // first load, or fell behind: start from the tail
+      logEl.textContent = "";
+      shownFrom = tail.start;
+    }
     const atBottom = logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
     logEl.textContent += tail.text;
-    if (logEl.textContent.length > MAX_SHOWN) logEl.textContent = logEl.textContent.slice(-MAX_SHOWN);
+    if (logEl.textContent.length > MAX_SHOWN) {
+      logEl.textContent = logEl.textContent.slice(-MAX_SHOWN);
+      shownFrom = Math.max(shownFrom, tail.end - MAX_SHOWN);  // approximate: characters, not bytes
+    }
     logEnd = tail.end;
-    info.textContent = `${tail.size} bytes` + (tail.truncated && tail.start > 0 ? `, showing from byte ${tail.start}` : "");
+    info.textContent = `${tail.size} bytes` + (shownFrom > 0 ? `, showing the end from byte ${shownFrom}` : "");
     if (atBottom || reset) logEl.scrollTop = logEl.scrollHeight;
   }
 
