@@ -61,7 +61,8 @@ def field_changes(old: dict[str, Any], new: dict[str, Any]) -> list[FieldChange]
 
 
 def _identity(doc: dict[str, Any]) -> dict[str, Any]:
-    ident = doc.get("identity") if isinstance(doc.get("identity"), dict) else {}
+    raw = doc.get("identity")
+    ident: dict[str, Any] = raw if isinstance(raw, dict) else {}
     config = ident.get("config", doc.get("config"))
     return {"version": ident.get("version", doc.get("version")), "config": config}
 

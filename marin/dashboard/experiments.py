@@ -132,7 +132,8 @@ class ExperimentIndex:
     def _summary(self, key: str, m: dict[str, Any]) -> ExperimentSummary:
         runs = [RunSummary.model_validate(r) for r in m.get("runs") or [] if isinstance(r, dict)]
         last = runs[-1] if runs else None
-        steps = m.get("steps") if isinstance(m.get("steps"), list) else []
+        raw_steps = m.get("steps")
+        steps: list[Any] = raw_steps if isinstance(raw_steps, list) else []
         return ExperimentSummary(
             id=key,
             script=_str(m.get("script")),

@@ -26,7 +26,9 @@ class RunSummary(BaseModel):
 
 class IssueLink(BaseModel):
     ref: str = Field(description="the issue reference as recorded, e.g. 'owner/repo#12'")
-    url: str | None = Field(None, description="where to read it: the dashboard's own page for local issues")
+    url: str | None = Field(
+        default=None, description="where to read it: the dashboard's own page for local issues"
+    )
     local: bool = False
 
 
@@ -146,10 +148,10 @@ class Attempt(BaseModel):
     started: float | None = None
     ended: float | None = None
     outcome: str | None = Field(
-        None, description="the last event of this attempt (SUCCESS, FAILED, PREEMPTED...)"
+        default=None, description="the last event of this attempt (SUCCESS, FAILED, PREEMPTED...)"
     )
     executor: str | None = None
-    log: str | None = Field(None, description="log path relative to the prefix")
+    log: str | None = Field(default=None, description="log path relative to the prefix")
     log_size: int | None = None
 
 
@@ -170,7 +172,7 @@ class PreviousVersion(BaseModel):
 class StepChanges(BaseModel):
     previous: PreviousVersion | None = None
     changes: list[FieldChange] = Field(default_factory=list)
-    note: str = Field("", description="a sentence explaining the result")
+    note: str = Field(default="", description="a sentence explaining the result")
 
 
 class StepDetail(BaseModel):
@@ -270,7 +272,7 @@ class Metrics(BaseModel):
     downsampled: bool
     expert_load: ExpertLoad | None = None
     eval_history: list[EvalPoint] = Field(default_factory=list)
-    eval: dict[str, Any] | None = Field(None, description="eval.json of this step, when it has one")
+    eval: dict[str, Any] | None = Field(default=None, description="eval.json of this step, when it has one")
 
 
 class IssueComment(BaseModel):
@@ -287,7 +289,7 @@ class Issue(BaseModel):
     repo: str
     number: int
     ref: str
-    url: str = Field("", description="the dashboard page of this issue")
+    url: str = Field(default="", description="the dashboard page of this issue")
     author: str | None = None
     title: str = ""
     body: str = ""

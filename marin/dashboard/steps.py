@@ -67,7 +67,7 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
         experiment=_str(step.get("experiment")),
         git_commit=_str(step.get("git_commit")),
         git_dirty=step.get("git_dirty") if isinstance(step.get("git_dirty"), bool) else None,
-        packages=step.get("packages") if isinstance(step.get("packages"), dict) else {},
+        packages=_dict(step.get("packages")),
         host=_str(step.get("host")),
         user=_str(step.get("user")),
         created=_float(step.get("created")),
@@ -86,6 +86,10 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
         has_eval=store.info(f"{rel}/eval.json") is not None,
         active=status.status in ("WAITING", "RUNNING"),
     )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _from_manifest(index: ExperimentIndex, step_hash: Any, experiments: list[str]) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def write_experiment(prefix: str, i: int, metrics_rows: int = 20, groups: int = 
             )
         if kind == "eval" and state == "SUCCESS":
             _write(f"{out}/eval.json", json.dumps(_eval(i)))
-    status = "FAILED" if failed else ("RUNNING" if i % 10 == 1 else "SUCCESS")
+    run_status = "FAILED" if failed else ("RUNNING" if i % 10 == 1 else "SUCCESS")
     manifest = {
         "id": exp_id,
         "script": f"experiments/exp{100 + i % 37}_sweep.py",
@@ -227,8 +227,8 @@ def write_experiment(prefix: str, i: int, metrics_rows: int = 20, groups: int = 
             {
                 "run_id": f"run-{i:06d}",
                 "started": created,
-                "ended": None if status == "RUNNING" else t,
-                "status": status,
+                "ended": None if run_status == "RUNNING" else t,
+                "status": run_status,
                 "user": user,
                 "args": ["--prefix", prefix],
                 "publisher_errors": [],
