@@ -133,7 +133,7 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 
 def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, header: CacheHeader,
-         progress: tqdm) -> None:
+         progress: tqdm, mp_context: multiprocessing.context.BaseContext) -> None:
     jobs = [ShardJob(config.input_path, file_format, t, config.tokenizer_path, header, config.batch_docs)
             for t in tasks]
 
@@ -158,7 +158,7 @@ def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, he
         for job in jobs:
             done(tokenize_shard(job))
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp_context) as pool:
         futures = [pool.submit(tokenize_shard, job) for job in jobs]
         for fut in as_completed(futures):
             done(fut.result())
@@ -176,9 +176,10 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
                for path in expected}
     finished = {path: set(w.finished()) for path, w in writers.items()}
     pending = [t for t in tasks if any(t.shard["name"] not in finished[p] for p in t.targets.values())]
+    mp_context = _pool_context()  # before the progress bar: tqdm's monitor thread would rule out fork
     with tqdm(total=len(tasks), initial=len(tasks) - len(pending), desc="tokenize", unit="shard",
               file=sys.stderr, dynamic_ncols=True) as progress:
-        _run(pending, config, manifest["file_format"], header, progress)
+        _run(pending, config, manifest["file_format"], header, progress, mp_context)
     root = config.output_path.rstrip("/")
     caches = {path: writers[path].write_manifest(names) for path, names in expected.items()}
     summary = {"train": "train" if f"{root}/train" in caches else None,
