@@ -42,7 +42,7 @@ class ConsoleProgress:
 
     name = "console-progress"
 
-    def __init__(self, stream: TextIO | None = None, interval_s: float = 2.0, poll_s: float = 0.5) -> None:
+    def __init__(self, stream: TextIO | None = None, interval_s: float = 5.0, poll_s: float = 0.5) -> None:
         self.stream = stream or sys.stderr
         self.interval_s, self.poll_s = interval_s, poll_s
         self._seen: dict[str, str] = {}
