@@ -20,7 +20,12 @@ def _read_json(path: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str) -> str:
+def _output_path(result: RunResult, name: str) -> str | None:
+    """The output path of step ``name`` in this run; None when it was not part of it (``--run-only``)."""
+    return next((e.output_path for e in result.plan.entries if e.name == name), None)
+
+
+def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str, issue: str | None = None) -> str:
     """The report for a finished run (empty for plans, status queries and dry runs)."""
     if result.status != "SUCCESS":
         return ""
@@ -31,11 +36,12 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
     lines.append("Outputs (content-addressed, under the prefix):")
     for entry in result.plan.entries:
         lines.append(f"  {entry.name:<26} {entry.output_path}")
-    train = _read_json(f"{result.output_path(train_step)}/train_result.json")
+    train_path, eval_path = _output_path(result, train_step), _output_path(result, eval_step)
+    train = _read_json(f"{train_path}/train_result.json") if train_path else None
     if train:
         lines.append(f"Training: {train['step']} steps, final training loss {train['loss']:.3f} nats/token, "
                      f"{train['tokens_per_s']:.0f} tokens/s (median)")
-    evaluation = _read_json(f"{result.output_path(eval_step)}/eval.json")
+    evaluation = _read_json(f"{eval_path}/eval.json") if eval_path else None
     if evaluation:
         lines.append("Held-out evaluation (bits per UTF-8 byte, lower is better; 8 = knowing nothing):")
         for domain, row in evaluation["domains"].items():
@@ -48,14 +54,17 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
         f"  marin dashboard --prefix {prefix}             # experiments, steps, logs, loss curves, the issue",
         f"  marin plan {script} --prefix {prefix}   # every step: skip/run and why",
         f"  marin status {script} --prefix {prefix}",
-        f"  metrics: {result.output_path(train_step)}/metrics.jsonl",
+        *([f"  marin issue show {issue} --prefix {prefix}   # the issue and its status comment"] if issue else []),
     ]
+    if train_path:
+        lines.append(f"  metrics: {train_path}/metrics.jsonl")
     return "\n".join(lines)
 
 
 def print_summary(result: RunResult, *, train_step: str, eval_step: str,
-                  script: str = "experiments/tutorials/tiny_moe.py", stream: TextIO | None = None) -> None:
-    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script)
+                  script: str = "experiments/tutorials/tiny_moe.py", issue: str | None = None,
+                  stream: TextIO | None = None) -> None:
+    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script, issue=issue)
     if text:
         print(text, file=stream or sys.stdout, flush=True)
 

@@ -86,7 +86,7 @@ decontaminated = Step(
 
 VOCAB_SIZE = 1024 if SMALL else 4096
 tokenizer = Step(
-    name=f"tokenizer/stdlib-bpe{VOCAB_SIZE}", fn=train_tokenizer, description="byte-level BPE on the training split",
+    name="tokenizer/stdlib", fn=train_tokenizer, description="byte-level BPE on the training split",
     config=TrainTokenizerConfig(output_path=this_output_path(), input_path=output_path_of(decontaminated),
                                 vocab_size=VOCAB_SIZE, sample_bytes=20_000_000),
 )
@@ -119,4 +119,4 @@ tiny_moe_eval = Step(
 if __name__ == "__main__":
     result = executor_main(steps=[tiny_moe_eval], description="Tutorial: a tiny MoE on the Python standard library",
                            issue=ISSUE, publishers=[ConsoleProgress()])
-    print_summary(result, train_step=tiny_moe.name, eval_step=tiny_moe_eval.name)
+    print_summary(result, train_step=tiny_moe.name, eval_step=tiny_moe_eval.name, issue=ISSUE)

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = "experiments/tutorials/tiny_moe.py"
 EXP2 = "experiments/exp2_tiny_moe_aux_free.py"
-STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib-bpe1024", "tokenized/stdlib",
+STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib", "tokenized/stdlib",
          "train/tiny_moe", "eval/tiny_moe"]
 DATA_STEPS = STEPS[:4]
 
