@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = "experiments/tutorials/tiny_moe.py"
 EXP2 = "experiments/exp2_tiny_moe_aux_free.py"
+EXP3 = "experiments/exp3_tiny_moe_vocab2048.py"
 STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib", "tokenized/stdlib",
          "train/tiny_moe", "eval/tiny_moe"]
 DATA_STEPS = STEPS[:4]
@@ -141,6 +142,15 @@ def test_exp2_reuses_the_tutorial_data_steps_by_identity(tutorial: TutorialRun) 
         assert str(IssueRef.from_script(EXP2)) == "local/experiments#2"
     finally:
         del os.environ["MARIN_ISSUE_REPO"]
+
+
+def test_exp3_reuses_only_the_steps_before_the_tokenizer(tutorial: TutorialRun) -> None:
+    plan = plan_json(EXP3, tutorial.prefix)
+    for name in ["documents/stdlib", "decontaminated/stdlib", "eval/tiny_moe"]:
+        assert (plan[name]["output_path"], plan[name]["action"]) == (tutorial.paths[name], "skip"), name
+    new = ["tokenizer/stdlib-bpe2048", "tokenized/stdlib-bpe2048", "train/tiny_moe-bpe2048", "eval/tiny_moe-bpe2048"]
+    assert {name: plan[name]["action"] for name in new} == dict.fromkeys(new, "run")
+    assert plan["tokenizer/stdlib-bpe2048"]["dependencies"] == plan["tokenizer/stdlib"]["dependencies"]
 
 
 def validation_documents(tutorial: TutorialRun, domain: str) -> list[dict[str, str]]:
