@@ -224,6 +224,23 @@ def test_running_pages_refresh(served: tuple[str, Path, dict[str, str], Path], p
     assert pg.errors == []
 
 
+def test_local_issue_shows_the_status_comment(
+    served: tuple[str, Path, dict[str, str], Path], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    pg = page
+    pg.goto(served[0] + "/issues")
+    pg.locator("a", has_text="openlab/demo#5").first.click()
+    expect(pg.locator("h1")).to_contain_text("openlab/demo#5")
+    comment = pg.locator("article.comment", has_text="live/slow")
+    expect(comment.locator("table.md").first).to_be_visible(timeout=20000)
+    expect(comment).to_contain_text("live/bad")
+    expect(pg.locator("a", has_text="exp5_dashboard_live-").first).to_be_visible()
+    pg.screenshot(path=str(ARTIFACTS / "issue.png"), full_page=True)
+    assert pg.errors == []
+
+
 def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str], Path], page: Any) -> None:
     from urllib.parse import quote
 
