@@ -257,3 +257,19 @@ def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str], Path]
     pg.screenshot(path=str(ARTIFACTS / "hostile-step.png"), full_page=True)
     assert pg.locator("img").count() == 0
     assert pg.errors == []  # no alert dialog ran
+
+
+def test_list_says_when_new_experiments_appear(served: tuple[str, Path, dict[str, str], Path], page: Any) -> None:
+    from playwright.sync_api import expect
+
+    from marin.dashboard.synthetic import write_experiment
+
+    url, prefix, _, _ = served
+    pg = page
+    pg.goto(url + "/")
+    expect(pg.locator("#list-changed")).to_be_hidden()
+    write_experiment(str(prefix), 3, metrics_rows=2)  # created in 2025: sorted last, but on this page
+    expect(pg.locator("#list-changed")).to_be_visible(timeout=25000)
+    pg.locator("#list-changed a").click()
+    expect(pg.locator("tr[data-id]")).to_have_count(3)
+    assert pg.errors == []
