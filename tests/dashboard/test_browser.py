@@ -259,7 +259,9 @@ def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str], Path]
     assert pg.errors == []  # no alert dialog ran
 
 
-def test_list_says_when_new_experiments_appear(served: tuple[str, Path, dict[str, str], Path], page: Any) -> None:
+def test_list_says_when_new_experiments_appear(
+    served: tuple[str, Path, dict[str, str], Path], page: Any
+) -> None:
     from playwright.sync_api import expect
 
     from marin.dashboard.synthetic import write_experiment
