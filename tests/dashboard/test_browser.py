@@ -215,6 +215,8 @@ def test_running_pages_refresh(served: tuple[str, Path, dict[str, str], Path], p
     expect(pg.locator("#log")).not_to_have_text(first, timeout=15000)
     assert len(pg.locator("#log").text_content() or "") > len(first)
     pg.screenshot(path=str(ARTIFACTS / "step-running.png"), full_page=True)
+    expect(pg.locator("#attempts tbody tr")).to_have_count(1)
+    expect(pg.locator("#attempts tbody")).to_contain_text("RUNNING")
 
     pg.go_back()
     (workdir / "release").write_text("go\n")
