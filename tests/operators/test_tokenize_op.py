@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,22 @@ def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokeniz
     assert _digests(str(tmp_path)) == _digests(tokenized)
 
 
+def test_spawned_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
+                                            tmp_path: Path) -> None:
+    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must spawn
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        assert tokenize_mod._pool_context().get_start_method() == "spawn"
+        tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                                num_workers=2))
+    finally:
+        stop.set()
+        thread.join()
+    assert _digests(str(tmp_path)) == _digests(tokenized)
+
+
 def test_resume_after_crash_mid_shard(dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real_write_shard = tokenize_mod.write_shard
@@ -141,11 +159,13 @@ def test_bad_inputs(dataset: str, tokenizer_dir: str, tmp_path: Path) -> None:
 
 @pytest.mark.ray
 def test_tokenize_on_ray_matches_process_pool(dataset: str, tokenizer_dir: str, tokenized: str,
-                                              tmp_path: Path) -> None:
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
-    root = Path(__file__).resolve().parents[2]  # workers need the checkout on their path (not installed in tests)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": f"{root}:{root}/lib/moe_trainer/src"}})
+    # Ray's workers inherit the environment of the node started here: give them the checkout's packages
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), f"{root}/lib/moe_trainer/src",
+                                                      os.environ.get("PYTHONPATH", "")]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path)))
     finally:
