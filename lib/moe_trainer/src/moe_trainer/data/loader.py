@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.permutation import FeistelPermutation
 
