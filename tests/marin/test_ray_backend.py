@@ -111,7 +111,25 @@ def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                        timeout=300)
         yield address
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(temp, port)
+
+
+def _stop_cluster(temp: Path, port: int) -> None:
+    """End only this cluster's processes: `ray stop` would also kill the session's embedded Ray, and the
+    driver of a Ray whose raylet died exits the whole test process."""
+    import psutil
+
+    marks = (str(temp), f"127.0.0.1:{port}", f"--gcs_server_port={port}")
+    procs = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.pid != os.getpid() and any(m in cmdline for m in marks):
+            procs.append(proc)
+    for proc in procs:
+        proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for proc in alive:
+        proc.kill()
 
 
 def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
