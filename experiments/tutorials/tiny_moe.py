@@ -41,11 +41,12 @@ from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer
 
 ISSUE = "local/experiments#1"
 SMALL = os.environ.get("MARIN_TUTORIAL_SMALL", "") not in ("", "0")
-USER_TEXT = tuple(p for p in os.environ.get("MARIN_TUTORIAL_TEXT", "").split(",") if p.strip())
+USER_TEXT = tuple(os.path.expanduser(p.strip()) for p in os.environ.get("MARIN_TUTORIAL_TEXT", "").split(",")
+                  if p.strip())
 
 # The standard library's source, without its test suites (named like evaluation splits, and decontaminate
-# refuses those), the generated codec tables of encodings/ (hundreds of near-identical files) and pydoc_data
-# (the prose domain below).
+# refuses those), the generated codec tables of encodings/ (hundreds of near-identical files), pydoc_data (the
+# prose domain below), bundled wheels and the GUI demos and IDE (idlelib, turtledemo).
 STDLIB = sysconfig.get_paths()["stdlib"]
 NOT_CODE = {"site-packages", "test", "encodings", "pydoc_data", "__phello__", "__pycache__", "lib-dynload",
             "ensurepip", "idlelib", "turtledemo"}
@@ -58,13 +59,13 @@ if SMALL:
 else:
     python_files = (f"{STDLIB}/*.py", *(f"{STDLIB}/{d}/**/*.py" for d in sorted(os.listdir(STDLIB))
                                         if os.path.isfile(f"{STDLIB}/{d}/__init__.py") and d not in NOT_CODE))
+user_jsonl = tuple(p for p in USER_TEXT if p.endswith(".jsonl"))
+user_files = tuple(p for p in USER_TEXT if not p.endswith(".jsonl"))
 sources = (
     Source("python", python_files, exclude=("/test/", "/tests/", "/idle_test/")),
     Source("prose", kind="pydoc_topics"),
-    *((Source("local", tuple(p for p in USER_TEXT if p.endswith(".jsonl")), kind="jsonl"),)
-      if any(p.endswith(".jsonl") for p in USER_TEXT) else ()),
-    *((Source("local", tuple(p for p in USER_TEXT if not p.endswith(".jsonl"))),)
-      if any(not p.endswith(".jsonl") for p in USER_TEXT) else ()),
+    *([Source("local", user_jsonl, kind="jsonl")] if user_jsonl else []),
+    *([Source("local", user_files)] if user_files else []),
 )
 
 documents = Step(
