@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import draccus
+
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache, write_json_atomic
 from moe_trainer.presets import load_preset, preset_path
@@ -116,8 +118,6 @@ def _replace_path(obj: Any, dotted: str, value: Any, where: str) -> Any:
 
 
 def _base(config: TrainConfig) -> TrainerConfig:
-    import os
-
     if os.path.exists(config.preset):
         return draccus.parse(TrainerConfig, config_path=config.preset, args=[])
     preset_path(config.preset)  # raises ValueError listing the valid preset names

@@ -101,6 +101,24 @@ def test_tutorial_declares_its_issue_and_publishes_status(tutorial: TutorialRun)
     assert len(comments) == 1 and "eval/tiny_moe" in comments[0].body
 
 
+def test_tutorial_shows_up_on_the_dashboard(tutorial: TutorialRun) -> None:
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+
+    client = TestClient(create_app(tutorial.prefix))
+    listed = client.get("/api/experiments").json()["items"]
+    mine = [e for e in listed if e["script"] == TUTORIAL]
+    assert len(mine) == 1 and mine[0]["state"] == "SUCCESS"
+    assert mine[0]["issue"]["ref"] == "local/experiments#1"
+    rel = {name: path[len(tutorial.prefix) + 1:] for name, path in tutorial.paths.items()}
+    assert client.get(f"/api/metrics/{rel['train/tiny_moe']}").json()["rows"] == 20
+    assert client.get(f"/api/steps/{rel['eval/tiny_moe']}").json()["has_eval"]
+    comment = client.get("/api/issues/local/experiments/1").json()["comments"][-1]["body"]
+    evaluation = read_json(f"{tutorial.paths['eval/tiny_moe']}/eval.json")
+    assert f"python {evaluation['domains']['python']['bpb']:.3f}" in comment  # key metrics in the status
+
+
 def snapshot(paths: list[str]) -> dict[str, tuple[int, int]]:
     out = {}
     for root in paths:
