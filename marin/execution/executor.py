@@ -331,6 +331,10 @@ class Executor:
         if not self.leases.try_acquire(lease, attempt=attempt).ok:
             return  # another executor is running it: its status is that executor's to write
         try:
+            # step.json too: it records the identity, which later plans use to explain what changed
+            config = resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
+            sf.write_json(self.storage, sf.step_json_path(st.path),
+                          step_info(st.node, st.path, config, self._node_path, self.ctx))
             sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=sf.DEP_FAILED,
                             attempt=attempt, run_id=self.ctx.run_id, executor=self.ctx.executor_id,
                             previous=st.previous, ended=time.time(), error=st.error)

@@ -196,3 +196,21 @@ def test_plan_reports_wait_or_takeover_for_a_running_step(tmp_path: Path, holder
         assert entry.action == "wait" and "elsewhere:1:abc" in entry.reason
     else:
         assert entry.action == "run" and "stale lease of executor elsewhere:1:abc" in entry.reason
+
+
+def test_sigterm_records_preempted_releases_the_lease_and_a_restart_reruns(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "prefix")
+    first = _runner("killable", prefix, tmp_path, lease_timeout=60)
+    _wait_for(tmp_path / "b-started")
+    os.kill(first.pid, signal.SIGTERM)
+    first.wait(60)
+    assert first.returncode != 0
+    [b_dir] = Path(prefix, "crash").glob("b-*")
+    status = json.loads((b_dir / ".marin/status.json").read_text())
+    assert status["status"] == "PREEMPTED" and status["error"]["type"] == "Interrupted"
+    assert [e["event"] for e in read_events(LocalStorage(), str(b_dir))] == ["RUNNING", "PREEMPTED"]
+    assert not (b_dir / ".marin/lease.json").exists()  # released: a restart need not wait for a timeout
+    (tmp_path / "b-release").write_text("go\n")
+    second = _runner("killable", prefix, tmp_path, lease_timeout=60)
+    assert second.wait(120) == 0
+    assert json.loads((b_dir / ".marin/status.json").read_text())["attempt"] == 2
