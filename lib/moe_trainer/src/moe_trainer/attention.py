@@ -1,0 +1,86 @@
+"""Grouped-query attention with (partial) RoPE, optional QK-norm, document masking and a sliding window.
+
+Mask: query i sees key j iff j <= i, both carry the same segment id (documents packed in one row never see
+each other), and, on local layers with a window w, i - j < w. Positions restart at 0 at each document start
+so RoPE sees per-document positions, as an unpacked batch would. Scores and softmax run in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from moe_trainer.config import ModelConfig
+from moe_trainer.layers import Params, apply_rope, cast, normal, rms_norm, rope_tables
+
+
+def init_attention(key: jax.Array, cfg: ModelConfig) -> Params:
+    """Parameters of one attention layer: wq [D,H,hd], wk/wv [D,KV,hd], wo [H,hd,D], optional q/k norm gains."""
+    kq, kk, kv, ko = jax.random.split(key, 4)
+    d, h, kvh, hd, std = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.init_std
+    p: Params = {
+        "wq": normal(kq, (d, h, hd), std),
+        "wk": normal(kk, (d, kvh, hd), std),
+        "wv": normal(kv, (d, kvh, hd), std),
+        "wo": normal(ko, (h, hd, d), std),
+    }
+    if cfg.qk_norm:
+        p["q_norm"] = jnp.ones((hd,), jnp.float32)
+        p["k_norm"] = jnp.ones((hd,), jnp.float32)
+    return p
+
+
+def segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """Position of each token inside its document: [B, S] int32, restarting where the segment id changes."""
+    s = segment_ids.shape[1]
+    idx = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), segment_ids.shape)
+    starts = jnp.concatenate(
+        [jnp.ones_like(segment_ids[:, :1], dtype=bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1
+    )
+    start_idx = jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
+    return idx - start_idx
+
+
+def attention_mask(segment_ids: jax.Array, window: int | None) -> jax.Array:
+    """Boolean [B, 1, 1, S, S] mask (query, key): causal, same document, and within the window if given."""
+    s = segment_ids.shape[1]
+    q = jnp.arange(s)[:, None]
+    k = jnp.arange(s)[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed = allowed & (q - k < window)
+    same_doc = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (allowed[None] & same_doc)[:, None, None]
+
+
+def attention(
+    p: Params,
+    x: jax.Array,
+    segment_ids: jax.Array,
+    positions: jax.Array,
+    cfg: ModelConfig,
+    *,
+    is_global: bool,
+) -> jax.Array:
+    """Self-attention of x [B, S, D] (compute dtype) -> [B, S, D]."""
+    dt = x.dtype
+    b, s, _ = x.shape
+    q = jnp.einsum("bsd,dhk->bshk", x, cast(p["wq"], dt))
+    k = jnp.einsum("bsd,dhk->bshk", x, cast(p["wk"], dt))
+    v = jnp.einsum("bsd,dhk->bshk", x, cast(p["wv"], dt))
+    if cfg.qk_norm:
+        q = rms_norm(q, p["q_norm"], cfg.norm_eps)
+        k = rms_norm(k, p["k_norm"], cfg.norm_eps)
+    if not is_global and cfg.rope_dims > 0:
+        cos, sin = rope_tables(positions, cfg.rope_dims, cfg.rope_theta)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+    groups = cfg.n_heads // cfg.n_kv_heads
+    q = q.reshape(b, s, cfg.n_kv_heads, groups, cfg.head_dim)
+    scores = jnp.einsum("bqngk,bsnk->bngqs", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (cfg.head_dim**-0.5)
+    mask = attention_mask(segment_ids, None if is_global else cfg.sliding_window)
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    out = jnp.einsum("bngqs,bsnk->bqngk", probs, v).reshape(b, s, cfg.n_heads, cfg.head_dim)
+    return jnp.einsum("bshk,hkd->bsd", out, cast(p["wo"], dt))

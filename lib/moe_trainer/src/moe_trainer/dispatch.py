@@ -1,0 +1,144 @@
+"""Expert dispatch: send each token's top-k assignments to their experts, run the SwiGLU experts, combine.
+
+One interface, four backends (`run_dispatch(name, ...)`):
+- "dense": every expert runs on every token and a [tokens, experts] combine matrix zeroes what was not routed.
+  Obviously correct, cost grows with the number of experts: the test oracle.
+- "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot`, weighted
+  scatter-add back. The default on one device.
+- "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
+
+Capacity semantics, shared by every backend so they agree exactly even when dropping: the T tokens are split
+into `n_groups` contiguous groups (one per token shard of the mesh, 1 without a mesh). Within a group each expert
+accepts at most `capacity` assignments, first come first served in (token, k-slot) order; the rest are dropped
+(contribute nothing). `capacity=None` is dropless. Padding tokens (`valid=False`) are never routed: they neither
+take capacity nor count as assignments, and their output is zero.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from moe_trainer.layers import Params, cast
+
+
+def queue_positions(expert_ids: jax.Array, valid: jax.Array, n_experts: int, n_groups: int) -> jax.Array:
+    """Arrival index of every assignment in its (group, expert) queue: int32 [T, k].
+
+    A stable sort on (group, expert) keeps (token, slot) order inside each queue, so the position is the rank
+    of the assignment minus the first rank of its queue. Invalid tokens go to a trailing dummy expert.
+    """
+    t, k = expert_ids.shape
+    if t % n_groups:
+        raise ValueError(f"{t} tokens cannot be split into n_groups={n_groups} equal token groups")
+    group = (jnp.arange(t, dtype=jnp.int32) // (t // n_groups))[:, None]
+    e = jnp.where(valid[:, None], expert_ids, n_experts)
+    key = (group * (n_experts + 1) + e).reshape(-1)
+    order = jnp.argsort(key, stable=True)
+    sorted_key = key[order]
+    counts = jnp.bincount(key, length=n_groups * (n_experts + 1))
+    starts = jnp.cumsum(counts) - counts
+    pos_sorted = jnp.arange(t * k, dtype=jnp.int32) - starts[sorted_key].astype(jnp.int32)
+    return jnp.zeros((t * k,), jnp.int32).at[order].set(pos_sorted).reshape(t, k)
+
+
+def kept_assignments(
+    expert_ids: jax.Array, valid: jax.Array, n_experts: int, capacity: int | None, n_groups: int
+) -> tuple[jax.Array, jax.Array]:
+    """(keep bool [T, k], queue positions int32 [T, k]) under the capacity rule of the module docstring."""
+    keep = jnp.broadcast_to(valid[:, None], expert_ids.shape)
+    if capacity is None:
+        return keep, jnp.zeros(expert_ids.shape, jnp.int32)
+    pos = queue_positions(expert_ids, valid, n_experts, n_groups)
+    return keep & (pos < capacity), pos
+
+
+def count_dropped(keep: jax.Array, valid: jax.Array) -> jax.Array:
+    """Number of routed (valid) assignments that did not fit: int32 scalar."""
+    return jnp.sum(valid[:, None] & ~keep, dtype=jnp.int32)
+
+
+def dense_dispatch(
+    x: jax.Array, expert_ids: jax.Array, weights: jax.Array, keep: jax.Array, experts: Params
+) -> jax.Array:
+    """Oracle: run all experts on all tokens, combine with a [T, E] weight matrix. Returns float32 [T, D]."""
+    dt = x.dtype
+    t = x.shape[0]
+    n_experts = experts["w_gate"].shape[0]
+    combine = jnp.zeros((t, n_experts), jnp.float32)
+    combine = combine.at[jnp.arange(t)[:, None], expert_ids].add(jnp.where(keep, weights, 0.0))
+    gate = jnp.einsum("td,edf->tef", x, cast(experts["w_gate"], dt))
+    up = jnp.einsum("td,edf->tef", x, cast(experts["w_up"], dt))
+    y = jnp.einsum("tef,efd->ted", jax.nn.silu(gate) * up, cast(experts["w_down"], dt))
+    return jnp.einsum("ted,te->td", y.astype(jnp.float32), combine)
+
+
+def grouped_swiglu(xs: jax.Array, group_sizes: jax.Array, experts: Params) -> jax.Array:
+    """SwiGLU of expert-sorted rows xs [M, D] with ragged_dot; rows past sum(group_sizes) come out zero."""
+    dt = xs.dtype
+    gate = jax.lax.ragged_dot(xs, cast(experts["w_gate"], dt), group_sizes)
+    up = jax.lax.ragged_dot(xs, cast(experts["w_up"], dt), group_sizes)
+    return jax.lax.ragged_dot(jax.nn.silu(gate) * up, cast(experts["w_down"], dt), group_sizes)
+
+
+def sorted_expert_compute(
+    x: jax.Array, local_ids: jax.Array, weights: jax.Array, local: jax.Array, experts: Params
+) -> jax.Array:
+    """Sort + ragged_dot + scatter-add for the assignments flagged `local` (ids index `experts`).
+
+    x [T, D], local_ids/weights/local [T, k]. Returns float32 [T, D]. Shared by "ragged" and "ep_allgather".
+    """
+    t, k = local_ids.shape
+    n_local = experts["w_gate"].shape[0]
+    flat = jnp.where(local, local_ids, n_local).reshape(-1)  # non-local / dropped -> trailing dummy group
+    order = jnp.argsort(flat, stable=True)
+    token = order // k
+    group_sizes = jnp.bincount(flat, length=n_local + 1)[:n_local].astype(jnp.int32)
+    ys = grouped_swiglu(x[token], group_sizes, experts)  # (M, D)
+    w = jnp.where(local, weights, 0.0).reshape(-1)[order]
+    return jnp.zeros((t, x.shape[1]), jnp.float32).at[token].add(ys.astype(jnp.float32) * w[:, None])
+
+
+def ragged_dispatch(
+    x: jax.Array, expert_ids: jax.Array, weights: jax.Array, keep: jax.Array, experts: Params
+) -> jax.Array:
+    """Sort assignments by expert and run grouped matmuls. Returns float32 [T, D]."""
+    return sorted_expert_compute(x, expert_ids, weights, keep, experts)
+
+
+def run_dispatch(
+    name: str,
+    x: jax.Array,
+    expert_ids: jax.Array,
+    weights: jax.Array,
+    valid: jax.Array,
+    experts: Params,
+    *,
+    capacity: int | None,
+    n_groups: int = 1,
+    mesh: Mesh | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Route x [T, D] (compute dtype) through the experts; returns (out [T, D] in x.dtype, dropped int32).
+
+    expert_ids int32 [T, k] and weights float32 [T, k] come from the router; valid bool [T] marks real tokens;
+    experts holds w_gate/w_up [E, D, F] and w_down [E, F, D]; capacity is slots per expert per token group
+    (None = dropless); n_groups is the number of token groups (the mesh's token shards for the EP backends).
+    """
+    if name in ("dense", "ragged"):
+        n_experts = experts["w_gate"].shape[0]
+        keep, _ = kept_assignments(expert_ids, valid, n_experts, capacity, n_groups)
+        fn = dense_dispatch if name == "dense" else ragged_dispatch
+        out = fn(x, expert_ids, weights, keep, experts)
+        return out.astype(x.dtype), count_dropped(keep, valid)
+    if name in ("ep_allgather", "ep_alltoall"):
+        from moe_trainer.dispatch_ep import ep_dispatch
+
+        if mesh is None:
+            raise ValueError(
+                f"dispatch={name!r} runs expert parallelism and needs a mesh: pass mesh=make_mesh(...) to "
+                "forward, or choose dispatch='ragged' on a single device"
+            )
+        out, dropped = ep_dispatch(name, x, expert_ids, weights, valid, experts, capacity=capacity, mesh=mesh)
+        return out.astype(x.dtype), dropped
+    raise ValueError(f"unknown dispatch backend {name!r}: choose dense, ragged, ep_allgather or ep_alltoall")

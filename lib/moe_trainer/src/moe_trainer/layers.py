@@ -1,0 +1,79 @@
+"""Small building blocks shared by attention, MoE and the model: RMSNorm, SwiGLU, RoPE, initialisers.
+
+Numerics: norms always compute in float32 and return the input dtype; matmuls run in the compute dtype the
+caller chose (`cast`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Params = dict
+
+
+def dtype_of(name: str) -> jnp.dtype:
+    """The jnp dtype named by ModelConfig.compute_dtype."""
+    return jnp.dtype(jnp.bfloat16 if name == "bfloat16" else jnp.float32)
+
+
+def cast(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """Cast floating arrays to the compute dtype (a no-op when already there)."""
+    return x.astype(dtype) if x.dtype != dtype else x
+
+
+def normal(key: jax.Array, shape: tuple[int, ...], std: float) -> jax.Array:
+    """float32 normal initialiser."""
+    return std * jax.random.normal(key, shape, jnp.float32)
+
+
+def rms_norm(x: jax.Array, gain: jax.Array | None, eps: float) -> jax.Array:
+    """RMSNorm over the last axis in float32; `gain=None` is the non-parametric form."""
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    if gain is not None:
+        y = y * gain.astype(jnp.float32)
+    return y.astype(x.dtype)
+
+
+def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:
+    """silu(x W_gate) * (x W_up) then W_down; x [..., D], W_gate/W_up [D, F], W_down [F, D]."""
+    dt = x.dtype
+    h = jax.nn.silu(x @ cast(w_gate, dt)) * (x @ cast(w_up, dt))
+    return h @ cast(w_down, dt)
+
+
+def init_swiglu(key: jax.Array, d_in: int, d_hidden: int, std: float) -> Params:
+    """Parameters of one dense SwiGLU MLP."""
+    kg, ku, kd = jax.random.split(key, 3)
+    return {
+        "w_gate": normal(kg, (d_in, d_hidden), std),
+        "w_up": normal(ku, (d_in, d_hidden), std),
+        "w_down": normal(kd, (d_hidden, d_in), std),
+    }
+
+
+def rope_tables(positions: jax.Array, rope_dims: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos/sin tables [B, S, rope_dims] for integer positions [B, S] (Hugging Face "default" RoPE layout:
+    frequencies repeated across the two halves, used with rotate-half)."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, rope_dims, 2, dtype=jnp.float32) / rope_dims))
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # (B, S, rope_dims/2)
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate the first rope_dims dims of each head (rotate-half pairing); x [B, S, heads, head_dim].
+
+    The rest of the head (partial RoPE) passes through unchanged. Computed in float32.
+    """
+    r = cos.shape[-1]
+    if r == 0:
+        return x
+    xf = x.astype(jnp.float32)
+    rot, rest = xf[..., :r], xf[..., r:]
+    half = r // 2
+    rotated = jnp.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    out = jnp.concatenate([rot * c + rotated * s, rest], axis=-1)
+    return out.astype(x.dtype)
