@@ -184,6 +184,8 @@ def test_plan_explains_changes_field_by_field(run_marin: Run) -> None:
     assert "config.n: 10 -> 20" in by_name["demo/numbers"]["changed"]
     assert "dependency demo/numbers changed: config.n: 10 -> 20" in by_name["demo/total"]["changed"]
     assert all(not c.startswith("config.") for c in by_name["demo/total"]["changed"])
+    first_hashes = {e.name: e.hash for e in run_marin([total10], dry_run=True).plan.entries}
+    assert by_name["demo/total"]["previous_hash"] == first_hashes["demo/total"]
 
 
 def test_plan_warns_about_code_drift(run_marin: Run) -> None:
