@@ -217,11 +217,14 @@ class Executor:
     # ----- waiting on another executor ------------------------------------------------------------------
     def _wait_for_other(self, key: str) -> None:
         st = self.states[key]
-        st.status = sf.WAITING
-        st.poll_s = POLL_MIN_S
+        changed = st.status != sf.WAITING
+        if changed:
+            st.status = sf.WAITING
+            st.poll_s = POLL_MIN_S
         st.next_poll = time.time() + st.poll_s
         self.waiting.add(key)
-        self.on_transition()
+        if changed:
+            self.on_transition()
 
     def _poll_waiting(self, key: str) -> None:
         st = self.states[key]
@@ -231,19 +234,18 @@ class Executor:
             self.waiting.discard(key)
             self._succeeded(key, note="reused the result of another executor")
             return
-        if status in (sf.FAILED, sf.DEP_FAILED) and (current or {}).get("executor") != self.ctx.executor_id:
+        # A failure written by the executor we waited for (not an old one that was already there when we planned)
+        if (current and status in (sf.FAILED, sf.DEP_FAILED) and current.get("executor") != self.ctx.executor_id
+                and current.get("updated") != (st.entry.previous or {}).get("updated")):
             self.waiting.discard(key)
-            err = (current or {}).get("error") or {}
+            err = current.get("error") or {}
             self._failed(key, {"type": err.get("type", status), "message": f"failed in executor "
-                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""},  # type: ignore[union-attr]
-                         write=False)
+                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""})
             return
+        st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)  # back off: the holder may run for hours
         if len(self.running) < self.max_concurrent:
             self.waiting.discard(key)
             self._try_start(key)  # acquires if the holder released or went stale; else back to waiting
-            if key in self.waiting:
-                st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)
-                st.next_poll = time.time() + st.poll_s
             return
         st.next_poll = time.time() + st.poll_s
 
@@ -280,7 +282,7 @@ class Executor:
                         run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
                         started=st.started, ended=st.ended, error=error)
         self.leases.release(lease)
-        self._failed(key, error, write=False, status=status, exc_pickle=result.get("exception"))
+        self._failed(key, error, status=status, exc_pickle=result.get("exception"))
 
     def _succeeded(self, key: str, note: str) -> None:
         st = self.states[key]
@@ -292,7 +294,7 @@ class Executor:
                 self.ready.append(user)
         self.on_transition()
 
-    def _failed(self, key: str, error: dict[str, Any], *, write: bool, status: str = sf.FAILED,
+    def _failed(self, key: str, error: dict[str, Any], *, status: str = sf.FAILED,
                 exc_pickle: bytes | None = None) -> None:
         st = self.states[key]
         st.status, st.error = status, error

@@ -214,3 +214,28 @@ def test_sigterm_records_preempted_releases_the_lease_and_a_restart_reruns(tmp_p
     second = _runner("killable", prefix, tmp_path, lease_timeout=60)
     assert second.wait(120) == 0
     assert json.loads((b_dir / ".marin/status.json").read_text())["attempt"] == 2
+
+
+def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_path: Path) -> None:
+    from marin import Step, this_output_path
+    from tests.marin.fns import BlockConfig, block_until_released
+
+    step = Step(name="w/slow-fail", fn=block_until_released, config=BlockConfig(
+        output_path=this_output_path(), started_file=str(tmp_path / "started"),
+        release_file=str(tmp_path / "never"), timeout_s=0.8))
+    prefix = str(tmp_path / "prefix")
+    results: dict[str, object] = {}
+
+    def first() -> None:
+        results["first"] = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+
+    t = threading.Thread(target=first)
+    t.start()
+    _wait_for(tmp_path / "started")
+    second = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+    t.join(60)
+    assert second.plan.entries[0].action == "wait"
+    assert second.status_of("w/slow-fail") == "FAILED"
+    state = next(iter(second.steps.values()))
+    assert state.error and "failed in executor" in state.error["message"] and "TimeoutError" in state.error["type"]
+    assert results["first"].status_of("w/slow-fail") == "FAILED"  # type: ignore[attr-defined]
