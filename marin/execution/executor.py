@@ -116,6 +116,7 @@ class Executor:
         for key, st in self.states.items():
             if st.entry.action in (RUN, WAIT) and st.unmet == 0:
                 self.ready.append(key)
+        self.on_transition()  # the first view: reused steps SUCCESS, the rest WAITING
 
     # ----- main loop ----------------------------------------------------------------------------------
     def run(self) -> dict[str, StepState]:
