@@ -137,19 +137,19 @@ class Scan:
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
         statuses = _map(storage, lambda p: read_json(storage, status_path(p)), present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
+        self._stems: dict[str, dict[str, list[str]]] = {}
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix."""
         parent, base = posixpath.split(output_path)
-        names = self.listing.get(parent)
-        if not names:
-            return []
-        stem = HASH8.sub("", base)
-        return [
-            posixpath.join(parent, n)
-            for n in names
-            if n != base and n.startswith(stem + "-") and HASH8.sub("", n) == stem
-        ]
+        by_stem = self._stems.get(parent)
+        if by_stem is None:
+            by_stem = {}
+            for n in self.listing.get(parent, ()):
+                if HASH8.search(n):
+                    by_stem.setdefault(HASH8.sub("", n), []).append(n)
+            self._stems[parent] = by_stem  # built once per parent: a re-plan of 10,000 steps stays linear
+        return [posixpath.join(parent, n) for n in by_stem.get(HASH8.sub("", base), ()) if n != base]
 
 
 def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
