@@ -187,9 +187,7 @@ class Executor:
                             executor=self.ctx.executor_id, previous_owner=acquired.previous_owner,
                             message=f"took over the stale lease of {acquired.previous_owner}")
         st.config = resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
-        sf.write_json(self.storage, sf.step_json_path(st.path),
-                      step_info(st.node, st.path, st.config, self._node_path, self.ctx))
-        self._launch(key)
+        self._launch(key, first=True)
 
     def _node_path(self, node: Node) -> str:
         st = self.states.get(node.hash)
@@ -198,21 +196,27 @@ class Executor:
     def _step_path(self, step: Step) -> str:
         return self._node_path(self.graph.node_of(step))
 
-    def _launch(self, key: str) -> None:
+    def _launch(self, key: str, first: bool = False) -> None:
+        """Submit an attempt, then record it. The lease (held already) is what makes the attempt exclusive, so
+        the bookkeeping writes can overlap with the attempt instead of delaying it; they always land before
+        this loop handles the attempt's completion, so RUNNING always precedes the final status."""
         st = self.states[key]
         st.attempt += 1
         st.status, st.started, st.ended, st.error = sf.RUNNING, time.time(), None, None
         self.waiting.discard(key)
-        sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
-                        run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
-                        started=st.started)
-        sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
-                        executor=self.ctx.executor_id)
         step = st.node.step
         self.running.add(key)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
                                  log_path=sf.log_path(st.path, st.attempt), env=dict(step.env),
                                  resources=step.resources, attempt=st.attempt))
+        if first:
+            sf.write_json(self.storage, sf.step_json_path(st.path),
+                          step_info(st.node, st.path, st.config, self._node_path, self.ctx))
+        sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
+                        run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
+                        started=st.started)
+        sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
+                        executor=self.ctx.executor_id)
         self.on_transition()
 
     # ----- waiting on another executor ------------------------------------------------------------------
