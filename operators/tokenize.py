@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
@@ -50,8 +50,12 @@ class TokenizeConfig:
     """Worker processes when not on Ray (None: one per CPU core; 1: in this process)."""
     batch_docs: int = 256
     """Documents per encode_batch call."""
+    backend: Literal["auto", "ray", "processes"] = "auto"
+    """``auto``: Ray tasks when Ray is initialised, else processes; ``ray`` requires Ray to be up."""
 
     def __post_init__(self) -> None:
+        if self.backend not in ("auto", "ray", "processes"):
+            raise ValueError(f"backend {self.backend!r} is not one of 'auto', 'ray', 'processes'")
         if self.num_workers is not None and self.num_workers < 1:
             raise ValueError(f"num_workers must be >= 1 or None, got {self.num_workers}")
         if self.batch_docs < 1:
@@ -141,11 +145,14 @@ def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, he
         progress.update(1)
         progress.set_postfix(tokens=sum(v["tokens"] for v in stats.values()), refresh=False)
 
-    try:
+    on_ray = False
+    if config.backend != "processes":
         import ray
+
         on_ray = ray.is_initialized()
-    except ImportError:
-        on_ray = False
+        if config.backend == "ray" and not on_ray:
+            raise RuntimeError("tokenize: backend='ray' but Ray is not initialised; call ray.init() (or run the "
+                               "step on the executor's Ray backend), or use backend='auto'")
     if on_ray:
         remote = ray.remote(num_cpus=1, max_retries=2)(tokenize_shard)
         pending = [remote.remote(job) for job in jobs]
