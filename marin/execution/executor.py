@@ -180,6 +180,14 @@ class Executor:
             self.leases.release(lease)
             self._succeeded(key, note="finished by another executor")
             return
+        if (current and current.get("status") == sf.FAILED
+                and current.get("updated") != (st.entry.previous or {}).get("updated")):
+            # another executor ran it and it failed since we planned: that counts as this run's failure too
+            self.leases.release(lease)
+            err = current.get("error") or {}
+            self._failed(key, {"type": err.get("type", sf.FAILED), "message": f"failed in executor "
+                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""})
+            return
         st.previous = current
         st.attempt = int((current or {}).get("attempt") or 0)
         if acquired.previous_owner:

@@ -155,8 +155,9 @@ def test_sigkilled_executor_is_taken_over_and_only_its_step_reruns(tmp_path: Pat
     first = _runner("killable", prefix, tmp_path, lease_timeout=1.0)
     _wait_for(tmp_path / "b-started")
     deadline = time.time() + 60
-    while not any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json")):
-        assert time.time() < deadline, "step a never succeeded"
+    while not (any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json"))
+               and any("RUNNING" in p.read_text() for p in Path(prefix, "crash").glob("b-*/.marin/status.json"))):
+        assert time.time() < deadline, "step a never succeeded or b never recorded RUNNING"
         time.sleep(0.02)
     os.kill(first.pid, signal.SIGKILL)  # b is mid-step, a has succeeded
     first.wait(30)
@@ -202,6 +203,10 @@ def test_sigterm_records_preempted_releases_the_lease_and_a_restart_reruns(tmp_p
     prefix = str(tmp_path / "prefix")
     first = _runner("killable", prefix, tmp_path, lease_timeout=60)
     _wait_for(tmp_path / "b-started")
+    deadline = time.time() + 60
+    while not any("RUNNING" in p.read_text() for p in Path(prefix, "crash").glob("b-*/.marin/status.json")):
+        assert time.time() < deadline, "b never recorded RUNNING"
+        time.sleep(0.02)
     os.kill(first.pid, signal.SIGTERM)
     first.wait(60)
     assert first.returncode != 0
