@@ -205,13 +205,16 @@ class Executor:
         return self._node_path(self.graph.node_of(step))
 
     def _launch(self, key: str, first: bool = False) -> None:
-        """Submit an attempt, then record it. The lease (held already) is what makes the attempt exclusive, so
-        the bookkeeping writes can overlap with the attempt instead of delaying it; they always land before
-        this loop handles the attempt's completion, so RUNNING always precedes the final status."""
+        """Record RUNNING, submit the attempt, then write the rest of the bookkeeping (step.json, the event)
+        while it runs. So the status says RUNNING before the function starts, and everything lands before this
+        loop handles the attempt's completion."""
         st = self.states[key]
         st.attempt += 1
         st.status, st.started, st.ended, st.error = sf.RUNNING, time.time(), None, None
         self.waiting.discard(key)
+        sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
+                        run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
+                        started=st.started)
         step = st.node.step
         self.running.add(key)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
@@ -220,9 +223,6 @@ class Executor:
         if first:
             sf.write_json(self.storage, sf.step_json_path(st.path),
                           step_info(st.node, st.path, st.config, self._node_path, self.ctx))
-        sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
-                        run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
-                        started=st.started)
         sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
                         executor=self.ctx.executor_id)
         self.on_transition()
