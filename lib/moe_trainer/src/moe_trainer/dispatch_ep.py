@@ -41,7 +41,7 @@ def _expert_specs(experts: Params, mesh: Mesh) -> tuple[dict[str, P], bool]:
 
 def _allgather_local(
     x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, n_experts: int, split_model: bool,
+    *, capacity: int | None, n_experts: int, split_model: bool, matmul: str,
 ) -> tuple[jax.Array, jax.Array]:
     ep = jax.lax.axis_size("expert")
     me = jax.lax.axis_index("expert")
@@ -49,7 +49,7 @@ def _allgather_local(
     xg, idg, wg, vg = (jax.lax.all_gather(a, "expert", tiled=True) for a in (x, ids, w, valid))
     keep, _ = kept_assignments(idg, vg, n_experts, capacity, n_groups=ep)
     mine = (idg // n_local) == me
-    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts)  # (ep*T_l, D) partial
+    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts, matmul)  # (ep*T_l, D) partial
     if split_model:
         out = jax.lax.psum(out, "model")
     out = jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
@@ -59,8 +59,9 @@ def _allgather_local(
 
 def _alltoall_local(
     x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, n_experts: int, split_model: bool,
+    *, capacity: int | None, n_experts: int, split_model: bool, matmul: str,
 ) -> tuple[jax.Array, jax.Array]:
+    del matmul  # fixed capacity slots make the expert compute a plain batched matmul
     ep = jax.lax.axis_size("expert")
     n_local = n_experts // ep
     t, k = ids.shape
@@ -88,7 +89,7 @@ def _alltoall_local(
 
 def ep_dispatch(
     name: str, x: jax.Array, expert_ids: jax.Array, weights: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, mesh: Mesh,
+    *, capacity: int | None, mesh: Mesh, matmul: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """Run an expert-parallel backend; returns (float32 out [T, D], dropped int32). See the module docstring."""
     for axis in ("data", "expert", "model"):
@@ -106,7 +107,8 @@ def ep_dispatch(
     local = _allgather_local if name == "ep_allgather" else _alltoall_local
 
     def body(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: Params) -> tuple:
-        return local(x, ids, w, valid, ex, capacity=capacity, n_experts=n_experts, split_model=split_model)
+        return local(x, ids, w, valid, ex, capacity=capacity, n_experts=n_experts, split_model=split_model,
+                     matmul=matmul)
 
     tok = P(TOKEN_AXES)
     ex = {k: experts[k] for k in ("w_gate", "w_up", "w_down")}
