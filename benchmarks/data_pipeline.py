@@ -1,0 +1,119 @@
+"""Data pipeline throughput, printed as JSON (not a timed test; the figures go to docs/benchmarks/data.md).
+
+Sections (``--only`` picks a subset, comma-separated):
+
+* ``permutation``: Feistel indices/s on one core vs ``numpy.random.permutation`` (target >= 20 M/s).
+* ``loader``: training-batch tokens/s of ``TrainLoader`` on a synthetic on-disk cache, called directly and
+  through the prefetching iterator (the loader must sustain >= 10x what the trainer consumes).
+* ``tokenize``: the tokenize operator on the stdlib corpus vs raw ``tokenizers`` ``encode_batch`` on the same
+  text, one worker and two workers (targets: >= 0.85x raw per worker, >= 1.6x raw single-thread with two).
+
+    PYTHONPATH=.:lib/moe_trainer/src python benchmarks/data_pipeline.py [--only permutation,loader,tokenize]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard  # noqa: E402
+from moe_trainer.data.loader import TrainLoader  # noqa: E402
+from moe_trainer.data.permutation import FeistelPermutation  # noqa: E402
+
+
+def _best_of(fn: Callable[[], Any], repeats: int = 3) -> float:
+    """Fastest wall time of ``repeats`` calls (the machine is shared; the minimum is the least noisy)."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bench_permutation() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in (1_000_003, 1 << 24, (1 << 24) + 1):
+        idx = np.arange(n, dtype=np.int64)
+        perm = FeistelPermutation(n, seed=0)
+        t_feistel = _best_of(functools.partial(perm, idx))
+        t_numpy = _best_of(functools.partial(np.random.default_rng(0).permutation, n))
+        out[str(n)] = {"feistel_indices_per_s": n / t_feistel, "numpy_permutation_indices_per_s": n / t_numpy,
+                       "feistel_vs_numpy": t_numpy / t_feistel,
+                       "cycle_walk_domain_ratio": perm.domain / n}
+    out["target_indices_per_s"] = 20e6
+    return out
+
+
+def _synthetic_cache(path: str, tokens: int, vocab: int = 32_000, shards: int = 4) -> TokenCache:
+    header = CacheHeader(tokenizer={"name": "synthetic"}, vocab_size=vocab, eos_id=0)
+    writer = CacheWriter(path, header)
+    rng = np.random.default_rng(0)
+    per_shard = tokens // shards
+    for s in range(shards):
+        lengths = rng.geometric(1 / 600, size=per_shard // 300)
+        lengths = lengths[np.cumsum(lengths) < per_shard]
+        docs = ((rng.integers(1, vocab, size=int(n)), "synthetic", int(n) * 4) for n in lengths)
+        write_shard(path, f"{s:05d}", header, docs)
+    writer.write_manifest([f"{s:05d}" for s in range(shards)])
+    return TokenCache(path)
+
+
+def bench_loader(total_tokens: int = 16_000_000) -> dict[str, Any]:
+    out: dict[str, Any] = {"cache_tokens": total_tokens}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = _synthetic_cache(tmp, total_tokens)
+        for batch_size, seq_len in ((8, 2048), (64, 512), (256, 4096)):
+            loader = TrainLoader(cache, batch_size=batch_size, seq_len=seq_len, seed=0)
+            steps = max(8, 2_000_000 // (batch_size * seq_len))
+            loader.batch(0)  # warm the page cache for a fair steady-state figure
+
+            def direct(loader: TrainLoader = loader, steps: int = steps) -> None:
+                for k in range(steps):
+                    loader.batch(k)
+
+            def prefetched(loader: TrainLoader = loader, steps: int = steps) -> None:
+                with loader.iterate(0, steps, prefetch=8) as it:
+                    for _ in it:
+                        pass
+
+            t_direct, t_pref = _best_of(direct, 2), _best_of(prefetched, 2)
+            toks = steps * batch_size * seq_len
+            out[f"B{batch_size}xS{seq_len}"] = {"direct_tokens_per_s": toks / t_direct,
+                                               "prefetched_tokens_per_s": toks / t_pref,
+                                               "batches_per_s": steps / t_pref}
+    return out
+
+
+SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {"permutation": bench_permutation, "loader": bench_loader}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {list(SECTIONS)}")
+    args = p.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    result: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
+                                          "cpus": os.cpu_count()},
+                              "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for name in wanted:
+        result[name] = SECTIONS[name]()
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

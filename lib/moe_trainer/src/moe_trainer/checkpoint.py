@@ -1,0 +1,167 @@
+"""Checkpoints with orbax-checkpoint: asynchronous, keep-last-K, complete-or-ignored, local or gs://.
+
+Layout: ``{dir}/{step}/state`` (the whole train state: params, optimizer state, step, data position, RNG key
+data and the health windows, see ``step.py``) and ``{dir}/{step}/meta`` (JSON: the model config, the train
+config, the step and the wall time), written by one ``orbax.checkpoint.CheckpointManager``.
+
+Complete-or-ignored: orbax writes a step into ``{step}.orbax-checkpoint-tmp*`` and renames it (local disks) or
+writes ``commit_success.txt`` (object stores) only after every array and the metadata are durable. The
+manager lists only finalized steps, so a save interrupted by a crash or preemption never becomes the restore
+point; ``cleanup_tmp_directories`` removes its leftovers when the next run opens the directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import jax
+import orbax.checkpoint as ocp
+
+if TYPE_CHECKING:
+    from moe_trainer.model import Model
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and how often to write checkpoints."""
+
+    dir: str | None = None
+    """Checkpoint directory (local path or gs://...); default {output_dir}/checkpoints."""
+    every_steps: int = 1000
+    """Save every this many steps (and always at the end of the run)."""
+    keep: int = 3
+    """Keep the last this many checkpoints (older ones are deleted in the background)."""
+    async_save: bool = True
+    """Write checkpoints in a background thread while training continues."""
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 1 or self.keep < 1:
+            raise ValueError(
+                f"checkpoint.every_steps={self.every_steps} and checkpoint.keep={self.keep} must be >= 1"
+            )
+
+
+class Checkpointer:
+    """A thin wrapper over ``ocp.CheckpointManager`` with the train state + JSON meta layout."""
+
+    def __init__(self, directory: str, cfg: CheckpointConfig) -> None:
+        self.directory = directory
+        self.cfg = cfg
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=cfg.keep,
+            enable_async_checkpointing=cfg.async_save,
+            cleanup_tmp_directories=True,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+
+    def latest_step(self) -> int | None:
+        """The newest *complete* checkpoint's step, or None."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: PyTree, meta: dict[str, Any]) -> None:
+        """Start saving ``state`` at ``step`` (returns once the arrays are copied; writes continue async)."""
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.PyTreeSave(state), meta=ocp.args.JsonSave(meta)),
+            force=True,
+        )
+
+    def restore(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
+        """Restore ``step`` onto the shardings/dtypes of ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves)."""
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(
+                f"no complete checkpoint for step {step} under {self.directory}; complete steps: {self.all_steps()}"
+            )
+        out = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.PyTreeRestore(
+                    item=abstract_state, restore_args=_restore_args(abstract_state)
+                ),
+                meta=ocp.args.JsonRestore(),
+            ),
+        )
+        return out["state"], dict(out["meta"])
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(out["meta"])
+
+    def restore_params(self, step: int, abstract_params: PyTree) -> PyTree:
+        """Restore only the parameters of a checkpoint (no optimizer state is read)."""
+        out = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.PyTreeRestore(
+                    item={"params": abstract_params},
+                    restore_args={"params": _restore_args(abstract_params)},
+                    partial_restore=True,
+                )
+            ),
+        )
+        return out["state"]["params"]
+
+    def wait(self) -> None:
+        """Block until the in-flight save (if any) is durable."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+def _restore_args(abstract: PyTree) -> PyTree:
+    """Per-leaf restore arguments: onto the leaf's sharding when it has one, else the default device."""
+
+    def one(leaf: Any) -> ocp.RestoreArgs:
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None:
+            sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return ocp.ArrayRestoreArgs(sharding=sharding, dtype=leaf.dtype, global_shape=leaf.shape)
+
+    return jax.tree.map(one, abstract)
+
+
+def _resolve(path: str) -> tuple[str, int | None]:
+    """Accept a run's output dir, its checkpoints dir, or one step's dir; return (manager dir, step or None)."""
+    from etils import epath
+
+    p = epath.Path(path)
+    if (p / "checkpoints").exists():
+        return str(p / "checkpoints"), None
+    if (p / "state").exists() and p.name.isdigit():
+        return str(p.parent), int(p.name)
+    return str(p), None
+
+
+def load_checkpoint(path: str) -> Model:
+    """The model (config + fp32 parameters) of a training checkpoint; the newest complete one by default.
+
+    ``path`` may be a run's output directory, its ``checkpoints/`` directory, or one step's directory.
+    """
+    import draccus
+    from moe_trainer.config import ModelConfig
+    from moe_trainer.model import Model, init_params
+
+    directory, step = _resolve(path)
+    ckpt = Checkpointer(directory, CheckpointConfig(async_save=False))
+    try:
+        step = ckpt.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(
+                f"no complete checkpoint under {directory}: pass a run output dir, its checkpoints/ dir or a step dir"
+            )
+        meta = ckpt.read_meta(step)
+        model_cfg = draccus.decode(ModelConfig, meta["model_config"])
+        abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
+        params = ckpt.restore_params(step, abstract)
+    finally:
+        ckpt.close()
+    return Model(model_cfg, params)

@@ -1,0 +1,73 @@
+"""The language-model training loss: masked token cross-entropy + logit z-loss + the MoE routing losses.
+
+All terms are float32 (the model returns float32 logits whatever its compute dtype):
+
+    loss = (Σ_t m_t·CE_t + logit_z_loss_coef · Σ_t m_t·logsumexp(logits_t)²) / Σ_t m_t   (whole batch)
+         + MoEStats.weighted_loss                                                       (per microbatch)
+
+where ``m`` is the batch's ``loss_mask`` and ``weighted_loss`` is the model's coefficient-weighted aux
+(Switch-style, only with ``balance="aux_loss"``) and router z-loss. The per-token terms are normalised by the
+token count of the whole (accumulated) batch, which makes gradient accumulation exact for them (``step.py``).
+
+The stats returned are *summed* over microbatches by the train step, so batch means are pre-divided by the
+number of microbatches here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from moe_trainer.config import ModelConfig
+from moe_trainer.model import forward, update_router_bias
+from moe_trainer.step import Batch, LossFn, PostUpdateFn
+
+
+def token_nll(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-token negative log-likelihood and log-partition (both fp32, shape of ``targets``)."""
+    logits = logits.astype(jnp.float32)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return logz - target_logit, logz
+
+
+def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | None = None) -> LossFn:
+    """The :data:`moe_trainer.step.LossFn` of the MoE language model ``cfg``."""
+
+    def loss_fn(params: Any, batch: Batch, total_tokens: jax.Array, n_micro: int
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
+                             dispatch=dispatch)
+        nll, logz = token_nll(logits, batch["targets"])
+        mask = batch["loss_mask"].astype(jnp.float32)
+        ce_sum = jnp.sum(nll * mask)
+        z_sum = jnp.sum(jnp.square(logz) * mask)
+        loss = (ce_sum + cfg.logit_z_loss_coef * z_sum) / total_tokens + st.weighted_loss / n_micro
+        stats = {
+            "ce_sum": ce_sum,
+            "tokens": jnp.sum(mask),
+            "logit_z_sum": z_sum,
+            "aux_loss": st.aux_loss / n_micro,
+            "router_z_loss": st.router_z_loss / n_micro,
+            "expert_load": st.expert_load / n_micro,
+            "routing_entropy": st.routing_entropy / n_micro,
+            "dropped": st.dropped,
+            "assignments": st.assignments,
+        }
+        return loss, stats
+
+    return loss_fn
+
+
+def make_router_bias_update(cfg: ModelConfig, rate: float) -> PostUpdateFn | None:
+    """The aux-loss-free balancing step (every train step, from the batch's mean expert load), or None."""
+    if cfg.balance != "aux_free" or cfg.n_experts == 0:
+        return None
+
+    def post_update(params: Any, stats: dict[str, jax.Array], n_micro: int) -> Any:
+        del n_micro  # expert_load is already the microbatch mean
+        return update_router_bias(params, stats["expert_load"], rate)
+
+    return post_update

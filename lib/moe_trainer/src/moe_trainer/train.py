@@ -1,0 +1,397 @@
+"""Training entry points: ``TrainConfig``, ``train(config) -> TrainResult`` and the draccus CLI.
+
+    python -m moe_trainer.train --config tiny [--num_steps 200 --optimizer.lr 1e-3 ...]
+    python -m moe_trainer.train --config path/to/preset.yaml --output_dir runs/x
+
+``train`` builds a ``(data, expert, model)`` mesh, initialises (or restores) the train state sharded on it,
+and runs the jitted step of ``step.py`` over batches that the data library's ``TrainLoader`` computes from the
+step index alone, so a run resumes exactly: on start it restores the newest *complete* checkpoint under
+``{output_dir}/checkpoints`` (parameters, optimizer state, step, data position, RNG, health windows) and
+continues; metrics.jsonl is cut back to that step. The loop overlaps host and device by reading step t's
+metrics after step t+1 has been dispatched.
+
+Mixed precision: parameters and optimizer state are float32 (master weights); the model computes in
+``model.compute_dtype`` (bfloat16 on accelerators) with float32 router, norms, logits and loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import draccus
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from moe_trainer import optim
+from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+from moe_trainer.config import ModelConfig
+from moe_trainer.evaluate import EvalConfig, evaluate
+from moe_trainer.health import HealthConfig
+from moe_trainer.loss import make_lm_loss, make_router_bias_update
+from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_device, train_flops_per_token
+from moe_trainer.model import Model, init_params, param_logical_axes
+from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
+from moe_trainer.step import init_state, make_train_step
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Training data and held-out validation data (token caches written by the tokenize step)."""
+
+    train_cache: str = ""
+    """Path (local or gs://...) of the training token cache."""
+    validation: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Validation caches by domain name, e.g. {python: /data/val-python, web: gs://b/val-web}."""
+    seq_len: int = 512
+    """Tokens per training sequence."""
+    batch_size: int = 8
+    """Sequences per optimizer step (the global batch, split into accum_steps microbatches)."""
+    seed: int = 0
+    """Key of the Feistel data permutation (a different key per epoch is derived from it)."""
+    prefetch: int = 4
+    """Batches computed ahead on a background thread."""
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1 or self.batch_size < 1:
+            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh shape: data (FSDP) x expert x model axes."""
+
+    data: int = -1
+    """Data-parallel / FSDP axis size; -1 uses every device not taken by the expert and model axes."""
+    expert: int = 1
+    """Expert-parallel axis size."""
+    model: int = 1
+    """Tensor-parallel axis size."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; parsed from a preset YAML plus command-line overrides."""
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The model architecture (see moe_trainer.config.ModelConfig)."""
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    """Training and validation token caches, sequence length, batch size, data seed."""
+    optimizer: optim.OptimizerConfig = dataclasses.field(default_factory=optim.OptimizerConfig)
+    """AdamW (or Muon for matrices) with parameter groups."""
+    schedule: optim.ScheduleConfig = dataclasses.field(default_factory=optim.ScheduleConfig)
+    """Learning-rate schedule."""
+    health: HealthConfig = dataclasses.field(default_factory=HealthConfig)
+    """Gradient clipping, update-norm clipping, skip-bad-step."""
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    """Checkpoint directory, interval and retention."""
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    """Held-out evaluation interval and size."""
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    """metrics.jsonl, W&B and progress-bar settings."""
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    """Device mesh shape."""
+    num_steps: int = 1000
+    """Total optimizer steps of the run (the schedule spans them)."""
+    accum_steps: int = 1
+    """Microbatches per optimizer step (gradient accumulation); must divide data.batch_size."""
+    output_dir: str = "runs/default"
+    """Run directory: metrics.jsonl, wandb.json, checkpoints/, eval.json. Re-running resumes from it."""
+    seed: int = 0
+    """Parameter-initialisation seed (also seeds the train state's RNG key)."""
+    run_steps: int | None = None
+    """Stop this invocation after this many steps (a later call resumes); the schedule still spans num_steps."""
+    matmul_precision: str = "default"
+    """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 1:
+            raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+        if self.accum_steps < 1 or self.data.batch_size % self.accum_steps:
+            raise ValueError(f"accum_steps={self.accum_steps} must be >= 1 and divide data.batch_size="
+                             f"{self.data.batch_size}")
+        if self.run_steps is not None and self.run_steps < 1:
+            raise ValueError(f"run_steps={self.run_steps} must be >= 1 or null")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What ``train`` returns: where the outputs are and the final figures."""
+
+    output_dir: str
+    step: int
+    """Optimizer steps completed (== num_steps when the run finished)."""
+    loss: float
+    """Training loss of the last step of this invocation."""
+    metrics_path: str
+    checkpoint_dir: str
+    eval: dict[str, Any] | None
+    """The final dropless evaluation (eval.json shape), or None without validation caches."""
+    skipped_steps: int
+    tokens_per_s: float
+    """Median training throughput of this invocation (first step, which compiles, excluded when possible)."""
+
+
+class BatchSource(Protocol):
+    def batch(self, step: int) -> dict[str, np.ndarray]: ...
+
+
+def build_mesh(cfg: MeshConfig) -> Mesh:
+    n = jax.device_count()
+    data = cfg.data if cfg.data > 0 else n // (cfg.expert * cfg.model)
+    if data < 1:
+        raise ValueError(f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX sees")
+    return make_mesh(data=data, expert=cfg.expert, model=cfg.model)
+
+
+def _path_names(tree: Any) -> list[tuple[str, Any]]:
+    return [(optim._path_name(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def state_shardings(abstract_state: dict[str, Any], param_sh: Any, mesh: Mesh) -> dict[str, Any]:
+    """Shardings of the whole train state: parameters by the rules table; each optimizer-state leaf like the
+    parameter it shadows (matched by path suffix and shape); counters and windows replicated."""
+    replicated = NamedSharding(mesh, P())
+    params_by_name = {name: (leaf.shape, sh) for (name, leaf), (_, sh) in
+                      zip(_path_names(abstract_state["params"]), _path_names(param_sh), strict=True)}
+
+    def opt_leaf(path: tuple[Any, ...], leaf: Any) -> NamedSharding:
+        name = optim._path_name(path)
+        best: tuple[int, NamedSharding] = (-1, replicated)
+        for pname, (shape, sh) in params_by_name.items():
+            if (name == pname or name.endswith("/" + pname)) and tuple(leaf.shape) == tuple(shape) \
+                    and len(pname) > best[0]:
+                best = (len(pname), sh)
+        return best[1]
+
+    return {
+        "step": replicated,
+        "params": param_sh,
+        "opt_state": jax.tree_util.tree_map_with_path(opt_leaf, abstract_state["opt_state"]),
+        "health": jax.tree.map(lambda _: replicated, abstract_state["health"]),
+        "rng": replicated,
+        "data_position": replicated,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    step: Callable[..., Any]
+    init: Callable[[], Any]
+    abstract_state: Any
+    shardings: Any
+    batch_sharding: NamedSharding
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig, health: HealthConfig,
+             accum_steps: int, num_steps: int, seed: int, mesh: Mesh, batch_shape: tuple[int, int]) -> _Compiled:
+    """The jitted init and train step for one configuration (cached so repeated ``train`` calls — resumes,
+    tests — reuse the compiled executable)."""
+    abstract_params = jax.eval_shape(lambda: init_params(model, jax.random.key(seed)))
+    optimizer = optim.build_optimizer(opt, abstract_params, param_logical_axes(model))
+    schedule = optim.make_schedule(sched, num_steps)
+    loss_fn = make_lm_loss(model, mesh=mesh)
+    step_fn = make_train_step(loss_fn, optimizer, schedule, health, accum_steps,
+                              make_router_bias_update(model, opt.router_bias_rate))
+
+    def init() -> dict[str, Any]:
+        return init_state(init_params(model, jax.random.key(seed)), optimizer, health, seed)
+
+    abstract = jax.eval_shape(init)
+    shardings = state_shardings(abstract, param_shardings(model, mesh), mesh)
+    batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
+    jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
+                       donate_argnums=0)
+    return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
+
+
+def _open_source(config: TrainConfig) -> BatchSource:
+    from moe_trainer.data.cache import TokenCache
+    from moe_trainer.data.loader import TrainLoader
+
+    if not config.data.train_cache:
+        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step")
+    cache = TokenCache(config.data.train_cache)
+    if cache.vocab_size > config.model.vocab_size:
+        raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
+                         f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
+    return TrainLoader(cache, config.data.batch_size, config.data.seq_len, config.data.seed)
+
+
+def _metrics_row(step: int, m: dict[str, Any], lr_peak: float, tokens: int, dt: float | None,
+                 flops_per_token: float, peak_total: float) -> dict[str, Any]:
+    m = jax.device_get(m)
+    tok_count = max(float(m.get("tokens", tokens)), 1.0)
+    tps = tokens / dt if dt else 0.0
+    row = {
+        "step": step,
+        "loss": float(m["loss"]),
+        "ce_loss": float(m["ce_sum"]) / tok_count if "ce_sum" in m else float(m["loss"]),
+        "lr": lr_peak * float(m["lr_factor"]),
+        "grad_norm": float(m["grad_norm"]),
+        "update_norm": float(m["update_norm"]),
+        "skipped": bool(m["skipped"]),
+        "clipped": bool(m["grad_clipped"] or m["update_clipped"]),
+        "grad_clipped": bool(m["grad_clipped"]),
+        "update_clipped": bool(m["update_clipped"]),
+        "nonfinite": bool(m["nonfinite"]),
+        "loss_spike": bool(m["loss_spike"]),
+        "grad_spike": bool(m["grad_spike"]),
+        "tokens_per_s": tps,
+        "mfu": tps * flops_per_token / peak_total if peak_total else 0.0,
+        "aux_loss": float(m.get("aux_loss", 0.0)),
+        "router_z_loss": float(m.get("router_z_loss", 0.0)),
+        "logit_z_loss": float(m.get("logit_z_sum", 0.0)) / tok_count,
+        "drop_rate": float(m.get("dropped", 0)) / max(float(m.get("assignments", 0)), 1.0),
+        "expert_load": np.asarray(m.get("expert_load", np.zeros((0, 0)))).tolist(),
+        "routing_entropy": np.asarray(m.get("routing_entropy", np.zeros((0,)))).tolist(),
+        "time": time.time(),
+    }
+    return row
+
+
+def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> TrainResult:
+    """Train (or resume) the run described by ``config``; see the module docstring.
+
+    ``batch_source`` replaces the token-cache loader (anything with ``batch(step) -> dict`` of numpy arrays
+    shaped like the loader's); notebooks and tests use it.
+    """
+    from moe_trainer.data.loader import Prefetcher
+
+    mesh = build_mesh(config.mesh)
+    out = config.output_dir.rstrip("/")
+    ckpt_dir = config.checkpoint.dir or f"{out}/checkpoints"
+    batch_shape = (config.data.batch_size, config.data.seq_len)
+    with jax.default_matmul_precision(config.matmul_precision):
+        comp = _compile(config.model, config.optimizer, config.schedule, config.health, config.accum_steps,
+                        config.num_steps, config.seed, mesh, batch_shape)
+        ckpt = Checkpointer(ckpt_dir, config.checkpoint)
+        latest = ckpt.latest_step()
+        if latest is None:
+            state = comp.init()
+        else:
+            abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                    comp.abstract_state, comp.shardings)
+            state, _ = ckpt.restore(latest, abstract)
+        start = int(state["step"])
+        end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+        source = batch_source or _open_source(config)
+        run_config = draccus.encode(config)
+        meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
+        writer = MetricsWriter(out, config.metrics, run_config=run_config, total_steps=config.num_steps,
+                               start_step=start)
+        tokens = batch_shape[0] * batch_shape[1]
+        fpt = train_flops_per_token(config.model, config.data.seq_len)
+        peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0])[0]
+        peak_total = peak * mesh.size
+        rates: list[float] = []
+        last_row: dict[str, Any] | None = None
+        final_eval: dict[str, Any] | None = None
+        data_position = int(state["data_position"])
+        batches = Prefetcher(source.batch, data_position, data_position + (end - start),
+                             depth=config.data.prefetch)
+        try:
+            pending: tuple[int, Any] | None = None
+            t_prev = time.perf_counter()
+
+            def emit(p: tuple[int, Any]) -> dict[str, Any]:
+                nonlocal t_prev
+                jax.block_until_ready(p[1])
+                t_now = time.perf_counter()
+                row = _metrics_row(p[0], p[1], config.optimizer.lr, tokens, t_now - t_prev, fpt, peak_total)
+                t_prev = t_now
+                rates.append(row["tokens_per_s"])
+                writer.log(row)
+                return row
+
+            for step in range(start, end):
+                batch = jax.device_put(next(batches), comp.batch_sharding)
+                state, m = comp.step(state, batch)
+                if pending is not None:
+                    last_row = emit(pending)
+                pending = (step + 1, m)  # rows are numbered by completed steps: row k = after k updates
+                done = step + 1
+                if done % config.checkpoint.every_steps == 0 or done == config.num_steps:
+                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
+                evaluate_now = config.data.validation and (
+                    done == config.num_steps or (config.eval.every_steps and done % config.eval.every_steps == 0))
+                if evaluate_now:
+                    last_row = emit(pending)
+                    pending = None
+                    evals = _evaluate(config, state["params"], mesh)
+                    writer.log({"step": done, **evals, "time": time.time()})
+                    final_eval = evals["eval"]
+                    t_prev = time.perf_counter()
+            if pending is not None:
+                last_row = emit(pending)
+            if end > start and end % config.checkpoint.every_steps and end != config.num_steps:
+                # an invocation cut short by run_steps leaves a checkpoint where the next one resumes
+                ckpt.save(end, state, {**meta, "step": end, "time": time.time()})
+        finally:
+            batches.close()
+            writer.close()
+            ckpt.close()
+    if final_eval is not None:
+        _write_json(f"{out}/eval.json", final_eval)
+    steady = rates[1:] if len(rates) > 1 else rates
+    return TrainResult(
+        output_dir=out, step=int(state["step"]), loss=float(last_row["loss"]) if last_row else float("nan"),
+        metrics_path=f"{out}/metrics.jsonl", checkpoint_dir=ckpt_dir, eval=final_eval,
+        skipped_steps=int(state["health"]["skipped_total"]),
+        tokens_per_s=float(np.median(steady)) if steady else 0.0,
+    )
+
+
+def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
+    """Dropless evaluation (always) and, for a capacity-limited model, the capacity-limited one too."""
+    model = Model(config.model, params)
+    kw = {"seq_len": config.data.seq_len, "batch_size": config.eval.batch_size,
+          "max_batches": config.eval.max_batches, "mesh": mesh}
+    out = {"eval": evaluate(model, config.data.validation, capacity_factor=None, **kw)}
+    if config.model.capacity_factor is not None:
+        out["eval_capacity"] = evaluate(model, config.data.validation, capacity_factor="config", **kw)
+    return out
+
+
+def _write_json(path: str, obj: Any) -> None:
+    import fsspec
+
+    with fsspec.open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+
+
+def parse_config(argv: list[str]) -> TrainConfig:
+    """Parse ``--config <preset name or yaml> [--field.sub value ...]`` into a TrainConfig."""
+    from moe_trainer.presets import preset_path
+
+    args = list(argv)
+    config_path = None
+    for flag in ("--config", "--config_path"):
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 >= len(args):
+                raise ValueError(f"{flag} needs a preset name or a YAML path")
+            config_path = args[i + 1]
+            del args[i:i + 2]
+    if config_path is not None and not os.path.exists(config_path):
+        config_path = preset_path(config_path)
+    return draccus.parse(TrainConfig, config_path=config_path, args=args)
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    config = parse_config(sys.argv[1:] if argv is None else argv)
+    result = train(config)
+    print(json.dumps(dataclasses.asdict(result), default=str))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Checkpoints: full train-state round trip, keep-last-K, params-only restore, complete-or-ignored."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from moe_trainer import optim
+from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+from moe_trainer.health import HealthConfig
+from moe_trainer.step import init_state, make_train_step
+from toy_lm import cyclic_batch, init_toy, toy_loss
+
+
+def _trained_state(n_steps: int) -> dict[str, Any]:
+    params = init_toy()
+    tx = optim.build_optimizer(optim.OptimizerConfig(name="muon", lr=1e-2), params)
+    sched = optim.make_schedule(optim.ScheduleConfig(warmup_steps=2), 50)
+    step = jax.jit(make_train_step(toy_loss, tx, sched, HealthConfig(skip_window=4, update_window=4)))
+    state = init_state(params, tx, HealthConfig(skip_window=4, update_window=4), seed=3)
+    for i in range(n_steps):
+        state, _ = step(state, jax.tree.map(jnp.asarray, cyclic_batch(i)))
+    return state
+
+
+def _assert_trees_equal(a: Any, b: Any) -> None:
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+
+
+def test_round_trip_and_keep_last(tmp_path: Path) -> None:
+    state = _trained_state(3)
+    ckpt = Checkpointer(str(tmp_path / "ck"), CheckpointConfig(keep=2, async_save=True))
+    for s in (1, 2, 3):
+        ckpt.save(s, jax.tree.map(lambda x, s=s: x if x.ndim else x + 0 * s, state), {"step": s, "note": "x"})
+    ckpt.wait()
+    assert ckpt.all_steps() == [2, 3] and ckpt.latest_step() == 3
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    restored, meta = ckpt.restore(3, abstract)
+    assert meta == {"step": 3, "note": "x"}
+    _assert_trees_equal(restored, state)  # params, optimizer (incl. Muon momentum), health windows, rng
+    abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state["params"])
+    _assert_trees_equal(ckpt.restore_params(3, abstract_params), state["params"])
+    ckpt.close()
+
+
+CRASHING_SAVER = textwrap.dedent(
+    """
+    import os, sys
+    import jax.numpy as jnp
+    from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+    ckpt = Checkpointer(sys.argv[1], CheckpointConfig(keep=3, async_save=True))
+    ckpt.save(1, {"w": jnp.full((8,), 1.0), "step": jnp.int32(1)}, {"step": 1})
+    ckpt.wait()
+    # A big second save, then the process dies before the background commit can finish (a preemption).
+    ckpt.save(2, {"w": jnp.full((30_000_000,), 2.0), "step": jnp.int32(2)}, {"step": 2})
+    os._exit(0)
+    """
+)
+
+
+def test_interrupted_save_is_never_the_restore_point(tmp_path: Path) -> None:
+    directory = tmp_path / "ck"
+    env = {**os.environ, "XLA_FLAGS": ""}
+    subprocess.run([sys.executable, "-c", CRASHING_SAVER, str(directory)], check=True, env=env, timeout=120)
+    leftovers = [p.name for p in directory.iterdir() if p.name.startswith("2")]
+    assert leftovers and all("tmp" in n for n in leftovers), f"the crash must leave a partial step 2: {leftovers}"
+    ckpt = Checkpointer(str(directory), CheckpointConfig(keep=3, async_save=True))
+    assert ckpt.latest_step() == 1 and ckpt.all_steps() == [1]
+    abstract = {"w": jax.ShapeDtypeStruct((8,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    state, meta = ckpt.restore(1, abstract)
+    assert meta == {"step": 1} and float(state["w"][0]) == 1.0
+    # The partial step was cleaned up and step 2 can be written for real now.
+    assert not any(p.name.startswith("2") for p in directory.iterdir())
+    ckpt.save(2, {"w": jnp.full((8,), 2.0), "step": jnp.int32(2)}, {"step": 2})
+    ckpt.close()
+    assert Checkpointer(str(directory), CheckpointConfig()).all_steps() == [1, 2]

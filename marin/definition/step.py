@@ -1,0 +1,191 @@
+"""`Step`: a frozen value naming a function, its config and how to run it. Building one touches nothing.
+
+A step's function must be importable by module path (workers import it), its config must be a frozen
+dataclass, and dependencies are declared only through placeholders inside the config
+(`output_path_of(other_step)`), so the DAG can be discovered from the steps an experiment names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from marin.errors import StepDefinitionError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one attempt of a step needs from a worker. Never part of identity.
+
+    `resources` holds custom and accelerator resources by name (e.g. `{"TPU": 4}`, `{"fake_gpu": 1}`);
+    `memory` is in bytes.
+    """
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory: int | None = None
+    resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for label, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
+            if not isinstance(value, int | float) or value < 0:
+                raise StepDefinitionError(f"Resources.{label} must be a number >= 0, got {value!r}")
+        if self.memory is not None and (not isinstance(self.memory, int) or self.memory <= 0):
+            raise StepDefinitionError(f"Resources.memory must be a positive int (bytes) or None, got {self.memory!r}")
+        for key, value in self.resources.items():
+            if not isinstance(key, str) or not isinstance(value, int | float) or value <= 0:
+                raise StepDefinitionError(f"Resources.resources[{key!r}] must map a name to a number > 0, got {value!r}")
+        object.__setattr__(self, "resources", MappingProxyType(dict(self.resources)))
+
+    @classmethod
+    def coerce(cls, value: Resources | Mapping[str, Any] | None) -> Resources:
+        if value is None:
+            return cls()
+        if isinstance(value, Resources):
+            return value
+        if isinstance(value, Mapping):
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise StepDefinitionError(
+                    f"unknown resource keys {unknown}; valid keys are {sorted(known)} "
+                    "(put custom or accelerator resources under 'resources', e.g. {'resources': {'TPU': 4}})"
+                )
+            return cls(**value)
+        raise StepDefinitionError(f"resources must be a Resources, a dict or None, got {type(value).__name__}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"num_cpus": self.num_cpus}
+        if self.num_gpus:
+            out["num_gpus"] = self.num_gpus
+        if self.memory is not None:
+            out["memory"] = self.memory
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        return out
+
+
+def main_module_name() -> str | None:
+    """The dotted name under which the `__main__` script could be imported (None if it cannot be)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return None
+    path = os.path.abspath(path)
+    # Prefer the working directory (experiments.hello_world), then the shortest sys.path root.
+    others = sorted({os.path.abspath(p or os.getcwd()) for p in sys.path}, key=len)
+    for root in [os.getcwd(), *others]:
+        if path.startswith(root + os.sep) and path.endswith(".py"):
+            parts = os.path.relpath(path, root)[:-3].split(os.sep)
+            if all(p.isidentifier() for p in parts):
+                return ".".join(parts)
+    return None
+
+
+def fn_import_path(fn: Callable[..., Any] | type) -> str:
+    """`module:qualname` of an importable function or class; `__main__` is mapped to the script's module."""
+    module = fn.__module__
+    if module == "__main__":
+        module = main_module_name() or "__main__"
+    return f"{module}:{fn.__qualname__}"
+
+
+def _check_fn(name: str, fn: Any) -> None:
+    if not callable(fn):
+        raise StepDefinitionError(f"step {name}: fn must be a function, got {type(fn).__name__} ({fn!r})")
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if not qualname or not module or not inspect.isfunction(inspect.unwrap(fn)):
+        raise StepDefinitionError(
+            f"step {name}: fn {fn!r} is not a plain function; define it with `def` at module level"
+        )
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise StepDefinitionError(
+            f"step {name}: fn {module}.{qualname} is a lambda or a closure; workers must import it by module "
+            "path, so define it with `def` at the top level of a module and pass its settings through the config"
+        )
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn:
+        raise StepDefinitionError(
+            f"step {name}: fn {module}:{qualname} cannot be found again by importing {module} and reading "
+            f"{qualname}; workers import it by that path, so define it at the top level of its module"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Step:
+    """One node of an experiment's DAG: `fn(config)` writing under the step's output path.
+
+    Identity (and so the output path `{prefix}/{name}-{hash8}`) covers the name, `version`, every config
+    field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries` and
+    `env` do not count. Steps compare by object identity; equal-by-identity steps are merged by the graph.
+    """
+
+    name: str
+    fn: Callable[[Any], Any]
+    config: Any
+    description: str = ""
+    resources: Resources | Mapping[str, Any] | None = None
+    version: str | None = None
+    retries: int = 0
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    output_path_override: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name) or ".." in self.name.split("/"):
+            raise StepDefinitionError(
+                f"invalid step name {self.name!r}: use letters, digits, '_', '-', '.', with '/' between parts "
+                "(e.g. 'tokenize/stdlib')"
+            )
+        if ".marin" in self.name.split("/"):
+            raise StepDefinitionError(f"invalid step name {self.name!r}: '.marin' is reserved for status files")
+        _check_fn(self.name, self.fn)
+        if not dataclasses.is_dataclass(self.config) or isinstance(self.config, type):
+            raise StepDefinitionError(
+                f"step {self.name}: config must be a frozen dataclass instance, got {type(self.config).__name__}"
+            )
+        if not type(self.config).__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            raise StepDefinitionError(
+                f"step {self.name}: config class {type(self.config).__qualname__} must be frozen "
+                "(@dataclass(frozen=True)) so the step's identity cannot change after it is built"
+            )
+        if self.version is not None and not isinstance(self.version, str):
+            raise StepDefinitionError(f"step {self.name}: version must be a str or None, got {self.version!r}")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise StepDefinitionError(f"step {self.name}: retries must be an int >= 0, got {self.retries!r}")
+        for key, value in dict(self.env).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: {value!r}")
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        try:
+            object.__setattr__(self, "resources", Resources.coerce(self.resources))
+        except StepDefinitionError as e:
+            raise StepDefinitionError(f"step {self.name}: {e}") from e
+
+    @property
+    def fn_path(self) -> str:
+        return fn_import_path(self.fn)
+
+    def with_output_path(self, path: str) -> Step:
+        """Pin this step's output path (relative paths are under the prefix).
+
+        The pinned path becomes the step's identity for its dependents, so upstream edits cannot re-address
+        an expensive step by accident; a warning says when the computed path differs.
+        """
+        if not isinstance(path, str) or not path.strip("/"):
+            raise StepDefinitionError(f"step {self.name}: with_output_path needs a non-empty path, got {path!r}")
+        return dataclasses.replace(self, output_path_override=path.rstrip("/"))
+
+    def __repr__(self) -> str:
+        pinned = f", output_path={self.output_path_override!r}" if self.output_path_override else ""
+        return f"Step(name={self.name!r}, fn={self.fn_path}{pinned})"

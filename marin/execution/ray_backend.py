@@ -1,0 +1,143 @@
+"""The `ray` backend: each attempt is a Ray task carrying the step's resources and env.
+
+Without an address (`--ray-address` / `RAY_ADDRESS`) it starts an embedded Ray (no dashboard, a bounded
+object store); with one, it joins that cluster. Before anything is submitted, every request is compared with
+the nodes' total resources: a request that no single node can satisfy is an error naming the step and the
+missing resource, instead of a task pending forever.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+from typing import Any
+
+from marin.definition.step import Resources
+from marin.errors import InfeasibleResourcesError
+from marin.execution.local_backend import Task
+from marin.execution.worker import execute_step
+
+OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
+
+
+def _code_paths() -> list[str]:
+    """Directories on this driver's sys.path that hold project code (not the standard library or packages)."""
+    out = []
+    for p in [os.getcwd(), *sys.path]:
+        p = os.path.abspath(p or os.getcwd())
+        if os.path.isdir(p) and "site-packages" not in p and not p.startswith(sys.base_prefix) and p not in out:
+            out.append(p)
+    return out
+
+
+def ensure_ray(address: str | None = None) -> bool:
+    """Connect to (or start) Ray. Returns True if this call started it (so the caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    pythonpath = os.pathsep.join([*_code_paths(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if address:
+        # Workers of a cluster do not inherit this process's environment: ship the code paths with the job.
+        ray.init(address=address, namespace="marin", runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                 log_to_driver=False)
+    else:
+        # An embedded Ray's workers inherit our environment; a job-level runtime_env would slow every worker
+        # start (it goes through the runtime-env agent), so set PYTHONPATH directly instead.
+        os.environ["PYTHONPATH"] = pythonpath
+        ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, namespace="marin",
+                 log_to_driver=False, configure_logging=False)
+    return True
+
+
+def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_cpus": resources.num_cpus, "max_retries": 3, "retry_exceptions": False}
+    if resources.num_gpus:
+        options["num_gpus"] = resources.num_gpus
+    if resources.memory:
+        options["memory"] = resources.memory
+    if resources.resources:
+        options["resources"] = dict(resources.resources)
+    if env:
+        options["runtime_env"] = {"env_vars": dict(env)}
+    return options
+
+
+def requested(resources: Resources) -> dict[str, float]:
+    out = {"CPU": float(resources.num_cpus)}
+    if resources.num_gpus:
+        out["GPU"] = float(resources.num_gpus)
+    if resources.memory:
+        out["memory"] = float(resources.memory)
+    out.update({k: float(v) for k, v in resources.resources.items()})
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def check_feasible(requests: list[tuple[str, Resources]], nodes: list[dict[str, float]]) -> None:
+    """Raise InfeasibleResourcesError for the first step whose request fits on no single node."""
+    problems = []
+    for name, res in requests:
+        want = requested(res)
+        if any(all(node.get(k, 0.0) >= v for k, v in want.items()) for node in nodes):
+            continue
+        missing = sorted(k for k, v in want.items() if not any(node.get(k, 0.0) >= v for node in nodes))
+        detail = ", ".join(
+            f"{k}={want[k]:g} (largest node has {max((n.get(k, 0.0) for n in nodes), default=0.0):g})"
+            for k in (missing or sorted(want))
+        )
+        problems.append(f"step {name} requests {detail}")
+    if problems:
+        raise InfeasibleResourcesError(
+            "resource requests no node of the Ray cluster can ever satisfy:\n  " + "\n  ".join(problems)
+            + "\nFix: lower the step's resources, or add a node that has them (e.g. ray start --resources=...)"
+        )
+
+
+class RayBackend:
+    name = "ray"
+
+    def __init__(self, completions: queue.Queue[tuple[Any, ...]], address: str | None = None) -> None:
+        import ray
+
+        self.ray = ray
+        self.completions = completions
+        self.owns_ray = ensure_ray(address)
+        self._remote = ray.remote(execute_step)
+        self._refs: dict[str, Any] = {}
+
+    def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
+        nodes = [
+            {k: float(v) for k, v in n.get("Resources", {}).items()} for n in self.ray.nodes() if n.get("Alive")
+        ]
+        check_feasible(tasks, nodes)
+
+    def submit(self, task: Task) -> None:
+        options = ray_options(task.resources, task.env)
+        options["name"] = f"{task.name}:{task.key[:8]}:attempt-{task.attempt}"
+        ref = self._remote.options(**options).remote(task.fn, task.config, task.log_path, task.env)
+        self._refs[task.key] = ref
+        ref.future().add_done_callback(lambda fut, t=task: self._done(t, fut))
+
+    def _done(self, task: Task, fut: Any) -> None:
+        self._refs.pop(task.key, None)
+        try:
+            result = fut.result()
+        except BaseException as exc:  # Ray-level failure (node died, task cancelled): the step did not finish
+            from marin.execution.worker import error_record
+
+            result = error_record(exc)
+            result["preempted"] = True
+        self.completions.put(("done", task.key, task.attempt, result))
+
+    def cancel(self, key: str) -> None:
+        ref = self._refs.get(key)
+        if ref is not None:
+            self.ray.cancel(ref, force=True)
+
+    def shutdown(self) -> None:
+        for key in list(self._refs):
+            self.cancel(key)
+        if self.owns_ray:
+            self.ray.shutdown()

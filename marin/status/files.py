@@ -1,0 +1,130 @@
+"""The per-step status files under `{output_path}/.marin/` (see docs/formats.md for the exact contract)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from marin.definition.placeholders import join
+from marin.storage.fs import Storage
+
+WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
+    "WAITING",
+    "RUNNING",
+    "SUCCESS",
+    "FAILED",
+    "DEP_FAILED",
+    "PREEMPTED",
+)
+STATUSES = (WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED)
+LEASE_TAKEOVER = "LEASE_TAKEOVER"
+
+
+def meta_dir(output_path: str) -> str:
+    return join(output_path, ".marin")
+
+
+def status_path(output_path: str) -> str:
+    return join(output_path, ".marin/status.json")
+
+
+def events_path(output_path: str) -> str:
+    return join(output_path, ".marin/events.jsonl")
+
+
+def step_json_path(output_path: str) -> str:
+    return join(output_path, ".marin/step.json")
+
+
+def lease_path(output_path: str) -> str:
+    return join(output_path, ".marin/lease.json")
+
+
+def log_relpath(attempt: int) -> str:
+    return f"logs/attempt-{attempt}.log"
+
+
+def log_path(output_path: str, attempt: int) -> str:
+    return join(output_path, f".marin/{log_relpath(attempt)}")
+
+
+def new_executor_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def read_json(storage: Storage, path: str) -> dict[str, Any] | None:
+    text = storage.read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None  # a torn write on a store without atomic PUT; callers treat it as absent
+    return data if isinstance(data, dict) else None
+
+
+def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    return read_json(storage, status_path(output_path))
+
+
+def write_json(storage: Storage, path: str, data: dict[str, Any]) -> None:
+    storage.write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+def write_status(
+    storage: Storage,
+    output_path: str,
+    *,
+    name: str,
+    hash: str,
+    status: str,
+    attempt: int,
+    run_id: str,
+    executor: str,
+    previous: dict[str, Any] | None,
+    started: float | None = None,
+    ended: float | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    now = time.time()
+    record = {
+        "name": name,
+        "hash": hash,
+        "status": status,
+        "attempt": attempt,
+        "run_id": run_id,
+        "executor": executor,
+        "created": (previous or {}).get("created", now),
+        "updated": now,
+        "started": started,
+        "ended": ended,
+        "error": error,
+        "log": log_relpath(attempt) if attempt > 0 else None,
+    }
+    write_json(storage, status_path(output_path), record)
+    return record
+
+
+def append_event(
+    storage: Storage,
+    output_path: str,
+    event: str,
+    *,
+    attempt: int,
+    run_id: str,
+    executor: str,
+    message: str = "",
+    **extra: Any,
+) -> None:
+    record = {"ts": time.time(), "event": event, "attempt": attempt, "run_id": run_id, "executor": executor,
+              "message": message, **extra}
+    storage.append_text(events_path(output_path), json.dumps(record) + "\n")
+
+
+def read_events(storage: Storage, output_path: str) -> list[dict[str, Any]]:
+    text = storage.read_text(events_path(output_path)) or ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

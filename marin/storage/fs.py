@@ -1,0 +1,361 @@
+"""One small interface over the prefix's storage, with the guarantees each backend can give.
+
+`LocalStorage` (plain paths, and `file://`) uses the OS directly because it is on every step's critical path:
+atomic writes are a temporary file plus `os.replace`; exclusive create is `os.link` of a fully written
+temporary file (so no reader ever sees a half-written lease); compare-and-swap runs under an `fcntl.flock` on
+a side file, which the kernel releases if the process dies.
+
+`FsspecStorage` covers object stores. Writes are single-object PUTs (atomic for readers). Conditional writes:
+- `s3://`: create with `If-None-Match: *` (s3fs `mode="create"`), compare-and-swap and delete with `If-Match:
+  <etag>` through the s3fs client; a lost race is a clean refusal.
+- `gs://`: create with `ifGenerationMatch=0` (gcsfs `mode="create"`); compare-and-swap and delete with
+  `if_generation_match=<generation>` through google-cloud-storage when it is installed.
+- anything else: best effort (check, then write); two executors can both win a race there, which the
+  docs say plainly (docs/concepts.md, "Leases").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import posixpath
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+
+from marin.errors import StorageError
+
+
+def normalize_prefix(prefix: str) -> str:
+    """Make a local prefix absolute (once, so status and data never end up in different places)."""
+    if "://" in prefix and not prefix.startswith("file://"):
+        return prefix.rstrip("/")
+    path = prefix[len("file://") :] if prefix.startswith("file://") else prefix
+    return os.path.abspath(os.path.expanduser(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class Versioned:
+    """A file's text plus an opaque token that changes whenever the file is rewritten."""
+
+    text: str
+    token: Any
+
+
+class Storage:
+    """The operations the engine needs; paths are absolute (local paths or URLs)."""
+
+    is_local: bool = False
+    guarantees: str = ""
+
+    def read_text(self, path: str) -> str | None:
+        raise NotImplementedError
+
+    def write_text(self, path: str, text: str) -> None:
+        raise NotImplementedError
+
+    def append_text(self, path: str, text: str) -> None:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str] | None:
+        """Base names of the entries of a directory, or None when it does not exist."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def makedirs(self, path: str) -> None:
+        raise NotImplementedError
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        raise NotImplementedError
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        """Create `path` with `text` only if it does not exist; False if it already exists."""
+        raise NotImplementedError
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        raise NotImplementedError
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        """Overwrite `path` only if it still has version `token`; False if someone else changed it."""
+        raise NotImplementedError
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        """Delete `path` only if it still has version `token`; False if someone else changed it."""
+        raise NotImplementedError
+
+
+class LocalStorage(Storage):
+    is_local = True
+    guarantees = "atomic replace, exclusive create (link), compare-and-swap under flock: safe across processes"
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    def append_text(self, path: str, text: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # One write() of a line opened with O_APPEND lands whole, even with several writers.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str] | None:
+        try:
+            return os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        if os.path.abspath(local_path) != os.path.abspath(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(local_path, path)
+
+    @contextlib.contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        fd = os.open(path + ".flock", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        text = self.read_text(path)
+        return None if text is None else Versioned(text, text)
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        with self._locked(path):
+            if self.read_text(path) != token:
+                return False
+            self.write_text(path, text)
+            return True
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        with self._locked(path):
+            if self.read_text(path) != token:
+                return False
+            os.unlink(path)
+            return True
+
+
+class FsspecStorage(Storage):
+    """Any fsspec filesystem; object stores get conditional writes where the protocol has them."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
+        self.fs = fs
+        self.protocol = protocol
+        self.guarantees = {
+            "s3": "single-PUT writes; create If-None-Match; compare-and-swap/delete If-Match on the ETag",
+            "gs": "single-PUT writes; create ifGenerationMatch=0; compare-and-swap/delete on the generation "
+            "(needs google-cloud-storage)",
+        }.get(protocol, "single-PUT writes; leases are best effort (check then write)")
+
+    def _url(self, path: str) -> str:
+        return path
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            return self.fs.cat_file(path).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        self.fs.pipe_file(path, text.encode("utf-8"))
+
+    def append_text(self, path: str, text: str) -> None:
+        # Object stores have no append: rewrite the whole (small) object.
+        old = self.read_text(path) or ""
+        self.write_text(path, old + text)
+
+    def listdir(self, path: str) -> list[str] | None:
+        try:
+            entries = self.fs.ls(path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return None
+        except TypeError:
+            entries = self.fs.ls(path, detail=False)
+        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        self.fs.put_file(local_path, path)
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        data = text.encode("utf-8")
+        if self.protocol in ("s3", "gs", "gcs"):
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+        if self.fs.exists(path):
+            return False
+        self.fs.pipe_file(path, data)
+        return True
+
+    def _split(self, path: str) -> tuple[str, str]:
+        bare = path.split("://", 1)[-1]
+        bucket, _, key = bare.partition("/")
+        return bucket, key
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        text = self.read_text(path)
+        if text is None:
+            return None
+        if self.protocol == "s3":
+            try:
+                info = self.fs.info(path, refresh=True)
+            except FileNotFoundError:
+                return None
+            return Versioned(text, info.get("ETag"))
+        if self.protocol in ("gs", "gcs"):
+            blob = _gcs_blob(path)
+            if blob is not None:
+                blob.reload()
+                generation = blob.generation
+                if isinstance(generation, int):
+                    data = blob.download_as_bytes(if_generation_match=generation).decode("utf-8")
+                    return Versioned(data, generation)
+            # no generation (an emulator that does not report it): fall back to comparing contents
+        return Versioned(text, text)
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        if self.protocol == "s3":
+            bucket, key = self._split(path)
+            try:
+                self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=text.encode("utf-8"), IfMatch=token)
+                self.fs.invalidate_cache(path)
+                return True
+            except (FileNotFoundError, PermissionError, OSError) as e:
+                if _is_precondition_failure(e):
+                    return False
+                raise
+        if self.protocol in ("gs", "gcs") and isinstance(token, int):
+            blob = _gcs_blob(path)
+            if blob is not None:
+                return _gcs_conditional(lambda: blob.upload_from_string(text, if_generation_match=token))
+        current = self.read_text(path)
+        if current != token:
+            return False
+        self.write_text(path, text)
+        return True
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        if self.protocol == "s3":
+            bucket, key = self._split(path)
+            try:
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=token)
+                self.fs.invalidate_cache(path)
+                return True
+            except (FileNotFoundError, PermissionError, OSError) as e:
+                if _is_precondition_failure(e):
+                    return False
+                raise
+        if self.protocol in ("gs", "gcs") and isinstance(token, int):
+            blob = _gcs_blob(path)
+            if blob is not None:
+                return _gcs_conditional(lambda: blob.delete(if_generation_match=token))
+        if self.read_text(path) != token:
+            return False
+        self.fs.rm_file(path)
+        return True
+
+
+def _is_precondition_failure(error: BaseException) -> bool:
+    text = f"{type(error).__name__} {error} {error.__cause__!r}"
+    return "PreconditionFailed" in text or "412" in text
+
+
+def _gcs_blob(path: str) -> Any:
+    try:
+        from google.cloud import storage as gcs
+    except ImportError:  # gcsfs alone gives create-if-absent only; see the module docstring
+        return None
+    bare = path.split("://", 1)[-1]
+    bucket, _, key = bare.partition("/")
+    client = _GCS_CLIENTS.get("client")
+    if client is None:
+        client = gcs.Client() if not os.environ.get("STORAGE_EMULATOR_HOST") else gcs.Client.create_anonymous_client()
+        _GCS_CLIENTS["client"] = client
+    return client.bucket(bucket).blob(key)
+
+
+_GCS_CLIENTS: dict[str, Any] = {}
+
+
+def _gcs_conditional(action: Any) -> bool:
+    from google.api_core import exceptions as gexc
+
+    try:
+        action()
+        return True
+    except (gexc.PreconditionFailed, gexc.NotFound):
+        return False
+
+
+_STORAGES: dict[str, Storage] = {}
+
+
+def storage_for(prefix: str) -> Storage:
+    """The Storage for a prefix (cached per protocol; fsspec caches filesystem instances itself)."""
+    if "://" not in prefix or prefix.startswith("file://"):
+        return _STORAGES.setdefault("file", LocalStorage())
+    protocol = prefix.split("://", 1)[0]
+    try:
+        fs, _ = fsspec.core.url_to_fs(prefix)
+    except (ImportError, ValueError) as e:
+        raise StorageError(
+            f"cannot open storage for prefix {prefix!r}: {e}. Install the fsspec backend for {protocol}:// "
+            "(gcsfs for gs://, s3fs for s3://)"
+        ) from e
+    return FsspecStorage(fs, protocol)
+
+
+def local_scratch_dir() -> str:
+    """A local directory for files that are uploaded after the fact (logs of steps on object stores)."""
+    return tempfile.mkdtemp(prefix="marin-")

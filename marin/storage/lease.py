@@ -1,0 +1,160 @@
+"""Leases: one executor runs a step; others wait, then reuse its result.
+
+A lease is `{output_path}/.marin/lease.json` = `{"owner", "acquired", "heartbeat", "timeout_s", "attempt"}`.
+It is created with an exclusive create; one heartbeat thread per executor renews every lease it holds with a
+compare-and-swap; a lease whose heartbeat is older than its `timeout_s` is stale and may be taken over (again
+by compare-and-swap, so of two executors racing for a stale lease exactly one wins). Only the owner releases
+its lease, after it wrote the step's final status, and release is itself conditional on the lease still being
+the owner's: a heartbeat can never resurrect a released lease, and a release can never delete someone
+else's lease (the marin#5026 class of bug).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from marin.storage.fs import Storage
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseInfo:
+    owner: str
+    acquired: float
+    heartbeat: float
+    timeout_s: float
+    attempt: int
+
+    @classmethod
+    def parse(cls, text: str) -> LeaseInfo | None:
+        try:
+            data = json.loads(text)
+            return cls(
+                owner=str(data["owner"]),
+                acquired=float(data["acquired"]),
+                heartbeat=float(data["heartbeat"]),
+                timeout_s=float(data["timeout_s"]),
+                attempt=int(data.get("attempt", 0)),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable (e.g. truncated by a non-atomic store): treated as stale
+
+    def is_stale(self, now: float) -> bool:
+        return now - self.heartbeat > self.timeout_s
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class Acquired:
+    """Outcome of `try_acquire`: `ok`, else the live `holder`; `previous_owner` is set on a takeover."""
+
+    ok: bool
+    holder: LeaseInfo | None = None
+    previous_owner: str | None = None
+
+
+class LeaseManager:
+    """Acquires, renews (one heartbeat thread) and releases the leases one executor holds."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        owner: str,
+        timeout_s: float,
+        on_lost: Callable[[str], None] = lambda path: None,
+    ) -> None:
+        self.storage = storage
+        self.owner = owner
+        self.timeout_s = timeout_s
+        self.on_lost = on_lost
+        self._held: dict[str, tuple[Any, LeaseInfo]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _new(self, attempt: int, acquired: float | None = None) -> LeaseInfo:
+        now = time.time()
+        return LeaseInfo(self.owner, acquired or now, now, self.timeout_s, attempt)
+
+    def try_acquire(self, path: str, attempt: int) -> Acquired:
+        for _ in range(5):  # the lease may vanish between our create and our read: try again
+            lease = self._new(attempt)
+            text = lease.to_json()
+            if self.storage.create_exclusive(path, text):
+                self._remember(path, self.storage.read_versioned(path), lease)
+                return Acquired(True)
+            current = self.storage.read_versioned(path)
+            if current is None:
+                continue
+            holder = LeaseInfo.parse(current.text)
+            if holder is not None and not holder.is_stale(time.time()):
+                return Acquired(False, holder=holder)
+            if self.storage.replace_if(path, text, current.token):
+                self._remember(path, self.storage.read_versioned(path), lease)
+                return Acquired(True, previous_owner=holder.owner if holder else "<unreadable lease>")
+        current = self.storage.read_versioned(path)
+        holder = LeaseInfo.parse(current.text) if current else None
+        return Acquired(False, holder=holder)
+
+    def _remember(self, path: str, versioned: Any, lease: LeaseInfo) -> None:
+        token = versioned.token if versioned is not None else lease.to_json()
+        with self._lock:
+            self._held[path] = (token, lease)
+        self._ensure_thread()
+
+    def holds(self, path: str) -> bool:
+        """True if the lease at `path` is still ours right now (checked against storage)."""
+        with self._lock:
+            entry = self._held.get(path)
+            if entry is None:
+                return False
+            current = self.storage.read_versioned(path)
+            return current is not None and current.token == entry[0]
+
+    def release(self, path: str) -> bool:
+        """Delete our lease (only if it is still ours). Returns False if we had lost it."""
+        with self._lock:
+            entry = self._held.pop(path, None)
+            if entry is None:
+                return False
+            return self.storage.delete_if(path, entry[0])
+
+    def renew_all(self) -> None:
+        for path in list(self._held):
+            lost = False
+            with self._lock:
+                entry = self._held.get(path)
+                if entry is None:
+                    continue
+                token, lease = entry
+                renewed = dataclasses.replace(lease, heartbeat=time.time())
+                if self.storage.replace_if(path, renewed.to_json(), token):
+                    fresh = self.storage.read_versioned(path)
+                    self._held[path] = (fresh.token if fresh else renewed.to_json(), renewed)
+                else:
+                    self._held.pop(path, None)
+                    lost = True
+            if lost:
+                self.on_lost(path)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._beat, name="marin-lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.timeout_s / 4):
+            self.renew_all()
+
+    def stop(self) -> None:
+        """Stop the heartbeat (leases still held become stale after their timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,158 @@
+"""Importable step functions and configs shared by the engine's tests (workers import them by module path)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from marin import runtime_field
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteConfig:
+    output_path: str
+    n: int = 10
+    workers: int = runtime_field(default=1)
+
+
+def write_numbers(cfg: WriteConfig) -> None:
+    os.makedirs(cfg.output_path, exist_ok=True)
+    print(f"writing {cfg.n} numbers")
+    Path(cfg.output_path, "numbers.txt").write_text("\n".join(str(i) for i in range(cfg.n)) + "\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class SumConfig:
+    input_path: str
+    output_path: str
+
+
+def sum_numbers(cfg: SumConfig) -> None:
+    total = sum(int(x) for x in Path(cfg.input_path).read_text().split())
+    os.makedirs(cfg.output_path, exist_ok=True)
+    Path(cfg.output_path, "total.txt").write_text(f"{total}\n")
+    print(f"total={total}")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoopConfig:
+    output_path: str
+    inputs: tuple[str, ...] = ()
+    tag: str = ""
+
+
+def noop(cfg: NoopConfig) -> None:
+    """Does nothing: measures pure executor overhead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CountConfig:
+    """Appends one line to `counter_file` per execution, so tests can count how often a step really ran."""
+
+    output_path: str
+    counter_file: str
+    sleep_s: float = 0.0
+    inputs: tuple[str, ...] = ()
+    tag: str = ""
+
+
+def count_and_write(cfg: CountConfig) -> None:
+    fd = os.open(cfg.counter_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, f"{cfg.output_path}\n".encode())
+    os.close(fd)
+    time.sleep(cfg.sleep_s)
+    os.makedirs(cfg.output_path, exist_ok=True)
+    Path(cfg.output_path, "done.txt").write_text("ok\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class FailConfig:
+    output_path: str
+    message: str = "boom"
+    inputs: tuple[str, ...] = ()
+
+
+def fail(cfg: FailConfig) -> None:
+    print("about to fail")
+    raise ValueError(cfg.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlakyConfig:
+    """Fails until `marker` exists; creates it on the first attempt (so the second attempt succeeds)."""
+
+    output_path: str
+    marker: str
+
+
+def flaky(cfg: FlakyConfig) -> None:
+    if not os.path.exists(cfg.marker):
+        Path(cfg.marker).write_text("seen\n")
+        raise RuntimeError("first attempt fails")
+    os.makedirs(cfg.output_path, exist_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    output_path: str
+
+
+def write_env(cfg: EnvConfig) -> None:
+    os.makedirs(cfg.output_path, exist_ok=True)
+    Path(cfg.output_path, "env.txt").write_text(os.environ.get("MARIN_TEST_VAR", "<unset>"))
+    import socket
+
+    Path(cfg.output_path, "node.txt").write_text(os.environ.get("MARIN_NODE_TAG", socket.gethostname()))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on demand)."""
+
+    output_path: str
+    started_file: str
+    release_file: str
+    timeout_s: float = 120.0
+
+
+def block_until_released(cfg: BlockConfig) -> None:
+    Path(cfg.started_file).write_text("started\n")
+    deadline = time.time() + cfg.timeout_s
+    while not os.path.exists(cfg.release_file):
+        if time.time() > deadline:
+            raise TimeoutError(f"{cfg.release_file} never appeared")
+        time.sleep(0.02)
+    os.makedirs(cfg.output_path, exist_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class FsWriteConfig:
+    """Like WriteConfig, through fsspec, so the output path may be gs:// or s3://."""
+
+    output_path: str
+    text: str = "hello"
+
+
+def fs_write(cfg: FsWriteConfig) -> None:
+    import fsspec
+
+    with fsspec.open(f"{cfg.output_path}/out.txt", "w") as f:
+        f.write(cfg.text)
+    print(f"wrote {cfg.output_path}/out.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class FsCopyConfig:
+    input_path: str
+    output_path: str
+
+
+def fs_copy_upper(cfg: FsCopyConfig) -> None:
+    import fsspec
+
+    with fsspec.open(cfg.input_path, "r") as f:
+        text = f.read()
+    with fsspec.open(f"{cfg.output_path}/out.txt", "w") as f:
+        f.write(text.upper())
