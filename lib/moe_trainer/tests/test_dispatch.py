@@ -14,8 +14,9 @@ from moe_trainer.sharding import make_mesh
 T, D, E, K, F = 32, 16, 8, 2, 12  # F divisible by the model axis: EP backends split expert hidden units
 GROUPS = 4  # data * expert of the (2, 2, 2) mesh
 # (backend, grouped matmul): both grouped-matmul implementations are checked wherever they are used
-BACKENDS = ["ragged:ragged_dot", "ragged:blocked", "ep_allgather:ragged_dot", "ep_allgather:blocked",
-            "ep_alltoall:auto"]
+# ("@mesh": the data-parallel shard_map path "ragged" takes when given a mesh)
+BACKENDS = ["ragged:ragged_dot", "ragged:blocked", "ragged@mesh:blocked", "ep_allgather:ragged_dot",
+            "ep_allgather:blocked", "ep_alltoall:auto"]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,7 @@ def inputs() -> dict:
 def _value_and_grads(backend: str, capacity: int | None, mesh: jax.sharding.Mesh | None) -> object:
     """Jitted (out, dropped, grads wrt x, weights, experts) for one "backend:matmul"; cached across tests."""
     name, _, matmul = backend.partition(":")
+    name = name.removesuffix("@mesh")
 
     def run(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: dict, cot: jax.Array) -> tuple:
         def loss(x: jax.Array, w: jax.Array, ex: dict) -> tuple:
@@ -64,7 +66,7 @@ def _value_and_grads(backend: str, capacity: int | None, mesh: jax.sharding.Mesh
 
 
 def _call(name: str, capacity: int | None, mesh: jax.sharding.Mesh | None, inp: dict) -> tuple:
-    fn = _value_and_grads(name, capacity, mesh if name.startswith("ep_") else None)
+    fn = _value_and_grads(name, capacity, mesh if name.startswith("ep_") or "@mesh" in name else None)
     return fn(inp["x"], inp["ids"], inp["w"], inp["valid"], inp["experts"], inp["cot"])
 
 

@@ -5,6 +5,7 @@ One interface, four backends (`run_dispatch(name, ...)`):
   Obviously correct, cost grows with the number of experts: the test oracle.
 - "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot` (or, on CPU,
   an equivalent blocked batched matmul that XLA:CPU runs ~5x faster), weighted scatter-add back. The default.
+  Given a mesh it runs data-parallel under shard_map (each token shard locally, see dispatch_ep.py).
 - "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
 
 Capacity semantics, shared by every backend so they agree exactly even when dropping: the T tokens are split
@@ -169,7 +170,7 @@ def run_dispatch(
     (None = dropless); n_groups is the number of token groups (the mesh's token shards for the EP backends);
     matmul picks the grouped matmul of "ragged" and "ep_allgather" (see grouped_swiglu).
     """
-    if name in ("dense", "ragged"):
+    if name == "dense" or (name == "ragged" and mesh is None):
         n_experts = experts["w_gate"].shape[0]
         keep, _ = kept_assignments(expert_ids, valid, n_experts, capacity, n_groups)
         if name == "dense":
@@ -177,7 +178,7 @@ def run_dispatch(
         else:
             out = ragged_dispatch(x, expert_ids, weights, keep, experts, matmul)
         return out.astype(x.dtype), count_dropped(keep, valid)
-    if name in ("ep_allgather", "ep_alltoall"):
+    if name in ("ragged", "ep_allgather", "ep_alltoall"):
         from moe_trainer.dispatch_ep import ep_dispatch
 
         if mesh is None:
