@@ -4,7 +4,7 @@ One interface, four backends (`run_dispatch(name, ...)`):
 - "dense": every expert runs on every token and a [tokens, experts] combine matrix zeroes what was not routed.
   Obviously correct, cost grows with the number of experts: the test oracle.
 - "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot` (or, on CPU,
-  an equivalent blocked batched matmul that XLA:CPU runs ~5x faster), weighted scatter-add back. The default.
+  an equivalent blocked batched matmul that costs XLA:CPU ~4x less), weighted scatter-add back. The default.
   Given a mesh it runs data-parallel under shard_map (each token shard locally, see dispatch_ep.py).
 - "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
 
@@ -76,8 +76,11 @@ def dense_dispatch(
 
 
 def resolve_grouped_matmul(name: str) -> str:
-    """"auto" -> "blocked" on CPU (XLA:CPU lowers ragged_dot about as slowly as a dense matmul over every
-    expert; the blocked form measured ~5x faster there) and "ragged_dot" elsewhere."""
+    """"auto" -> "blocked" on CPU and "ragged_dot" elsewhere.
+
+    XLA:CPU lowers ragged_dot about as slowly as a dense matmul over every expert; the blocked form took ~4x
+    less CPU time there (benchmarks/dispatch_throughput.py).
+    """
     if name == "auto":
         return "blocked" if jax.default_backend() == "cpu" else "ragged_dot"
     if name not in ("ragged_dot", "blocked"):
