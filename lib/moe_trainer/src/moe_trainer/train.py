@@ -23,13 +23,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import draccus
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.config import ModelConfig
@@ -353,11 +354,15 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
 def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
     """Dropless evaluation (always) and, for a capacity-limited model, the capacity-limited one too."""
     model = Model(config.model, params)
-    kw = {"seq_len": config.data.seq_len, "batch_size": config.eval.batch_size,
-          "max_batches": config.eval.max_batches, "mesh": mesh}
-    out = {"eval": evaluate(model, config.data.validation, capacity_factor=None, **kw)}
+
+    def run(capacity_factor: float | None | Literal["config"]) -> dict[str, Any]:
+        return evaluate(model, config.data.validation, seq_len=config.data.seq_len,
+                        batch_size=config.eval.batch_size, max_batches=config.eval.max_batches,
+                        capacity_factor=capacity_factor, mesh=mesh)
+
+    out = {"eval": run(None)}
     if config.model.capacity_factor is not None:
-        out["eval_capacity"] = evaluate(model, config.data.validation, capacity_factor="config", **kw)
+        out["eval_capacity"] = run("config")
     return out
 
 
