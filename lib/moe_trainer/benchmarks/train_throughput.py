@@ -53,13 +53,15 @@ class JaxStep:
         self.batches = [jax.device_put(_batch(cfg, i), self.comp.batch_sharding) for i in range(4)]
         self.i = 0
         self.loss = float("nan")
+        self.cpu: list[float] = []
 
     def __call__(self) -> float:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         self.state, m = self.comp.step(self.state, self.batches[self.i % len(self.batches)])
         jax.block_until_ready(m)
         self.i += 1
         self.loss = float(m["loss"])
+        self.cpu.append(time.process_time() - c)
         return time.perf_counter() - t
 
 
@@ -83,10 +85,11 @@ class TorchStep:
         self.data = [torch.from_numpy(rng.integers(0, model_cfg.vocab_size, (batch, seq + 1))) for _ in range(4)]
         self.i = 0
         self.loss = float("nan")
+        self.cpu: list[float] = []
 
     def __call__(self) -> float:
         toks = self.data[self.i % len(self.data)]
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = self.model(input_ids=toks[:, :-1], labels=toks[:, :-1])
         out.loss.backward()
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -94,49 +97,60 @@ class TorchStep:
         self.opt.zero_grad(set_to_none=True)
         self.i += 1
         self.loss = float(out.loss.detach())
+        self.cpu.append(time.process_time() - c)
         return time.perf_counter() - t
 
 
-def _summary(times: list[float], tokens: int, fpt: float, peak_total: float) -> dict[str, Any]:
+def _summary(times: list[float], cpu: list[float], tokens: int, fpt: float, peak_total: float) -> dict[str, Any]:
     step_s = statistics.median(times)
     tps = tokens / step_s
-    return {"tokens_per_s": tps, "step_time_s": step_s, "step_times_s": times, "mfu": tps * fpt / peak_total}
+    return {"tokens_per_s": tps, "step_time_s": step_s, "step_times_s": times, "mfu": tps * fpt / peak_total,
+            "cpu_s_per_step": statistics.median(cpu[-len(times):]) if times else float("nan")}
 
 
-def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool) -> dict[str, Any]:
+def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool, only: str | None = None
+                 ) -> dict[str, Any]:
     """Time our step (and, interleaved step by step, the torch reference: both then see the same machine
-    load, which matters on a shared host)."""
+    load, which matters on a shared host). ``only`` = "torch" times the reference alone (its process CPU
+    seconds are then uncontaminated by the other framework's idle threads)."""
     t0 = time.perf_counter()
-    ours = JaxStep(cfg)
-    for _ in range(warmup):
-        ours()
+    ours = JaxStep(cfg) if only != "torch" else None
+    for _ in range(warmup if ours else 0):
+        ours()  # type: ignore[misc]
     compile_s = time.perf_counter() - t0
-    ref = TorchStep(cfg.model, *ours.shape, cfg.optimizer.lr) if with_torch else None
+    ref = TorchStep(cfg.model, cfg.data.batch_size, cfg.data.seq_len, cfg.optimizer.lr) \
+        if with_torch or only == "torch" else None
     for _ in range(warmup if ref else 0):
         ref()  # type: ignore[misc]
-    ours_t, ref_t = [], []
+    ours_t: list[float] = []
+    ref_t: list[float] = []
     for _ in range(steps):
-        ours_t.append(ours())
+        if ours is not None:
+            ours_t.append(ours())
         if ref is not None:
             ref_t.append(ref())
-    tokens = ours.shape[0] * ours.shape[1]
+    tokens = cfg.data.batch_size * cfg.data.seq_len
     fpt = train_flops_per_token(cfg.model, cfg.data.seq_len)
-    peak, source = peak_flops_per_device(jax.devices()[0], ours.mesh.size)
+    n_dev = ours.mesh.size if ours else 1
+    peak, source = peak_flops_per_device(jax.devices()[0], n_dev)
     if cfg.metrics.peak_flops:
         peak, source = cfg.metrics.peak_flops, "metrics.peak_flops"
-    peak_total = peak * ours.mesh.size
+    peak_total = peak * n_dev
     entry: dict[str, Any] = {
-        "batch_size": ours.shape[0], "seq_len": ours.shape[1], "tokens_per_step": tokens,
+        "batch_size": cfg.data.batch_size, "seq_len": cfg.data.seq_len, "tokens_per_step": tokens,
         "train_flops_per_token": fpt, "peak_flops_per_device": peak, "peak_source": source,
-        "devices": ours.mesh.size, "compute_dtype": cfg.model.compute_dtype,
-        "jax": {**_summary(ours_t, tokens, fpt, peak_total), "compile_and_warmup_s": compile_s,
-                "final_loss": ours.loss},
+        "devices": n_dev, "compute_dtype": cfg.model.compute_dtype,
     }
+    if ours is not None:
+        entry["jax"] = {**_summary(ours_t, ours.cpu, tokens, fpt, peak_total), "compile_and_warmup_s": compile_s,
+                        "final_loss": ours.loss}
     if ref is not None:
         import torch
 
-        entry["torch_transformers"] = {**_summary(ref_t, tokens, fpt, peak_total), "torch": torch.__version__,
-                                       "threads": torch.get_num_threads(), "final_loss": ref.loss}
+        entry["torch_transformers"] = {**_summary(ref_t, ref.cpu, tokens, fpt, peak_total),
+                                       "torch": torch.__version__, "threads": torch.get_num_threads(),
+                                       "final_loss": ref.loss}
+    if ours is not None and ref is not None:
         entry["ratio_jax_over_torch"] = entry["jax"]["tokens_per_s"] / entry["torch_transformers"]["tokens_per_s"]
         paired = [r / o for o, r in zip(ours_t, ref_t, strict=True)]
         entry["ratio_paired_median"] = statistics.median(paired)
@@ -151,6 +165,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation) per preset")
     ap.add_argument("--batch-size", type=int, default=None, help="override the preset's batch size")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers reference on CPU")
+    ap.add_argument("--only", choices=["jax", "torch"], default=None,
+                    help="time one framework alone (clean per-process CPU seconds on a shared host)")
     args = ap.parse_args()
     platform_name = jax.devices()[0].platform
     names = args.presets.split(",") if args.presets else (["tiny"] if platform_name == "cpu" else ["moe-1b"])
@@ -165,7 +181,8 @@ def main() -> None:
         cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
         if platform_name == "cpu" and cfg.model.compute_dtype != "float32":
             cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
-        entry = bench_preset(cfg, args.steps, args.warmup, platform_name == "cpu" and not args.no_torch)
+        with_torch = platform_name == "cpu" and not args.no_torch and args.only != "jax"
+        entry = bench_preset(cfg, args.steps, args.warmup, with_torch, args.only)
         report["presets"][name] = entry
     print(json.dumps(report, indent=1))
 
