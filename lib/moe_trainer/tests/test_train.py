@@ -142,6 +142,13 @@ def test_metrics_rows_wandb_reference_and_eval_outputs(learned: dict[str, Any]) 
     assert Path(ref["dir"], "wandb").is_dir()
 
 
+def test_rerunning_a_finished_run_is_a_no_op(learned: dict[str, Any], caches: dict[str, Any]) -> None:
+    before = (learned["out"] / "metrics.jsonl").read_text()
+    again = train(_config(caches, learned["out"]))
+    assert (again.step, again.loss, again.eval) == (160, learned["result"].loss, learned["result"].eval)
+    assert (learned["out"] / "metrics.jsonl").read_text() == before
+
+
 def test_evaluate_sums_are_paloma_style(learned: dict[str, Any], caches: dict[str, Any]) -> None:
     model = load_checkpoint(str(learned["out"]))
     assert isinstance(model, Model) and model.config == MODEL
