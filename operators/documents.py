@@ -6,9 +6,10 @@ Layout (any fsspec filesystem)::
     {path}/manifest.json
     {path}/{split}/{shard:05d}.jsonl | .parquet     # split is "train" or "validation"
 
-Every record is ``{"id": str, "text": str, "domain": str, "source": str}``; ``source`` is the file (and, for
-JSONL inputs, line) a document came from, which is what lets ``decontaminate`` refuse files named like
-evaluation splits. The manifest lists, per split, every shard with its document count, UTF-8 byte count,
+Every record is ``{"id": str, "text": str, "domain": str, "source": str, "relpath": str}``: ``source`` is the
+full URL of the file (and, for JSONL inputs, the line) a document came from; ``relpath`` is that file's path
+below the directory its source pattern started from, the part that names the data rather than where it lives,
+which is what ``decontaminate`` checks when it refuses files named like evaluation splits. The manifest lists, per split, every shard with its document count, UTF-8 byte count,
 sha256 and per-domain counts. Shards are written atomically (temporary name + rename locally, one object PUT
 on object stores) and the manifest last, so a dataset with a manifest is complete.
 """
@@ -30,6 +31,7 @@ from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
 DATASET_FORMAT = "documents"
 DATASET_VERSION = 1
 SPLITS = ("train", "validation")
+RECORD_FIELDS = ("id", "text", "domain", "source", "relpath")
 FileFormat = Literal["jsonl", "parquet"]
 
 
@@ -100,7 +102,7 @@ def summarize_split(shards: list[dict[str, Any]]) -> dict[str, Any]:
 def encode_records(records: list[dict[str, str]], file_format: FileFormat) -> bytes:
     if file_format == "jsonl":
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
-    table = pa.table({k: [r[k] for r in records] for k in ("id", "text", "domain", "source")})
+    table = pa.table({k: [r[k] for r in records] for k in RECORD_FIELDS})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     return buf.getvalue()

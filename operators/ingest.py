@@ -105,15 +105,28 @@ class _Skips:
             entry["examples"].append(where)
 
 
-def _expand(source: Source) -> list[fsspec.core.OpenFile]:
-    files = []
+def _base(pattern: str) -> str:
+    """The directory a pattern starts from: everything before the first component holding a glob character."""
+    path = fsspec.core.url_to_fs(pattern)[1]
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if any(c in part for c in "*?["):
+            return "/".join(parts[:i])
+    return "/".join(parts[:-1])
+
+
+def _expand(source: Source) -> list[tuple[fsspec.core.OpenFile, str]]:
+    """(file, path relative to its pattern's base directory) for every file a source matches."""
+    files: list[tuple[fsspec.core.OpenFile, str]] = []
     for pattern in source.paths:
         matched = fsspec.open_files(pattern, mode="rb", compression="infer")
         if not matched:
             raise FileNotFoundError(f"ingest source {pattern!r} (domain {source.domain!r}) matches no file; "
                                     "check the path or glob (use '**' to recurse into directories)")
-        files.extend(matched)
-    return sorted(files, key=lambda f: f.full_name)
+        base = _base(pattern)
+        files.extend((of, of.path[len(base):].lstrip("/") if of.path.startswith(base) else of.path)
+                     for of in matched)
+    return sorted(files, key=lambda f: f[0].full_name)
 
 
 def _decode(raw: bytes, where: str, policy: str, skips: _Skips) -> str | None:
@@ -130,15 +143,15 @@ def _decode(raw: bytes, where: str, policy: str, skips: _Skips) -> str | None:
     return text.removeprefix("\ufeff")
 
 
-def _raw_documents(source: Source, config: IngestConfig, skips: _Skips) -> Iterator[tuple[str, str]]:
-    """(text, where) for every candidate document of a source, before empty/duplicate checks."""
+def _raw_documents(source: Source, config: IngestConfig, skips: _Skips) -> Iterator[tuple[str, str, str]]:
+    """(text, where, relpath) for every candidate document of a source, before empty/duplicate checks."""
     if source.kind == "pydoc_topics":
         from pydoc_data.topics import topics
 
         for name in sorted(topics):
-            yield topics[name], f"pydoc_data.topics:{name}"
+            yield topics[name], f"pydoc_data.topics:{name}", f"pydoc_data/topics/{name}"
         return
-    for of in _expand(source):
+    for of, relpath in _expand(source):
         where = of.full_name
         if any(x in where for x in source.exclude):
             skips.add("excluded", where)
@@ -148,7 +161,7 @@ def _raw_documents(source: Source, config: IngestConfig, skips: _Skips) -> Itera
         if source.kind == "files":
             text = _decode(raw, where, config.decode_errors, skips)
             if text is not None:
-                yield text, where
+                yield text, where, relpath
             continue
         for lineno, line in enumerate(raw.splitlines(), start=1):
             loc = f"{where}:{lineno}"
@@ -165,7 +178,7 @@ def _raw_documents(source: Source, config: IngestConfig, skips: _Skips) -> Itera
             except (ValueError, KeyError, TypeError):
                 skips.add("malformed_jsonl", loc)
                 continue
-            yield text, loc
+            yield text, loc, relpath
 
 
 def _in_validation(text: str, config: IngestConfig) -> bool:
@@ -182,7 +195,7 @@ def ingest(config: IngestConfig) -> dict[str, Any]:
     writers = {split: SplitWriter(config.output_path, split, config.file_format, config.shard_bytes)
                for split in ("train", "validation")}
     for source in config.sources:
-        for text, where in _raw_documents(source, config, skips):
+        for text, where, relpath in _raw_documents(source, config, skips):
             if not text.strip():
                 skips.add("empty", where)
                 continue
@@ -193,7 +206,8 @@ def ingest(config: IngestConfig) -> dict[str, Any]:
                     continue
                 seen.add(digest)
             split = "validation" if _in_validation(text, config) else "train"
-            writers[split].add({"id": digest[:24], "text": text, "domain": source.domain, "source": where})
+            writers[split].add({"id": digest[:24], "text": text, "domain": source.domain, "source": where,
+                                "relpath": relpath})
     splits = {name: w.summary() for name, w in writers.items()}
     if not splits["train"]["documents"]:
         raise ValueError(f"ingest into {config.output_path} produced no training documents (skipped: "

@@ -97,7 +97,7 @@ class BloomFilter:
             return np.zeros(0, dtype=bool)
         pos = self._positions(h)
         bit = (self.bits[(pos >> np.uint64(3)).astype(np.int64)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
-        return bit.all(axis=0)
+        return np.asarray(bit.all(axis=0), dtype=bool)
 
     def meta(self) -> dict[str, Any]:
         return {"m_bits": self.m, "k": self.k, "capacity": self.capacity, "fpr": self.fpr, "count": self.count,

@@ -26,7 +26,8 @@ _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 def _fields(buf: bytes) -> list[tuple[int, int, bytes | int]]:
     """(field number, wire type, value) for each field of a protobuf message; values of wire type 2 stay bytes."""
-    out, i = [], 0
+    out: list[tuple[int, int, bytes | int]] = []
+    i = 0
     while i < len(buf):
         key, i = _varint(buf, i)
         num, wire = key >> 3, key & 7
@@ -122,6 +123,7 @@ def tokenizer_from_spm(data: bytes) -> Tokenizer:
     m = parse_model(data)
     if m.model_type not in (_UNIGRAM, _BPE):
         raise ValueError(f"SentencePiece model_type {m.model_type} is not supported (only unigram=1 and bpe=2)")
+    model: models.Model
     if m.model_type == _UNIGRAM:
         model = models.Unigram([(p, s) for p, s, _ in m.pieces], m.unk_id, m.byte_fallback)
     else:

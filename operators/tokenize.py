@@ -25,14 +25,14 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from operators.documents import read_manifest, read_shard
+from operators.documents import FileFormat, read_manifest, read_shard
 from operators.train_tokenizer import load_tokenizer
 
 _TOKENIZERS: dict[str, Tokenizer] = {}  # per worker process: load each tokenizer once
@@ -50,8 +50,12 @@ class TokenizeConfig:
     """Worker processes when not on Ray (None: one per CPU core; 1: in this process)."""
     batch_docs: int = 256
     """Documents per encode_batch call."""
+    backend: Literal["auto", "ray", "processes"] = "auto"
+    """``auto``: Ray tasks when Ray is initialised, else processes; ``ray`` requires Ray to be up."""
 
     def __post_init__(self) -> None:
+        if self.backend not in ("auto", "ray", "processes"):
+            raise ValueError(f"backend {self.backend!r} is not one of 'auto', 'ray', 'processes'")
         if self.num_workers is not None and self.num_workers < 1:
             raise ValueError(f"num_workers must be >= 1 or None, got {self.num_workers}")
         if self.batch_docs < 1:
@@ -82,16 +86,28 @@ def _encoded(tok: Tokenizer, docs: list[dict[str, str]], batch: int,
             yield np.asarray(enc.ids, dtype=dtype), doc["domain"], len(doc["text"].encode("utf-8"))
 
 
-def tokenize_shard(input_path: str, file_format: str, task: _Task, tokenizer_path: str, header: CacheHeader,
-                   batch_docs: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a worker needs to tokenize one input shard (picklable for Ray and process pools)."""
+
+    input_path: str
+    file_format: FileFormat
+    task: _Task
+    tokenizer_path: str
+    header: CacheHeader
+    batch_docs: int
+
+
+def tokenize_shard(job: ShardJob) -> dict[str, Any]:
     """Tokenize one input shard into its cache shard(s); runs in a worker. Returns per-cache stats."""
-    docs = read_shard(input_path, task.shard, file_format)  # type: ignore[arg-type]
-    tok = _tokenizer(tokenizer_path)
+    task, header = job.task, job.header
+    docs = read_shard(job.input_path, task.shard, job.file_format)
+    tok = _tokenizer(job.tokenizer_path)
     out: dict[str, Any] = {}
     for domain, cache_path in task.targets.items():
         selected = docs if domain == "*" else [d for d in docs if d["domain"] == domain]
         rec = write_shard(cache_path, task.shard["name"], header,
-                          _encoded(tok, selected, batch_docs, header.dtype))
+                          _encoded(tok, selected, job.batch_docs, header.dtype))
         out[cache_path] = {"tokens": rec.num_tokens, "documents": rec.num_documents}
     return out
 
@@ -99,7 +115,8 @@ def tokenize_shard(input_path: str, file_format: str, task: _Task, tokenizer_pat
 def _plan(config: TokenizeConfig, manifest: dict[str, Any]) -> tuple[list[_Task], dict[str, list[str]]]:
     """All tasks, and for each cache path the shard names it must end up with."""
     root = config.output_path.rstrip("/")
-    tasks, expected = [], {}
+    tasks: list[_Task] = []
+    expected: dict[str, list[str]] = {}
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
             if split == "train":
@@ -119,34 +136,37 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _run(tasks: list[_Task], config: TokenizeConfig, file_format: str, header: CacheHeader,
+def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, header: CacheHeader,
          progress: tqdm) -> None:
-    args = (config.input_path, file_format)
-    tail = (config.tokenizer_path, header, config.batch_docs)
+    jobs = [ShardJob(config.input_path, file_format, t, config.tokenizer_path, header, config.batch_docs)
+            for t in tasks]
 
     def done(stats: dict[str, Any]) -> None:
         progress.update(1)
         progress.set_postfix(tokens=sum(v["tokens"] for v in stats.values()), refresh=False)
 
-    try:
+    on_ray = False
+    if config.backend != "processes":
         import ray
+
         on_ray = ray.is_initialized()
-    except ImportError:
-        on_ray = False
+        if config.backend == "ray" and not on_ray:
+            raise RuntimeError("tokenize: backend='ray' but Ray is not initialised; call ray.init() (or run the "
+                               "step on the executor's Ray backend), or use backend='auto'")
     if on_ray:
         remote = ray.remote(num_cpus=1, max_retries=2)(tokenize_shard)
-        pending = [remote.remote(*args, t, *tail) for t in tasks]
+        pending = [remote.remote(job) for job in jobs]
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             done(ray.get(ready[0]))
         return
     workers = min(config.num_workers or os.cpu_count() or 1, max(len(tasks), 1))
     if workers == 1:
-        for t in tasks:
-            done(tokenize_shard(*args, t, *tail))
+        for job in jobs:
+            done(tokenize_shard(job))
         return
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        futures = [pool.submit(tokenize_shard, *args, t, *tail) for t in tasks]
+        futures = [pool.submit(tokenize_shard, job) for job in jobs]
         for fut in as_completed(futures):
             done(fut.result())
 

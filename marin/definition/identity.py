@@ -94,11 +94,12 @@ def encode_fields(config: Any, *, step_name: str, path: str, dep_hash: Callable[
     }
 
 
-def identity_of(step: Step, dep_hash: Callable[[Step], str]) -> dict[str, Any]:
-    """The identity document of `step`, given a function returning each dependency's hash."""
+def identity_of(step: Step, dep_hash: Callable[[Step], str], deps: list[Step] | None = None) -> dict[str, Any]:
+    """The identity document of `step`, given a function returning each dependency's hash (and, optionally,
+    its direct dependencies, when the caller already collected them)."""
     config = encode_fields(step.config, step_name=step.name, path="config", dep_hash=dep_hash)
-    deps = sorted({dep_hash(d) for d in direct_dependencies(step)})
-    return {"name": step.name, "version": step.version, "config": config, "dependencies": deps}
+    dep_hashes = sorted({dep_hash(d) for d in (direct_dependencies(step) if deps is None else deps)})
+    return {"name": step.name, "version": step.version, "config": config, "dependencies": dep_hashes}
 
 
 def pinned_identity_of(step: Step) -> dict[str, Any]:

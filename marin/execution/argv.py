@@ -12,6 +12,7 @@ import json
 import os
 
 import draccus
+import draccus.utils
 
 BACKENDS = ("ray", "local")
 FORMATS = ("table", "json")
@@ -90,4 +91,11 @@ def normalize_argv(argv: list[str]) -> list[str]:
 
 
 def parse_flags(argv: list[str]) -> ExecutorMainConfig:
-    return draccus.parse(ExecutorMainConfig, args=normalize_argv(argv))
+    """Parse flags; an invalid value raises ValueError naming the flag and the valid choices."""
+    try:
+        return draccus.parse(ExecutorMainConfig, args=normalize_argv(argv))
+    except draccus.utils.ParsingError as e:
+        cause = e.__cause__
+        if isinstance(cause, ValueError):
+            raise ValueError(str(cause)) from e
+        raise ValueError(f"invalid flags {argv}: {e}") from e

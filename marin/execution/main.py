@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import marin.tracking  # noqa: F401  (registers the issue-tracker publisher factory)
 from marin.definition.step import Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags

@@ -38,13 +38,17 @@ def ensure_ray(address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    paths = _code_paths()
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}}
+    pythonpath = os.pathsep.join([*_code_paths(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if address:
-        ray.init(address=address, namespace="marin", runtime_env=runtime_env, log_to_driver=False)
+        # Workers of a cluster do not inherit this process's environment: ship the code paths with the job.
+        ray.init(address=address, namespace="marin", runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                 log_to_driver=False)
     else:
+        # An embedded Ray's workers inherit our environment; a job-level runtime_env would slow every worker
+        # start (it goes through the runtime-env agent), so set PYTHONPATH directly instead.
+        os.environ["PYTHONPATH"] = pythonpath
         ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, namespace="marin",
-                 runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
+                 log_to_driver=False, configure_logging=False)
     return True
 
 

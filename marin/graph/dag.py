@@ -74,7 +74,7 @@ class Graph:
         return hashlib.sha256("\n".join(sorted(n.hash for n in self.nodes)).encode()).hexdigest()
 
 
-def _collect(targets: Sequence[Step]) -> list[Step]:
+def _collect(targets: Sequence[Step]) -> tuple[list[Step], dict[int, list[Step]]]:
     """All steps reachable from `targets` through placeholders, in topological order (iterative)."""
     found: dict[int, Step] = {}
     deps_of: dict[int, list[Step]] = {}
@@ -104,7 +104,7 @@ def _collect(targets: Sequence[Step]) -> list[Step]:
     if len(order) != len(found):
         stuck = sorted(found[k].name for k, v in indegree.items() if v > 0)
         raise StepDefinitionError(f"the steps {stuck[:10]} form a dependency cycle; a step cannot use its own output")
-    return order
+    return order, deps_of
 
 
 def build_graph(steps: Iterable[Step]) -> Graph:
@@ -113,14 +113,14 @@ def build_graph(steps: Iterable[Step]) -> Graph:
     for i, s in enumerate(targets):
         if not isinstance(s, Step):
             raise StepDefinitionError(f"steps[{i}] is a {type(s).__name__}, not a Step: pass Step objects")
-    order = _collect(targets)
+    order, deps_of = _collect(targets)
     by_step: dict[int, Node] = {}
     by_hash: dict[str, Node] = {}
     by_name: dict[str, Node] = {}
     nodes: list[Node] = []
     warnings: list[str] = []
     for step in order:
-        identity = identity_of(step, lambda d: by_step[id(d)].hash)
+        identity = identity_of(step, lambda d: by_step[id(d)].hash, deps_of[id(step)])
         content_hash = step_hash(identity)
         hash_ = content_hash
         if step.output_path_override:
@@ -139,10 +139,12 @@ def build_graph(steps: Iterable[Step]) -> Graph:
                     f"two different steps are named {step.name!r} (hashes {other.hash[:8]} and {hash_[:8]}); "
                     f"{_first_difference(other.identity, identity)}. Give them distinct names"
                 )
-            deps = []
-            for d in direct_dependencies(step):
+            deps: list[Node] = []
+            seen: set[int] = set()
+            for d in deps_of[id(step)]:
                 dn = by_step[id(d)]
-                if dn not in deps:
+                if id(dn) not in seen:
+                    seen.add(id(dn))
                     deps.append(dn)
             node = Node(step, hash_, identity, deps, content_hash)
             by_hash[hash_] = node

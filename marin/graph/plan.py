@@ -138,10 +138,13 @@ class Scan:
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix."""
         parent, base = posixpath.split(output_path)
+        names = self.listing.get(parent)
+        if not names:
+            return []
         stem = HASH8.sub("", base)
         return [
             posixpath.join(parent, n)
-            for n in self.listing.get(parent, ())
+            for n in names
             if n != base and n.startswith(stem + "-") and HASH8.sub("", n) == stem
         ]
 

@@ -125,3 +125,34 @@ def block_until_released(cfg: BlockConfig) -> None:
             raise TimeoutError(f"{cfg.release_file} never appeared")
         time.sleep(0.02)
     os.makedirs(cfg.output_path, exist_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class FsWriteConfig:
+    """Like WriteConfig, through fsspec, so the output path may be gs:// or s3://."""
+
+    output_path: str
+    text: str = "hello"
+
+
+def fs_write(cfg: FsWriteConfig) -> None:
+    import fsspec
+
+    with fsspec.open(f"{cfg.output_path}/out.txt", "w") as f:
+        f.write(cfg.text)
+    print(f"wrote {cfg.output_path}/out.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class FsCopyConfig:
+    input_path: str
+    output_path: str
+
+
+def fs_copy_upper(cfg: FsCopyConfig) -> None:
+    import fsspec
+
+    with fsspec.open(cfg.input_path, "r") as f:
+        text = f.read()
+    with fsspec.open(f"{cfg.output_path}/out.txt", "w") as f:
+        f.write(text.upper())

@@ -12,7 +12,7 @@ from moe_trainer.checkpoint import load_checkpoint
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.permutation import feistel_permutation
 from moe_trainer.evaluate import evaluate
-from moe_trainer.flops import count_params, flops_per_token
+from moe_trainer.flops import FlopsPerToken, count_params, flops_per_token
 from moe_trainer.hf import load_hf, save_hf
 from moe_trainer.model import Model, MoEStats, forward, init_params, param_logical_axes, update_router_bias
 from moe_trainer.presets import load_preset, preset_names
@@ -20,6 +20,7 @@ from moe_trainer.sharding import make_mesh, param_shardings, shard_params
 from moe_trainer.train import TrainConfig, TrainResult, train
 
 __all__ = [
+    "FlopsPerToken",
     "Model",
     "ModelConfig",
     "MoEStats",

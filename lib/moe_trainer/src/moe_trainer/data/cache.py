@@ -126,11 +126,16 @@ def _write_atomic(fs: fsspec.AbstractFileSystem, path: str, chunks: Iterable[byt
                 f.write(c)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON through fsspec atomically (temp + rename locally; single object elsewhere)."""
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write a file through fsspec so no reader sees it half-written (temp + rename locally; one PUT elsewhere)."""
     fs, p = _fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
-    _write_atomic(fs, p, [json.dumps(obj, indent=1, sort_keys=True).encode()])
+    _write_atomic(fs, p, [data])
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write JSON through fsspec atomically (temp + rename locally; single object elsewhere)."""
+    write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False).encode())
 
 
 class _ShardAccumulator:

@@ -1,0 +1,151 @@
+"""Executor overhead on no-op steps; prints one JSON object.
+
+    scripts/netns python benchmarks/executor_overhead.py            # everything (Ray part needs the netns)
+    python benchmarks/executor_overhead.py --no-ray                 # local backend and planning only
+
+Figures: planning a 10,000-step DAG (chain and fan-out) on an empty prefix; wall time of 200- and 1,000-step
+chains and fan-outs (root -> N-2 independent steps -> sink) on the local backend and on the Ray backend; the same
+no-op work as raw `ray.remote` tasks in the same process, and the ratio; re-running a fully succeeded
+1,000-step DAG. Timings are wall seconds of `run_experiment` (or of the raw Ray calls), imports excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from marin import Step, output_path_of, run_experiment, this_output_path  # noqa: E402
+from marin.graph import build_graph, make_plan  # noqa: E402
+from marin.storage import storage_for  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class NoopConfig:
+    output_path: str
+    inputs: tuple[str, ...] = ()
+
+
+def noop(cfg: NoopConfig) -> None:
+    """Does nothing: what remains is the executor's own cost."""
+
+
+def chain(n: int, tag: str) -> list[Step]:
+    prev = Step(name=f"{tag}/s0", fn=noop, config=NoopConfig(output_path=this_output_path()))
+    for i in range(1, n):
+        prev = Step(name=f"{tag}/s{i}", fn=noop,
+                    config=NoopConfig(output_path=this_output_path(), inputs=(output_path_of(prev),)))
+    return [prev]
+
+
+def fan(n: int, tag: str) -> list[Step]:
+    root = Step(name=f"{tag}/root", fn=noop, config=NoopConfig(output_path=this_output_path()))
+    middles = [Step(name=f"{tag}/m{i}", fn=noop, config=NoopConfig(output_path=this_output_path(),
+                                                                  inputs=(output_path_of(root),)))
+               for i in range(n - 2)]
+    sink = Step(name=f"{tag}/sink", fn=noop, config=NoopConfig(
+        output_path=this_output_path(), inputs=tuple(output_path_of(m) for m in middles)))
+    return [sink]
+
+
+SHAPES = {"chain": chain, "fan": fan}
+
+
+def time_plan(n: int, shape: str) -> dict[str, float]:
+    t0 = time.perf_counter()
+    steps = SHAPES[shape](n, f"plan-{shape}")
+    t1 = time.perf_counter()
+    graph = build_graph(steps)
+    t2 = time.perf_counter()
+    prefix = tempfile.mkdtemp(prefix="marin-bench-")
+    plan = make_plan(graph, prefix, storage_for(prefix))
+    t3 = time.perf_counter()
+    assert len(plan.entries) == n and all(e.action == "run" for e in plan.entries)
+    return {"build_steps_s": round(t1 - t0, 3), "graph_and_hashes_s": round(t2 - t1, 3),
+            "plan_s": round(t3 - t2, 3), "total_s": round(t3 - t1, 3)}
+
+
+def time_run(n: int, shape: str, backend: str, prefix: str) -> float:
+    steps = SHAPES[shape](n, f"{backend}-{shape}{n}")
+    t0 = time.perf_counter()
+    result = run_experiment(steps, prefix=prefix, backend=backend, verbose=False, script=f"bench_{shape}.py")
+    wall = time.perf_counter() - t0
+    assert result.status == "SUCCESS", result.summary
+    assert sum(1 for st in result.steps.values() if st.note == "ran") == n
+    return round(wall, 3)
+
+
+def time_rerun(n: int, shape: str, prefix: str) -> float:
+    steps = SHAPES[shape](n, f"local-{shape}{n}")
+    t0 = time.perf_counter()
+    result = run_experiment(steps, prefix=prefix, backend="local", verbose=False, script=f"bench_{shape}.py")
+    wall = time.perf_counter() - t0
+    assert result.status == "SUCCESS" and all(e.action == "skip" for e in result.plan.entries)
+    return round(wall, 3)
+
+
+def raw_ray(n: int, shape: str) -> float:
+    """The same no-op work as plain ray.remote tasks, with the same ordering constraints."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(lambda *deps: None)
+    t0 = time.perf_counter()
+    if shape == "chain":  # each step starts after the previous one finished, as in the executor
+        for _ in range(n):
+            ray.get(task.remote())
+    else:
+        ray.get(task.remote())
+        ray.get([task.remote() for _ in range(n - 2)])
+        ray.get(task.remote())
+    return round(time.perf_counter() - t0, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend and raw Ray figures")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--plan-size", type=int, default=10_000)
+    args = parser.parse_args()
+
+    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                       "load_avg_1m": round(os.getloadavg()[0], 2)}}
+    out["plan"] = {shape: time_plan(args.plan_size, shape) for shape in SHAPES}
+    out["plan"]["n"] = args.plan_size
+    prefix = tempfile.mkdtemp(prefix="marin-bench-")
+    out["local"] = {f"{shape}_{n}_s": time_run(n, shape, "local", prefix) for n in args.sizes for shape in SHAPES}
+    biggest = max(args.sizes)
+    out["rerun_succeeded"] = {f"chain_{biggest}_s": time_rerun(biggest, "chain", prefix),
+                              f"fan_{biggest}_s": time_rerun(biggest, "fan", prefix)}
+    if not args.no_ray:
+        import ray
+
+        from marin.execution.ray_backend import ensure_ray
+
+        t0 = time.perf_counter()
+        ensure_ray(None)
+        out["ray_init_s"] = round(time.perf_counter() - t0, 3)
+        raw_ray(20, "fan")  # start the worker pool so neither side pays for it
+        ray_prefix = tempfile.mkdtemp(prefix="marin-bench-ray-")
+        out["ray"] = {}
+        out["raw_ray"] = {}
+        out["ray_over_raw"] = {}
+        for n in args.sizes:
+            for shape in SHAPES:
+                key = f"{shape}_{n}_s"
+                out["raw_ray"][key] = raw_ray(n, shape)
+                out["ray"][key] = time_run(n, shape, "ray", ray_prefix)
+                out["ray_over_raw"][f"{shape}_{n}"] = round(out["ray"][key] / max(out["raw_ray"][key], 1e-9), 2)
+        ray.shutdown()
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

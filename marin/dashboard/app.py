@@ -1,0 +1,156 @@
+"""The dashboard's FastAPI application: wiring only (routers, templates, static files, headers, errors).
+
+`create_app(prefix)` builds one read-only app for one prefix. The routers (one per resource: experiments,
+steps, files, issues) each serve a JSON API under `/api/...` and the HTML page that uses it. Pages are rendered
+server-side with Jinja2 (autoescape on, so every string from storage is escaped) and refreshed by small vanilla
+scripts under `/static`. The Content-Security-Policy allows scripts, styles and requests to this origin only:
+nothing is fetched from a CDN or any other host.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from marin.dashboard.context import Dashboard
+from marin.dashboard.files import FileNotFound
+from marin.dashboard.markdown import render as render_markdown
+from marin.dashboard.paths import UnsafePathError
+from marin.dashboard.routers import experiments, files, issues, steps
+from marin.dashboard.steps import StepNotFound
+from marin.dashboard.store import CorruptFileError
+
+HERE = Path(__file__).parent
+STATES = {"WAITING", "RUNNING", "SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED", "NOT_STARTED", "NEVER_RUN"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+class SecurityHeaders:
+    """Adds the CSP and friends to every response (plain ASGI: no per-request task overhead)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = list(message.get("headers", [])) + [
+                    h for h in _HEADERS if h[0] not in names
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _ts(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "—"
+    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "—"
+    s = float(value)
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} m {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} m"
+
+
+def _state(value: Any) -> str:
+    return value if value in STATES else "UNKNOWN"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def _short(value: Any, n: int = 28) -> str:
+    s = str(value)
+    return s if len(s) <= n else s[: n // 2 - 1] + "…" + s[-(n // 2 - 1) :]
+
+
+def templates() -> Jinja2Templates:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.filters.update(
+        ts=_ts, duration=_duration, state=_state, pretty=_pretty, short=_short, markdown=render_markdown
+    )
+    return Jinja2Templates(env=env)
+
+
+def create_app(
+    prefix: str, *, cache_ttl: float | None = None, storage_options: dict[str, Any] | None = None
+) -> FastAPI:
+    """The dashboard for `prefix` (a local path, gs://bucket/path, s3://bucket/path)."""
+    app = FastAPI(
+        title="marin dashboard",
+        description="Read-only view of the experiments, steps, logs, metrics and local issues under a prefix.",
+        version="1",
+    )
+    app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options)
+    app.state.templates = templates()
+    for module in (experiments, steps, files, issues):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.add_middleware(SecurityHeaders)
+
+    def handler(status: int) -> Any:
+        async def handle(request: Request, exc: Exception) -> Response:
+            return error_response(request, status, str(exc))
+
+        return handle
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return error_response(request, exc.status_code, str(exc.detail))
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(UnsafePathError, handler(400))
+    app.add_exception_handler(StepNotFound, handler(404))
+    app.add_exception_handler(FileNotFound, handler(404))
+    app.add_exception_handler(CorruptFileError, handler(500))
+    return app
+
+
+def error_response(request: Request, status: int, detail: str) -> Response:
+    if request.url.path.startswith("/api/") or request.url.path.startswith("/raw/"):
+        return JSONResponse({"detail": detail}, status_code=status)
+    html: HTMLResponse = request.app.state.templates.TemplateResponse(
+        request,
+        "error.html",
+        {"status": status, "detail": detail, "prefix": request.app.state.dash.prefix},
+        status_code=status,
+    )
+    return html
+
+
+def app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory marin.dashboard.app:app_from_env` (prefix from MARIN_PREFIX)."""
+    return create_app(os.environ.get("MARIN_PREFIX", "./marin-out"))

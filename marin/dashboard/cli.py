@@ -1,0 +1,63 @@
+"""`marin dashboard [--prefix P] [--host 127.0.0.1] [--port 8000]`: serve the dashboard with uvicorn.
+
+Bound to loopback by default: the dashboard shows configs, logs and files, so exposing it is a decision the
+user makes with --host. The prefix comes from --prefix, else MARIN_PREFIX, else ./marin-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="marin dashboard", description="Serve the read-only status dashboard of a prefix."
+    )
+    p.add_argument(
+        "--prefix",
+        default=None,
+        help="local path, gs://bucket/path or s3://bucket/path (default: $MARIN_PREFIX, else ./marin-out)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    p.add_argument(
+        "--cache-ttl",
+        type=float,
+        default=None,
+        help="seconds a read file is trusted before its mtime/etag is checked again "
+        "(default: 1 locally, 5 on object stores)",
+    )
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def resolve_prefix(arg: str | None) -> str:
+    prefix = arg or os.environ.get("MARIN_PREFIX") or "./marin-out"
+    if "://" not in prefix:
+        prefix = os.path.abspath(prefix)
+    return prefix
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    prefix = resolve_prefix(args.prefix)
+    if "://" not in prefix and not os.path.isdir(prefix):
+        print(
+            f"marin dashboard: prefix {prefix} does not exist; run an experiment first or pass --prefix",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn
+
+    from marin.dashboard.app import create_app
+
+    app = create_app(prefix, cache_ttl=args.cache_ttl)
+    print(f"marin dashboard: serving {prefix} at http://{args.host}:{args.port}/", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

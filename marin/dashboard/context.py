@@ -1,0 +1,42 @@
+"""What every request handler needs for one prefix: the store and the readers built on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from marin.dashboard.experiments import ExperimentIndex
+from marin.dashboard.issues import IssueReader
+from marin.dashboard.metrics import MetricsReader
+from marin.dashboard.store import PrefixStore
+
+
+@dataclass
+class Dashboard:
+    prefix: str
+    store: PrefixStore
+    experiments: ExperimentIndex
+    metrics: MetricsReader
+    issues: IssueReader
+
+    @classmethod
+    def open(
+        cls, prefix: str, *, cache_ttl: float | None = None, storage_options: dict[str, Any] | None = None
+    ) -> Dashboard:
+        store = PrefixStore(prefix, ttl=cache_ttl, storage_options=storage_options)
+        issues = IssueReader(store)
+        return cls(
+            prefix=prefix,
+            store=store,
+            experiments=ExperimentIndex(store, issues.link),
+            metrics=MetricsReader(store),
+            issues=issues,
+        )
+
+
+def get_dashboard(request: Request) -> Dashboard:
+    """FastAPI dependency: the app's Dashboard."""
+    dash: Dashboard = request.app.state.dash
+    return dash

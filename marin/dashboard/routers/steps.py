@@ -1,0 +1,64 @@
+"""Steps: a step's full picture, its log tail (follow it by passing `offset` back) and its metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.paths import clean_relpath
+from marin.dashboard.schemas import LogTail, Metrics, StepDetail
+from marin.dashboard.steps import log_tail, step_detail
+
+router = APIRouter()
+Dash = Annotated[Dashboard, Depends(get_dashboard)]
+MAX_LOG_BYTES = 1 << 20
+
+
+@router.get("/api/steps/{step_path:path}", response_model=StepDetail, tags=["steps"])
+def get_step(step_path: str, dash: Dash) -> StepDetail:
+    """A step by its output path relative to the prefix, e.g. `demo/total-5e6f7a8b`."""
+    return step_detail(dash.store, clean_relpath(step_path), dash.issues.link, dash.experiments)
+
+
+@router.get("/api/logs/{step_path:path}", response_model=LogTail, tags=["steps"])
+def get_log(
+    step_path: str,
+    dash: Dash,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="attempt number; default: the current one")
+    ] = None,
+    offset: Annotated[
+        int | None, Query(ge=0, description="byte offset to read from (the `end` of the last call)")
+    ] = None,
+    max_bytes: Annotated[int, Query(ge=1, le=MAX_LOG_BYTES)] = 64 << 10,
+) -> LogTail:
+    """The tail of a step's log: the last `max_bytes`, or what was appended after `offset`."""
+    rel = clean_relpath(step_path)
+    if dash.store.read_json(f"{rel}/.marin/status.json") is None and dash.store.info(f"{rel}/.marin") is None:
+        raise HTTPException(404, f"no step at {rel!r}")
+    return log_tail(dash.store, rel, attempt, offset, max_bytes)
+
+
+@router.get("/api/metrics/{step_path:path}", response_model=Metrics, tags=["steps"])
+def get_metrics(
+    step_path: str,
+    dash: Dash,
+    max_points: Annotated[int, Query(ge=2, le=20000)] = 1000,
+) -> Metrics:
+    """Training curves (metrics.jsonl, downsampled), the latest expert load, and eval results (eval.json)."""
+    rel = clean_relpath(step_path)
+    metrics = dash.metrics.metrics(rel, max_points)
+    if metrics is None:
+        raise HTTPException(404, f"step {rel!r} has neither metrics.jsonl nor eval.json")
+    return metrics
+
+
+@router.get("/steps/{step_path:path}", response_class=HTMLResponse, include_in_schema=False)
+def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
+    step = get_step(step_path, dash)
+    return request.app.state.templates.TemplateResponse(
+        request, "step.html", {"prefix": dash.prefix, "step": step}
+    )

@@ -1,0 +1,213 @@
+"""One step's full picture from its `.marin/` files: status, events, attempts, provenance, what changed versus
+its previous version, and its log tail.
+
+"Previous version" is the most recent *other* step with the same name under the prefix: the directories
+`{name}-{hash8}` next to this one. The one created last before this step is preferred; when this step is the
+oldest, the newest other version is used, so the diff still says how they differ.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from marin.dashboard.diff import field_changes
+from marin.dashboard.experiments import ExperimentIndex, IssueLinker, _float, _str, step_ref, step_rel
+from marin.dashboard.schemas import (
+    Attempt,
+    LogTail,
+    PreviousVersion,
+    StepChanges,
+    StepDetail,
+    StepEvent,
+    StepStatus,
+)
+from marin.dashboard.store import PrefixStore
+
+_LOG = re.compile(r"^attempt-(\d+)\.log$")
+TERMINAL = ("SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED")
+
+
+class StepNotFound(LookupError):
+    pass
+
+
+def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: ExperimentIndex) -> StepDetail:
+    meta = f"{rel}/.marin"
+    step = store.read_json(f"{meta}/step.json")
+    status_doc = store.read_json(f"{meta}/status.json")
+    if not isinstance(step, dict) and not isinstance(status_doc, dict):
+        raise StepNotFound(f"no step at {rel!r}: neither {meta}/step.json nor {meta}/status.json exists")
+    status = StepStatus.model_validate(status_doc if isinstance(status_doc, dict) else {})
+    step_hash = step.get("hash") if isinstance(step, dict) else status.hash
+    experiments = index.containing(step_hash) if isinstance(step_hash, str) else []
+    recorded = isinstance(step, dict)
+    step = step if isinstance(step, dict) else _from_manifest(index, step_hash, experiments)
+    events = [
+        StepEvent.model_validate(e) for e in store.read_jsonl(f"{meta}/events.jsonl") if isinstance(e, dict)
+    ]
+    name = _str(step.get("name")) or status.name or rel
+    lease = store.read_json(f"{meta}/lease.json")
+    wandb = store.read_json(f"{rel}/wandb.json")
+    return StepDetail(
+        path=rel,
+        name=name,
+        hash=_str(step.get("hash")) or status.hash,
+        status=status,
+        description=_str(step.get("description")) or "",
+        fn=_str(step.get("fn")),
+        fn_source_hash=_str(step.get("fn_source_hash")),
+        version=None if step.get("version") is None else str(step.get("version")),
+        config=step.get("config"),
+        identity=step.get("identity"),
+        config_class=_str(step.get("config_class")),
+        dependencies=[step_ref(store, d) for d in step.get("dependencies") or [] if isinstance(d, dict)],
+        resources=step.get("resources"),
+        issue=issue_link(_str(step.get("issue"))),
+        experiment=_str(step.get("experiment")),
+        git_commit=_str(step.get("git_commit")),
+        git_dirty=step.get("git_dirty") if isinstance(step.get("git_dirty"), bool) else None,
+        packages=_dict(step.get("packages")),
+        host=_str(step.get("host")),
+        user=_str(step.get("user")),
+        created=_float(step.get("created")),
+        events=events,
+        attempts=attempts(store, rel, events),
+        lease=lease if isinstance(lease, dict) else None,
+        changes=previous_changes(store, rel, step)
+        if recorded
+        else StepChanges(
+            note="this step never ran, so it has no step.json; its definition comes from the manifest"
+        ),
+        experiments=experiments,
+        recorded=recorded,
+        wandb=wandb if isinstance(wandb, dict) else None,
+        has_metrics=store.info(f"{rel}/metrics.jsonl") is not None,
+        has_eval=store.info(f"{rel}/eval.json") is not None,
+        active=status.status in ("WAITING", "RUNNING"),
+    )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _from_manifest(index: ExperimentIndex, step_hash: Any, experiments: list[str]) -> dict[str, Any]:
+    """What the manifest knows of a step that never ran (DEP_FAILED, or waiting): name and dependencies."""
+    entry = index.step_entry(step_hash) if isinstance(step_hash, str) else None
+    if entry is None:
+        return {}
+    deps = [index.step_entry(d) for d in entry.get("dependencies") or [] if isinstance(d, str)]
+    found = index.manifest(experiments[0]) if experiments else None
+    return {
+        "name": entry.get("name"),
+        "hash": step_hash,
+        "dependencies": [d for d in deps if d is not None],
+        "experiment": experiments[0] if experiments else None,
+        "issue": found[1].issue.ref if found and found[1].issue else None,
+    }
+
+
+def attempts(store: PrefixStore, rel: str, events: list[StepEvent]) -> list[Attempt]:
+    """Attempts seen in the events and in the logs directory, with start, end and outcome."""
+    by_n: dict[int, Attempt] = {}
+    for e in events:
+        if e.attempt is None:
+            continue
+        a = by_n.setdefault(e.attempt, Attempt(attempt=e.attempt))
+        if e.event == "RUNNING" and a.started is None:
+            a.started = e.ts
+            a.executor = e.executor
+        if e.event in TERMINAL:
+            a.ended, a.outcome = e.ts, e.event
+        elif e.event == "RUNNING" and a.outcome is None:
+            a.outcome = "RUNNING"
+    for entry in store.ls(f"{rel}/.marin/logs"):
+        m = _LOG.match(entry["name"])
+        if m:
+            a = by_n.setdefault(int(m.group(1)), Attempt(attempt=int(m.group(1))))
+            a.log = f"{rel}/.marin/logs/{entry['name']}"
+            a.log_size = entry["size"]
+    return [by_n[n] for n in sorted(by_n)]
+
+
+def versions(store: PrefixStore, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """(relative path, step.json) of every step named `name` under the prefix at its documented location."""
+    parent, _, base = name.rpartition("/")
+    pattern = re.compile(re.escape(base) + r"-[0-9a-f]{8}$")
+    found = []
+    for entry in store.ls(parent):
+        if entry["type"] == "directory" and pattern.match(entry["name"]):
+            rel = f"{parent}/{entry['name']}" if parent else entry["name"]
+            doc = store.read_json(f"{rel}/.marin/step.json")
+            if isinstance(doc, dict) and doc.get("name") == name:
+                found.append((rel, doc))
+    return found
+
+
+def previous_changes(store: PrefixStore, rel: str, step: dict[str, Any]) -> StepChanges:
+    name, created = str(step.get("name", "")), _float(step.get("created")) or 0.0
+    others = [(r, d) for r, d in versions(store, name) if r != rel and d.get("hash") != step.get("hash")]
+    if not others:
+        return StepChanges(note=f"no other version of step {name!r} exists under this prefix")
+    before = [(r, d) for r, d in others if (_float(d.get("created")) or 0.0) <= created]
+    pool = before or others
+    prev_rel, prev = max(pool, key=lambda rd: (_float(rd[1].get("created")) or 0.0, rd[0]))
+    changes = field_changes(prev, step)
+    # Explain a changed dependency by its own field changes (one level deep).
+    prev_deps = {d.get("name"): d for d in prev.get("dependencies") or [] if isinstance(d, dict)}
+    for dep in step.get("dependencies") or []:
+        if not isinstance(dep, dict) or dep.get("name") not in prev_deps:
+            continue
+        old_dep = prev_deps[dep["name"]]
+        if old_dep.get("hash") == dep.get("hash"):
+            continue
+        a = _dep_doc(store, old_dep)
+        b = _dep_doc(store, dep)
+        if a and b:
+            for c in field_changes(a, b):
+                changes.append(c.model_copy(update={"field": f"dependency {dep['name']}: {c.field}"}))
+    where = "the previous version" if before else "a newer version (this is the oldest one)"
+    note = (
+        f"{len(changes)} field(s) differ from {where} of {name!r}" if changes else "identical identity fields"
+    )
+    return StepChanges(
+        previous=PreviousVersion(
+            name=name, hash=str(prev.get("hash", "")), path=prev_rel, created=_float(prev.get("created"))
+        ),
+        changes=changes,
+        note=note,
+    )
+
+
+def _dep_doc(store: PrefixStore, dep: dict[str, Any]) -> dict[str, Any] | None:
+    doc = store.read_json(f"{step_rel(store, dep)}/.marin/step.json")
+    return doc if isinstance(doc, dict) else None
+
+
+def log_tail(
+    store: PrefixStore, rel: str, attempt: int | None, offset: int | None, max_bytes: int
+) -> LogTail:
+    """The end of an attempt's log (the latest attempt by default), or what was appended after `offset`."""
+    logs = {int(m.group(1)): e for e in store.ls(f"{rel}/.marin/logs") if (m := _LOG.match(e["name"]))}
+    if attempt is None:
+        status = store.read_json(f"{rel}/.marin/status.json")
+        current = status.get("attempt") if isinstance(status, dict) else None
+        attempt = current if isinstance(current, int) and current in logs else max(logs, default=None)
+    if attempt is None:
+        return LogTail(attempt=None, path=None, size=0, start=0, end=0, text="", truncated=False)
+    path = f"{rel}/.marin/logs/attempt-{attempt}.log"
+    # A running attempt's log may be newer than the cached directory listing: ask storage directly.
+    if attempt not in logs and store.info(path) is None:
+        return LogTail(attempt=attempt, path=None, size=0, start=0, end=0, text="", truncated=False)
+    data, start, size = store.read_range(path, offset, max_bytes)
+    text = data.decode("utf-8", errors="replace")
+    return LogTail(
+        attempt=attempt,
+        path=path,
+        size=size,
+        start=start,
+        end=start + len(data),
+        text=text,
+        truncated=start > 0,
+    )

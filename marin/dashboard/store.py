@@ -1,0 +1,247 @@
+"""Read-only access to a prefix through fsspec, with a small cache keyed on file signatures.
+
+The dashboard never writes. Every read goes through :class:`PrefixStore`, which
+- resolves the prefix once (`fsspec.core.url_to_fs`: local paths, `gs://`, `s3://`, `memory://` alike);
+- takes only cleaned relative paths (see :mod:`marin.dashboard.paths`) and, on local storage, refuses any path
+  whose real location (symlinks followed) is outside the prefix;
+- caches parsed JSON / JSONL per file. An entry is trusted for `ttl` seconds without touching storage; after
+  that one `info()` call compares the file's signature (mtime, size, inode, etag or generation — whatever the
+  backend reports) and the file is re-read only when it changed. With 1,000 experiments most requests are
+  served from memory and a refresh costs one stat per file that the request needs.
+- reads the end of large files only (`read_range`), so a multi-GB log is never loaded whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from marin.dashboard.paths import UnsafePathError, join
+
+MAX_JSON_BYTES = 16 << 20
+_SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
+
+
+class CorruptFileError(ValueError):
+    """A status/manifest file exists but is not the JSON the format contract describes."""
+
+
+@dataclass
+class _Entry:
+    signature: Any
+    checked: float
+    value: Any
+
+
+def signature(info: dict[str, Any]) -> tuple[Any, ...]:
+    """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3 ETag)."""
+    return tuple((k, info[k]) for k in _SIGNATURE_KEYS if k in info)
+
+
+class PrefixStore:
+    """A read-only, cached view of one prefix."""
+
+    def __init__(
+        self, prefix: str, *, ttl: float | None = None, storage_options: dict[str, Any] | None = None
+    ):
+        fs, root = fsspec.core.url_to_fs(prefix, **(storage_options or {}))
+        self.fs: fsspec.AbstractFileSystem = fs
+        self.is_local = isinstance(fs, LocalFileSystem)
+        if self.is_local:
+            root = os.path.realpath(os.path.abspath(root))
+        self.root: str = root.rstrip("/") or "/"
+        self.prefix = prefix
+        # Object stores answer a stat in tens of milliseconds: trust entries longer there.
+        self.ttl = ttl if ttl is not None else (1.0 if self.is_local else 5.0)
+        self._cache: dict[str, _Entry] = {}
+        self._ls_cache: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------------------- paths
+    def full(self, rel: str) -> str:
+        return join(self.root, rel)
+
+    def check_inside(self, rel: str) -> str:
+        """Return the full path of `rel`, refusing local symlinks that resolve outside the prefix."""
+        full = self.full(rel)
+        if self.is_local:
+            real = os.path.realpath(full)
+            if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+                raise UnsafePathError(f"path {rel!r} resolves outside the prefix (a symlink to {real!r}?)")
+        return full
+
+    def relative(self, full_path: str) -> str | None:
+        """Relative path of an absolute path/URL written by the executor, or None when it is not under the prefix."""
+        path = full_path
+        for scheme in ("gs://", "gcs://", "s3://", "file://", "memory://"):
+            if path.startswith(scheme):
+                path = path[len(scheme) :]
+                break
+        if self.is_local:
+            path = os.path.abspath(path)
+            # The executor may have written the real path or one through a symlinked prefix.
+            if not path.startswith(self.root + "/") and os.path.exists(path):
+                path = os.path.realpath(path)
+        root = self.root.rstrip("/") + "/"
+        if path.startswith(root):
+            return path[len(root) :].rstrip("/")
+        return None
+
+    # ----------------------------------------------------------------------------------------- cached reads
+    def _fresh(self, cache: dict[str, _Entry], key: str, now: float) -> _Entry | None:
+        entry = cache.get(key)
+        if entry is not None and now - entry.checked < self.ttl:
+            return entry
+        return None
+
+    def _info(self, full: str) -> dict[str, Any] | None:
+        try:
+            return self.fs.info(full)
+        except FileNotFoundError:
+            return None
+
+    def read_json(self, rel: str) -> Any:
+        """Parsed JSON at `rel`, or None when the file does not exist. Raises CorruptFileError on bad JSON."""
+        return self._cached(rel, self._parse_json)
+
+    def read_jsonl(self, rel: str, max_bytes: int = 4 << 20) -> list[dict[str, Any]]:
+        """Rows of a JSONL file (its last `max_bytes` only, whole lines), [] when absent."""
+        rows = self._cached(rel, lambda full, info: self._parse_jsonl(full, info, max_bytes))
+        return rows if rows is not None else []
+
+    def _cached(self, rel: str, parse: Any) -> Any:
+        full = self.full(rel)
+        now = time.monotonic()
+        fresh = self._fresh(self._cache, full, now)
+        if fresh is not None:
+            return fresh.value
+        info = self._info(full)
+        sig = signature(info) if info is not None else None
+        entry = self._cache.get(full)
+        if entry is not None and entry.signature == sig:
+            entry.checked = now
+            return entry.value
+        value = None if info is None else parse(self.check_inside(rel), info)
+        self._cache[full] = _Entry(sig, now, value)
+        return value
+
+    def _parse_json(self, full: str, info: dict[str, Any]) -> Any:
+        size = info.get("size") or 0
+        if size > MAX_JSON_BYTES:
+            raise CorruptFileError(
+                f"{full} is {size} bytes; status, step and manifest files are small JSON documents "
+                f"(limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it"
+            )
+        try:
+            with self.fs.open(full, "rb") as f:
+                return json.loads(f.read())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CorruptFileError(
+                f"{full} is not valid JSON ({e}); see docs/formats.md for its format"
+            ) from e
+
+    def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> list[dict[str, Any]]:
+        data, start, _size = self.read_range(full, None, max_bytes, absolute=True)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first line was cut by the byte window
+        rows = []
+        for n, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                if n == len(lines) - 1:
+                    break  # a line being appended right now; it is complete on the next poll
+                raise CorruptFileError(f"{full}: line {n + 1} is not valid JSON ({e})") from e
+        return rows
+
+    def ls(self, rel: str) -> list[dict[str, Any]]:
+        """Entries of a directory: dicts with "name" (basename), "type", "size", "info"; [] when absent."""
+        full = self.full(rel)
+        now = time.monotonic()
+        fresh = self._fresh(self._ls_cache, full, now)
+        if fresh is not None:
+            return fresh.value
+        try:
+            infos = self.fs.ls(full, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            infos = []
+        entries = []
+        for info in infos:
+            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+            if not name or info["name"].rstrip("/") == full.rstrip("/"):
+                continue
+            entries.append(
+                {"name": name, "type": info.get("type", "file"), "size": info.get("size"), "info": info}
+            )
+        entries.sort(key=lambda e: e["name"])
+        self._ls_cache[full] = _Entry(None, now, entries)
+        return entries
+
+    def cat_many(self, rels: list[str]) -> dict[str, bytes | Exception]:
+        """Read many small files; on object stores 16 at a time (one HTTP round trip each).
+
+        `cat_file` per path rather than `cat(list)`: the list form expands glob characters, and a file name
+        is data here, not a pattern.
+        """
+
+        def one(rel: str) -> bytes | Exception:
+            try:
+                return self.fs.cat_file(self.check_inside(rel))
+            except (OSError, UnsafePathError) as e:
+                return e
+
+        if self.is_local or len(rels) < 2:
+            return {r: one(r) for r in rels}
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            return dict(zip(rels, pool.map(one, rels), strict=True))
+
+    # ----------------------------------------------------------------------------------------- uncached reads
+    def info(self, rel: str) -> dict[str, Any] | None:
+        return self._info(self.full(rel))
+
+    def read_range(
+        self, rel: str, offset: int | None, max_bytes: int, *, absolute: bool = False, jump: bool = True
+    ) -> tuple[bytes, int, int]:
+        """Read at most `max_bytes` from `offset` (None: the last `max_bytes`). Returns (data, start, file size).
+
+        With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a client
+        following a log never falls behind by more than one window.
+        """
+        full = rel if absolute else self.check_inside(rel)
+        with self.fs.open(full, "rb") as f:
+            size = f.size if getattr(f, "size", None) is not None else self.fs.size(full)
+            if offset is None or offset < 0 or offset > size or (jump and size - offset > max_bytes):
+                start = max(0, size - max_bytes)
+            else:
+                start = offset
+            f.seek(start)
+            data = f.read(min(max_bytes, size - start))
+        return data, start, size
+
+    def stream(self, rel: str, chunk: int = 1 << 16, limit: int | None = None) -> Iterator[bytes]:
+        """Yield a file's bytes in chunks (at most `limit` bytes) without loading it whole."""
+        full = self.check_inside(rel)
+        remaining = limit
+        with self.fs.open(full, "rb") as f:
+            while remaining is None or remaining > 0:
+                data = f.read(chunk if remaining is None else min(chunk, remaining))
+                if not data:
+                    return
+                if remaining is not None:
+                    remaining -= len(data)
+                yield data
+
+    def lock(self) -> threading.Lock:
+        return self._lock

@@ -1,0 +1,1 @@
+"""Reusable step functions: each a frozen config dataclass plus a plain function. Never imports ``marin``."""

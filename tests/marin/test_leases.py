@@ -1,0 +1,198 @@
+"""Leases and races: exclusive acquisition, heartbeats, stale takeover, owner-only release; ten executors at once
+(threads and processes) run each step exactly once; a SIGKILLed executor's step is taken over after restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from marin import run_experiment
+from marin.status.files import read_events
+from marin.storage import LocalStorage
+from marin.storage.lease import LeaseInfo, LeaseManager
+from tests.marin.runner import shared_dag
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_only_one_of_many_threads_acquires_a_fresh_lease(tmp_path: Path) -> None:
+    storage, path = LocalStorage(), str(tmp_path / "lease.json")
+    managers = [LeaseManager(storage, f"owner-{i}", timeout_s=30) for i in range(10)]
+    barrier = threading.Barrier(10)
+    wins: list[str] = []
+
+    def attempt(m: LeaseManager) -> None:
+        barrier.wait()
+        if m.try_acquire(path, attempt=1).ok:
+            wins.append(m.owner)
+
+    threads = [threading.Thread(target=attempt, args=(m,)) for m in managers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert LeaseInfo.parse(Path(path).read_text()).owner == wins[0]  # type: ignore[union-attr]
+    for m in managers:
+        m.stop()
+
+
+def test_stale_lease_is_taken_over_by_exactly_one_and_the_old_owner_cannot_release_it(tmp_path: Path) -> None:
+    storage, path = LocalStorage(), str(tmp_path / "lease.json")
+    old = LeaseManager(storage, "old", timeout_s=0.2)
+    assert old.try_acquire(path, attempt=1).ok
+    old.stop()  # the heartbeat stops, as when the executor is killed
+    time.sleep(0.35)
+    racers = [LeaseManager(storage, f"new-{i}", timeout_s=30) for i in range(8)]
+    barrier = threading.Barrier(len(racers))
+    outcomes = {}
+
+    def attempt(m: LeaseManager) -> None:
+        barrier.wait()
+        outcomes[m.owner] = m.try_acquire(path, attempt=2)
+
+    threads = [threading.Thread(target=attempt, args=(m,)) for m in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o, r in outcomes.items() if r.ok]
+    assert len(winners) == 1 and outcomes[winners[0]].previous_owner == "old"
+    assert not old.release(path)  # old was no longer heartbeating; its release must not delete the new lease
+    assert LeaseInfo.parse(Path(path).read_text()).owner == winners[0]  # type: ignore[union-attr]
+    # ...and even a manager that still thinks it holds the lease cannot delete the new owner's lease
+    assert not storage.delete_if(path, json.dumps({"owner": "old"}))
+    assert Path(path).exists()
+    for m in racers:
+        m.stop()
+
+
+def test_heartbeat_keeps_a_lease_alive_and_release_deletes_it(tmp_path: Path) -> None:
+    storage, path = LocalStorage(), str(tmp_path / "lease.json")
+    owner = LeaseManager(storage, "owner", timeout_s=0.4)
+    assert owner.try_acquire(path, attempt=1).ok
+    first = LeaseInfo.parse(Path(path).read_text())
+    time.sleep(1.0)  # > 2 timeouts: without the heartbeat the lease would be stale
+    renewed = LeaseInfo.parse(Path(path).read_text())
+    assert renewed and first and renewed.heartbeat > first.heartbeat and not renewed.is_stale(time.time())
+    other = LeaseManager(storage, "other", timeout_s=0.4)
+    assert not other.try_acquire(path, attempt=1).ok
+    assert owner.release(path) and not Path(path).exists()
+    owner.stop()
+    other.stop()
+
+
+def test_a_lost_lease_is_reported_and_never_released(tmp_path: Path) -> None:
+    storage, path = LocalStorage(), str(tmp_path / "lease.json")
+    lost: list[str] = []
+    owner = LeaseManager(storage, "owner", timeout_s=30, on_lost=lost.append)
+    assert owner.try_acquire(path, attempt=1).ok
+    thief = LeaseInfo("thief", time.time(), time.time(), 30, 2).to_json()
+    Path(path).write_text(thief)  # someone else's lease now sits there
+    owner.renew_all()
+    assert lost == [path] and not owner.release(path) and Path(path).read_text() == thief
+    owner.stop()
+
+
+def _counts(counter: Path) -> Counter[str]:
+    return Counter(Path(line).name.rsplit("-", 1)[0] for line in counter.read_text().split())
+
+
+def test_ten_executors_in_threads_run_each_step_exactly_once(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "prefix")
+    steps = shared_dag(str(tmp_path), sleep_s=0.2)
+    barrier = threading.Barrier(10)
+    results = []
+
+    def one() -> None:
+        barrier.wait()
+        results.append(run_experiment(steps, prefix=prefix, backend="local", verbose=False, script="t/race.py"))
+
+    threads = [threading.Thread(target=one) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [r.status for r in results] == ["SUCCESS"] * 10
+    assert _counts(tmp_path / "counter.txt") == {"root": 1, "left": 1, "right": 1, "join": 1}
+    reused = sum(1 for r in results for st in r.steps.values() if st.note != "ran")
+    assert reused == 10 * 4 - 4
+
+
+def _runner(kind: str, prefix: str, workdir: Path, lease_timeout: float = 60.0) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", kind, prefix, str(workdir), str(lease_timeout)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_ten_executors_in_processes_run_each_step_exactly_once(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "prefix")
+    procs = [_runner("shared", prefix, tmp_path) for _ in range(10)]
+    outputs = [p.communicate(timeout=180)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 10, outputs
+    assert _counts(tmp_path / "counter.txt") == {"root": 1, "left": 1, "right": 1, "join": 1}
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.02)
+
+
+def test_sigkilled_executor_is_taken_over_and_only_its_step_reruns(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "prefix")
+    first = _runner("killable", prefix, tmp_path, lease_timeout=1.0)
+    _wait_for(tmp_path / "b-started")
+    deadline = time.time() + 60
+    while not any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json")):
+        assert time.time() < deadline, "step a never succeeded"
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGKILL)  # b is mid-step, a has succeeded
+    first.wait(30)
+    [b_dir] = Path(prefix, "crash").glob("b-*")
+    assert json.loads((b_dir / ".marin/status.json").read_text())["status"] == "RUNNING"
+    old_owner = json.loads((b_dir / ".marin/lease.json").read_text())["owner"]
+    (tmp_path / "b-release").write_text("go\n")  # the restarted attempt may finish
+    second = _runner("killable", prefix, tmp_path, lease_timeout=1.0)
+    out = second.communicate(timeout=120)[0].decode()
+    assert second.returncode == 0, out
+    assert _counts(tmp_path / "counter.txt") == {"a": 1, "c": 1}  # a was not re-run; c ran once
+    status = json.loads((b_dir / ".marin/status.json").read_text())
+    assert status["status"] == "SUCCESS" and status["attempt"] == 2
+    events = read_events(LocalStorage(), str(b_dir))
+    assert [e["event"] for e in events] == ["RUNNING", "LEASE_TAKEOVER", "RUNNING", "SUCCESS"]
+    assert events[1]["previous_owner"] == old_owner
+    assert not (b_dir / ".marin/lease.json").exists()
+
+
+@pytest.mark.parametrize("holder_alive", [True, False], ids=["live-lease-waits", "stale-lease-runs"])
+def test_plan_reports_wait_or_takeover_for_a_running_step(tmp_path: Path, holder_alive: bool) -> None:
+    from marin.graph import build_graph, make_plan
+    from marin.status.files import write_status
+
+    prefix = str(tmp_path / "prefix")
+    steps = shared_dag(str(tmp_path))
+    graph = build_graph(steps)
+    root = graph.nodes[0]
+    path = root.output_path(prefix)
+    storage = LocalStorage()
+    write_status(storage, path, name=root.name, hash=root.hash, status="RUNNING", attempt=1, run_id="r",
+                 executor="elsewhere:1:abc", previous=None, started=time.time())
+    heartbeat = time.time() - (0 if holder_alive else 600)
+    storage.write_text(f"{path}/.marin/lease.json", LeaseInfo("elsewhere:1:abc", heartbeat, heartbeat, 60, 1).to_json())
+    entry = make_plan(graph, prefix, storage).entries[0]
+    if holder_alive:
+        assert entry.action == "wait" and "elsewhere:1:abc" in entry.reason
+    else:
+        assert entry.action == "run" and "stale lease of executor elsewhere:1:abc" in entry.reason

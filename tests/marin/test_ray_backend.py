@@ -1,0 +1,147 @@
+"""The Ray backend: embedded Ray (one per session), a real two-node local cluster with a custom resource, and
+infeasible requests reported up front. Run inside scripts/netns."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin import InfeasibleResourcesError, Resources, Step, StepFailedError, output_path_of, this_output_path
+from marin.execution.ray_backend import check_feasible, ray_options
+from tests.marin.fns import (
+    EnvConfig,
+    FailConfig,
+    SumConfig,
+    WriteConfig,
+    fail,
+    sum_numbers,
+    write_env,
+    write_numbers,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+def test_check_feasible_names_the_step_and_the_missing_resource() -> None:
+    nodes = [{"CPU": 2.0, "memory": 4e9}, {"CPU": 1.0, "fake_gpu": 1.0}]
+    check_feasible([("ok/cpu", Resources(num_cpus=2)), ("ok/gpu", Resources(resources={"fake_gpu": 1}))], nodes)
+    with pytest.raises(InfeasibleResourcesError) as info:
+        check_feasible([("train/big", Resources(num_cpus=1, resources={"TPU": 4})),
+                        ("ok/cpu", Resources(num_cpus=1))], nodes)
+    assert "step train/big requests TPU=4 (largest node has 0)" in str(info.value)
+    assert "ok/cpu" not in str(info.value)
+    with pytest.raises(InfeasibleResourcesError, match="step split/x requests CPU=2"):
+        # each resource exists somewhere, but no single node has both
+        check_feasible([("split/x", Resources(num_cpus=2, resources={"fake_gpu": 1}))], nodes)
+
+
+def test_ray_options_carry_resources_and_env() -> None:
+    opts = ray_options(Resources(num_cpus=2, num_gpus=1, memory=2**30, resources={"TPU": 4}), {"A": "b"})
+    assert opts == {"num_cpus": 2, "num_gpus": 1, "memory": 2**30, "resources": {"TPU": 4}, "max_retries": 3,
+                    "retry_exceptions": False, "runtime_env": {"env_vars": {"A": "b"}}}
+
+
+def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: Any, marin_prefix: str) -> None:
+    from marin import run_experiment
+
+    numbers = Step(name="ray/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=5))
+    total = Step(name="ray/total", fn=sum_numbers,
+                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+    env = Step(name="ray/env", fn=write_env, env={"MARIN_TEST_VAR": "from-step"},
+               config=EnvConfig(output_path=this_output_path()))
+    bad = Step(name="ray/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="ray boom"))
+    result = run_experiment([total, env, bad], prefix=marin_prefix, backend="ray", verbose=False,
+                            script="tests/ray.py")
+    assert {n: result.status_of(n) for n in ("ray/numbers", "ray/total", "ray/env", "ray/bad")} == {
+        "ray/numbers": "SUCCESS", "ray/total": "SUCCESS", "ray/env": "SUCCESS", "ray/bad": "FAILED"}
+    assert Path(result.output_path("ray/total"), "total.txt").read_text() == "10\n"
+    assert "total=10" in Path(result.output_path("ray/total"), ".marin/logs/attempt-1.log").read_text()
+    assert Path(result.output_path("ray/env"), "env.txt").read_text() == "from-step"
+    bad_log = Path(result.output_path("ray/bad"), ".marin/logs/attempt-1.log").read_text()
+    assert "about to fail" in bad_log and "ValueError: ray boom" in bad_log
+    [failure] = result.failures
+    assert isinstance(failure, StepFailedError) and isinstance(failure.__cause__, ValueError)
+    assert failure.log_path and failure.log_path.endswith("ray/bad-" + failure.hash[:8] + "/.marin/logs/attempt-1.log")
+    assert ray_embedded.is_initialized()  # the session's Ray is not shut down by a run that did not start it
+
+
+def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
+    from marin import run_experiment
+
+    ok = Step(name="inf/ok", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))
+    tpu = Step(name="inf/tpu", fn=write_numbers, resources={"resources": {"TPU": 8}},
+               config=WriteConfig(output_path=output_path_of(ok, "x")))
+    with pytest.raises(InfeasibleResourcesError, match=r"step inf/tpu requests TPU=8"):
+        run_experiment([tpu], prefix=marin_prefix, backend="ray", verbose=False)
+    assert list(Path(marin_prefix).iterdir()) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    port = _free_port()
+    temp = tmp_path_factory.mktemp("ray-cluster")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    common = ["--num-cpus=1", "--memory=1000000000", "--object-store-memory=100000000", "--disable-usage-stats"]
+    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false",
+                    f"--temp-dir={temp}", *common], env={**env, "MARIN_NODE_TAG": "head"}, check=True,
+                   capture_output=True, timeout=300)
+    address = f"127.0.0.1:{port}"
+    try:
+        subprocess.run([ray_bin, "start", f"--address={address}", '--resources={"fake_gpu": 1}', *common],
+                       env={**env, "MARIN_NODE_TAG": "worker-with-fake-gpu"}, check=True, capture_output=True,
+                       timeout=300)
+        yield address
+    finally:
+        _stop_cluster(temp, port)
+
+
+def _stop_cluster(temp: Path, port: int) -> None:
+    """End only this cluster's processes: `ray stop` would also kill the session's embedded Ray, and the
+    driver of a Ray whose raylet died exits the whole test process."""
+    import psutil
+
+    marks = (str(temp), f"127.0.0.1:{port}", f"--gcs_server_port={port}")
+    procs = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.pid != os.getpid() and any(m in cmdline for m in marks):
+            procs.append(proc)
+    for proc in procs:
+        proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for proc in alive:
+        proc.kill()
+
+
+def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
+    two_node_cluster: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    deadline = time.time() + 240
+    out = subprocess.run([sys.executable, "-m", "tests.marin.ray_runner", two_node_cluster, str(tmp_path / "p")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(30, deadline - time.time()))
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["status"] == "SUCCESS"
+    assert report["node"] == "worker-with-fake-gpu"
+    assert "writing 4 numbers" in report["log"]  # captured by the worker on the other node

@@ -1,0 +1,62 @@
+"""Rendering pieces of the status comment (property tests) and reading step outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from marin.tracking.comment import cell, duration, fence
+from marin.tracking.outputs import TAIL_BYTES, innermost_frame, read_step_outputs
+
+
+@given(st.text())
+def test_cell_is_one_code_span_that_cannot_split_the_table(text: str) -> None:
+    out = cell(text)
+    if not out:
+        assert text.split() == []
+        return
+    assert out.startswith("`") and out.endswith("`") and out.count("`") == 2
+    assert "\n" not in out and re.search(r"(?<!\\)\|", out) is None
+
+
+@given(st.text(alphabet=st.sampled_from("`ab\n~")))
+def test_fence_cannot_be_closed_by_its_content(text: str) -> None:
+    out = fence(text)
+    ticks = out.split("\n", 1)[0]
+    assert set(ticks) == {"`"} and len(ticks) >= 3
+    assert out == f"{ticks}\n{text}\n{ticks}"
+    assert ticks not in text  # no run of backticks in the text is as long as the fence
+
+
+def test_duration() -> None:
+    assert [duration(x) for x in (None, -1, 0.25, 59.9, 61, 3725)] == ["—", "—", "0.2 s", "59.9 s", "1m 01s",
+                                                                        "1h 02m"]
+
+
+def test_metrics_tail_of_a_large_file(tmp_path: Path) -> None:
+    rows = [{"step": i, "loss": 10.0 / i, "lr": 1e-3, "expert_load": [[0.25] * 4] * 8} for i in range(1, 2001)]
+    text = "\n".join(json.dumps(r) for r in rows) + "\n"
+    assert len(text) > 4 * TAIL_BYTES  # only the tail is read
+    (tmp_path / "metrics.jsonl").write_text(text + '{"step": 2001, "loss": 0.0')  # the trainer is mid-write
+    out = read_step_outputs(str(tmp_path))
+    assert (out.final_loss, out.loss_step, out.problems) == (10.0 / 2000, 2000, ())
+
+
+def test_unreadable_outputs_are_reported_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text("{not json")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\nbroken line\n{"step": 2, "loss": 0.5}\n')
+    out = read_step_outputs(str(tmp_path))
+    assert out.final_loss == 0.5  # a damaged line before the last good one does not matter
+    assert out.problems == ("eval.json unreadable (JSONDecodeError)",)
+    assert read_step_outputs(str(tmp_path / "missing")) == read_step_outputs(str(tmp_path / "missing2"))
+
+
+def test_innermost_frame() -> None:
+    tb = ('Traceback (most recent call last):\n  File "/a/runner.py", line 3, in run\n    fn(cfg)\n'
+          '  File "/a/ops.py", line 9, in train\n    raise ValueError("x")\nValueError: x\n')
+    assert innermost_frame(tb) == 'File "/a/ops.py", line 9, in train\n    raise ValueError("x")'
+    assert innermost_frame("ValueError: x") is None

@@ -1,0 +1,111 @@
+"""``marin issue new|show|list`` against the local tracker and the fake GitHub API."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from marin.tracking.cli import main
+from marin.tracking.local import LocalTracker
+from marin.tracking.skeleton import slugify
+from tests.fakes.github_api import FakeGitHub
+from tests.tracking.conftest import REPO, TOKEN
+
+BODY = "Hypothesis: doubling the router width lowers the load imbalance\nwithout hurting loss.\n\nDetails follow."
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GITHUB_TOKEN", "GITHUB_API_URL", "MARIN_TRACKER", "MARIN_ISSUE_REPO", "MARIN_PREFIX",
+                 "MARIN_DASHBOARD_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_new_in_the_local_tracker_writes_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, experiments = tmp_path / "out", tmp_path / "experiments"
+    argv = ["new", "Wider router: 2x!", "--body", BODY, "--prefix", str(prefix), "--write",
+            "--experiments-dir", str(experiments)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("created local/experiments#1: Wider router: 2x!\n")
+    script = experiments / "exp1_wider_router_2x.py"
+    assert f"wrote {script}" in out and script.is_file()
+    source = script.read_text()
+    tree = ast.parse(source)
+    doc = ast.get_docstring(tree) or ""
+    assert doc.startswith("Experiment local/experiments#1: Wider router: 2x!")
+    assert "Hypothesis: doubling the router width lowers the load imbalance without hurting loss." in doc
+    assert "local:local/experiments#1" in doc
+    assert source.rstrip().endswith('executor_main(steps=[total], description=\'Wider router: 2x!\', '
+                                     'issue="local/experiments#1")')
+    issue = LocalTracker(str(prefix)).get_issue(1)
+    assert (issue.title, issue.body, issue.labels) == ("Wider router: 2x!", BODY, ("experiment",))
+    assert main(argv) == 0  # the same title again: a new issue, so a new script name
+    assert (experiments / "exp2_wider_router_2x.py").is_file()
+
+
+def test_write_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "exp1_x.py").write_text("mine")
+    assert main(["new", "x", "--prefix", str(tmp_path / "out"), "--write", "--experiments-dir", str(experiments)]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert (experiments / "exp1_x.py").read_text() == "mine"
+
+
+def test_new_prints_the_skeleton_without_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["new", "Deeper", "--prefix", str(tmp_path), "--label", "moe", "--label", "experiment"]) == 0
+    out = capsys.readouterr().out
+    assert "script skeleton: experiments/exp1_deeper.py (create it with --write)" in out
+    assert '"""Experiment local/experiments#1: Deeper' in out
+    assert LocalTracker(str(tmp_path)).get_issue(1).labels == ("experiment", "moe")
+
+
+def test_new_on_github_then_show_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeGitHub(token=TOKEN) as server:
+        server.add_repo(REPO)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("GITHUB_API_URL", server.base_url)
+        assert main(["new", "Try MoE 8x", "--body", BODY, "--repo", REPO, "--prefix", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert f"created {REPO}#1: Try MoE 8x" in out
+        assert f"url: {server.base_url}/{REPO}/issues/1" in out
+        assert "experiments/exp1_try_moe_8x.py" in out
+        created = server.repos[REPO]["issues"][1]
+        assert created["body"] == BODY and created["_labels"] == {"experiment"}
+        server.add_issue(REPO, "second")
+        assert main(["list", "--repo", REPO]) == 0
+        assert capsys.readouterr().out.splitlines() == [f"{REPO}#2\topen\tsecond",
+                                                        f"{REPO}#1\topen\tTry MoE 8x [experiment]"]
+        assert main(["show", f"{REPO}#1"]) == 0
+        shown = capsys.readouterr().out
+        assert shown.startswith(f"{REPO}#1 (open) [experiment]: Try MoE 8x") and "doubling the router" in shown
+        assert TOKEN not in out + shown
+        assert not (tmp_path / ".marin-tracker").exists()  # nothing went to the local tracker
+
+
+def test_show_and_list_local(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tracker = LocalTracker(str(tmp_path))
+    tracker.create_issue("A", "body a")
+    tracker.create_comment(1, "status table")
+    assert main(["show", "local/experiments#1", "--prefix", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "local/experiments#1 (open): A" in out and "status table" in out
+    assert main(["show", "local/experiments#9", "--prefix", str(tmp_path)]) == 1
+    assert "not found" in capsys.readouterr().err
+    assert main(["list", "--prefix", str(tmp_path), "--state", "all"]) == 0
+    assert capsys.readouterr().out == "local/experiments#1\topen\tA\n"
+
+
+def test_github_backend_without_token_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["new", "x", "--backend", "github", "--repo", REPO, "--prefix", str(tmp_path)]) == 1
+    assert "needs GITHUB_TOKEN" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("title", "slug"), [("Wider router: 2x!", "wider_router_2x"), ("???", "experiment"),
+                                             ("a" * 60, "a" * 40), ("Ünïcode names ok", "n_code_names_ok")])
+def test_slugify(title: str, slug: str) -> None:
+    assert slugify(title) == slug
