@@ -4,7 +4,7 @@ Safety comes from the order of operations: every line is HTML-escaped first, and
 the fixed patterns below, so no character from the text can open a tag or an attribute. Links are kept only
 for http(s) URLs and dashboard-relative paths; anything else (`javascript:`, `data:`) stays plain text. HTML
 comments (the status comment's hidden marker) are dropped. Supported: headings, paragraphs, `-`/`*` lists,
-pipe tables, fenced code blocks, inline code, **bold** and [links](https://...).
+pipe tables, `>` quotes, fenced code blocks, inline code, **bold**, <sub>/<sup> and [links](https://...).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _LINK = re.compile(r"\[([^\]]+)\]\(((?:https?://|/)[^\s()\"'<>]*)\)")
 _COMMENT = re.compile(r"^\s*<!--.*-->\s*$")
+_QUOTE = re.compile(r"^\s*>\s?(.*)$")
+_SUB = re.compile(r"&lt;(sub|sup)&gt;(.*?)&lt;/\1&gt;")  # matched on escaped text: the inside stays escaped
 
 
 def inline(text: str) -> str:
@@ -34,6 +36,7 @@ def inline(text: str) -> str:
     out = _CODE.sub(keep, str(escape(text)))
     out = _LINK.sub(lambda m: f'<a href="{m.group(2)}" rel="noreferrer noopener">{m.group(1)}</a>', out)
     out = _BOLD.sub(r"<strong>\1</strong>", out)
+    out = _SUB.sub(r"<\1>\2</\1>", out)
     return re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], out)
 
 
@@ -84,9 +87,16 @@ def render(text: str) -> Markup:
                 f'<table class="list md"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             )
             continue
+        elif m := _QUOTE.match(line):
+            flush()
+            quoted = [m.group(1)]
+            while i + 1 < len(lines) and (q := _QUOTE.match(lines[i + 1])):
+                quoted.append(q.group(1))
+                i += 1
+            html.append("<blockquote>" + "<br>".join(inline(x) for x in quoted) + "</blockquote>")
         elif m := _HEADING.match(line):
             flush()
-            level = min(len(m.group(1)) + 2, 6)
+            level = min(len(m.group(1)) + 1, 6)
             html.append(f"<h{level}>{inline(m.group(2))}</h{level}>")
         elif m := _LIST.match(line):
             if para:

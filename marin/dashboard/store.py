@@ -27,6 +27,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from marin.dashboard.paths import UnsafePathError, join
 
+MAX_JSON_BYTES = 16 << 20
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
 
 
@@ -134,6 +135,12 @@ class PrefixStore:
         return value
 
     def _parse_json(self, full: str, info: dict[str, Any]) -> Any:
+        size = info.get("size") or 0
+        if size > MAX_JSON_BYTES:
+            raise CorruptFileError(
+                f"{full} is {size} bytes; status, step and manifest files are small JSON documents "
+                f"(limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it"
+            )
         try:
             with self.fs.open(full, "rb") as f:
                 return json.loads(f.read())

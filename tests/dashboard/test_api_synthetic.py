@@ -232,3 +232,20 @@ def test_memory_filesystem_prefix(synthetic_prefix: Path) -> None:
             assert c.get(f"/api/logs/{d['steps'][5]['path']}").json()["size"] > 0
     finally:
         fs.rm("/dash-test", recursive=True)
+
+
+def test_oversized_or_corrupt_json_is_reported_not_loaded(tmp_path: Path) -> None:
+    prefix = str(tmp_path)
+    exp_id = write_experiment(prefix, 2, metrics_rows=2)
+    (tmp_path / "experiments" / "broken-00000000.json").write_text("{not json")
+    with TestClient(create_app(prefix, cache_ttl=0), raise_server_exceptions=False) as c:
+        listing = c.get("/api/experiments").json()
+        assert listing["total"] == 1
+        assert any("broken-00000000.json" in p for p in listing["problems"])
+        assert "broken-00000000.json" in c.get("/").text  # the list page shows the problem
+        step = c.get(f"/api/experiments/{exp_id}").json()["steps"][0]
+        huge = tmp_path / step["path"] / ".marin/step.json"
+        with huge.open("w") as f:
+            f.write('{"pad": "' + "x" * (17 << 20) + '"}')
+        r = c.get(f"/api/steps/{step['path']}")
+        assert r.status_code == 500 and "does not load it" in r.json()["detail"]

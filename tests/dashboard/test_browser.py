@@ -215,12 +215,31 @@ def test_running_pages_refresh(served: tuple[str, Path, dict[str, str], Path], p
     expect(pg.locator("#log")).not_to_have_text(first, timeout=15000)
     assert len(pg.locator("#log").text_content() or "") > len(first)
     pg.screenshot(path=str(ARTIFACTS / "step-running.png"), full_page=True)
+    expect(pg.locator("#attempts tbody tr")).to_have_count(1)
+    expect(pg.locator("#attempts tbody")).to_contain_text("RUNNING")
 
     pg.go_back()
     (workdir / "release").write_text("go\n")
     node = pg.locator(f'svg#dag g.node[data-hash="{step_hash}"]')
     expect(node).to_have_class("node state-SUCCESS", timeout=20000)
     expect(pg.locator("#exp-state")).to_have_text("FAILED", timeout=20000)  # live/bad failed
+    assert pg.errors == []
+
+
+def test_local_issue_shows_the_status_comment(
+    served: tuple[str, Path, dict[str, str], Path], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    pg = page
+    pg.goto(served[0] + "/issues")
+    pg.locator("a", has_text="openlab/demo#5").first.click()
+    expect(pg.locator("h1")).to_contain_text("openlab/demo#5")
+    comment = pg.locator("article.comment", has_text="live/slow")
+    expect(comment.locator("table.md").first).to_be_visible(timeout=20000)
+    expect(comment).to_contain_text("live/bad")
+    expect(pg.locator("a", has_text="exp5_dashboard_live-").first).to_be_visible()
+    pg.screenshot(path=str(ARTIFACTS / "issue.png"), full_page=True)
     assert pg.errors == []
 
 
@@ -240,3 +259,21 @@ def test_hostile_content_is_inert(served: tuple[str, Path, dict[str, str], Path]
     pg.screenshot(path=str(ARTIFACTS / "hostile-step.png"), full_page=True)
     assert pg.locator("img").count() == 0
     assert pg.errors == []  # no alert dialog ran
+
+
+def test_list_says_when_new_experiments_appear(
+    served: tuple[str, Path, dict[str, str], Path], page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    from marin.dashboard.synthetic import write_experiment
+
+    url, prefix, _, _ = served
+    pg = page
+    pg.goto(url + "/")
+    expect(pg.locator("#list-changed")).to_be_hidden()
+    write_experiment(str(prefix), 3, metrics_rows=2)  # created in 2025: sorted last, but on this page
+    expect(pg.locator("#list-changed")).to_be_visible(timeout=25000)
+    pg.locator("#list-changed a").click()
+    expect(pg.locator("tr[data-id]")).to_have_count(3)
+    assert pg.errors == []

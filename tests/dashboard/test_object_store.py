@@ -1,4 +1,4 @@
-"""The dashboard on an s3:// prefix, against moto's S3 server on loopback (a real HTTP object store).
+"""The dashboard on s3:// and gs:// prefixes, against moto's S3 server and gcp-storage-emulator on loopback.
 
 Object stores have no directories, no mtimes that fsspec reports the same way and no symlinks: the signature
 cache keys on ETag/LastModified there, and step paths fall back to `{name}-{hash8}` when a manifest names
@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,20 +24,19 @@ from fastapi.testclient import TestClient
 from marin.dashboard import create_app
 from marin.dashboard.synthetic import write_prefix
 
-MOTO = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(MOTO), reason="moto_server is not installed (pip install 'moto[server]')"
-)
+BIN = Path(sys.executable).parent
+MOTO = shutil.which("moto_server") or str(BIN / "moto_server")
+GCS_EMULATOR = shutil.which("gcp-storage-emulator") or str(BIN / "gcp-storage-emulator")
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
+def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+        return int(s.getsockname()[1])
+
+
+def _serve(cmd: list[str], port: int) -> Iterator[str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -45,7 +45,7 @@ def s3_endpoint() -> Iterator[str]:
                 break
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
+                    raise RuntimeError(f"{cmd[0]} did not start") from None
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -53,16 +53,47 @@ def s3_endpoint() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    if not os.path.exists(MOTO):
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    port = _port()
+    yield from _serve([MOTO, "-H", "127.0.0.1", "-p", str(port)], port)
+
+
+@pytest.fixture(scope="module")
+def gcs_endpoint() -> Iterator[str]:
+    if not os.path.exists(GCS_EMULATOR):
+        pytest.skip("gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
+    port = _port()
+    yield from _serve([GCS_EMULATOR, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"], port)
+
+
 def test_s3_prefix(s3_endpoint: str, tmp_path: Path) -> None:
     import s3fs
 
     write_prefix(str(tmp_path), experiments=1, metrics_rows=30)  # few files: PUTs cost ~10 ms each
-
     opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
     fs = s3fs.S3FileSystem(**opts)
     fs.mkdir("dash-bucket")
     fs.put(str(tmp_path) + "/", "dash-bucket/prefix/", recursive=True)
-    app = create_app("s3://dash-bucket/prefix", cache_ttl=0, storage_options=opts)
+    _check(fs, "s3://dash-bucket/prefix", "dash-bucket/prefix", opts)
+
+
+def test_gcs_prefix(gcs_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint)
+    import gcsfs
+
+    write_prefix(str(tmp_path), experiments=1, metrics_rows=30)
+    opts: dict[str, Any] = {"token": "anon", "skip_instance_cache": True}
+    fs = gcsfs.GCSFileSystem(**opts)
+    fs.mkdir("dash-bucket")
+    fs.put(str(tmp_path) + "/", "dash-bucket/prefix/", recursive=True)
+    _check(fs, "gs://dash-bucket/prefix", "dash-bucket/prefix", opts)
+
+
+def _check(fs: Any, url: str, root: str, opts: dict[str, Any]) -> None:
+    app = create_app(url, cache_ttl=0, storage_options=opts)
     with TestClient(app) as c:
         listing = c.get("/api/experiments", params={"limit": 500}).json()
         assert listing["total"] == 1 and not listing["problems"]
@@ -79,7 +110,7 @@ def test_s3_prefix(s3_endpoint: str, tmp_path: Path) -> None:
         assert {".marin", "metrics.jsonl", "wandb.json"} <= names
         assert c.get(f"/raw/{train['path']}/wandb.json").json()["mode"] == "offline"
         # a status change on the object store is seen (ETag/LastModified signature)
-        key = f"dash-bucket/prefix/{bad['path']}/.marin/status.json"
+        key = f"{root}/{bad['path']}/.marin/status.json"
         status = json.loads(fs.cat_file(key))
         status["status"] = "SUCCESS"
         fs.pipe_file(key, json.dumps(status).encode())

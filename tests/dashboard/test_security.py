@@ -165,16 +165,20 @@ def test_markdown_escapes_and_keeps_only_safe_links() -> None:
             "<!-- marin-status:x:1 -->\n## Run <b>x</b>\n| step | state |\n|---|---|\n"
             f"| {XSS} | [run](https://wandb.ai/a?b=1&c=2) [bad](javascript:alert(1)) |\n\n"
             '```\n<img src=x onerror=alert(1)>\n```\n[x](/issues/local/experiments/1) "q" [y](https://a.b/"onmouseover=alert(1))'
+            "\n> quoted <b>q</b>\n<sub>small <img src=x></sub>"
         )
     )
     _assert_escaped(html)
     assert "marin-status" not in html  # the hidden marker stays hidden
-    assert "<table" in html and "<h4>Run &lt;b&gt;x&lt;/b&gt;</h4>" in html
+    assert "<table" in html and "<h3>Run &lt;b&gt;x&lt;/b&gt;</h3>" in html
     assert '<a href="https://wandb.ai/a?b=1&amp;c=2"' in html
     assert '<a href="/issues/local/experiments/1"' in html
+    assert "<blockquote>quoted &lt;b&gt;q&lt;/b&gt;</blockquote>" in html and "<sub>small &lt;img" in html
     tags = _tags(html)
     assert {t for t, _ in tags} <= {
-        "h4",
+        "h3",
+        "blockquote",
+        "sub",
         "table",
         "thead",
         "tbody",

@@ -38,7 +38,9 @@ def raw_file(file_path: str, dash: Dash) -> StreamingResponse:
         raise FileNotFound(f"no file {rel!r} under the prefix")
     name = rel.rsplit("/", 1)[-1].encode("ascii", "replace").decode().replace('"', "_")
     return StreamingResponse(
-        dash.store.stream(rel),
+        dash.store.stream(
+            rel, limit=int(info.get("size") or 0)
+        ),  # the size announced, even if the file grows
         media_type="application/octet-stream",
         headers={
             "content-disposition": f'attachment; filename="{name}"',

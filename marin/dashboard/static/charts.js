@@ -47,6 +47,10 @@ const charts = (() => {
     let [y0, y1] = [Math.min(...all.map((p) => tf(p[1]))), Math.max(...all.map((p) => tf(p[1])))];
     if (x1 === x0) x1 = x0 + 1;
     if (y1 === y0) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+    if (!opts.logY) {  // widen the y range to whole ticks so the axis starts and ends on a label
+      const t = niceTicks(y0, y1, 5), step = t.length > 1 ? t[1] - t[0] : 0;
+      if (step > 0) { y0 = Math.floor(y0 / step + 1e-9) * step; y1 = Math.ceil(y1 / step - 1e-9) * step; }
+    }
     const sx = (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r);
     const sy = (y) => H - M.b - ((tf(y) - y0) / (y1 - y0)) * (H - M.t - M.b);
     const yt = opts.logY ? niceTicks(y0, y1, 4).map((t) => Math.pow(10, t)) : niceTicks(y0, y1, 5);
@@ -123,9 +127,10 @@ const charts = (() => {
       root.appendChild(svg("text", { x: M.l + (i + 0.5) * gw, y: H - M.b + 14, class: "tick", "text-anchor": "middle" }, g.label));
     });
     root.appendChild(svg("line", { x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b, class: "axis" }));
-    names.forEach((n, k) => {
-      root.appendChild(svg("rect", { x: W - M.r - 90, y: M.t + k * 14 - 8, width: 10, height: 8, fill: COLORS[k % COLORS.length] }));
-      root.appendChild(svg("text", { x: W - M.r - 76, y: M.t + k * 14, class: "legend-text" }, n));
+    names.forEach((n, k) => {  // legend in the title row, right-aligned, clear of the bars
+      const lx = W - M.r - 56 * (names.length - k);
+      root.appendChild(svg("rect", { x: lx, y: 7, width: 10, height: 8, fill: COLORS[k % COLORS.length] }));
+      root.appendChild(svg("text", { x: lx + 14, y: 15, class: "legend-text" }, n));
     });
     return root;
   }

@@ -45,10 +45,29 @@ document.addEventListener("DOMContentLoaded", () => {
     }));
   }
 
+  function renderAttempts(attempts) {
+    const body = document.querySelector("#attempts tbody");
+    body.replaceChildren(...attempts.map((a) => {
+      const tr = marin.el("tr");
+      const outcome = marin.el("td");
+      outcome.appendChild(marin.el("span", { class: "badge " + marin.stateClass(a.outcome) }, a.outcome || ""));
+      const log = marin.el("td");
+      if (a.log) {
+        log.appendChild(marin.el("a", { href: marin.url("/files/", a.log) }, a.log.split("/").pop()));
+        log.appendChild(marin.el("span", { class: "muted small" }, " " + a.log_size + " B"));
+      }
+      const dur = a.started && a.ended ? marin.duration(a.ended - a.started) : "";
+      tr.append(marin.el("td", {}, a.attempt), outcome, marin.el("td", { class: "nowrap" }, marin.ts(a.started)),
+        marin.el("td", { class: "nowrap" }, marin.ts(a.ended)), marin.el("td", {}, dur), marin.el("td", {}, a.executor || ""), log);
+      return tr;
+    }));
+  }
+
   async function refreshStep() {
     const step = await marin.getJSON(marin.url("/api/steps/", path));
     marin.setBadge(document.getElementById("step-state"), step.status.status);
     renderEvents(step.events);
+    renderAttempts(step.attempts);
     const err = step.status.error;
     document.getElementById("error-box").hidden = !err;
     document.getElementById("error-type").textContent = err ? err.type || "" : "";
