@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard  # noqa: E402
 from moe_trainer.data.loader import TrainLoader  # noqa: E402
 from moe_trainer.data.permutation import FeistelPermutation  # noqa: E402

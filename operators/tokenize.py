@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
 from operators.documents import FileFormat, read_manifest, read_shard
 from operators.train_tokenizer import load_tokenizer
 

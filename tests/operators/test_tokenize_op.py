@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from moe_trainer.data.cache import TokenCache
-from moe_trainer.data.loader import TrainLoader
 
 import operators.tokenize as tokenize_mod
+from moe_trainer.data.cache import TokenCache
+from moe_trainer.data.loader import TrainLoader
 from operators.documents import iter_documents, read_manifest
 from operators.tokenize import TokenizeConfig, tokenize
 from operators.train_tokenizer import load_tokenizer
