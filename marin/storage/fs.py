@@ -21,7 +21,6 @@ import dataclasses
 import fcntl
 import os
 import posixpath
-import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -204,9 +203,6 @@ class FsspecStorage(Storage):
             "(needs google-cloud-storage)",
         }.get(protocol, "single-PUT writes; leases are best effort (check then write)")
 
-    def _url(self, path: str) -> str:
-        return path
-
     def read_text(self, path: str) -> str | None:
         try:
             return self.fs.cat_file(path).decode("utf-8")
@@ -368,8 +364,3 @@ def storage_for(prefix: str) -> Storage:
             "(gcsfs for gs://, s3fs for s3://)"
         ) from e
     return FsspecStorage(fs, protocol)
-
-
-def local_scratch_dir() -> str:
-    """A local directory for files that are uploaded after the fact (logs of steps on object stores)."""
-    return tempfile.mkdtemp(prefix="marin-")
