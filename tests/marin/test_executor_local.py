@@ -281,3 +281,17 @@ def test_max_concurrent_one_runs_independent_steps_one_at_a_time(run_marin: Run,
     assert result.status == "SUCCESS"
     spans = sorted((st.started, st.ended) for st in result.steps.values())
     assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_deleting_an_output_directory_reruns_that_step(run_marin: Run, tmp_path: Path) -> None:
+    import shutil
+
+    counter = tmp_path / "counter.txt"
+    step = Step(name="del/x", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                     counter_file=str(counter)))
+    first = run_marin([step])
+    shutil.rmtree(first.output_path("del/x"))  # the documented way to force a re-run of one step
+    second = run_marin([step])  # same process: cached directory knowledge must not get in the way
+    assert second.status == "SUCCESS" and second.plan.entries[0].action == "run"
+    assert counter.read_text().count("\n") == 2
+    assert Path(second.output_path("del/x"), "done.txt").exists()
