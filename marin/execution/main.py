@@ -28,7 +28,7 @@ from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.executor import Executor, RunContextInfo, StepState
 from marin.graph.dag import Graph, build_graph
-from marin.graph.plan import RUN, Plan, make_plan
+from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import manifest
@@ -121,7 +121,9 @@ def run_experiment(
 
     completions: queue.Queue[tuple[Any, ...]] = queue.Queue()
     runnable = [e for e in plan.entries if e.action == RUN]
-    be = _make_backend(backend, completions, ray_address)
+    # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
+    settled = all(e.action in (SKIP, BLOCKED, FAILED_ACTION) for e in plan.entries)
+    be = _make_backend("local" if settled else backend, completions, ray_address)
     try:
         be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
         prov = provenance(script)
