@@ -75,7 +75,11 @@ def execute_step(
         if p not in sys.path:
             sys.path.insert(0, p)
     remote_log = "://" in log_path and not log_path.startswith("file://")
-    local_log = tempfile.mktemp(prefix="marin-attempt-", suffix=".log") if remote_log else log_path
+    if remote_log:
+        handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
+        os.close(handle)
+    else:
+        local_log = log_path
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     started = time.time()

@@ -281,3 +281,36 @@ def test_max_concurrent_one_runs_independent_steps_one_at_a_time(run_marin: Run,
     assert result.status == "SUCCESS"
     spans = sorted((st.started, st.ended) for st in result.steps.values())
     assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_deleting_an_output_directory_reruns_that_step(run_marin: Run, tmp_path: Path) -> None:
+    import shutil
+
+    counter = tmp_path / "counter.txt"
+    step = Step(name="del/x", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                     counter_file=str(counter)))
+    first = run_marin([step])
+    shutil.rmtree(first.output_path("del/x"))  # the documented way to force a re-run of one step
+    second = run_marin([step])  # same process: cached directory knowledge must not get in the way
+    assert second.status == "SUCCESS" and second.plan.entries[0].action == "run"
+    assert counter.read_text().count("\n") == 2
+    assert Path(second.output_path("del/x"), "done.txt").exists()
+
+
+def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
+    from tests.marin.fns import DieConfig, die
+
+    killed = Step(name="die/killed", fn=die, config=DieConfig(output_path=this_output_path(), how="kill"))
+    exited = Step(name="die/exited", fn=die, config=DieConfig(output_path=this_output_path(), how="exit"))
+    after = [Step(name=f"die/after{i}", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=i))
+             for i in range(4)]
+    result = run_marin([killed, exited, *after], max_concurrent=2)
+    assert result.status_of("die/killed") == "PREEMPTED"  # killed by a signal: not the step's own fault
+    assert result.status_of("die/exited") == "FAILED"
+    assert all(result.status_of(f"die/after{i}") == "SUCCESS" for i in range(4))  # fresh workers took over
+    status = meta(result.output_path("die/killed"), "status.json")
+    assert status["error"]["type"] == "WorkerDied" and "signal 9" in status["error"]["message"]
+    assert "exited with code 3" in meta(result.output_path("die/exited"), "status.json")["error"]["message"]
+    assert "dying now" in Path(result.output_path("die/killed"), ".marin/logs/attempt-1.log").read_text()
+    again = run_marin([killed], dry_run=True)
+    assert again.plan.entries[0].action == "run" and "preempted" in again.plan.entries[0].reason
