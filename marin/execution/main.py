@@ -14,7 +14,9 @@ import json
 import os
 import queue
 import re
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -148,12 +150,15 @@ def run_experiment(
         executor = Executor(graph, plan, storage, be, completions, ctx, max_concurrent=limit,
                             lease_timeout_s=lease_timeout_s, on_transition=on_transition)
         status = "FAILED"
+        previous_handler = _on_sigterm_raise()
         try:
             states = executor.run()
             failures = [st.failure for st in states.values() if st.failure is not None]
             unfinished = [st for st in states.values() if st.status != sf.SUCCESS]
             status = "SUCCESS" if not unfinished else "FAILED"
         finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
             ended = time.time()
             if pset:
                 pset.publish(view(status, ended), final=True)
@@ -163,6 +168,18 @@ def run_experiment(
     summary = _summary(plan, states, pset.errors, ended - t0, experiment_id, prefix)
     _log(summary, verbose)
     return RunResult(run_id, experiment_id, prefix, status, plan, states, failures, pset.errors, summary)
+
+
+def _on_sigterm_raise() -> Any:
+    """Turn SIGTERM (a cluster scheduler stopping the driver) into SystemExit, so running steps are recorded
+    PREEMPTED and their leases released instead of going stale. Only possible on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _make_backend(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
@@ -281,7 +298,7 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunRes
         print(json.dumps({"experiment": experiment_id, **plan.to_json()}, indent=1) if cfg.format == "json"
               else plan.table())
     else:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for e in plan.entries:
             current = sf.read_status(storage, e.output_path) or {}
             rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,
