@@ -99,22 +99,32 @@ class TrainConfig:
             raise ValueError(f"train: wandb_mode={self.wandb_mode!r} must be offline, online or disabled")
 
 
-def _replace_path(obj: Any, dotted: str, value: Any, where: str) -> Any:
-    """``obj`` with the dataclass field at ``dotted`` (``a.b.c``) set to ``value``; unknown names are errors."""
-    head, _, rest = dotted.partition(".")
-    fields = {f.name: f for f in dataclasses.fields(obj)}
-    if head not in fields:
-        raise ValueError(f"train: {where} names {dotted!r}, but {type(obj).__name__} has no field {head!r}; "
-                         f"valid fields: {', '.join(sorted(fields))}")
-    if rest:
-        inner = getattr(obj, head)
-        if not dataclasses.is_dataclass(inner):
-            raise ValueError(f"train: {where} names {dotted!r}, but {type(obj).__name__}.{head} is a "
-                             f"{type(inner).__name__}, not a config with fields")
-        value = _replace_path(inner, rest, value, where)
-    elif isinstance(getattr(obj, head), tuple) and isinstance(value, list):
-        value = tuple(value)
-    return dataclasses.replace(obj, **{head: value})
+def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -> Any:
+    """``obj`` with the dataclass fields named by dotted paths (``a.b.c``) set; unknown names are errors.
+
+    All the changes to one dataclass are made in one ``dataclasses.replace``, so fields validated together
+    (``n_heads`` and ``n_kv_heads``) are never checked half-changed."""
+    fields = {f.name for f in dataclasses.fields(obj)}
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for dotted, value in changes.items():
+        head, _, rest = dotted.partition(".")
+        if head not in fields:
+            raise ValueError(f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no field "
+                             f"{head!r}; valid fields: {', '.join(sorted(fields))}")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        elif isinstance(getattr(obj, head), tuple) and isinstance(value, list):
+            direct[head] = tuple(value)
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        inner = direct.get(head, getattr(obj, head))
+        if not dataclasses.is_dataclass(inner) or isinstance(inner, type):
+            raise ValueError(f"train: {where} names {prefix + head}.{next(iter(sub))!r}, but "
+                             f"{type(obj).__name__}.{head} is a {type(inner).__name__}, not a config with fields")
+        direct[head] = _apply(inner, sub, where, f"{prefix}{head}.")
+    return dataclasses.replace(obj, **direct) if direct else obj
 
 
 def _base(config: TrainConfig) -> TrainerConfig:
@@ -130,10 +140,8 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
     if isinstance(config.model, ModelConfig):
         tc = dataclasses.replace(tc, model=config.model)
     else:
-        for key, value in config.model.items():
-            tc = _replace_path(tc, f"model.{key}", value, "model")
-    for key, value in config.overrides.items():
-        tc = _replace_path(tc, key, value, "overrides")
+        tc = _apply(tc, {f"model.{key}": value for key, value in config.model.items()}, "model")
+    tc = _apply(tc, config.overrides, "overrides")
     data = dataclasses.replace(
         tc.data, train_cache=config.train_cache, validation=dict(config.validation), seed=config.data_seed,
         batch_size=config.batch_size or tc.data.batch_size, seq_len=config.seq_len or tc.data.seq_len)

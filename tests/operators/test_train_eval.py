@@ -208,6 +208,10 @@ def test_train_config_builds_from_preset_and_overrides(train_cache: str, tmp_pat
     assert (tc.data.batch_size, tc.data.seq_len, tc.data.seed, tc.seed) == (2, 16, 5, 2)
     assert tc.schedule.warmup_steps == 2 and tc.checkpoint.every_steps == 2 and tc.num_steps == 6
     assert tc.output_dir == str(tmp_path / "run") and tc.metrics.wandb_mode == "disabled"
+    # fields validated together change together: 3 heads need n_kv_heads to divide 3 (the preset has 2)
+    heads = trainer_config(dataclasses.replace(small_train(tmp_path / "r3", train_cache),
+                                               model={"n_heads": 3, "n_kv_heads": 1}))
+    assert (heads.model.n_heads, heads.model.n_kv_heads) == (3, 1)
     whole_model = trainer_config(dataclasses.replace(small_train(tmp_path / "r2", train_cache), model=toy_config()))
     assert whole_model.model.n_experts == 4 and whole_model.model.max_seq_len == 16
 
