@@ -101,7 +101,7 @@ tokenized = Step(
 # The model: small enough that a 2-core CPU does a training step in well under a second.
 TINY_MOE = {"vocab_size": VOCAB_SIZE, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
             "d_ff": 128, "n_experts": 4, "top_k": 2, "expert_d_ff": 128, "n_shared_experts": 1, "shared_d_ff": 128}
-NUM_STEPS = 20 if SMALL else 360
+NUM_STEPS = 20 if SMALL else 600
 tiny_moe = Step(
     name="train/tiny_moe", fn=train, description="a 2-layer MoE (4 experts, top-2, 1 shared) from the tiny preset",
     config=TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized, "train"),
