@@ -12,7 +12,8 @@ Change `n` and both steps get new output paths; `marin plan` then explains `conf
 from __future__ import annotations
 
 import dataclasses
-import os
+
+import fsspec
 
 from marin import Step, executor_main, output_path_of, this_output_path
 
@@ -26,8 +27,8 @@ class WriteConfig:
 
 
 def write_numbers(cfg: WriteConfig) -> None:
-    os.makedirs(cfg.output_path, exist_ok=True)
-    with open(os.path.join(cfg.output_path, "numbers.txt"), "w") as f:
+    # fsspec, so the same step writes to a local prefix, gs:// or s3://
+    with fsspec.open(f"{cfg.output_path}/numbers.txt", "w", auto_mkdir=True) as f:
         f.write("\n".join(str(i) for i in range(cfg.n)) + "\n")
     print(f"wrote {cfg.n} numbers to {cfg.output_path}")
 
@@ -41,10 +42,9 @@ class SumConfig:
 
 
 def sum_numbers(cfg: SumConfig) -> None:
-    with open(cfg.input_path) as f:
+    with fsspec.open(cfg.input_path, "r") as f:
         total = sum(int(line) for line in f if line.strip())
-    os.makedirs(cfg.output_path, exist_ok=True)
-    with open(os.path.join(cfg.output_path, "total.txt"), "w") as f:
+    with fsspec.open(f"{cfg.output_path}/total.txt", "w", auto_mkdir=True) as f:
         f.write(f"{total}\n")
     print(f"total = {total}")
 

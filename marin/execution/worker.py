@@ -16,6 +16,10 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+# Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own `env`
+# passes one explicitly, so a step that prints its environment cannot leak them into its log.
+PLATFORM_SECRETS = ("GITHUB_TOKEN", "GH_TOKEN")
+
 
 @contextlib.contextmanager
 def capture_output(log_file: str) -> Iterator[None]:
@@ -75,8 +79,15 @@ def execute_step(
         if p not in sys.path:
             sys.path.insert(0, p)
     remote_log = "://" in log_path and not log_path.startswith("file://")
-    local_log = tempfile.mktemp(prefix="marin-attempt-", suffix=".log") if remote_log else log_path
-    saved_env = {k: os.environ.get(k) for k in env}
+    if remote_log:
+        handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
+        os.close(handle)
+    else:
+        local_log = log_path
+    hidden = [k for k in PLATFORM_SECRETS if k not in env and k in os.environ]
+    saved_env = {k: os.environ.get(k) for k in (*env, *hidden)}
+    for k in hidden:
+        del os.environ[k]
     os.environ.update(env)
     started = time.time()
     try:

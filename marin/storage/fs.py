@@ -21,14 +21,15 @@ import dataclasses
 import fcntl
 import os
 import posixpath
-import tempfile
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import fsspec
 
 from marin.errors import StorageError
+
+T = TypeVar("T")
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -95,6 +96,14 @@ class LocalStorage(Storage):
     is_local = True
     guarantees = "atomic replace, exclusive create (link), compare-and-swap under flock: safe across processes"
 
+    def __init__(self) -> None:
+        self._dirs: set[str] = set()  # directories known to exist: skips a mkdir per write on the hot path
+
+    def _ensure_dir(self, directory: str) -> None:
+        if directory not in self._dirs:
+            os.makedirs(directory, exist_ok=True)
+            self._dirs.add(directory)
+
     def read_text(self, path: str) -> str | None:
         try:
             with open(path, encoding="utf-8") as f:
@@ -102,22 +111,37 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
 
+    def _retrying(self, directory: str, action: Callable[[], T]) -> T:
+        """Run `action`; if the directory vanished behind our back (deleted to force a re-run), recreate it once."""
+        self._ensure_dir(directory)
+        try:
+            return action()
+        except FileNotFoundError:
+            self._dirs.discard(directory)
+            self._ensure_dir(directory)
+            return action()
+
     def write_text(self, path: str, text: str) -> None:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+
+        def write() -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        self._retrying(directory, write)
         os.replace(tmp, path)
 
     def append_text(self, path: str, text: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # One write() of a line opened with O_APPEND lands whole, even with several writers.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, text.encode("utf-8"))
-        finally:
-            os.close(fd)
+        def append() -> None:
+            # One write() of a line opened with O_APPEND lands whole, even with several writers.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+
+        self._retrying(os.path.dirname(path), append)
 
     def listdir(self, path: str) -> list[str] | None:
         try:
@@ -147,10 +171,13 @@ class LocalStorage(Storage):
 
     def create_exclusive(self, path: str, text: str) -> bool:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+
+        def write() -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        self._retrying(directory, write)
         try:
             os.link(tmp, path)
             return True
@@ -189,9 +216,6 @@ class FsspecStorage(Storage):
             "gs": "single-PUT writes; create ifGenerationMatch=0; compare-and-swap/delete on the generation "
             "(needs google-cloud-storage)",
         }.get(protocol, "single-PUT writes; leases are best effort (check then write)")
-
-    def _url(self, path: str) -> str:
-        return path
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -354,8 +378,3 @@ def storage_for(prefix: str) -> Storage:
             "(gcsfs for gs://, s3fs for s3://)"
         ) from e
     return FsspecStorage(fs, protocol)
-
-
-def local_scratch_dir() -> str:
-    """A local directory for files that are uploaded after the fact (logs of steps on object stores)."""
-    return tempfile.mkdtemp(prefix="marin-")

@@ -156,3 +156,20 @@ def fs_copy_upper(cfg: FsCopyConfig) -> None:
         text = f.read()
     with fsspec.open(f"{cfg.output_path}/out.txt", "w") as f:
         f.write(text.upper())
+
+
+@dataclasses.dataclass(frozen=True)
+class DieConfig:
+    """Ends the worker process itself: by a signal (`how="kill"`) or by `os._exit` (`how="exit"`)."""
+
+    output_path: str
+    how: str = "kill"
+
+
+def die(cfg: DieConfig) -> None:
+    import signal as _signal
+
+    print("dying now", flush=True)
+    if cfg.how == "kill":
+        os.kill(os.getpid(), _signal.SIGKILL)
+    os._exit(3)

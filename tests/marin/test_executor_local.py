@@ -184,6 +184,8 @@ def test_plan_explains_changes_field_by_field(run_marin: Run) -> None:
     assert "config.n: 10 -> 20" in by_name["demo/numbers"]["changed"]
     assert "dependency demo/numbers changed: config.n: 10 -> 20" in by_name["demo/total"]["changed"]
     assert all(not c.startswith("config.") for c in by_name["demo/total"]["changed"])
+    first_hashes = {e.name: e.hash for e in run_marin([total10], dry_run=True).plan.entries}
+    assert by_name["demo/total"]["previous_hash"] == first_hashes["demo/total"]
 
 
 def test_plan_warns_about_code_drift(run_marin: Run) -> None:
@@ -269,3 +271,46 @@ def test_mixed_run_fixture_holds_every_state(mixed_run: Any) -> None:
                      "mixed/slow": "RUNNING"}
     result = mixed_run.release()
     assert result.status == "FAILED" and result.status_of("mixed/slow") == "SUCCESS"
+
+
+def test_max_concurrent_one_runs_independent_steps_one_at_a_time(run_marin: Run, tmp_path: Path) -> None:
+    counter = str(tmp_path / "c.txt")
+    steps = [Step(name=f"m/s{i}", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=counter, sleep_s=0.1)) for i in range(3)]
+    result = run_marin(steps, max_concurrent=1)
+    assert result.status == "SUCCESS"
+    spans = sorted((st.started, st.ended) for st in result.steps.values())
+    assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_deleting_an_output_directory_reruns_that_step(run_marin: Run, tmp_path: Path) -> None:
+    import shutil
+
+    counter = tmp_path / "counter.txt"
+    step = Step(name="del/x", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                     counter_file=str(counter)))
+    first = run_marin([step])
+    shutil.rmtree(first.output_path("del/x"))  # the documented way to force a re-run of one step
+    second = run_marin([step])  # same process: cached directory knowledge must not get in the way
+    assert second.status == "SUCCESS" and second.plan.entries[0].action == "run"
+    assert counter.read_text().count("\n") == 2
+    assert Path(second.output_path("del/x"), "done.txt").exists()
+
+
+def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
+    from tests.marin.fns import DieConfig, die
+
+    killed = Step(name="die/killed", fn=die, config=DieConfig(output_path=this_output_path(), how="kill"))
+    exited = Step(name="die/exited", fn=die, config=DieConfig(output_path=this_output_path(), how="exit"))
+    after = [Step(name=f"die/after{i}", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=i))
+             for i in range(4)]
+    result = run_marin([killed, exited, *after], max_concurrent=2)
+    assert result.status_of("die/killed") == "PREEMPTED"  # killed by a signal: not the step's own fault
+    assert result.status_of("die/exited") == "FAILED"
+    assert all(result.status_of(f"die/after{i}") == "SUCCESS" for i in range(4))  # fresh workers took over
+    status = meta(result.output_path("die/killed"), "status.json")
+    assert status["error"]["type"] == "WorkerDied" and "signal 9" in status["error"]["message"]
+    assert "exited with code 3" in meta(result.output_path("die/exited"), "status.json")["error"]["message"]
+    assert "dying now" in Path(result.output_path("die/killed"), ".marin/logs/attempt-1.log").read_text()
+    again = run_marin([killed], dry_run=True)
+    assert again.plan.entries[0].action == "run" and "preempted" in again.plan.entries[0].reason

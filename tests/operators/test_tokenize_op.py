@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from moe_trainer.data.cache import TokenCache
-from moe_trainer.data.loader import TrainLoader
 
 import operators.tokenize as tokenize_mod
+from moe_trainer.data.cache import TokenCache
+from moe_trainer.data.loader import TrainLoader
 from operators.documents import iter_documents, read_manifest
 from operators.tokenize import TokenizeConfig, tokenize
 from operators.train_tokenizer import load_tokenizer
@@ -30,7 +31,8 @@ def _reference(dataset: str, tokenizer_dir: str, split: str, domain: str | None 
 @pytest.fixture(scope="module")
 def tokenized(dataset: str, tokenizer_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(tmp_path_factory.mktemp("tokenized"))
-    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=out, num_workers=2))
+    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=out, num_workers=2,
+                            backend="processes"))
     return out
 
 
@@ -70,8 +72,30 @@ def test_per_domain_validation_caches(dataset: str, tokenizer_dir: str, tokenize
 
 def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokenizer_dir: str, tokenized: str,
                                                            tmp_path: Path) -> None:
-    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                            num_workers=1))
+    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                                      num_workers=1, backend="processes"))
+    assert _digests(str(tmp_path)) == _digests(tokenized)
+    all_tokens = sum(TokenCache(str(p.parent)).num_tokens for p in tmp_path.rglob("manifest.json"))
+    work = summary["work"]
+    splits = read_manifest(dataset)["splits"]
+    assert work["tokens"] == all_tokens and work["shards"] == sum(len(v["shards"]) for v in splits.values())
+    assert work["worker_cpu_seconds"] > 0 and work["tokens_per_worker_cpu_s"] > 0
+
+
+def test_fork_server_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
+                                            tmp_path: Path) -> None:
+    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must start its
+    # workers from a fork server instead
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        assert tokenize_mod._pool_context().get_start_method() == "forkserver"
+        tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                                num_workers=2, backend="processes"))
+    finally:
+        stop.set()
+        thread.join()
     assert _digests(str(tmp_path)) == _digests(tokenized)
 
 
@@ -93,7 +117,7 @@ def test_resume_after_crash_mid_shard(dataset: str, tokenizer_dir: str, tokenize
         return real_write_shard(cache_path, name, header, documents)
 
     config = TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                            num_workers=1)
+                            num_workers=1, backend="processes")  # in-process, so the patched writer is used
     monkeypatch.setattr(tokenize_mod, "write_shard", crashing)
     with pytest.raises(RuntimeError, match="simulated worker crash"):
         tokenize(config)
@@ -135,19 +159,16 @@ def test_bad_inputs(dataset: str, tokenizer_dir: str, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no document dataset"):
         tokenize(TokenizeConfig(input_path=str(tmp_path), tokenizer_path=tokenizer_dir,
                                 output_path=str(tmp_path / "o")))
+    with pytest.raises(ValueError, match="backend 'spark'"):
+        TokenizeConfig(input_path="a", tokenizer_path="b", output_path="c", backend="spark")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="num_workers"):
         TokenizeConfig(input_path="a", tokenizer_path="b", output_path="c", num_workers=0)
 
 
 @pytest.mark.ray
 def test_tokenize_on_ray_matches_process_pool(dataset: str, tokenizer_dir: str, tokenized: str,
-                                              tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
-    root = Path(__file__).resolve().parents[2]  # workers need the checkout on their path (not installed in tests)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": f"{root}:{root}/lib/moe_trainer/src"}})
-    try:
-        tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path)))
-    finally:
-        ray.shutdown()
+                                              tmp_path: Path, ray_embedded: Any) -> None:
+    assert ray_embedded.is_initialized()  # tokenize picks Ray tasks whenever Ray is up
+    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                            backend="ray"))
     assert _digests(str(tmp_path)) == _digests(tokenized)

@@ -6,7 +6,9 @@
 Each preset's real train step (``train._compile``: loss, grads, clipping, AdamW, health guards) runs on
 random tokens of the preset's shape; the first steps (compilation) are excluded from the timing. On CPU the
 same-shaped ``transformers`` ``Qwen3MoeForCausalLM`` (built from ``hf.hf_config_of``, fp32, torch AdamW,
-router aux loss on) is timed in the same run, and ``ratio`` = our tokens/s ÷ torch's. MFU uses the analytic
+router aux loss on) is timed in the same run, its steps interleaved with ours so both see the same machine
+load; ``ratio_jax_over_torch`` = our median tokens/s ÷ torch's, ``ratio_paired_median`` = the median over
+steps of (torch step time ÷ our step time). MFU uses the analytic
 FLOPs of ``flops.flops_per_token`` and the peak table of ``metrics.py`` (CPU: an assumption, printed).
 Prints one JSON object.
 """
@@ -38,65 +40,121 @@ def _batch(cfg: TrainConfig, step: int) -> dict[str, np.ndarray]:
             "loss_mask": np.ones((b, s), np.float32)}
 
 
-def bench_jax(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
-    mesh = build_mesh(cfg.mesh)
-    shape = (cfg.data.batch_size, cfg.data.seq_len)
-    t0 = time.perf_counter()
-    comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps, cfg.seed,
-                    mesh, shape)
-    state = comp.init()
-    batches = [jax.device_put(_batch(cfg, i), comp.batch_sharding) for i in range(min(steps, 4))]
-    for i in range(warmup):
-        state, m = comp.step(state, batches[i % len(batches)])
-    jax.block_until_ready(m)
-    compile_s = time.perf_counter() - t0
-    times = []
-    for i in range(steps):
-        t = time.perf_counter()
-        state, m = comp.step(state, batches[i % len(batches)])
+class JaxStep:
+    """Our compiled train step for a preset, on random tokens of its shape."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.mesh = build_mesh(cfg.mesh)
+        self.shape = (cfg.data.batch_size, cfg.data.seq_len)
+        self.comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps,
+                             cfg.seed, self.mesh, self.shape)
+        self.state = self.comp.init()
+        self.batches = [jax.device_put(_batch(cfg, i), self.comp.batch_sharding) for i in range(4)]
+        self.i = 0
+        self.loss = float("nan")
+        self.cpu: list[float] = []
+
+    def __call__(self) -> float:
+        t, c = time.perf_counter(), time.process_time()
+        self.state, m = self.comp.step(self.state, self.batches[self.i % len(self.batches)])
         jax.block_until_ready(m)
-        times.append(time.perf_counter() - t)
-    step_s = statistics.median(times)
-    tokens = shape[0] * shape[1]
-    fpt = train_flops_per_token(cfg.model, cfg.data.seq_len)
-    peak, peak_source = peak_flops_per_device(jax.devices()[0], mesh.size)
-    if cfg.metrics.peak_flops:
-        peak, peak_source = cfg.metrics.peak_flops, "metrics.peak_flops"
-    tps = tokens / step_s
-    return {"tokens_per_s": tps, "step_time_s": step_s, "step_times_s": times, "mfu": tps * fpt / (peak * mesh.size),
-            "tokens_per_step": tokens, "train_flops_per_token": fpt, "peak_flops_per_device": peak,
-            "peak_source": peak_source, "devices": mesh.size, "compile_and_warmup_s": compile_s,
-            "final_loss": float(m["loss"]), "compute_dtype": cfg.model.compute_dtype}
+        self.i += 1
+        self.loss = float(m["loss"])
+        self.cpu.append(time.process_time() - c)
+        return time.perf_counter() - t
 
 
-def bench_torch(model_cfg: ModelConfig, batch: int, seq: int, steps: int, warmup: int, lr: float) -> dict[str, Any]:
-    import torch
-    from moe_trainer.hf import hf_config_of
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+class TorchStep:
+    """The same-shaped transformers Qwen3MoeForCausalLM training step (fp32, AdamW, clipping, aux loss)."""
 
-    torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
-    hf = hf_config_of(model_cfg)
-    hf["output_router_logits"] = True  # include the load-balancing loss, as our step does
-    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{k: v for k, v in hf.items() if k != "architectures"}))
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    rng = np.random.default_rng(0)
-    data = [torch.from_numpy(rng.integers(0, model_cfg.vocab_size, (batch, seq + 1))) for _ in range(4)]
-    times = []
-    for i in range(warmup + steps):
-        toks = data[i % len(data)]
-        t = time.perf_counter()
-        out = model(input_ids=toks[:, :-1], labels=toks[:, :-1])
+    def __init__(self, model_cfg: ModelConfig, batch: int, seq: int, lr: float) -> None:
+        import torch
+        from moe_trainer.hf import hf_config_of
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        self.torch = torch
+        torch.manual_seed(0)
+        torch.set_num_threads(os.cpu_count() or 1)
+        hf = hf_config_of(model_cfg)
+        hf["output_router_logits"] = True  # include the load-balancing loss, as our step does
+        self.model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{k: v for k, v in hf.items() if k != "architectures"}))
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+        rng = np.random.default_rng(0)
+        self.data = [torch.from_numpy(rng.integers(0, model_cfg.vocab_size, (batch, seq + 1))) for _ in range(4)]
+        self.i = 0
+        self.loss = float("nan")
+        self.cpu: list[float] = []
+
+    def __call__(self) -> float:
+        toks = self.data[self.i % len(self.data)]
+        t, c = time.perf_counter(), time.process_time()
+        out = self.model(input_ids=toks[:, :-1], labels=toks[:, :-1])
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= warmup:
-            times.append(time.perf_counter() - t)
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.i += 1
+        self.loss = float(out.loss.detach())
+        self.cpu.append(time.process_time() - c)
+        return time.perf_counter() - t
+
+
+def _summary(times: list[float], cpu: list[float], tokens: int, fpt: float, peak_total: float) -> dict[str, Any]:
     step_s = statistics.median(times)
-    return {"tokens_per_s": batch * seq / step_s, "step_time_s": step_s, "step_times_s": times,
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "final_loss": float(out.loss)}
+    tps = tokens / step_s
+    return {"tokens_per_s": tps, "step_time_s": step_s, "step_times_s": times, "mfu": tps * fpt / peak_total,
+            "cpu_s_per_step": statistics.median(cpu[-len(times):]) if times else float("nan")}
+
+
+def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool, only: str | None = None
+                 ) -> dict[str, Any]:
+    """Time our step (and, interleaved step by step, the torch reference: both then see the same machine
+    load, which matters on a shared host). ``only`` = "torch" times the reference alone (its process CPU
+    seconds are then uncontaminated by the other framework's idle threads)."""
+    t0 = time.perf_counter()
+    ours = JaxStep(cfg) if only != "torch" else None
+    for _ in range(warmup if ours else 0):
+        ours()  # type: ignore[misc]
+    compile_s = time.perf_counter() - t0
+    ref = TorchStep(cfg.model, cfg.data.batch_size, cfg.data.seq_len, cfg.optimizer.lr) \
+        if with_torch or only == "torch" else None
+    for _ in range(warmup if ref else 0):
+        ref()  # type: ignore[misc]
+    ours_t: list[float] = []
+    ref_t: list[float] = []
+    for _ in range(steps):
+        if ours is not None:
+            ours_t.append(ours())
+        if ref is not None:
+            ref_t.append(ref())
+    tokens = cfg.data.batch_size * cfg.data.seq_len
+    fpt = train_flops_per_token(cfg.model, cfg.data.seq_len)
+    n_dev = ours.mesh.size if ours else 1
+    peak, source = peak_flops_per_device(jax.devices()[0], n_dev)
+    if cfg.metrics.peak_flops:
+        peak, source = cfg.metrics.peak_flops, "metrics.peak_flops"
+    peak_total = peak * n_dev
+    entry: dict[str, Any] = {
+        "batch_size": cfg.data.batch_size, "seq_len": cfg.data.seq_len, "tokens_per_step": tokens,
+        "train_flops_per_token": fpt, "peak_flops_per_device": peak, "peak_source": source,
+        "devices": n_dev, "compute_dtype": cfg.model.compute_dtype,
+    }
+    if ours is not None:
+        entry["jax"] = {**_summary(ours_t, ours.cpu, tokens, fpt, peak_total), "compile_and_warmup_s": compile_s,
+                        "final_loss": ours.loss}
+    if ref is not None:
+        import torch
+
+        entry["torch_transformers"] = {**_summary(ref_t, ref.cpu, tokens, fpt, peak_total),
+                                       "torch": torch.__version__, "threads": torch.get_num_threads(),
+                                       "final_loss": ref.loss}
+    if ours is not None and ref is not None:
+        entry["ratio_jax_over_torch"] = entry["jax"]["tokens_per_s"] / entry["torch_transformers"]["tokens_per_s"]
+        paired = [r / o for o, r in zip(ours_t, ref_t, strict=True)]
+        entry["ratio_paired_median"] = statistics.median(paired)
+    return entry
 
 
 def main() -> None:
@@ -107,6 +165,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation) per preset")
     ap.add_argument("--batch-size", type=int, default=None, help="override the preset's batch size")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers reference on CPU")
+    ap.add_argument("--only", choices=["jax", "torch"], default=None,
+                    help="time one framework alone (clean per-process CPU seconds on a shared host)")
     args = ap.parse_args()
     platform_name = jax.devices()[0].platform
     names = args.presets.split(",") if args.presets else (["tiny"] if platform_name == "cpu" else ["moe-1b"])
@@ -121,15 +181,8 @@ def main() -> None:
         cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
         if platform_name == "cpu" and cfg.model.compute_dtype != "float32":
             cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
-        entry: dict[str, Any] = {"batch_size": cfg.data.batch_size, "seq_len": cfg.data.seq_len,
-                                 "jax": bench_jax(cfg, args.steps, args.warmup)}
-        if platform_name == "cpu" and not args.no_torch:
-            ref = bench_torch(cfg.model, cfg.data.batch_size, cfg.data.seq_len, args.steps, args.warmup,
-                              cfg.optimizer.lr)
-            ref["mfu"] = ref["tokens_per_s"] * entry["jax"]["train_flops_per_token"] / (
-                entry["jax"]["peak_flops_per_device"] * entry["jax"]["devices"])
-            entry["torch_transformers"] = ref
-            entry["ratio_jax_over_torch"] = entry["jax"]["tokens_per_s"] / ref["tokens_per_s"]
+        with_torch = platform_name == "cpu" and not args.no_torch and args.only != "jax"
+        entry = bench_preset(cfg, args.steps, args.warmup, with_torch, args.only)
         report["presets"][name] = entry
     print(json.dumps(report, indent=1))
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
 from moe_trainer.data.loader import EvalLoader, Prefetcher, TrainLoader
 
@@ -152,3 +153,22 @@ def test_loader_reads_remote_cache_through_fsspec(tmp_path: Path, cache: TokenCa
     b = TrainLoader(remote, batch_size=2, seq_len=24, seed=5).batch(4)
     for key in a:
         assert np.array_equal(a[key], b[key])
+
+
+def test_prefetcher_thread_stops_when_closed_or_dropped() -> None:
+    import gc
+    import time
+
+    it = Prefetcher(lambda k: {"k": np.array(k)}, 0, None, depth=2)
+    thread = it._thread
+    assert int(next(it)["k"]) == 0
+    it.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    dropped = Prefetcher(lambda k: {"k": np.array(k)}, 0, None, depth=2)
+    thread = dropped._thread
+    time.sleep(0.05)
+    del dropped
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from moe_trainer.data.permutation import (
     FeistelPermutation,
     LcgPermutation,
@@ -81,10 +82,18 @@ def test_feistel_passes_every_gate(feistel_reports: list[GateReport]) -> None:
         assert report.failures() == [], report
 
 
-def test_numpy_shuffle_passes_every_gate() -> None:
+# an odd bit count (unbalanced halves, 21 bits) and a domain barely half full (cycle-walking ~1.75 passes)
+@pytest.mark.parametrize("n", [1_500_007, 600_011], ids=["odd-bits", "half-full-domain"])
+def test_feistel_passes_every_gate_at_other_sizes(n: int) -> None:
+    report = evaluate_order(feistel_permutation(n, 3), n)
+    assert report.failures() == [], report
+
+
+@pytest.mark.parametrize("n", [GATE_N, 600_011], ids=["n=1e6", "n=6e5"])
+def test_numpy_shuffle_passes_every_gate(n: int) -> None:
     # positive control: the thresholds accept a true uniform shuffle, so a Feistel pass is meaningful
-    order = np.random.default_rng(7).permutation(GATE_N)
-    report = evaluate_order(lambda i: order[i], GATE_N)
+    order = np.random.default_rng(7).permutation(n)
+    report = evaluate_order(lambda i: order[i], n)
     assert report.failures() == [], report
 
 

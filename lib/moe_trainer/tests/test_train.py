@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
@@ -141,6 +142,13 @@ def test_metrics_rows_wandb_reference_and_eval_outputs(learned: dict[str, Any]) 
     assert Path(ref["dir"], "wandb").is_dir()
 
 
+def test_rerunning_a_finished_run_is_a_no_op(learned: dict[str, Any], caches: dict[str, Any]) -> None:
+    before = (learned["out"] / "metrics.jsonl").read_text()
+    again = train(_config(caches, learned["out"]))
+    assert (again.step, again.loss, again.eval) == (160, learned["result"].loss, learned["result"].eval)
+    assert (learned["out"] / "metrics.jsonl").read_text() == before
+
+
 def test_evaluate_sums_are_paloma_style(learned: dict[str, Any], caches: dict[str, Any]) -> None:
     model = load_checkpoint(str(learned["out"]))
     assert isinstance(model, Model) and model.config == MODEL
@@ -214,20 +222,23 @@ def test_gradient_accumulation_with_the_moe_loss() -> None:
 
 
 def test_one_device_and_eight_devices_give_the_same_losses(caches: dict[str, Any]) -> None:
+    """The tiny config on one device (ragged dispatch) and on a data=2 x expert=2 x model=2 mesh of 8 fake
+    CPU devices with expert parallelism (fixed-capacity all_to_all; dropless here) take the same steps."""
     assert jax.device_count() == 8, "the root conftest must give JAX 8 fake CPU devices"
     loader = TrainLoader(TokenCache(caches["train"]), BATCH, SEQ, seed=1)
     losses = {}
-    for shape in ((1, 1, 1), (2, 2, 2)):
+    for shape, dispatch in (((1, 1, 1), "ragged"), ((2, 2, 2), "ep_alltoall")):
         mesh = build_mesh(MeshConfig(*shape))
         cfg = _config(caches, Path("unused"))
         with jax.default_matmul_precision("highest"):
-            comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps,
-                            cfg.seed, mesh, (BATCH, SEQ))
+            comp = _compile(cfg.model.replace(dispatch=dispatch), cfg.optimizer, cfg.schedule, cfg.health,
+                            cfg.accum_steps, cfg.num_steps, cfg.seed, mesh, (BATCH, SEQ))
             state = comp.init()
             out = []
             for step in range(4):
                 state, m = comp.step(state, jax.device_put(loader.batch(step), comp.batch_sharding))
                 out.append(float(m["loss"]))
+                assert int(m["dropped"]) == 0
         losses[shape] = out
         if shape == (2, 2, 2):
             w_gate = state["params"]["layers"][0]["moe"]["w_gate"]
@@ -236,6 +247,33 @@ def test_one_device_and_eight_devices_give_the_same_losses(caches: dict[str, Any
             assert mu.sharding.spec == w_gate.sharding.spec, "optimizer state must be sharded like its param"
     # Different reduction orders across 8 shards: fp32 agreement to ~1e-5 relative after 4 updates.
     np.testing.assert_allclose(losses[(2, 2, 2)], losses[(1, 1, 1)], rtol=2e-5)
+
+
+def test_muon_aux_free_and_capacity_run(caches: dict[str, Any], tmp_path: Path) -> None:
+    """One short run exercising Muon on the real parameter tree, aux-loss-free router biases and a capacity
+    limit (drops, plus the capacity-limited eval next to the dropless one)."""
+    out = tmp_path / "combo"
+    model = MODEL.replace(balance="aux_free", capacity_factor=0.5, aux_loss_coef=0.0)
+    cfg = _config(caches, out, model=model, num_steps=12, optimizer=OptimizerConfig(
+        name="muon", lr=1e-2, muon_lr=1e-2, weight_decay=0.01, router_bias_rate=1e-2),
+        checkpoint=CheckpointConfig(every_steps=5, keep=3), eval=EvalConfig(every_steps=6, max_batches=2))
+    result = train(cfg)
+    rows = _rows(out)
+    train_rows = [r for r in rows if "loss" in r]
+    assert all(r["drop_rate"] > 0 for r in train_rows), "capacity 0.5 must drop assignments"
+    assert train_rows[-1]["ce_loss"] < train_rows[0]["ce_loss"]
+    eval_rows = [r for r in rows if "eval" in r]
+    assert [r["step"] for r in eval_rows] == [6, 12] and all("eval_capacity" in r for r in eval_rows)
+    assert result.eval is not None and result.eval == eval_rows[-1]["eval"]
+    # Sign steps of the rate: after 5 steps every bias is an odd-or-even multiple of 1e-2 within +-5e-2 and
+    # some moved. (With logits this small the bias dominates selection, so loads oscillate from step to step;
+    # the biases can return to 0 after an even number of steps — hence step 5.)
+    params = load_checkpoint(str(out / "checkpoints" / "5")).params
+    bias = np.asarray(params["layers"][0]["moe"]["router_bias"]) / 1e-2
+    assert np.any(bias != 0) and np.allclose(bias, np.round(bias), atol=1e-3) and np.all(np.abs(bias) <= 5)
+    labels = optim.param_labels(params, cfg.optimizer)
+    assert labels["layers"][0]["moe"]["w_gate"] == "muon" and labels["layers"][0]["moe"]["router"] == "decay"
+    assert labels["layers"][0]["moe"]["router_bias"] == "frozen" and labels["lm_head"] == "decay"
 
 
 def test_cli_parser_reads_presets_and_overrides(tmp_path: Path) -> None:

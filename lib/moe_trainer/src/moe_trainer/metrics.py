@@ -91,7 +91,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def _finite_or_str(row: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in row.items():
         if isinstance(v, float) and not math.isfinite(v):
             out[k] = str(v)
@@ -151,8 +151,9 @@ class MetricsWriter:
         run_id = run_id or uuid.uuid4().hex[:12]
         local_dir = self.output_dir if "://" not in self.output_dir else os.path.abspath("wandb-runs")
         os.makedirs(local_dir, exist_ok=True)
+        mode: Any = self.cfg.wandb_mode  # validated in MetricsConfig
         run = wandb.init(project=self.cfg.wandb_project, name=self.cfg.run_name or os.path.basename(self.root),
-                         id=run_id, resume="allow", dir=local_dir, mode=self.cfg.wandb_mode, config=run_config,
+                         id=run_id, resume="allow", dir=local_dir, mode=mode, config=run_config,
                          settings=wandb.Settings(silent=True, console="off"))
         url = run.url if self.cfg.wandb_mode == "online" else None
         ref = {"project": self.cfg.wandb_project, "run_id": run_id, "mode": self.cfg.wandb_mode,

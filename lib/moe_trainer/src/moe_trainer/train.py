@@ -23,13 +23,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import draccus
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.config import ModelConfig
@@ -280,7 +281,14 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         else:
             abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                     comp.abstract_state, comp.shardings)
-            state, _ = ckpt.restore(latest, abstract)
+            try:
+                state, _ = ckpt.restore(latest, abstract)
+            except (ValueError, KeyError) as e:
+                raise ValueError(
+                    f"cannot resume from checkpoint step {latest} in {ckpt_dir}: its train state does not match "
+                    "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
+                    "changed configuration, or restore the original settings"
+                ) from e
         start = int(state["step"])
         end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         source = batch_source or _open_source(config)
@@ -339,8 +347,11 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
             batches.close()
             writer.close()
             ckpt.close()
-    if final_eval is not None:
+    if final_eval is not None and start < config.num_steps:
         _write_json(f"{out}/eval.json", final_eval)
+    if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
+        last_row = _last_train_row(f"{out}/metrics.jsonl")
+        final_eval = _read_json(f"{out}/eval.json")
     steady = rates[1:] if len(rates) > 1 else rates
     return TrainResult(
         output_dir=out, step=int(state["step"]), loss=float(last_row["loss"]) if last_row else float("nan"),
@@ -353,12 +364,38 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
 def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
     """Dropless evaluation (always) and, for a capacity-limited model, the capacity-limited one too."""
     model = Model(config.model, params)
-    kw = {"seq_len": config.data.seq_len, "batch_size": config.eval.batch_size,
-          "max_batches": config.eval.max_batches, "mesh": mesh}
-    out = {"eval": evaluate(model, config.data.validation, capacity_factor=None, **kw)}
+
+    def run(capacity_factor: float | None | Literal["config"]) -> dict[str, Any]:
+        return evaluate(model, config.data.validation, seq_len=config.data.seq_len,
+                        batch_size=config.eval.batch_size, max_batches=config.eval.max_batches,
+                        capacity_factor=capacity_factor, mesh=mesh)
+
+    out = {"eval": run(None)}
     if config.model.capacity_factor is not None:
-        out["eval_capacity"] = evaluate(model, config.data.validation, capacity_factor="config", **kw)
+        out["eval_capacity"] = run("config")
     return out
+
+
+def _last_train_row(path: str) -> dict[str, Any] | None:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    if not fs.exists(p):
+        return None
+    with fs.open(p, "r") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    train_rows = [r for r in rows if "loss" in r]
+    return train_rows[-1] if train_rows else None
+
+
+def _read_json(path: str) -> Any:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    if not fs.exists(p):
+        return None
+    with fs.open(p, "r") as f:
+        return json.load(f)
 
 
 def _write_json(path: str, obj: Any) -> None:

@@ -172,45 +172,51 @@ class EvalLoader:
         return iter(Prefetcher(self.batch, 0, self.num_batches, depth=2))
 
 
+_DONE = object()
+
+
+def _put(q: queue.Queue[Any], closed: threading.Event, item: object) -> bool:
+    while not closed.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(fn: Callable[[int], Batch], start: int, stop: int | None, q: queue.Queue[Any],
+             closed: threading.Event) -> None:
+    # a plain function, not a method: the thread must not keep the Prefetcher alive, so that dropping the
+    # iterator (its __del__) stops the thread
+    k = start
+    while stop is None or k < stop:
+        try:
+            item: object = fn(k)
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            _put(q, closed, e)
+            return
+        if not _put(q, closed, item):
+            return
+        k += 1
+    _put(q, closed, _DONE)
+
+
 class Prefetcher:
     """Calls ``fn(k)`` for k = start, start+1, ... (up to ``stop``) on a background thread, ``depth`` ahead.
 
-    Errors raised by ``fn`` are re-raised in the consuming thread at the batch where they happened. ``close()``
-    (or leaving a ``with`` block) stops the thread; it is a daemon, so an abandoned iterator never blocks exit.
+    Errors raised by ``fn`` are re-raised in the consuming thread at the batch where they happened. ``close()``,
+    leaving a ``with`` block, or dropping the iterator stops the thread (a daemon, so it never blocks exit).
     """
-
-    _DONE = object()
 
     def __init__(self, fn: Callable[[int], Batch], start: int, stop: int | None, depth: int = 4) -> None:
         if depth < 1:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
-        self._fn, self._next, self._stop = fn, start, stop
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
+        self._thread = threading.Thread(target=_produce, args=(fn, start, stop, self._queue, self._closed),
+                                        name="batch-prefetch", daemon=True)
         self._thread.start()
-
-    def _put(self, item: object) -> bool:
-        while not self._closed.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        k = self._next
-        while self._stop is None or k < self._stop:
-            try:
-                item: object = self._fn(k)
-            except BaseException as e:  # handed to the consumer, which re-raises it
-                self._put(e)
-                return
-            if not self._put(item):
-                return
-            k += 1
-        self._put(self._DONE)
 
     def __iter__(self) -> Prefetcher:
         return self
@@ -219,7 +225,7 @@ class Prefetcher:
         if self._closed.is_set():
             raise StopIteration
         item = self._queue.get()
-        if item is self._DONE:
+        if item is _DONE:
             self.close()
             raise StopIteration
         if isinstance(item, BaseException):
@@ -228,6 +234,9 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
+        self._closed.set()
+
+    def __del__(self) -> None:
         self._closed.set()
 
     def __enter__(self) -> Prefetcher:

@@ -4,8 +4,8 @@ The trainer never materialises a shuffled index array: the sequence read at glob
 ``perm(j)``, computed on the spot. That gives O(1) memory, random access (a batch for step ``k`` depends on
 ``k`` alone, so resume is exact) and a fresh key per epoch.
 
-``feistel_permutation`` is a keyed Feistel network over the smallest power-of-two domain ``2**bits >= n``, with a splitmix64 finaliser as the round function and cycle-walking to land back in
-``[0, n)``. Why these choices (see docs/data.md and the research note data-scaling-eval.md §1):
+``feistel_permutation`` is a keyed Feistel network over the smallest power-of-two domain ``2**bits >= n``,
+with a splitmix64 finaliser as the round function and cycle-walking to land back in ``[0, n)``. Why these choices (see docs/data.md and the research note data-scaling-eval.md §1):
 
 * The round function must avalanche. Levanter's multiply-add round function leaves some input bits flipping
   only ~9% of output bits; the splitmix64 finaliser (two xor-shift-multiply stages) flips each output bit with
