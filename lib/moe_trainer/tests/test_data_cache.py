@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, token_dtype, write_shard
 
 HEADER = CacheHeader(tokenizer={"name": "toy", "sha256": "0" * 64}, vocab_size=300, eos_id=0)

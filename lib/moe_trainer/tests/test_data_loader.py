@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
 from moe_trainer.data.loader import EvalLoader, Prefetcher, TrainLoader
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from moe_trainer.data.permutation import (
     FeistelPermutation,
     LcgPermutation,

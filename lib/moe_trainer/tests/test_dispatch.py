@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from moe_trainer.dispatch import queue_positions, run_dispatch
 from moe_trainer.sharding import make_mesh
 

@@ -8,10 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_lm import cyclic_batch, init_toy, toy_loss
+
 from moe_trainer import health as H
 from moe_trainer import optim
 from moe_trainer.step import init_state, make_train_step
-from toy_lm import cyclic_batch, init_toy, toy_loss
 
 
 def spiky_loss(p: Any, b: dict[str, jax.Array], total: jax.Array, n: int) -> tuple[jax.Array, Any]:

@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch  # the test extra installs torch (CPU) and transformers: no silent skip when they are missing
-from moe_trainer import ModelConfig, forward
-from moe_trainer.hf import hf_config_of, load_hf, save_hf
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+from moe_trainer import ModelConfig, forward
+from moe_trainer.hf import hf_config_of, load_hf, save_hf
 
 HF_CONFIGS = {
     # first layer dense, softmax top-2 renormalised, untied head, full attention

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from moe_trainer import (
     Model,
     ModelConfig,

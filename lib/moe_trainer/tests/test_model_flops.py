@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import jax
 import pytest
 import yaml
+
 from moe_trainer import ModelConfig, count_params, flops_per_token, init_params
 
 CONFIGS = {
