@@ -1,10 +1,22 @@
 """Session-wide test set-up, loaded before any test module imports JAX, Ray or W&B.
 
 Eight fake CPU devices let the sharding tests build real meshes; everything that could reach the network is
-pointed at offline modes (the suite runs inside a private network namespace, see dev.py).
+pointed at offline modes (the suite runs inside a private network namespace, see dev.py). It also holds the
+shared loopback object-store servers (moto for s3://), started once per session.
 """
 
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -17,3 +29,57 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("NO_GCE_CHECK", "true")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+# ---- object-store servers on loopback (real protocol emulators), shared by every test that needs one ----------
+
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(exe_name: str, args: list[str], probe_path: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a loopback emulator and wait until *it* answers HTTP (not merely until a port accepts).
+
+    Under load a server can take seconds to import, and a port picked as free can be taken by another process
+    before the server binds it: so the process must still be alive and answer a real request, else we retry on a
+    fresh port.
+    """
+    exe = shutil.which(exe_name) or str(Path(sys.executable).with_name(exe_name))
+    if not Path(exe).exists():
+        pytest.skip(f"{exe_name} is not installed (python3 dev.py install adds it)")
+    last_error = ""
+    for _ in range(3):
+        port = _free_port()
+        proc = subprocess.Popen([exe, *[a.format(port=port) for a in args]], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(endpoint + probe_path, timeout=2) as response:
+                    if response.status < 500:
+                        return proc, endpoint
+            except urllib.error.HTTPError as e:
+                if e.code < 500:
+                    return proc, endpoint
+            except OSError:
+                pass
+            time.sleep(0.2)
+        proc.kill()
+        last_error = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")[-2000:]
+    raise RuntimeError(f"{exe_name} did not start on loopback after 3 tries: {last_error}")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 (it enforces S3 conditional writes); credentials test/test."""
+    proc, endpoint = _start_server("moto_server", ["-H", "127.0.0.1", "-p", "{port}"], "/")
+    try:
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

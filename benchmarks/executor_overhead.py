@@ -134,6 +134,8 @@ def main() -> None:
         out["ray_init_s"] = round(time.perf_counter() - t0, 3)
         raw_ray(20, "fan")  # start the worker pool so neither side pays for it
         ray_prefix = tempfile.mkdtemp(prefix="marin-bench-ray-")
+        # One-time costs on the executor's side too: exporting the worker function, importing marin in workers.
+        out["ray_first_run_20_step_fan_s"] = time_run(20, "fan", "ray", ray_prefix)
         out["ray"] = {}
         out["raw_ray"] = {}
         out["ray_over_raw"] = {}

@@ -8,6 +8,7 @@ own packages, imported only when used.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import runpy
@@ -33,13 +34,16 @@ flags (also accepted by `python SCRIPT ...`):
 DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli"}
 
 
-def _flag_help() -> str:
-    import dataclasses
+def _print_help(command: str = "run") -> None:
+    """The usage, then draccus's help for the flags (built from ExecutorMainConfig's field docstrings)."""
+    import draccus
 
-    lines = []
-    for f in dataclasses.fields(ExecutorMainConfig):
-        lines.append(f"  --{f.name.replace('_', '-'):<20} (default {f.default!r})")
-    return "\n".join(lines)
+    print(USAGE)
+    print("Flags may also be spelled with dashes (--dry-run), booleans alone mean true, and --run-only takes")
+    print("several regexes (--run-only tokenize train).\n")
+    sys.stdout.flush()
+    with contextlib.suppress(SystemExit):  # argparse exits after printing the help
+        draccus.parse(ExecutorMainConfig, args=["--help"], prog=f"marin {command} SCRIPT")
 
 
 def _run_script(mode: str, script: str, flags: list[str]) -> int:
@@ -87,7 +91,7 @@ def _status_all(flags: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE + _flag_help())
+        _print_help()
         return 0
     command, rest = args[0], args[1:]
     if command in DELEGATES:
@@ -104,10 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue",
               file=sys.stderr)
         return 2
+    if not rest and command == "status":
+        return _status_all(rest)
     if not rest or rest[0] in ("-h", "--help"):
-        if command == "status" and rest[:1] != ["-h"] and rest[:1] != ["--help"]:
-            return _status_all(rest)
-        print(USAGE + _flag_help())
+        _print_help(command)
         return 0
     if command == "status" and rest[0].startswith("--"):
         return _status_all(rest)

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import fsspec
 import numpy as np
-from moe_trainer.data.cache import write_json_atomic
 
+from moe_trainer.data.cache import write_json_atomic
 from operators.documents import (
     iter_documents,
     read_manifest,
@@ -163,13 +163,7 @@ class _Fingerprint:
         return self.bloom.contains(h) if self.bloom is not None else exact_member(self.exact, h)
 
 
-def _check_names(config: DecontaminateConfig, manifest: dict[str, Any]) -> None:
-    bad: list[str] = []
-    for doc in iter_documents(config.input_path, "train"):
-        # judge the path below the source's base directory: where the data lives (a pytest tmp dir, a
-        # /home/test/ account) says nothing about what it is
-        if looks_like_eval_split(doc.get("relpath", doc["source"])):
-            bad.append(doc["source"])
+def _refuse_eval_named(config: DecontaminateConfig, bad: list[str]) -> None:
     if bad and not config.allow_eval_like_names:
         listed = "\n  ".join(bad[:_MAX_LISTED])
         raise ValueError(
@@ -182,15 +176,19 @@ def _check_names(config: DecontaminateConfig, manifest: dict[str, Any]) -> None:
 def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
     """Check, report and filter; raise ContaminationError when an evaluation set is too contaminated."""
     manifest = read_manifest(config.input_path)
-    _check_names(config, manifest)
     prints = [_Fingerprint(es, config) for es in config.eval_sets]
     # pass 1 over training: which n-grams of each evaluation set appear, and in which training documents
     seen: list[list[np.ndarray]] = [[] for _ in prints]
     hits: dict[str, dict[int, np.ndarray]] = {}
     sources: dict[str, str] = {}
     train_docs = 0
+    eval_named: list[str] = []
     for doc in iter_documents(config.input_path, "train"):
         train_docs += 1
+        # judge the path below the source's base directory: where the data lives (a pytest tmp dir, a
+        # /home/test/ account) says nothing about what it is
+        if looks_like_eval_split(doc.get("relpath", doc["source"])):
+            eval_named.append(doc["source"])
         h = ngram_hashes(doc["text"], config.ngram)
         for e, fp in enumerate(prints):
             hit = h[fp.member(h)]
@@ -198,6 +196,7 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
                 seen[e].append(hit)
                 hits.setdefault(doc["id"], {})[e] = hit
                 sources[doc["id"]] = doc["source"]
+    _refuse_eval_named(config, eval_named)  # before anything is written
     reports, removed = {}, set()
     for e, fp in enumerate(prints):
         rep, drop = _assess(fp, np.unique(np.concatenate(seen[e])) if seen[e] else np.empty(0, np.uint64),

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
 
 DATASET_FORMAT = "documents"

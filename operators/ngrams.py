@@ -19,6 +19,7 @@ from typing import Any
 
 import fsspec
 import numpy as np
+
 from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
 
 _PUNCT = re.compile(r"[^\w\s]+")

@@ -22,16 +22,17 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
 from operators.documents import FileFormat, read_manifest, read_shard
 from operators.train_tokenizer import load_tokenizer
 
@@ -99,7 +100,12 @@ class ShardJob:
 
 
 def tokenize_shard(job: ShardJob) -> dict[str, Any]:
-    """Tokenize one input shard into its cache shard(s); runs in a worker. Returns per-cache stats."""
+    """Tokenize one input shard into its cache shard(s); runs in a worker.
+
+    Returns ``{"caches": {cache path: {"tokens", "documents"}}, "cpu_s", "wall_s"}``: the worker's own CPU and
+    wall seconds for this shard (reading, encoding, writing), from which the step reports tokens per CPU-second.
+    """
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     task, header = job.task, job.header
     docs = read_shard(job.input_path, task.shard, job.file_format)
     tok = _tokenizer(job.tokenizer_path)
@@ -109,7 +115,7 @@ def tokenize_shard(job: ShardJob) -> dict[str, Any]:
         rec = write_shard(cache_path, task.shard["name"], header,
                           _encoded(tok, selected, job.batch_docs, header.dtype))
         out[cache_path] = {"tokens": rec.num_tokens, "documents": rec.num_documents}
-    return out
+    return {"caches": out, "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}
 
 
 def _plan(config: TokenizeConfig, manifest: dict[str, Any]) -> tuple[list[_Task], dict[str, list[str]]]:
@@ -130,21 +136,20 @@ def _plan(config: TokenizeConfig, manifest: dict[str, Any]) -> tuple[list[_Task]
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
-    # fork is ~10x cheaper to start than spawn, but only safe while this process runs no other threads
+    """fork while this process has no other thread (cheapest); otherwise a fork server that has imported this
+    module once, so workers start without re-importing numpy, tokenizers and pyarrow (spawn would, per worker)."""
     if sys.platform == "linux" and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
-def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, header: CacheHeader,
-         progress: tqdm) -> None:
+def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat,
+         header: CacheHeader) -> list[dict[str, Any]]:
+    """Run every shard job on Ray, a process pool or in-process; return the jobs' results."""
     jobs = [ShardJob(config.input_path, file_format, t, config.tokenizer_path, header, config.batch_docs)
             for t in tasks]
-
-    def done(stats: dict[str, Any]) -> None:
-        progress.update(1)
-        progress.set_postfix(tokens=sum(v["tokens"] for v in stats.values()), refresh=False)
-
     on_ray = False
     if config.backend != "processes":
         import ray
@@ -153,22 +158,38 @@ def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat, he
         if config.backend == "ray" and not on_ray:
             raise RuntimeError("tokenize: backend='ray' but Ray is not initialised; call ray.init() (or run the "
                                "step on the executor's Ray backend), or use backend='auto'")
+    workers = min(config.num_workers or os.cpu_count() or 1, max(len(jobs), 1))
+    results: list[dict[str, Any]] = []
     if on_ray:
         remote = ray.remote(num_cpus=1, max_retries=2)(tokenize_shard)
         pending = [remote.remote(job) for job in jobs]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            done(ray.get(ready[0]))
-        return
-    workers = min(config.num_workers or os.cpu_count() or 1, max(len(tasks), 1))
-    if workers == 1:
-        for job in jobs:
-            done(tokenize_shard(job))
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        futures = [pool.submit(tokenize_shard, job) for job in jobs]
-        for fut in as_completed(futures):
-            done(fut.result())
+        with _progress(len(jobs), config) as bar:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                results.append(_advance(bar, ray.get(ready[0])))
+    elif workers == 1:
+        with _progress(len(jobs), config) as bar:
+            for job in jobs:
+                results.append(_advance(bar, tokenize_shard(job)))
+    else:
+        # the pool forks its workers at the first submit, before the progress bar starts tqdm's monitor thread
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+            futures = [pool.submit(tokenize_shard, job) for job in jobs]
+            with _progress(len(jobs), config) as bar:
+                for fut in as_completed(futures):
+                    results.append(_advance(bar, fut.result()))
+    return results
+
+
+def _progress(pending: int, config: TokenizeConfig) -> tqdm:
+    return tqdm(total=pending, desc=f"tokenize {config.output_path.rstrip('/').rsplit('/', 1)[-1]}",
+                unit="shard", file=sys.stderr, dynamic_ncols=True)
+
+
+def _advance(bar: tqdm, result: dict[str, Any]) -> dict[str, Any]:
+    bar.update(1)
+    bar.set_postfix(tokens=sum(v["tokens"] for v in result["caches"].values()), refresh=False)
+    return result
 
 
 def tokenize(config: TokenizeConfig) -> dict[str, Any]:
@@ -183,14 +204,22 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
                for path in expected}
     finished = {path: set(w.finished()) for path, w in writers.items()}
     pending = [t for t in tasks if any(t.shard["name"] not in finished[p] for p in t.targets.values())]
-    with tqdm(total=len(tasks), initial=len(tasks) - len(pending), desc="tokenize", unit="shard",
-              file=sys.stderr, dynamic_ncols=True) as progress:
-        _run(pending, config, manifest["file_format"], header, progress)
+    if len(pending) < len(tasks):
+        print(f"[tokenize] resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already finished",
+              file=sys.stderr)
+    wall0 = time.perf_counter()
+    results = _run(pending, config, manifest["file_format"], header)
+    wall = time.perf_counter() - wall0
+    tokens = sum(v["tokens"] for r in results for v in r["caches"].values())
+    cpu = sum(r["cpu_s"] for r in results)
+    work = {"shards": len(results), "tokens": tokens, "wall_seconds": wall, "worker_cpu_seconds": cpu,
+            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "tokens_per_worker_cpu_s": tokens / cpu if cpu > 0 else 0.0}
     root = config.output_path.rstrip("/")
     caches = {path: writers[path].write_manifest(names) for path, names in expected.items()}
     summary = {"train": "train" if f"{root}/train" in caches else None,
                "validation": {p.rsplit("/", 1)[1]: p[len(root) + 1:] for p in caches if p != f"{root}/train"},
-               "tokenizer": info, "resumed_shards": len(tasks) - len(pending),
+               "tokenizer": info, "resumed_shards": len(tasks) - len(pending), "work": work,
                "header": asdict(header),
                "stats": {p[len(root) + 1:]: {"totals": m["totals"], "domains": m["domains"]}
                          for p, m in caches.items()}}

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
-import os
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -102,12 +102,21 @@ def mixed_run(marin_prefix: str, tmp_path: Path) -> Iterator[MixedRun]:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     deadline = time.time() + 60
-    while not os.path.exists(started) and time.time() < deadline:
-        time.sleep(0.02)
-    # wait until the failure has been recorded too
-    while time.time() < deadline and not any(
-        p.name == "status.json" and "DEP_FAILED" in p.read_text() for p in Path(marin_prefix).rglob("status.json")
-    ):
+    wanted = {"mixed/ok": "SUCCESS", "mixed/bad": "FAILED", "mixed/child": "DEP_FAILED", "mixed/slow": "RUNNING"}
+
+    def states() -> dict[str, str]:
+        found = {}
+        for path in Path(marin_prefix).rglob(".marin/status.json"):
+            try:
+                data = json.loads(path.read_text())
+            except ValueError:  # replaced while we read it
+                continue
+            found[data["name"]] = data["status"]
+        return found
+
+    while states() != wanted:  # every state recorded: the fixture's promise
+        if time.time() > deadline:
+            raise TimeoutError(f"the mixed run did not reach {wanted}: {states()}")
         time.sleep(0.02)
     run = MixedRun(marin_prefix, {"SUCCESS": "mixed/ok", "FAILED": "mixed/bad", "DEP_FAILED": "mixed/child",
                                   "RUNNING": "mixed/slow"}, release, started, thread, out)

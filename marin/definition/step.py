@@ -134,6 +134,7 @@ class Step:
     name: str
     fn: Callable[[Any], Any]
     config: Any
+    _: dataclasses.KW_ONLY
     description: str = ""
     resources: Resources | Mapping[str, Any] | None = None
     version: str | None = None

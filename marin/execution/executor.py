@@ -116,6 +116,7 @@ class Executor:
         for key, st in self.states.items():
             if st.entry.action in (RUN, WAIT) and st.unmet == 0:
                 self.ready.append(key)
+        self.on_transition()  # the first view: reused steps SUCCESS, the rest WAITING
 
     # ----- main loop ----------------------------------------------------------------------------------
     def run(self) -> dict[str, StepState]:
@@ -179,6 +180,14 @@ class Executor:
             self.leases.release(lease)
             self._succeeded(key, note="finished by another executor")
             return
+        if (current and current.get("status") == sf.FAILED
+                and current.get("updated") != (st.entry.previous or {}).get("updated")):
+            # another executor ran it and it failed since we planned: that counts as this run's failure too
+            self.leases.release(lease)
+            err = current.get("error") or {}
+            self._failed(key, {"type": err.get("type", sf.FAILED), "message": f"failed in executor "
+                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""})
+            return
         st.previous = current
         st.attempt = int((current or {}).get("attempt") or 0)
         if acquired.previous_owner:
@@ -186,9 +195,7 @@ class Executor:
                             executor=self.ctx.executor_id, previous_owner=acquired.previous_owner,
                             message=f"took over the stale lease of {acquired.previous_owner}")
         st.config = resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
-        sf.write_json(self.storage, sf.step_json_path(st.path),
-                      step_info(st.node, st.path, st.config, self._node_path, self.ctx))
-        self._launch(key)
+        self._launch(key, first=True)
 
     def _node_path(self, node: Node) -> str:
         st = self.states.get(node.hash)
@@ -197,7 +204,10 @@ class Executor:
     def _step_path(self, step: Step) -> str:
         return self._node_path(self.graph.node_of(step))
 
-    def _launch(self, key: str) -> None:
+    def _launch(self, key: str, first: bool = False) -> None:
+        """Record RUNNING, submit the attempt, then write the rest of the bookkeeping (step.json, the event)
+        while it runs. So the status says RUNNING before the function starts, and everything lands before this
+        loop handles the attempt's completion."""
         st = self.states[key]
         st.attempt += 1
         st.status, st.started, st.ended, st.error = sf.RUNNING, time.time(), None, None
@@ -205,23 +215,29 @@ class Executor:
         sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
                         run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
                         started=st.started)
-        sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
-                        executor=self.ctx.executor_id)
         step = st.node.step
         self.running.add(key)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
                                  log_path=sf.log_path(st.path, st.attempt), env=dict(step.env),
                                  resources=step.resources, attempt=st.attempt))
+        if first:
+            sf.write_json(self.storage, sf.step_json_path(st.path),
+                          step_info(st.node, st.path, st.config, self._node_path, self.ctx))
+        sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
+                        executor=self.ctx.executor_id)
         self.on_transition()
 
     # ----- waiting on another executor ------------------------------------------------------------------
     def _wait_for_other(self, key: str) -> None:
         st = self.states[key]
-        st.status = sf.WAITING
-        st.poll_s = POLL_MIN_S
+        changed = st.status != sf.WAITING
+        if changed:
+            st.status = sf.WAITING
+            st.poll_s = POLL_MIN_S
         st.next_poll = time.time() + st.poll_s
         self.waiting.add(key)
-        self.on_transition()
+        if changed:
+            self.on_transition()
 
     def _poll_waiting(self, key: str) -> None:
         st = self.states[key]
@@ -231,19 +247,18 @@ class Executor:
             self.waiting.discard(key)
             self._succeeded(key, note="reused the result of another executor")
             return
-        if status in (sf.FAILED, sf.DEP_FAILED) and (current or {}).get("executor") != self.ctx.executor_id:
+        # A failure written by the executor we waited for (not an old one that was already there when we planned)
+        if (current and status in (sf.FAILED, sf.DEP_FAILED) and current.get("executor") != self.ctx.executor_id
+                and current.get("updated") != (st.entry.previous or {}).get("updated")):
             self.waiting.discard(key)
-            err = (current or {}).get("error") or {}
+            err = current.get("error") or {}
             self._failed(key, {"type": err.get("type", status), "message": f"failed in executor "
-                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""},  # type: ignore[union-attr]
-                         write=False)
+                               f"{current.get('executor')}: {err.get('message')}", "traceback": ""})
             return
+        st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)  # back off: the holder may run for hours
         if len(self.running) < self.max_concurrent:
             self.waiting.discard(key)
             self._try_start(key)  # acquires if the holder released or went stale; else back to waiting
-            if key in self.waiting:
-                st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)
-                st.next_poll = time.time() + st.poll_s
             return
         st.next_poll = time.time() + st.poll_s
 
@@ -280,7 +295,7 @@ class Executor:
                         run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
                         started=st.started, ended=st.ended, error=error)
         self.leases.release(lease)
-        self._failed(key, error, write=False, status=status, exc_pickle=result.get("exception"))
+        self._failed(key, error, status=status, exc_pickle=result.get("exception"))
 
     def _succeeded(self, key: str, note: str) -> None:
         st = self.states[key]
@@ -292,7 +307,7 @@ class Executor:
                 self.ready.append(user)
         self.on_transition()
 
-    def _failed(self, key: str, error: dict[str, Any], *, write: bool, status: str = sf.FAILED,
+    def _failed(self, key: str, error: dict[str, Any], *, status: str = sf.FAILED,
                 exc_pickle: bytes | None = None) -> None:
         st = self.states[key]
         st.status, st.error = status, error
@@ -331,6 +346,10 @@ class Executor:
         if not self.leases.try_acquire(lease, attempt=attempt).ok:
             return  # another executor is running it: its status is that executor's to write
         try:
+            # step.json too: it records the identity, which later plans use to explain what changed
+            config = resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
+            sf.write_json(self.storage, sf.step_json_path(st.path),
+                          step_info(st.node, st.path, config, self._node_path, self.ctx))
             sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=sf.DEP_FAILED,
                             attempt=attempt, run_id=self.ctx.run_id, executor=self.ctx.executor_id,
                             previous=st.previous, ended=time.time(), error=st.error)

@@ -14,7 +14,9 @@ import json
 import os
 import queue
 import re
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -26,7 +28,7 @@ from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.executor import Executor, RunContextInfo, StepState
 from marin.graph.dag import Graph, build_graph
-from marin.graph.plan import RUN, Plan, make_plan
+from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import manifest
@@ -119,7 +121,9 @@ def run_experiment(
 
     completions: queue.Queue[tuple[Any, ...]] = queue.Queue()
     runnable = [e for e in plan.entries if e.action == RUN]
-    be = _make_backend(backend, completions, ray_address)
+    # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
+    settled = all(e.action in (SKIP, BLOCKED, FAILED_ACTION) for e in plan.entries)
+    be = _make_backend("local" if settled else backend, completions, ray_address)
     try:
         be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
         prov = provenance(script)
@@ -146,12 +150,15 @@ def run_experiment(
         executor = Executor(graph, plan, storage, be, completions, ctx, max_concurrent=limit,
                             lease_timeout_s=lease_timeout_s, on_transition=on_transition)
         status = "FAILED"
+        previous_handler = _on_sigterm_raise()
         try:
             states = executor.run()
             failures = [st.failure for st in states.values() if st.failure is not None]
             unfinished = [st for st in states.values() if st.status != sf.SUCCESS]
             status = "SUCCESS" if not unfinished else "FAILED"
         finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
             ended = time.time()
             if pset:
                 pset.publish(view(status, ended), final=True)
@@ -161,6 +168,18 @@ def run_experiment(
     summary = _summary(plan, states, pset.errors, ended - t0, experiment_id, prefix)
     _log(summary, verbose)
     return RunResult(run_id, experiment_id, prefix, status, plan, states, failures, pset.errors, summary)
+
+
+def _on_sigterm_raise() -> Any:
+    """Turn SIGTERM (a cluster scheduler stopping the driver) into SystemExit, so running steps are recorded
+    PREEMPTED and their leases released instead of going stale. Only possible on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _make_backend(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
@@ -279,7 +298,7 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunRes
         print(json.dumps({"experiment": experiment_id, **plan.to_json()}, indent=1) if cfg.format == "json"
               else plan.table())
     else:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for e in plan.entries:
             current = sf.read_status(storage, e.output_path) or {}
             rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,

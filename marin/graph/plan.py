@@ -55,6 +55,7 @@ class PlanEntry:
     dependencies: list[str]
     previous: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     node: Node | None = dataclasses.field(default=None, repr=False)
+    previous_hash: str | None = None  # set with `changed`: the hash of the earlier run it is compared with
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class PlanEntry:
             "warnings": self.warnings,
             "dependencies": self.dependencies,
             "previous_status": (self.previous or {}).get("status"),
+            "previous_hash": self.previous_hash,
         }
 
 
@@ -92,7 +94,8 @@ class Plan:
         width = max((len(e.name) for e in self.entries), default=4)
         for e in self.entries:
             lines.append(f"  {e.action:<7} {e.name:<{width}} {e.hash[:8]}  {e.reason}")
-            lines.extend(f"  {'':<7} {'':<{width}}           changed: {c}" for c in e.changed)
+            since = f" since {e.previous_hash[:8]}" if e.previous_hash else ""
+            lines.extend(f"  {'':<7} {'':<{width}}           changed{since}: {c}" for c in e.changed)
             lines.extend(f"  {'':<7} {'':<{width}}           warning: {w}" for w in e.warnings)
         if self.not_selected:
             lines.append(f"  ({self.not_selected} steps not selected by --run-only)")
@@ -134,19 +137,19 @@ class Scan:
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
         statuses = _map(storage, lambda p: read_json(storage, status_path(p)), present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
+        self._stems: dict[str, dict[str, list[str]]] = {}
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix."""
         parent, base = posixpath.split(output_path)
-        names = self.listing.get(parent)
-        if not names:
-            return []
-        stem = HASH8.sub("", base)
-        return [
-            posixpath.join(parent, n)
-            for n in names
-            if n != base and n.startswith(stem + "-") and HASH8.sub("", n) == stem
-        ]
+        by_stem = self._stems.get(parent)
+        if by_stem is None:
+            by_stem = {}
+            for n in self.listing.get(parent, ()):
+                if HASH8.search(n):
+                    by_stem.setdefault(HASH8.sub("", n), []).append(n)
+            self._stems[parent] = by_stem  # built once per parent: a re-plan of 10,000 steps stays linear
+        return [posixpath.join(parent, n) for n in by_stem.get(HASH8.sub("", base), ()) if n != base]
 
 
 def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
@@ -201,7 +204,7 @@ def make_plan(
         else:
             entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now)
             if entry.action == RUN and entry.previous is None:
-                entry.changed = _explain(node, paths[id(node)], scan, storage, by_node)
+                entry.previous_hash, entry.changed = _explain(node, paths[id(node)], scan, storage, by_node)
             elif entry.action == SKIP and entry.previous is not None:
                 entry.warnings.extend(_code_drift(node, paths[id(node)], storage))
         by_node[id(node)] = entry
@@ -246,18 +249,17 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
     return _entry(node, path, RUN, reasons.get(status, f"previous status {status}; re-running"), prev)
 
 
-def _explain(node: Node, path: str, scan: Scan, storage: Storage, by_node: dict[int, PlanEntry]) -> list[str]:
+def _explain(node: Node, path: str, scan: Scan, storage: Storage,
+             by_node: dict[int, PlanEntry]) -> tuple[str | None, list[str]]:
+    """(hash of the latest earlier run of the same name under this prefix, the differences that explain it)."""
     candidates = scan.siblings(path)[:20]
     if not candidates:
-        return []
+        return None, []
     infos = [i for i in _map(storage, lambda p: read_json(storage, step_json_path(p)), candidates) if i]
     if not infos:
-        return []
+        return None, []
     prev = max(infos, key=lambda i: float(i.get("created") or 0))
-    prev_hash = str(prev.get("hash", ""))
-    out = [f"previous hash {prev_hash[:8]} -> {node.hash[:8]}"]
-    own = diff_identity(prev.get("identity") or {}, node.identity)
-    out.extend(own)
+    out = diff_identity(prev.get("identity") or {}, node.identity)
     prev_deps = {d["name"]: d for d in prev.get("dependencies", []) if isinstance(d, dict) and "name" in d}
     cur_names = {d.name for d in node.deps}
     for dep in node.deps:
@@ -267,9 +269,9 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage, by_node: dict[
         elif old.get("hash") != dep.hash:
             out.append(_explain_dep(dep, old, storage, by_node))
     out.extend(f"dependency {name} removed" for name in sorted(set(prev_deps) - cur_names))
-    if len(out) == 1:
+    if not out:
         out.append("no field differs: the hashing scheme or the encoding of a value type changed")
-    return out
+    return str(prev.get("hash", "")) or None, out
 
 
 def _explain_dep(dep: Node, old: dict[str, Any], storage: Storage, by_node: dict[int, PlanEntry]) -> str:

@@ -72,7 +72,7 @@ def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
 
 
 def write_json(storage: Storage, path: str, data: dict[str, Any]) -> None:
-    storage.write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+    storage.write_text(path, json.dumps(data, separators=(",", ":")) + "\n")  # C encoder: indent is 10x slower
 
 
 def write_status(

@@ -95,6 +95,14 @@ class LocalStorage(Storage):
     is_local = True
     guarantees = "atomic replace, exclusive create (link), compare-and-swap under flock: safe across processes"
 
+    def __init__(self) -> None:
+        self._dirs: set[str] = set()  # directories known to exist: skips a mkdir per write on the hot path
+
+    def _ensure_dir(self, directory: str) -> None:
+        if directory not in self._dirs:
+            os.makedirs(directory, exist_ok=True)
+            self._dirs.add(directory)
+
     def read_text(self, path: str) -> str | None:
         try:
             with open(path, encoding="utf-8") as f:
@@ -104,14 +112,20 @@ class LocalStorage(Storage):
 
     def write_text(self, path: str, text: str) -> None:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        self._ensure_dir(directory)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as f:
+        try:
+            f = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+        except FileNotFoundError:  # the directory was removed behind our back: create it again
+            self._dirs.discard(directory)
+            self._ensure_dir(directory)
+            f = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+        with f:
             f.write(text)
         os.replace(tmp, path)
 
     def append_text(self, path: str, text: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._ensure_dir(os.path.dirname(path))
         # One write() of a line opened with O_APPEND lands whole, even with several writers.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -147,7 +161,7 @@ class LocalStorage(Storage):
 
     def create_exclusive(self, path: str, text: str) -> bool:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        self._ensure_dir(directory)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marin.storage.fs import Storage
+from marin.storage.fs import Storage, Versioned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,9 @@ class LeaseManager:
             lease = self._new(attempt)
             text = lease.to_json()
             if self.storage.create_exclusive(path, text):
-                self._remember(path, self.storage.read_versioned(path), lease)
+                # Locally the token is the text we just wrote; object stores need a read for the ETag/generation.
+                versioned = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                self._remember(path, versioned, lease)
                 return Acquired(True)
             current = self.storage.read_versioned(path)
             if current is None:
@@ -96,7 +98,8 @@ class LeaseManager:
             if holder is not None and not holder.is_stale(time.time()):
                 return Acquired(False, holder=holder)
             if self.storage.replace_if(path, text, current.token):
-                self._remember(path, self.storage.read_versioned(path), lease)
+                versioned = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                self._remember(path, versioned, lease)
                 return Acquired(True, previous_owner=holder.owner if holder else "<unreadable lease>")
         current = self.storage.read_versioned(path)
         holder = LeaseInfo.parse(current.text) if current else None
@@ -134,9 +137,10 @@ class LeaseManager:
                     continue
                 token, lease = entry
                 renewed = dataclasses.replace(lease, heartbeat=time.time())
-                if self.storage.replace_if(path, renewed.to_json(), token):
-                    fresh = self.storage.read_versioned(path)
-                    self._held[path] = (fresh.token if fresh else renewed.to_json(), renewed)
+                text = renewed.to_json()
+                if self.storage.replace_if(path, text, token):
+                    fresh = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                    self._held[path] = (fresh.token if fresh else text, renewed)
                 else:
                     self._held.pop(path, None)
                     lost = True

@@ -128,3 +128,38 @@ def test_issue_refs_parse_and_infer_from_script_names(monkeypatch: pytest.Monkey
     assert IssueRef.from_script("experiments/exp12_moe_sweep.py") == IssueRef("openlab/platform", 12)
     assert IssueRef.from_script("experiments/hello_world.py") is None
     assert IssueRef.parse("#5") == IssueRef("openlab/platform", 5)
+
+
+FAILING_SCRIPT = '''
+import dataclasses
+from marin import Step, executor_main, this_output_path
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+
+def explode(cfg: Cfg) -> None:
+    print("exploding now")
+    raise RuntimeError("kaboom")
+
+boom = Step(name="fail/boom", fn=explode, config=Cfg(output_path=this_output_path()))
+
+if __name__ == "__main__":
+    executor_main([boom])
+'''
+
+
+@pytest.mark.parametrize("entry", ["marin", "python"])
+def test_a_failing_run_exits_non_zero_naming_the_step_and_its_log(tmp_path: Path, entry: str) -> None:
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_SCRIPT)
+    prefix = tmp_path / "out"
+    cmd = ["-m", "marin", "run", str(script)] if entry == "marin" else [str(script)]
+    result = run(*cmd, "--prefix", str(prefix), "--backend", "local")
+    assert result.returncode == 1, result.stderr
+    [step_dir] = prefix.glob("fail/boom-*")
+    assert f"FAILED fail/boom ({step_dir.name[-8:]}): RuntimeError: kaboom" in result.stderr
+    assert f"log: {step_dir}/.marin/logs/attempt-1.log" in result.stderr
+    assert "exploding now" in (step_dir / ".marin/logs/attempt-1.log").read_text()
+    if entry == "python":  # the traceback chains the experiment failure to the user's exception
+        assert "RuntimeError: kaboom" in result.stderr and "ExperimentFailedError" in result.stderr

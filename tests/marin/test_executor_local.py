@@ -184,6 +184,8 @@ def test_plan_explains_changes_field_by_field(run_marin: Run) -> None:
     assert "config.n: 10 -> 20" in by_name["demo/numbers"]["changed"]
     assert "dependency demo/numbers changed: config.n: 10 -> 20" in by_name["demo/total"]["changed"]
     assert all(not c.startswith("config.") for c in by_name["demo/total"]["changed"])
+    first_hashes = {e.name: e.hash for e in run_marin([total10], dry_run=True).plan.entries}
+    assert by_name["demo/total"]["previous_hash"] == first_hashes["demo/total"]
 
 
 def test_plan_warns_about_code_drift(run_marin: Run) -> None:
@@ -269,3 +271,13 @@ def test_mixed_run_fixture_holds_every_state(mixed_run: Any) -> None:
                      "mixed/slow": "RUNNING"}
     result = mixed_run.release()
     assert result.status == "FAILED" and result.status_of("mixed/slow") == "SUCCESS"
+
+
+def test_max_concurrent_one_runs_independent_steps_one_at_a_time(run_marin: Run, tmp_path: Path) -> None:
+    counter = str(tmp_path / "c.txt")
+    steps = [Step(name=f"m/s{i}", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=counter, sleep_s=0.1)) for i in range(3)]
+    result = run_marin(steps, max_concurrent=1)
+    assert result.status == "SUCCESS"
+    spans = sorted((st.started, st.ended) for st in result.steps.values())
+    assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:], strict=False))

@@ -296,3 +296,20 @@ def test_ten_thousand_step_chain_has_no_recursion_limit() -> None:
     graph = build_graph([prev])
     assert len(graph.nodes) == 10_000 and graph.nodes[-1].name == "chain/s9999"
     assert "chain/s9999" in repr(prev)
+
+
+def test_placeholders_resolve_to_real_paths_inside_nested_values() -> None:
+    from marin.definition.identity import resolve
+
+    numbers, _ = two_steps()
+    config = AnyConfig(output_path=this_output_path("out"),
+                       value={"raw": prefix_path("raw/data"), "inputs": (output_path_of(numbers, "numbers.txt"),
+                                                                         numbers), "n": 3},
+                       inner=Inner(lr=0.5))
+    resolved = resolve(config, own_path="gs://b/p/x-1", prefix="gs://b/p", dep_path=lambda s: f"gs://b/p/{s.name}-h")
+    assert resolved == AnyConfig(output_path="gs://b/p/x-1/out",
+                                 value={"raw": "gs://b/p/raw/data",
+                                        "inputs": ("gs://b/p/demo/numbers-h/numbers.txt", "gs://b/p/demo/numbers-h"),
+                                        "n": 3},
+                                 inner=Inner(lr=0.5))
+    assert resolved.inner is config.inner  # untouched values are shared, not copied

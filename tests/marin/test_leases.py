@@ -155,8 +155,9 @@ def test_sigkilled_executor_is_taken_over_and_only_its_step_reruns(tmp_path: Pat
     first = _runner("killable", prefix, tmp_path, lease_timeout=1.0)
     _wait_for(tmp_path / "b-started")
     deadline = time.time() + 60
-    while not any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json")):
-        assert time.time() < deadline, "step a never succeeded"
+    while not (any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json"))
+               and any("RUNNING" in p.read_text() for p in Path(prefix, "crash").glob("b-*/.marin/status.json"))):
+        assert time.time() < deadline, "step a never succeeded or b never recorded RUNNING"
         time.sleep(0.02)
     os.kill(first.pid, signal.SIGKILL)  # b is mid-step, a has succeeded
     first.wait(30)
@@ -196,3 +197,50 @@ def test_plan_reports_wait_or_takeover_for_a_running_step(tmp_path: Path, holder
         assert entry.action == "wait" and "elsewhere:1:abc" in entry.reason
     else:
         assert entry.action == "run" and "stale lease of executor elsewhere:1:abc" in entry.reason
+
+
+def test_sigterm_records_preempted_releases_the_lease_and_a_restart_reruns(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "prefix")
+    first = _runner("killable", prefix, tmp_path, lease_timeout=60)
+    _wait_for(tmp_path / "b-started")
+    deadline = time.time() + 60
+    while not any("RUNNING" in p.read_text() for p in Path(prefix, "crash").glob("b-*/.marin/status.json")):
+        assert time.time() < deadline, "b never recorded RUNNING"
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGTERM)
+    first.wait(60)
+    assert first.returncode != 0
+    [b_dir] = Path(prefix, "crash").glob("b-*")
+    status = json.loads((b_dir / ".marin/status.json").read_text())
+    assert status["status"] == "PREEMPTED" and status["error"]["type"] == "Interrupted"
+    assert [e["event"] for e in read_events(LocalStorage(), str(b_dir))] == ["RUNNING", "PREEMPTED"]
+    assert not (b_dir / ".marin/lease.json").exists()  # released: a restart need not wait for a timeout
+    (tmp_path / "b-release").write_text("go\n")
+    second = _runner("killable", prefix, tmp_path, lease_timeout=60)
+    assert second.wait(120) == 0
+    assert json.loads((b_dir / ".marin/status.json").read_text())["attempt"] == 2
+
+
+def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_path: Path) -> None:
+    from marin import Step, this_output_path
+    from tests.marin.fns import BlockConfig, block_until_released
+
+    step = Step(name="w/slow-fail", fn=block_until_released, config=BlockConfig(
+        output_path=this_output_path(), started_file=str(tmp_path / "started"),
+        release_file=str(tmp_path / "never"), timeout_s=0.8))
+    prefix = str(tmp_path / "prefix")
+    results: dict[str, object] = {}
+
+    def first() -> None:
+        results["first"] = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+
+    t = threading.Thread(target=first)
+    t.start()
+    _wait_for(tmp_path / "started")
+    second = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+    t.join(60)
+    assert second.plan.entries[0].action == "wait"
+    assert second.status_of("w/slow-fail") == "FAILED"
+    state = next(iter(second.steps.values()))
+    assert state.error and "failed in executor" in state.error["message"] and "TimeoutError" in state.error["type"]
+    assert results["first"].status_of("w/slow-fail") == "FAILED"  # type: ignore[attr-defined]

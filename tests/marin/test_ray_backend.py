@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -93,6 +94,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _start_node(ray_bin: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`ray start --block`: the node lives as long as this process, so teardown can stop exactly what this
+    test started (`ray stop` would stop every Ray process on the machine, other users' included)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([ray_bin, "start", "--block", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 240
+    while "Ray runtime started" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"ray start {args} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.2)
+    return proc
+
+
+def _stop_node(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)  # `ray start --block` tears its node down on SIGTERM
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+
+
 @pytest.fixture(scope="module")
 def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
@@ -101,35 +125,18 @@ def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     common = ["--num-cpus=1", "--memory=1000000000", "--object-store-memory=100000000", "--disable-usage-stats"]
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false",
-                    f"--temp-dir={temp}", *common], env={**env, "MARIN_NODE_TAG": "head"}, check=True,
-                   capture_output=True, timeout=300)
+    head = _start_node(ray_bin, ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
+                                 *common], {**env, "MARIN_NODE_TAG": "head"}, temp / "head.log")
     address = f"127.0.0.1:{port}"
+    worker = None
     try:
-        subprocess.run([ray_bin, "start", f"--address={address}", '--resources={"fake_gpu": 1}', *common],
-                       env={**env, "MARIN_NODE_TAG": "worker-with-fake-gpu"}, check=True, capture_output=True,
-                       timeout=300)
+        worker = _start_node(ray_bin, [f"--address={address}", '--resources={"fake_gpu": 1}', *common],
+                             {**env, "MARIN_NODE_TAG": "worker-with-fake-gpu"}, temp / "worker.log")
         yield address
     finally:
-        _stop_cluster(temp, port)
-
-
-def _stop_cluster(temp: Path, port: int) -> None:
-    """End only this cluster's processes: `ray stop` would also kill the session's embedded Ray, and the
-    driver of a Ray whose raylet died exits the whole test process."""
-    import psutil
-
-    marks = (str(temp), f"127.0.0.1:{port}", f"--gcs_server_port={port}")
-    procs = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if proc.pid != os.getpid() and any(m in cmdline for m in marks):
-            procs.append(proc)
-    for proc in procs:
-        proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=20)
-    for proc in alive:
-        proc.kill()
+        if worker is not None:
+            _stop_node(worker)
+        _stop_node(head)
 
 
 def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(

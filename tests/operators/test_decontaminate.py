@@ -110,6 +110,7 @@ def test_eval_like_training_files_are_refused(corpus: Path, eval_file: str, tmp_
     with pytest.raises(ValueError, match=r"(?s)named like evaluation splits.*dolmino_math/test.json.*"
                                          r"Source.exclude.*allow_eval_like_names=True"):
         decontaminate(config)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
     allowed = decontaminate(DecontaminateConfig(**{**config.__dict__, "allow_eval_like_names": True}))
     assert allowed["passed"]
 

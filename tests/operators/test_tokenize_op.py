@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from moe_trainer.data.cache import TokenCache
-from moe_trainer.data.loader import TrainLoader
 
 import operators.tokenize as tokenize_mod
+from moe_trainer.data.cache import TokenCache
+from moe_trainer.data.loader import TrainLoader
 from operators.documents import iter_documents, read_manifest
 from operators.tokenize import TokenizeConfig, tokenize
 from operators.train_tokenizer import load_tokenizer
@@ -72,19 +72,25 @@ def test_per_domain_validation_caches(dataset: str, tokenizer_dir: str, tokenize
 
 def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokenizer_dir: str, tokenized: str,
                                                            tmp_path: Path) -> None:
-    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                            num_workers=1, backend="processes"))
+    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                                      num_workers=1, backend="processes"))
     assert _digests(str(tmp_path)) == _digests(tokenized)
+    all_tokens = sum(TokenCache(str(p.parent)).num_tokens for p in tmp_path.rglob("manifest.json"))
+    work = summary["work"]
+    splits = read_manifest(dataset)["splits"]
+    assert work["tokens"] == all_tokens and work["shards"] == sum(len(v["shards"]) for v in splits.values())
+    assert work["worker_cpu_seconds"] > 0 and work["tokens_per_worker_cpu_s"] > 0
 
 
-def test_spawned_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
+def test_fork_server_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
                                             tmp_path: Path) -> None:
-    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must spawn
+    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must start its
+    # workers from a fork server instead
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, daemon=True)
     thread.start()
     try:
-        assert tokenize_mod._pool_context().get_start_method() == "spawn"
+        assert tokenize_mod._pool_context().get_start_method() == "forkserver"
         tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
                                 num_workers=2, backend="processes"))
     finally:

@@ -142,3 +142,11 @@ def test_verify_detects_corruption(tmp_path: Path, shards: dict) -> None:
     f.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="00002.tokens has sha256"):
         TokenCache(str(tmp_path)).verify()
+
+
+def test_truncated_tokens_file_is_named(tmp_path: Path, shards: dict) -> None:
+    _build(str(tmp_path), shards)
+    f = tmp_path / "shards" / "00000.tokens"
+    f.write_bytes(f.read_bytes()[:-2])
+    with pytest.raises(ValueError, match="00000.tokens has .* bytes.*truncated"):
+        TokenCache(str(tmp_path))

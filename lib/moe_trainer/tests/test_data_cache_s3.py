@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,32 +12,10 @@ s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    port = _free_port()
-    bin_dir = Path(sys.executable).parent
-    proc = subprocess.Popen([str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(f"moto_server did not start on port {port}")
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def s3_endpoint(moto_endpoint: str) -> str:
+    """The session's moto S3 server (root conftest.py starts it and checks that it answers)."""
+    return moto_endpoint
 
 
 def test_cache_round_trip_on_s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:

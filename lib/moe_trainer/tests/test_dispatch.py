@@ -14,7 +14,10 @@ from moe_trainer.sharding import make_mesh
 
 T, D, E, K, F = 32, 16, 8, 2, 12  # F divisible by the model axis: EP backends split expert hidden units
 GROUPS = 4  # data * expert of the (2, 2, 2) mesh
-BACKENDS = ["ragged", "ep_allgather", "ep_alltoall"]
+# (backend, grouped matmul): both grouped-matmul implementations are checked wherever they are used
+# ("@mesh": the data-parallel shard_map path "ragged" takes when given a mesh)
+BACKENDS = ["ragged:ragged_dot", "ragged:blocked", "ragged@mesh:blocked", "ep_allgather:ragged_dot",
+            "ep_allgather:blocked", "ep_alltoall:auto"]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +49,15 @@ def inputs() -> dict:
 
 
 @functools.cache
-def _value_and_grads(name: str, capacity: int | None, mesh: jax.sharding.Mesh | None) -> object:
-    """Jitted (out, dropped, grads wrt x, weights, experts) for one backend; cached across tests."""
+def _value_and_grads(backend: str, capacity: int | None, mesh: jax.sharding.Mesh | None) -> object:
+    """Jitted (out, dropped, grads wrt x, weights, experts) for one "backend:matmul"; cached across tests."""
+    name, _, matmul = backend.partition(":")
+    name = name.removesuffix("@mesh")
 
     def run(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: dict, cot: jax.Array) -> tuple:
         def loss(x: jax.Array, w: jax.Array, ex: dict) -> tuple:
-            out, dropped = run_dispatch(name, x, ids, w, valid, ex, capacity=capacity, n_groups=GROUPS, mesh=mesh)
+            out, dropped = run_dispatch(name, x, ids, w, valid, ex, capacity=capacity, n_groups=GROUPS, mesh=mesh,
+                                        matmul=matmul or "auto")
             return jnp.sum(out * cot), (out, dropped)
 
         grads, (out, dropped) = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(x, w, ex)
@@ -61,7 +67,7 @@ def _value_and_grads(name: str, capacity: int | None, mesh: jax.sharding.Mesh | 
 
 
 def _call(name: str, capacity: int | None, mesh: jax.sharding.Mesh | None, inp: dict) -> tuple:
-    fn = _value_and_grads(name, capacity, mesh if name.startswith("ep_") else None)
+    fn = _value_and_grads(name, capacity, mesh if name.startswith("ep_") or "@mesh" in name else None)
     return fn(inp["x"], inp["ids"], inp["w"], inp["valid"], inp["experts"], inp["cot"])
 
 
@@ -130,3 +136,23 @@ def test_ep_backend_without_mesh_is_refused(inputs: dict) -> None:
     with pytest.raises(ValueError, match="needs a mesh"):
         run_dispatch("ep_alltoall", inputs["x"], inputs["ids"], inputs["w"], inputs["valid"], inputs["experts"],
                      capacity=None)
+
+
+def test_blocked_grouped_matmul_equals_ragged_dot() -> None:
+    """Empty groups, a group larger than a block, and trailing rows outside every group (which come out 0)."""
+    from moe_trainer.dispatch import blocked_grouped_matmul
+
+    xs = jax.random.normal(jax.random.key(5), (40, 6))
+    w = jax.random.normal(jax.random.key(6), (5, 6, 7))
+    sizes = jnp.array([0, 21, 0, 9, 3], jnp.int32)  # sum 33 < 40
+
+    def both(xs: jax.Array, w: jax.Array) -> tuple:
+        return jax.lax.ragged_dot(xs, w, sizes), blocked_grouped_matmul(xs, w, sizes)
+
+    ref, got = jax.jit(both)(xs, w)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert np.all(np.asarray(got)[33:] == 0.0)
+    g_ref = jax.grad(lambda a, b: jnp.sum(jnp.sin(jax.lax.ragged_dot(a, b, sizes))), argnums=(0, 1))(xs, w)
+    g_got = jax.grad(lambda a, b: jnp.sum(jnp.sin(blocked_grouped_matmul(a, b, sizes))), argnums=(0, 1))(xs, w)
+    for a, b in zip(g_got, g_ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

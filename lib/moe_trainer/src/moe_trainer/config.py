@@ -24,6 +24,8 @@ Balance = Literal["aux_loss", "aux_free"]
 DispatchName = Literal["dense", "ragged", "ep_allgather", "ep_alltoall"]
 ComputeDtype = Literal["float32", "bfloat16"]
 
+GroupedMatmul = Literal["auto", "ragged_dot", "blocked"]
+
 DISPATCH_BACKENDS: tuple[str, ...] = ("dense", "ragged", "ep_allgather", "ep_alltoall")
 
 
@@ -105,6 +107,9 @@ class ModelConfig:
     dispatch: DispatchName = "ragged"
     """Default dispatch backend: "dense" (oracle), "ragged", "ep_allgather", "ep_alltoall" (these two need a
     mesh with an "expert" axis)."""
+    grouped_matmul: GroupedMatmul = "auto"
+    """Grouped matmul of "ragged"/"ep_allgather": "ragged_dot" (jax.lax.ragged_dot), "blocked" (padded blocks +
+    batched matmul, much faster on XLA:CPU) or "auto" (blocked on CPU, ragged_dot elsewhere)."""
 
     # ---- numerics ----------------------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
@@ -146,6 +151,8 @@ class ModelConfig:
             _fail("balance", self.balance, 'choose "aux_loss" or "aux_free"')
         if self.dispatch not in DISPATCH_BACKENDS:
             _fail("dispatch", self.dispatch, f"choose one of {list(DISPATCH_BACKENDS)}")
+        if self.grouped_matmul not in ("auto", "ragged_dot", "blocked"):
+            _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot" or "blocked"')
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
         for name in ("aux_loss_coef", "router_z_loss_coef", "logit_z_loss_coef", "norm_eps", "init_std"):

@@ -3,8 +3,9 @@
 One interface, four backends (`run_dispatch(name, ...)`):
 - "dense": every expert runs on every token and a [tokens, experts] combine matrix zeroes what was not routed.
   Obviously correct, cost grows with the number of experts: the test oracle.
-- "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot`, weighted
-  scatter-add back. The default on one device.
+- "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot` (or, on CPU,
+  an equivalent blocked batched matmul that costs XLA:CPU ~4x less), weighted scatter-add back. The default.
+  Given a mesh it runs data-parallel under shard_map (each token shard locally, see dispatch_ep.py).
 - "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
 
 Capacity semantics, shared by every backend so they agree exactly even when dropping: the T tokens are split
@@ -74,16 +75,60 @@ def dense_dispatch(
     return jnp.einsum("ted,te->td", y.astype(jnp.float32), combine)
 
 
-def grouped_swiglu(xs: jax.Array, group_sizes: jax.Array, experts: Params) -> jax.Array:
-    """SwiGLU of expert-sorted rows xs [M, D] with ragged_dot; rows past sum(group_sizes) come out zero."""
+def resolve_grouped_matmul(name: str) -> str:
+    """"auto" -> "blocked" on CPU and "ragged_dot" elsewhere.
+
+    XLA:CPU lowers ragged_dot about as slowly as a dense matmul over every expert; the blocked form took ~4x
+    less CPU time there (benchmarks/dispatch_throughput.py).
+    """
+    if name == "auto":
+        return "blocked" if jax.default_backend() == "cpu" else "ragged_dot"
+    if name not in ("ragged_dot", "blocked"):
+        raise ValueError(f"unknown grouped matmul {name!r}: choose auto, ragged_dot or blocked")
+    return name
+
+
+def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    """ragged_dot semantics (lhs [M, K] rows grouped by `group_sizes`, rhs [G, K, N]) with plain batched matmuls.
+
+    Each group is padded to a multiple of a block of b rows; every block multiplies the weight of its group.
+    Static shapes: at most ceil(M/b) + G blocks. Rows past sum(group_sizes) come out zero.
+    """
+    m, g = xs.shape[0], w.shape[0]
+    b = int(min(128, max(8, m // g)))
+    n_blocks = -(-m // b) + g
+    padded = ((group_sizes + b - 1) // b) * b
+    pad_end = jnp.cumsum(padded)
+    pad_start, start = pad_end - padded, jnp.cumsum(group_sizes) - group_sizes
+    slot = jnp.arange(n_blocks * b)
+    slot_group = jnp.minimum(jnp.searchsorted(pad_end, slot, side="right"), g - 1)
+    within = slot - pad_start[slot_group]
+    src = jnp.where(within < group_sizes[slot_group], start[slot_group] + within, m)  # m = out of range -> 0
+    xp = jnp.take(xs, src, axis=0, mode="fill", fill_value=0).reshape(n_blocks, b, -1)
+    block_group = slot_group.reshape(n_blocks, b)[:, 0]
+    yp = jnp.einsum("nbk,nkf->nbf", xp, w[block_group]).reshape(n_blocks * b, -1)
+    row = jnp.arange(m)
+    row_group = jnp.minimum(jnp.searchsorted(jnp.cumsum(group_sizes), row, side="right"), g - 1)
+    out = yp[pad_start[row_group] + row - start[row_group]]
+    return jnp.where((row < jnp.sum(group_sizes))[:, None], out, 0).astype(xs.dtype)
+
+
+def grouped_swiglu(xs: jax.Array, group_sizes: jax.Array, experts: Params, matmul: str = "auto") -> jax.Array:
+    """SwiGLU of expert-sorted rows xs [M, D]; rows past sum(group_sizes) come out zero.
+
+    matmul: "ragged_dot" (jax.lax.ragged_dot, fast on GPU/TPU), "blocked" (see blocked_grouped_matmul, fast on
+    CPU) or "auto" (by platform).
+    """
     dt = xs.dtype
-    gate = jax.lax.ragged_dot(xs, cast(experts["w_gate"], dt), group_sizes)
-    up = jax.lax.ragged_dot(xs, cast(experts["w_up"], dt), group_sizes)
-    return jax.lax.ragged_dot(jax.nn.silu(gate) * up, cast(experts["w_down"], dt), group_sizes)
+    mm = jax.lax.ragged_dot if resolve_grouped_matmul(matmul) == "ragged_dot" else blocked_grouped_matmul
+    gate = mm(xs, cast(experts["w_gate"], dt), group_sizes)
+    up = mm(xs, cast(experts["w_up"], dt), group_sizes)
+    return mm(jax.nn.silu(gate) * up, cast(experts["w_down"], dt), group_sizes)
 
 
 def sorted_expert_compute(
-    x: jax.Array, local_ids: jax.Array, weights: jax.Array, local: jax.Array, experts: Params
+    x: jax.Array, local_ids: jax.Array, weights: jax.Array, local: jax.Array, experts: Params,
+    matmul: str = "auto",
 ) -> jax.Array:
     """Sort + ragged_dot + scatter-add for the assignments flagged `local` (ids index `experts`).
 
@@ -95,16 +140,17 @@ def sorted_expert_compute(
     order = jnp.argsort(flat, stable=True)
     token = order // k
     group_sizes = jnp.bincount(flat, length=n_local + 1)[:n_local].astype(jnp.int32)
-    ys = grouped_swiglu(x[token], group_sizes, experts)  # (M, D)
+    ys = grouped_swiglu(x[token], group_sizes, experts, matmul)  # (M, D)
     w = jnp.where(local, weights, 0.0).reshape(-1)[order]
     return jnp.zeros((t, x.shape[1]), jnp.float32).at[token].add(ys.astype(jnp.float32) * w[:, None])
 
 
 def ragged_dispatch(
-    x: jax.Array, expert_ids: jax.Array, weights: jax.Array, keep: jax.Array, experts: Params
+    x: jax.Array, expert_ids: jax.Array, weights: jax.Array, keep: jax.Array, experts: Params,
+    matmul: str = "auto",
 ) -> jax.Array:
     """Sort assignments by expert and run grouped matmuls. Returns float32 [T, D]."""
-    return sorted_expert_compute(x, expert_ids, weights, keep, experts)
+    return sorted_expert_compute(x, expert_ids, weights, keep, experts, matmul)
 
 
 def run_dispatch(
@@ -118,20 +164,24 @@ def run_dispatch(
     capacity: int | None,
     n_groups: int = 1,
     mesh: Mesh | None = None,
+    matmul: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """Route x [T, D] (compute dtype) through the experts; returns (out [T, D] in x.dtype, dropped int32).
 
     expert_ids int32 [T, k] and weights float32 [T, k] come from the router; valid bool [T] marks real tokens;
     experts holds w_gate/w_up [E, D, F] and w_down [E, F, D]; capacity is slots per expert per token group
-    (None = dropless); n_groups is the number of token groups (the mesh's token shards for the EP backends).
+    (None = dropless); n_groups is the number of token groups (the mesh's token shards for the EP backends);
+    matmul picks the grouped matmul of "ragged" and "ep_allgather" (see grouped_swiglu).
     """
-    if name in ("dense", "ragged"):
+    if name == "dense" or (name == "ragged" and mesh is None):
         n_experts = experts["w_gate"].shape[0]
         keep, _ = kept_assignments(expert_ids, valid, n_experts, capacity, n_groups)
-        fn = dense_dispatch if name == "dense" else ragged_dispatch
-        out = fn(x, expert_ids, weights, keep, experts)
+        if name == "dense":
+            out = dense_dispatch(x, expert_ids, weights, keep, experts)
+        else:
+            out = ragged_dispatch(x, expert_ids, weights, keep, experts, matmul)
         return out.astype(x.dtype), count_dropped(keep, valid)
-    if name in ("ep_allgather", "ep_alltoall"):
+    if name in ("ragged", "ep_allgather", "ep_alltoall"):
         from moe_trainer.dispatch_ep import ep_dispatch
 
         if mesh is None:
@@ -139,6 +189,7 @@ def run_dispatch(
                 f"dispatch={name!r} runs expert parallelism and needs a mesh: pass mesh=make_mesh(...) to "
                 "forward, or choose dispatch='ragged' on a single device"
             )
-        out, dropped = ep_dispatch(name, x, expert_ids, weights, valid, experts, capacity=capacity, mesh=mesh)
+        out, dropped = ep_dispatch(name, x, expert_ids, weights, valid, experts, capacity=capacity, mesh=mesh,
+                                   matmul=matmul)
         return out.astype(x.dtype), dropped
     raise ValueError(f"unknown dispatch backend {name!r}: choose dense, ragged, ep_allgather or ep_alltoall")

@@ -1,4 +1,4 @@
-"""Expert-parallel dispatch under `jax.shard_map` over the mesh axes ("data", "expert", "model").
+"""Sharded dispatch under `jax.shard_map` over the mesh axes ("data", "expert", "model").
 
 Layout inside the shard_map: tokens are split over ("data", "expert") (each device holds one token group),
 experts are split over "expert" (device i along that axis owns experts [i*E_l, (i+1)*E_l)), and when the expert
@@ -14,7 +14,11 @@ inside the expert; the down projection is then summed over "model"). Each "data"
   tokens of the group, correct but memory-hungry ([E, T_local, D] buffers). `jax.lax.ragged_all_to_all` would
   avoid that on GPU/TPU but has no CPU lowering, so it is not offered here.
 
-Both apply exactly the capacity rule of dispatch.py with one group per token shard, so they equal the
+"ragged" with a mesh also runs here, data-parallel: each token shard sorts and multiplies its own tokens with
+all experts (weights gathered over "expert"/"data" by XLA, hidden units split over "model" as above), so no
+token leaves its device; XLA's automatic partitioning of the sort/gather/scatter would otherwise replicate it.
+
+All three apply exactly the capacity rule of dispatch.py with one group per token shard, so they equal the
 "dense" oracle run with n_groups = data * expert.
 """
 
@@ -31,17 +35,30 @@ from moe_trainer.layers import Params, cast
 TOKEN_AXES = ("data", "expert")
 
 
-def _expert_specs(experts: Params, mesh: Mesh) -> tuple[dict[str, P], bool]:
+def _expert_specs(experts: Params, mesh: Mesh, expert_axis: str | None) -> tuple[dict[str, P], bool]:
     """PartitionSpecs of the expert weights inside the shard_map, and whether hidden units split over model."""
     hidden = experts["w_gate"].shape[2]
     split = mesh.shape["model"] > 1 and hidden % mesh.shape["model"] == 0
     m = "model" if split else None
-    return {"w_gate": P("expert", None, m), "w_up": P("expert", None, m), "w_down": P("expert", m, None)}, split
+    e = expert_axis
+    return {"w_gate": P(e, None, m), "w_up": P(e, None, m), "w_down": P(e, m, None)}, split
+
+
+def _ragged_local(
+    x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, experts: Params,
+    *, capacity: int | None, n_experts: int, split_model: bool, matmul: str,
+) -> tuple[jax.Array, jax.Array]:
+    """Data-parallel MoE: every token shard runs its own tokens through all (gathered) experts."""
+    keep, _ = kept_assignments(ids, valid, n_experts, capacity, n_groups=1)
+    out = sorted_expert_compute(x, ids, w, keep, experts, matmul)
+    if split_model:
+        out = jax.lax.psum(out, "model")
+    return out, jax.lax.psum(count_dropped(keep, valid), TOKEN_AXES)
 
 
 def _allgather_local(
     x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, n_experts: int, split_model: bool,
+    *, capacity: int | None, n_experts: int, split_model: bool, matmul: str,
 ) -> tuple[jax.Array, jax.Array]:
     ep = jax.lax.axis_size("expert")
     me = jax.lax.axis_index("expert")
@@ -49,7 +66,7 @@ def _allgather_local(
     xg, idg, wg, vg = (jax.lax.all_gather(a, "expert", tiled=True) for a in (x, ids, w, valid))
     keep, _ = kept_assignments(idg, vg, n_experts, capacity, n_groups=ep)
     mine = (idg // n_local) == me
-    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts)  # (ep*T_l, D) partial
+    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts, matmul)  # (ep*T_l, D) partial
     if split_model:
         out = jax.lax.psum(out, "model")
     out = jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
@@ -59,8 +76,9 @@ def _allgather_local(
 
 def _alltoall_local(
     x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, n_experts: int, split_model: bool,
+    *, capacity: int | None, n_experts: int, split_model: bool, matmul: str,
 ) -> tuple[jax.Array, jax.Array]:
+    del matmul  # fixed capacity slots make the expert compute a plain batched matmul
     ep = jax.lax.axis_size("expert")
     n_local = n_experts // ep
     t, k = ids.shape
@@ -88,25 +106,30 @@ def _alltoall_local(
 
 def ep_dispatch(
     name: str, x: jax.Array, expert_ids: jax.Array, weights: jax.Array, valid: jax.Array, experts: Params,
-    *, capacity: int | None, mesh: Mesh,
+    *, capacity: int | None, mesh: Mesh, matmul: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
-    """Run an expert-parallel backend; returns (float32 out [T, D], dropped int32). See the module docstring."""
+    """Run a backend under shard_map; returns (float32 out [T, D], dropped int32). See the module docstring."""
     for axis in ("data", "expert", "model"):
         if axis not in mesh.shape:
             raise ValueError(f"dispatch={name!r} needs a mesh with axes data, expert, model (make_mesh); "
                              f"got axes {tuple(mesh.shape)}")
     n_experts = experts["w_gate"].shape[0]
     ep, shards = mesh.shape["expert"], mesh.shape["data"] * mesh.shape["expert"]
-    if n_experts % ep:
+    if n_experts % ep and name != "ragged":
         raise ValueError(f"n_experts={n_experts} must be divisible by the mesh's expert axis ({ep}) for {name}")
     if x.shape[0] % shards:
         raise ValueError(f"{x.shape[0]} tokens cannot be split over data*expert={shards} shards for {name}: "
                          "make batch*seq divisible by it")
-    specs, split_model = _expert_specs(experts, mesh)
-    local = _allgather_local if name == "ep_allgather" else _alltoall_local
+    if name == "ragged":
+        specs, split_model = _expert_specs(experts, mesh, None)
+        local = _ragged_local
+    else:
+        specs, split_model = _expert_specs(experts, mesh, "expert")
+        local = _allgather_local if name == "ep_allgather" else _alltoall_local
 
     def body(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: Params) -> tuple:
-        return local(x, ids, w, valid, ex, capacity=capacity, n_experts=n_experts, split_model=split_model)
+        return local(x, ids, w, valid, ex, capacity=capacity, n_experts=n_experts, split_model=split_model,
+                     matmul=matmul)
 
     tok = P(TOKEN_AXES)
     ex = {k: experts[k] for k in ("w_gate", "w_up", "w_down")}

@@ -117,7 +117,8 @@ def moe_block(
     capacity = None if capacity_factor is None else cfg.capacity(x.shape[0] // n_groups, capacity_factor)
     experts = {k: p[k] for k in ("w_gate", "w_up", "w_down")}
     routed, dropped = run_dispatch(
-        backend, h, ids, weights, valid, experts, capacity=capacity, n_groups=n_groups, mesh=mesh
+        backend, h, ids, weights, valid, experts, capacity=capacity, n_groups=n_groups, mesh=mesh,
+        matmul=cfg.grouped_matmul,
     )
     if cfg.latent_dim is not None:
         routed = routed @ cast(p["latent_up"], x.dtype)

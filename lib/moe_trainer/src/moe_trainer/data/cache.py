@@ -299,8 +299,13 @@ class TokenCache:
 
     def _append_shard(self, rec: ShardRecord) -> None:
         self._bases.append(self._bases[-1] + rec.num_tokens)
+        path = _join(self.root, rec.tokens_file)
+        size = self.fs.size(path)
+        if size != rec.num_tokens * self.dtype.itemsize:
+            raise ValueError(f"token cache {self.path}: {rec.tokens_file} has {size} bytes, the manifest says "
+                             f"{rec.num_tokens} {self.dtype.name} tokens ({rec.num_tokens * self.dtype.itemsize} "
+                             "bytes); the shard is truncated or corrupt, re-run tokenize")
         if self._local and rec.num_tokens:
-            path = _join(self.root, rec.tokens_file)
             self._token_arrays.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rec.num_tokens,)))
         else:
             self._token_arrays.append(None)

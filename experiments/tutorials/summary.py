@@ -1,0 +1,72 @@
+"""The short report a tutorial run ends with: where the outputs are, the figures, and where to look next."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any, TextIO
+
+import fsspec
+
+from marin import RunResult
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    fs, p = fsspec.core.url_to_fs(path)
+    if not fs.exists(p):
+        return None
+    with fs.open(p, "r") as f:
+        return json.load(f)
+
+
+def _output_path(result: RunResult, name: str) -> str | None:
+    """The output path of step ``name`` in this run; None when it was not part of it (``--run-only``)."""
+    return next((e.output_path for e in result.plan.entries if e.name == name), None)
+
+
+def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str, issue: str | None = None) -> str:
+    """The report for a finished run (empty for plans, status queries and dry runs)."""
+    if result.status != "SUCCESS":
+        return ""
+    ran = sorted(st.node.name for st in result.steps.values() if st.note == "ran")
+    reused = len(result.steps) - len(ran)
+    lines = ["", f"Tutorial finished: {len(ran)} steps ran, {reused} reused from earlier runs "
+                 f"(experiment {result.experiment_id})."]
+    lines.append("Outputs (content-addressed, under the prefix):")
+    for entry in result.plan.entries:
+        lines.append(f"  {entry.name:<26} {entry.output_path}")
+    train_path, eval_path = _output_path(result, train_step), _output_path(result, eval_step)
+    train = _read_json(f"{train_path}/train_result.json") if train_path else None
+    if train:
+        lines.append(f"Training: {train['step']} steps, final training loss {train['loss']:.3f} nats/token, "
+                     f"{train['tokens_per_s']:.0f} tokens/s (median)")
+    evaluation = _read_json(f"{eval_path}/eval.json") if eval_path else None
+    if evaluation:
+        lines.append("Held-out evaluation (bits per UTF-8 byte, lower is better; 8 = knowing nothing):")
+        for domain, row in evaluation["domains"].items():
+            lines.append(f"  {domain:<8} {row['bpb']:.3f} bits/byte   ({row['loss']:.3f} nats/token over "
+                         f"{row['tokens']} tokens, {row['bytes']} bytes)")
+        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}")
+    prefix = shlex.quote(result.prefix)
+    lines += [
+        "Look at it:",
+        f"  marin dashboard --prefix {prefix}             # experiments, steps, logs, loss curves, the issue",
+        f"  marin plan {script} --prefix {prefix}   # every step: skip/run and why",
+        f"  marin status {script} --prefix {prefix}",
+        *([f"  marin issue show {issue} --prefix {prefix}   # the issue and its status comment"] if issue else []),
+    ]
+    if train_path:
+        lines.append(f"  metrics: {train_path}/metrics.jsonl")
+    return "\n".join(lines)
+
+
+def print_summary(result: RunResult, *, train_step: str, eval_step: str,
+                  script: str = "experiments/tutorials/tiny_moe.py", issue: str | None = None,
+                  stream: TextIO | None = None) -> None:
+    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script, issue=issue)
+    if text:
+        print(text, file=stream or sys.stdout, flush=True)
+
+
+__all__ = ["print_summary", "summary_text"]

@@ -1,0 +1,190 @@
+"""train: a thin adapter from a step config to the trainer library's ``moe_trainer.train.train``.
+
+Outputs under ``output_path`` (the trainer's run directory, docs/formats.md "Trainer outputs")::
+
+    checkpoints/{step}/        # orbax checkpoints (parameters, optimizer state, data position, RNG)
+    metrics.jsonl              # one row per optimizer step (+ eval rows when validation caches are given)
+    wandb.json                 # the W&B run reference (offline by default: nothing leaves the machine)
+    train_config.json          # the full resolved trainer config (preset + overrides), for readers of the run
+    train_result.json          # final step, loss, throughput, skipped steps
+
+The model and optimizer come from a trainer preset (``preset``: a name such as ``tiny`` or a YAML path), then
+``model`` (ModelConfig fields, or a whole ``ModelConfig``), then ``overrides`` (any other trainer field by
+dotted path, e.g. ``{"optimizer.lr": 1e-3, "schedule.warmup_steps": 10}``), then the explicit fields of this
+config (steps, batch, sequence length, seeds). Unknown fields are errors that list the valid ones.
+
+Resume: the trainer restores the newest complete checkpoint under ``output_path/checkpoints``. A step re-run
+by the executor after a failure or a preemption has the same output path, so it continues where the last
+attempt's checkpoint left it instead of starting over, and its batches are exactly those an uninterrupted run
+would have seen (the Feistel data order is a function of the step index alone).
+
+Runtime fields. Knobs that cannot change results (checkpoint interval, W&B mode, progress bar) are marked
+with the dataclass field metadata ``{"marin.runtime": True}``, which the executor reads to leave them out of
+the step's identity (it is how ``marin.runtime_field`` works); operators never import ``marin``, so they
+declare it with ``runtime_field`` below. Everything else changes the step's output path when edited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import draccus
+from moe_trainer.config import ModelConfig
+from moe_trainer.data.cache import TokenCache, write_json_atomic
+from moe_trainer.presets import load_preset, preset_path
+from moe_trainer.train import TrainConfig as TrainerConfig
+from moe_trainer.train import TrainResult
+from moe_trainer.train import train as run_trainer
+
+RUNTIME_FIELD_KEY = "marin.runtime"  # the executor's convention (marin/definition/placeholders.py)
+
+
+def runtime_field(*, default: Any) -> Any:
+    """A config field that is passed to the function but left out of the step's identity."""
+    return dataclasses.field(default=default, metadata={RUNTIME_FIELD_KEY: True})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    output_path: str
+    """The run directory: checkpoints/, metrics.jsonl, wandb.json (the step's own output path)."""
+    train_cache: str
+    """The training token cache (the tokenize step's ``train/``)."""
+    validation: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Validation caches by domain for evaluation during training (optional; the evaluate step does the full
+    per-domain evaluation of the final checkpoint)."""
+    preset: str = "tiny"
+    """A trainer preset name (moe_trainer.presets) or the path of a preset YAML."""
+    model: ModelConfig | Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """A whole ModelConfig replacing the preset's, or ModelConfig fields to change, e.g. {"n_layers": 2}."""
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Other trainer fields by dotted path, e.g. {"optimizer.lr": 0.001, "schedule.warmup_steps": 10}."""
+    num_steps: int | None = None
+    """Optimizer steps (None: the preset's)."""
+    batch_size: int | None = None
+    """Sequences per optimizer step (None: the preset's)."""
+    seq_len: int | None = None
+    """Tokens per sequence (None: the preset's); also becomes the model's max_seq_len, the context length the
+    evaluate step uses by default."""
+    seed: int = 0
+    """Parameter-initialisation seed."""
+    data_seed: int = 0
+    """Key of the Feistel permutation that orders the training sequences."""
+    eval_every: int = 0
+    """Evaluate on ``validation`` every this many steps (0: only at the end, when ``validation`` is given)."""
+    eval_max_batches: int | None = None
+    """Batches per domain for evaluations during training (None: the whole caches)."""
+    checkpoint_every: int | None = runtime_field(default=None)
+    """Checkpoint interval in steps (None: the preset's); the last step is always saved."""
+    wandb_mode: str = runtime_field(default="offline")
+    """W&B mode: offline (files only), online, or disabled."""
+    progress_bar: bool = runtime_field(default=True)
+    """Show the trainer's progress bar (in the step's log)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps", "batch_size", "seq_len", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"train: {name}={value} must be >= 1 or None (None keeps the preset's value)")
+        if self.eval_every < 0:
+            raise ValueError(f"train: eval_every={self.eval_every} must be >= 0")
+        if self.wandb_mode not in ("offline", "online", "disabled"):
+            raise ValueError(f"train: wandb_mode={self.wandb_mode!r} must be offline, online or disabled")
+
+
+def _replace_path(obj: Any, dotted: str, value: Any, where: str) -> Any:
+    """``obj`` with the dataclass field at ``dotted`` (``a.b.c``) set to ``value``; unknown names are errors."""
+    head, _, rest = dotted.partition(".")
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    if head not in fields:
+        raise ValueError(f"train: {where} names {dotted!r}, but {type(obj).__name__} has no field {head!r}; "
+                         f"valid fields: {', '.join(sorted(fields))}")
+    if rest:
+        inner = getattr(obj, head)
+        if not dataclasses.is_dataclass(inner):
+            raise ValueError(f"train: {where} names {dotted!r}, but {type(obj).__name__}.{head} is a "
+                             f"{type(inner).__name__}, not a config with fields")
+        value = _replace_path(inner, rest, value, where)
+    elif isinstance(getattr(obj, head), tuple) and isinstance(value, list):
+        value = tuple(value)
+    return dataclasses.replace(obj, **{head: value})
+
+
+def _base(config: TrainConfig) -> TrainerConfig:
+    import os
+
+    if os.path.exists(config.preset):
+        return draccus.parse(TrainerConfig, config_path=config.preset, args=[])
+    preset_path(config.preset)  # raises ValueError listing the valid preset names
+    return load_preset(config.preset)
+
+
+def trainer_config(config: TrainConfig) -> TrainerConfig:
+    """The full trainer config of this step: preset, then model, overrides and the explicit fields."""
+    tc = _base(config)
+    if isinstance(config.model, ModelConfig):
+        tc = dataclasses.replace(tc, model=config.model)
+    else:
+        for key, value in config.model.items():
+            tc = _replace_path(tc, f"model.{key}", value, "model")
+    for key, value in config.overrides.items():
+        tc = _replace_path(tc, key, value, "overrides")
+    data = dataclasses.replace(
+        tc.data, train_cache=config.train_cache, validation=dict(config.validation), seed=config.data_seed,
+        batch_size=config.batch_size or tc.data.batch_size, seq_len=config.seq_len or tc.data.seq_len)
+    model = tc.model
+    if config.seq_len is not None or data.seq_len > model.max_seq_len:
+        # the context the model is trained at; the evaluate step reads windows of this length by default
+        model = dataclasses.replace(model, max_seq_len=data.seq_len)
+    return dataclasses.replace(
+        tc, model=model, data=data, num_steps=config.num_steps or tc.num_steps, seed=config.seed,
+        output_dir=config.output_path.rstrip("/"),
+        checkpoint=dataclasses.replace(tc.checkpoint, dir=None,
+                                       every_steps=config.checkpoint_every or tc.checkpoint.every_steps),
+        eval=dataclasses.replace(tc.eval, every_steps=config.eval_every, max_batches=config.eval_max_batches),
+        metrics=dataclasses.replace(tc.metrics, wandb_mode=config.wandb_mode, progress_bar=config.progress_bar,
+                                    run_name=tc.metrics.run_name or _run_name(config.output_path)),
+        run_steps=None)
+
+
+def _run_name(output_path: str) -> str:
+    parts = output_path.rstrip("/").split("/")
+    return "/".join(parts[-2:])  # e.g. "train/tiny_moe-1a2b3c4d": the step name and hash
+
+
+def _check_vocab(tc: TrainerConfig) -> None:
+    cache = TokenCache(tc.data.train_cache)
+    if cache.vocab_size > tc.model.vocab_size:
+        raise ValueError(
+            f"train: the token cache {tc.data.train_cache} has vocab_size {cache.vocab_size} but the model has "
+            f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's vocabulary) "
+            "in the train step's config")
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Train (or resume) the model; return the trainer's result as a dict (also written to train_result.json)."""
+    tc = trainer_config(config)
+    _check_vocab(tc)
+    out = config.output_path.rstrip("/")
+    write_json_atomic(f"{out}/train_config.json", draccus.encode(tc))
+    t0 = time.time()
+    print(f"[train] {tc.num_steps} steps of {tc.data.batch_size} x {tc.data.seq_len} tokens, model "
+          f"d_model={tc.model.d_model} layers={tc.model.n_layers} experts={tc.model.n_experts} "
+          f"top_k={tc.model.top_k} vocab={tc.model.vocab_size}; output {out}", file=sys.stderr, flush=True)
+    result: TrainResult = run_trainer(tc)
+    if result.step != tc.num_steps:
+        raise RuntimeError(f"train: the trainer stopped at step {result.step} of {tc.num_steps} in {out}; "
+                           "re-run the step to resume from its latest checkpoint")
+    summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0}
+    write_json_atomic(f"{out}/train_result.json", summary)
+    print(f"[train] done: step {result.step}, loss {result.loss:.4f}, {result.tokens_per_s:.0f} tokens/s, "
+          f"{result.skipped_steps} skipped steps", file=sys.stderr, flush=True)
+    return json.loads(json.dumps(summary, default=str))
+
+
+__all__ = ["RUNTIME_FIELD_KEY", "TrainConfig", "runtime_field", "train", "trainer_config"]
