@@ -54,15 +54,21 @@ def test_round_trip_and_keep_last(tmp_path: Path) -> None:
 
 CRASHING_SAVER = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import jax.numpy as jnp
     from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
     ckpt = Checkpointer(sys.argv[1], CheckpointConfig(keep=3, async_save=True))
     ckpt.save(1, {"w": jnp.full((8,), 1.0), "step": jnp.int32(1)}, {"step": 1})
     ckpt.wait()
-    # A big second save, then the process dies before the background commit can finish (a preemption).
+    # A big second save; the process dies (a preemption) as soon as the partial step-2 directory exists,
+    # long before the background writes of 120 MB can be committed.
     ckpt.save(2, {"w": jnp.full((30_000_000,), 2.0), "step": jnp.int32(2)}, {"step": 2})
-    os._exit(0)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if any(n.startswith("2") and "tmp" in n for n in os.listdir(sys.argv[1])):
+            os._exit(0)
+        time.sleep(0.001)
+    os._exit(3)
     """
 )
 
