@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import fsspec
+
 from moe_trainer.checkpoint import load_checkpoint
 from moe_trainer.data.cache import write_json_atomic
 from moe_trainer.evaluate import evaluate as evaluate_model
-
 from operators.train import runtime_field
 
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import draccus
+
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache, write_json_atomic
 from moe_trainer.presets import load_preset, preset_path

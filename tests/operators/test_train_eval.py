@@ -13,13 +13,13 @@ import draccus
 import jax
 import numpy as np
 import pytest
+
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer, load_checkpoint
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
 from moe_trainer.evaluate import evaluate as trainer_evaluate
 from moe_trainer.model import init_params
 from moe_trainer.train import train as trainer_train
-
 from operators.evaluate import EvaluateConfig, evaluate
 from operators.train import TrainConfig, train, trainer_config
 
