@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -102,16 +103,10 @@ def in_private_network(cmd: list[str]) -> list[str]:
     if os.environ.get("MARIN_NETNS") == "1":
         return cmd  # already inside one
     if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
-        quoted = " ".join(_quote(c) for c in cmd)
+        quoted = " ".join(shlex.quote(c) for c in cmd)
         return ["unshare", "-n", "sh", "-c", f"ip link set lo up && MARIN_NETNS=1 exec {quoted}"]
     log("not root: running without a private network namespace (Ray may probe outside addresses)")
     return cmd
-
-
-def _quote(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
 
 
 def main(argv: list[str]) -> int:
@@ -122,10 +117,7 @@ def main(argv: list[str]) -> int:
     ensure_venv(with_tests=what in ("test", "install"))
     if what == "install":
         return 0
-    if what == "run":
-        cmd = [str(PY), str(MAIN_JOB), *rest]
-    else:
-        cmd = [str(PY), "-m", "pytest", *rest]
+    cmd = [str(PY), str(MAIN_JOB), *rest] if what == "run" else [str(PY), "-m", "pytest", *rest]
     log("running: " + " ".join(cmd))
     return subprocess.run(in_private_network(cmd), cwd=ROOT, env=offline_env()).returncode
 

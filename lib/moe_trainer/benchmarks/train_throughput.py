@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from moe_trainer.config import ModelConfig
 from moe_trainer.metrics import peak_flops_per_device, train_flops_per_token
 from moe_trainer.presets import load_preset
@@ -70,8 +71,9 @@ class TorchStep:
 
     def __init__(self, model_cfg: ModelConfig, batch: int, seq: int, lr: float) -> None:
         import torch
-        from moe_trainer.hf import hf_config_of
         from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        from moe_trainer.hf import hf_config_of
 
         self.torch = torch
         torch.manual_seed(0)

@@ -12,11 +12,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from toy_lm import cyclic_batch, init_toy, toy_loss
+
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.health import HealthConfig
 from moe_trainer.step import init_state, make_train_step
-from toy_lm import cyclic_batch, init_toy, toy_loss
 
 
 def _trained_state(n_steps: int) -> dict[str, Any]:
@@ -53,15 +54,21 @@ def test_round_trip_and_keep_last(tmp_path: Path) -> None:
 
 CRASHING_SAVER = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import jax.numpy as jnp
     from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
     ckpt = Checkpointer(sys.argv[1], CheckpointConfig(keep=3, async_save=True))
     ckpt.save(1, {"w": jnp.full((8,), 1.0), "step": jnp.int32(1)}, {"step": 1})
     ckpt.wait()
-    # A big second save, then the process dies before the background commit can finish (a preemption).
+    # A big second save; the process dies (a preemption) as soon as the partial step-2 directory exists,
+    # long before the background writes of 120 MB can be committed.
     ckpt.save(2, {"w": jnp.full((30_000_000,), 2.0), "step": jnp.int32(2)}, {"step": 2})
-    os._exit(0)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if any(n.startswith("2") and "tmp" in n for n in os.listdir(sys.argv[1])):
+            os._exit(0)
+        time.sleep(0.001)
+    os._exit(3)
     """
 )
 
@@ -82,3 +89,63 @@ def test_interrupted_save_is_never_the_restore_point(tmp_path: Path) -> None:
     ckpt.save(2, {"w": jnp.full((8,), 2.0), "step": jnp.int32(2)}, {"step": 2})
     ckpt.close()
     assert Checkpointer(str(directory), CheckpointConfig()).all_steps() == [1, 2]
+
+
+GCS_ROUND_TRIP = textwrap.dedent(
+    """
+    import sys
+    import jax, jax.numpy as jnp
+    from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+    ckpt = Checkpointer("gs://ckpt/run/checkpoints", CheckpointConfig(keep=2, async_save=True))
+    for s in (1, 2, 3):
+        ckpt.save(s, {"w": jnp.full((6,), float(s)), "step": jnp.int32(s)}, {"step": s})
+    ckpt.wait()
+    assert ckpt.all_steps() == [2, 3], ckpt.all_steps()
+    abstract = {"w": jax.ShapeDtypeStruct((6,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    state, meta = ckpt.restore(3, abstract)
+    assert meta == {"step": 3} and float(state["w"][0]) == 3.0 and int(state["step"]) == 3
+    ckpt.close()
+    print("gcs-ok")
+    """
+)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_checkpoints_on_gcs_emulator(tmp_path: Path) -> None:
+    """Save, keep-last and restore through orbax/tensorstore on gs:// against a local GCS emulator."""
+    import time
+
+    emulator = Path(sys.executable).parent / "gcp-storage-emulator"
+    assert emulator.exists(), f"{emulator} is missing: install the test extra (gcp-storage-emulator)"
+    port = _free_port()
+    log = (tmp_path / "emulator.log").open("w")  # a file, not a pipe: an unread pipe would block the server
+    server = subprocess.Popen([str(emulator), "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
+                               "--default-bucket=ckpt"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        import socket
+
+        deadline = time.time() + 30
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.time() < deadline and server.poll() is None, "the GCS emulator did not start"
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "XLA_FLAGS": "", "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
+               "GOOGLE_AUTH_TOKEN_FOR_TESTING": "dummy", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+               "NO_GCE_CHECK": "true"}
+        out = subprocess.run([sys.executable, "-c", GCS_ROUND_TRIP], env=env, capture_output=True, text=True,
+                             timeout=180)
+        assert out.returncode == 0 and "gcs-ok" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()

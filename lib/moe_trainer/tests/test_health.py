@@ -8,10 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_lm import cyclic_batch, init_toy, toy_loss
+
 from moe_trainer import health as H
 from moe_trainer import optim
 from moe_trainer.step import init_state, make_train_step
-from toy_lm import cyclic_batch, init_toy, toy_loss
 
 
 def spiky_loss(p: Any, b: dict[str, jax.Array], total: jax.Array, n: int) -> tuple[jax.Array, Any]:
@@ -124,3 +125,17 @@ def test_update_norm_clipping_on_injected_spike() -> None:
     assert float(m["update_norm"]) == pytest.approx(window.mean() + 3.0 * window.std(), rel=1e-4)
     assert float(m["update_norm"]) < 1.3 * window.mean()  # the unclipped update would be ~1.8x the mean
     assert int(state["health"]["update_clipped_total"]) == 1
+
+
+def test_metrics_rows_keep_nonfinite_values_visible(tmp_path: Any) -> None:
+    import json
+
+    from moe_trainer.metrics import MetricsConfig, MetricsWriter
+
+    writer = MetricsWriter(str(tmp_path), MetricsConfig(wandb_mode="disabled", progress_bar=False),
+                           run_config={}, total_steps=3, start_step=0)
+    writer.log({"step": 1, "loss": float("nan"), "grad_norm": np.float32(np.inf),
+                "expert_load": np.array([[0.5, np.nan]]), "skipped": np.bool_(True)})
+    writer.close()
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row == {"step": 1, "loss": "nan", "grad_norm": "inf", "expert_load": [[0.5, "nan"]], "skipped": True}

@@ -238,3 +238,10 @@ def test_model_logits_and_bf16(params: dict, tokens: jax.Array) -> None:
     bf16, _ = _fwd(params, tokens, RICH.replace(compute_dtype="bfloat16"), "ragged")
     assert bf16.dtype == jnp.float32
     np.testing.assert_allclose(bf16, ref, rtol=0, atol=2e-2 * float(jnp.abs(ref).max()))
+
+
+def test_remat_gives_the_same_gradients(params: dict, tokens: jax.Array) -> None:
+    ref = _run(params, tokens, "ragged", None)
+    (loss, (logits, _)), grads = _value_and_grad(RICH.replace(remat=True), "ragged", None, None)(params, tokens)
+    _close((loss, logits), ref[:2])
+    _close(grads, ref[3], rtol=1e-5, atol=1e-7)

@@ -6,10 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_lm import cyclic_batch, init_toy, toy_loss
+
 from moe_trainer import optim
 from moe_trainer.health import HealthConfig
 from moe_trainer.step import accumulate_gradients, init_state, make_train_step
-from toy_lm import cyclic_batch, init_toy, toy_loss
 
 
 @pytest.mark.parametrize("kind", ["cosine", "linear", "wsd", "constant"])

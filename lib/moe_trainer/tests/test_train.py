@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint
 from moe_trainer.config import ModelConfig

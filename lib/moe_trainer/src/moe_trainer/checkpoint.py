@@ -147,6 +147,7 @@ def load_checkpoint(path: str) -> Model:
     ``path`` may be a run's output directory, its ``checkpoints/`` directory, or one step's directory.
     """
     import draccus
+
     from moe_trainer.config import ModelConfig
     from moe_trainer.model import Model, init_params
 

@@ -111,9 +111,12 @@ class ModelConfig:
     """Grouped matmul of "ragged"/"ep_allgather": "ragged_dot" (jax.lax.ragged_dot), "blocked" (padded blocks +
     batched matmul, much faster on XLA:CPU) or "auto" (blocked on CPU, ragged_dot elsewhere)."""
 
-    # ---- numerics ----------------------------------------------------------------------------------------
+    # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
     """Matmul dtype; the router, norms, softmaxes and logits always run in float32."""
+    remat: bool = False
+    """Recompute each block's activations during the backward pass (jax.checkpoint): less memory, ~1/3 more
+    compute (not counted in the model FLOPs)."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",

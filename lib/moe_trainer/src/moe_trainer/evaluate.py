@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
+
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.loader import EvalLoader

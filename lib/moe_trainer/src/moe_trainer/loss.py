@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+
 from moe_trainer.config import ModelConfig
 from moe_trainer.model import forward, update_router_bias
 from moe_trainer.step import Batch, LossFn, PostUpdateFn

@@ -76,30 +76,17 @@ def peak_flops_per_device(device: jax.Device | None = None, n_devices: int | Non
 
 
 def _jsonable(x: Any) -> Any:
+    """Plain JSON values: arrays become (nested) lists, and NaN/Inf become the strings "nan"/"inf" (JSON has
+    no non-finite numbers; the fact must stay visible)."""
     if isinstance(x, dict):
         return {k: _jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray | np.generic | jax.Array):
-        arr = np.asarray(x)
-        if arr.dtype == bool:
-            return arr.tolist()
-        return arr.tolist() if arr.ndim else arr.item()
+        return _jsonable(np.asarray(x).tolist())
     if isinstance(x, float) and not math.isfinite(x):
-        return str(x)  # JSON has no NaN/Inf; keep the fact visible
+        return str(x)
     return x
-
-
-def _finite_or_str(row: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in row.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            out[k] = str(v)
-        elif isinstance(v, list):
-            out[k] = [_finite_or_str({"v": e})["v"] if isinstance(e, float) else e for e in v]
-        else:
-            out[k] = v
-    return out
 
 
 class MetricsWriter:
@@ -163,7 +150,7 @@ class MetricsWriter:
         return run
 
     def log(self, row: dict[str, Any]) -> None:
-        row = _finite_or_str(_jsonable(row))
+        row = _jsonable(row)
         line = json.dumps(row) + "\n"
         if self._local:
             with self.fs.open(self.path, "a") as f:

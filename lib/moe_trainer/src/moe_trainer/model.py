@@ -114,18 +114,23 @@ def forward(
     x = constrain(jnp.take(table, tokens, axis=0).astype(jnp.float32), act, mesh)
     layer_stats: list[LayerStats] = []
     for i, lp in enumerate(params["layers"]):
-        h = cast(rms_norm(x, lp["attn_norm"], cfg.norm_eps), dt)
-        x = x + attention(lp["attn"], h, segment_ids, positions, cfg, is_global=cfg.is_global_layer(i))
-        x = constrain(x.astype(jnp.float32), act, mesh)
-        h = cast(rms_norm(x, lp["mlp_norm"], cfg.norm_eps), dt)
-        if "moe" in lp:
-            y, st = moe_block(lp["moe"], h.reshape(b * s, -1), valid, cfg, backend=backend,
-                              capacity_factor=cf, n_groups=n_groups, mesh=mesh)
-            y = y.reshape(b, s, -1)
+        def block(lp: Params, x: jax.Array, i: int = i) -> tuple[jax.Array, LayerStats | None]:
+            h = cast(rms_norm(x, lp["attn_norm"], cfg.norm_eps), dt)
+            x = x + attention(lp["attn"], h, segment_ids, positions, cfg, is_global=cfg.is_global_layer(i))
+            x = constrain(x.astype(jnp.float32), act, mesh)
+            h = cast(rms_norm(x, lp["mlp_norm"], cfg.norm_eps), dt)
+            st = None
+            if "moe" in lp:
+                y, st = moe_block(lp["moe"], h.reshape(b * s, -1), valid, cfg, backend=backend,
+                                  capacity_factor=cf, n_groups=n_groups, mesh=mesh)
+                y = y.reshape(b, s, -1)
+            else:
+                y = swiglu(h, lp["mlp"]["w_gate"], lp["mlp"]["w_up"], lp["mlp"]["w_down"])
+            return constrain(x + y.astype(jnp.float32), act, mesh), st
+
+        x, st = (jax.checkpoint(block) if cfg.remat else block)(lp, x)
+        if st is not None:
             layer_stats.append(st)
-        else:
-            y = swiglu(h, lp["mlp"]["w_gate"], lp["mlp"]["w_up"], lp["mlp"]["w_down"])
-        x = constrain(x + y.astype(jnp.float32), act, mesh)
 
     h = cast(rms_norm(x, params["final_norm"], cfg.norm_eps), dt)
     head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]

@@ -27,6 +27,7 @@ from moe_trainer.dispatch import run_dispatch
 from moe_trainer.layers import Params, cast, init_swiglu, normal, rms_norm, swiglu
 
 
+@jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class LayerStats:
     """Routing statistics of one MoE layer (see the module docstring)."""

@@ -76,14 +76,19 @@ class OptimizerConfig:
     lr: float = 3e-4
     """Peak AdamW learning rate."""
     beta1: float = 0.9
+    """Adam first-moment decay."""
     beta2: float = 0.95
+    """Adam second-moment decay."""
     eps: float = 1e-8
+    """Adam epsilon (added to the root of the second moment)."""
     weight_decay: float = 0.1
     """Decoupled weight decay for the decay and muon groups (never for norms, biases, embeddings)."""
     muon_lr: float = 3e-4
     """Peak learning rate of the muon group (its RMS is matched to AdamW's, so lr is a good default)."""
     muon_momentum: float = 0.95
+    """Muon's (Nesterov) momentum."""
     muon_ns_steps: int = 5
+    """Newton–Schulz iterations per Muon update."""
     frozen_patterns: tuple[str, ...] = ("router_bias",)
     """Parameter-path substrings of statistics the optimizer must leave alone (zero update, no state)."""
     router_bias_rate: float = 1e-3

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+
 from moe_trainer import health as health_lib
 
 PyTree = Any

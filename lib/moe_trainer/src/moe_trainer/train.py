@@ -275,20 +275,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         comp = _compile(config.model, config.optimizer, config.schedule, config.health, config.accum_steps,
                         config.num_steps, config.seed, mesh, batch_shape)
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
-        latest = ckpt.latest_step()
-        if latest is None:
-            state = comp.init()
-        else:
-            abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                    comp.abstract_state, comp.shardings)
-            try:
-                state, _ = ckpt.restore(latest, abstract)
-            except (ValueError, KeyError) as e:
-                raise ValueError(
-                    f"cannot resume from checkpoint step {latest} in {ckpt_dir}: its train state does not match "
-                    "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
-                    "changed configuration, or restore the original settings"
-                ) from e
+        state = _restore_or_init(comp, ckpt)
         start = int(state["step"])
         end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         source = batch_source or _open_source(config)
@@ -298,7 +285,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                                start_step=start)
         tokens = batch_shape[0] * batch_shape[1]
         fpt = train_flops_per_token(config.model, config.data.seq_len)
-        peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0])[0]
+        peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
         peak_total = peak * mesh.size
         rates: list[float] = []
         last_row: dict[str, Any] | None = None
@@ -359,6 +346,24 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         skipped_steps=int(state["health"]["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
     )
+
+
+def _restore_or_init(comp: _Compiled, ckpt: Checkpointer) -> dict[str, Any]:
+    """The newest complete checkpoint restored onto this run's shardings, or a fresh state."""
+    latest = ckpt.latest_step()
+    if latest is None:
+        return comp.init()
+    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            comp.abstract_state, comp.shardings)
+    try:
+        state, _ = ckpt.restore(latest, abstract)
+    except (ValueError, KeyError) as e:
+        raise ValueError(
+            f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not match "
+            "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
+            "changed configuration, or restore the original settings"
+        ) from e
+    return state
 
 
 def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
