@@ -251,3 +251,13 @@ def test_runtime_fields_do_not_change_the_step_identity(train_cache: str) -> Non
     assert step_hash(num_steps=7) != base
     assert step_hash(data_seed=1) != base
     assert step_hash(overrides={"optimizer.lr": 0.01}) != base
+
+
+def test_train_evaluates_during_training_when_given_validation_caches(train_cache: str, caches: dict[str, str],
+                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = train(small_train(out, train_cache, num_steps=4, validation=caches, eval_every=2, eval_max_batches=1))
+    evals = [r for r in metrics_rows(out) if "eval" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    assert sorted(evals[-1]["eval"]["domains"]) == ["alpha", "beta"]
+    assert result["eval"] == evals[-1]["eval"] == json.loads((out / "eval.json").read_text())
