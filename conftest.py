@@ -18,6 +18,11 @@ from pathlib import Path
 
 import pytest
 
+# Subprocesses started by tests (crash tests, CLI runs, Ray workers) import the checkout, installed or not.
+_ROOT = Path(__file__).resolve().parent
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_ROOT), str(_ROOT / "lib" / "moe_trainer" / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")

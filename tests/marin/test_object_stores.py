@@ -39,28 +39,26 @@ def _wait_port(port: int, timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def s3_bucket() -> Iterator[str]:
-    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-    if not os.path.exists(exe):
-        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    port = _free_port()
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+def s3_bucket(moto_endpoint: str) -> Iterator[str]:
+    """A bucket on the session's moto server; fsspec's s3 defaults point at it for this module only."""
+    import fsspec
+
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
                                             "FSSPEC_S3_ENDPOINT_URL", "AWS_EC2_METADATA_DISABLED")}
+    saved_conf = fsspec.config.conf.get("s3")
     os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-                       "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_EC2_METADATA_DISABLED": "true"})
+                       "FSSPEC_S3_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
+    fsspec.config.conf["s3"] = {"endpoint_url": moto_endpoint}
     try:
-        _wait_port(port)
-        import fsspec
-
-        fsspec.config.set_conf_env(fsspec.config.conf)
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         fs.mkdir("marin-test")
         yield "s3://marin-test"
     finally:
-        proc.terminate()
-        proc.wait(30)
+        # fsspec's config is process-global: leaving this endpoint in it would send later tests' s3:// calls here
+        if saved_conf is None:
+            fsspec.config.conf.pop("s3", None)
+        else:
+            fsspec.config.conf["s3"] = saved_conf
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
