@@ -7,7 +7,7 @@ import os
 import re
 
 _REF = re.compile(r"^(?P<repo>[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+)#(?P<number>[1-9][0-9]*)$")
-_SCRIPT = re.compile(r"^exp(?P<number>[1-9][0-9]*)_[A-Za-z0-9_]+\.py$")
+_SCRIPT = re.compile(r"^exp0*(?P<number>[1-9][0-9]*)_[A-Za-z0-9_]+\.py$")  # exp12_x.py, exp0012_x.py
 REPO_ENV = "MARIN_ISSUE_REPO"
 
 

@@ -126,6 +126,8 @@ def test_issue_refs_parse_and_infer_from_script_names(monkeypatch: pytest.Monkey
     assert IssueRef.from_script("experiments/exp12_moe_sweep.py") is None
     monkeypatch.setenv("MARIN_ISSUE_REPO", "openlab/platform")
     assert IssueRef.from_script("experiments/exp12_moe_sweep.py") == IssueRef("openlab/platform", 12)
+    assert IssueRef.from_script("experiments/exp0012_moe_sweep.py") == IssueRef("openlab/platform", 12)
+    assert IssueRef.from_script("experiments/exp0_moe_sweep.py") is None
     assert IssueRef.from_script("experiments/hello_world.py") is None
     assert IssueRef.parse("#5") == IssueRef("openlab/platform", 5)
 
