@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from moe_trainer.config import ModelConfig
-from moe_trainer.layers import Params, apply_rope, cast, normal, rms_norm, rope_tables
+from moe_trainer.layers import Params, apply_rope, cast, linear, normal, rms_norm, rope_tables
 
 
 def init_attention(key: jax.Array, cfg: ModelConfig) -> Params:
@@ -65,9 +65,9 @@ def attention(
     """Self-attention of x [B, S, D] (compute dtype) -> [B, S, D]."""
     dt = x.dtype
     b, s, _ = x.shape
-    q = jnp.einsum("bsd,dhk->bshk", x, cast(p["wq"], dt))
-    k = jnp.einsum("bsd,dhk->bshk", x, cast(p["wk"], dt))
-    v = jnp.einsum("bsd,dhk->bshk", x, cast(p["wv"], dt))
+    q = linear(x, cast(p["wq"], dt))
+    k = linear(x, cast(p["wk"], dt))
+    v = linear(x, cast(p["wv"], dt))
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.norm_eps)
@@ -75,12 +75,16 @@ def attention(
         cos, sin = rope_tables(positions, cfg.rope_dims, cfg.rope_theta)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
-    groups = cfg.n_heads // cfg.n_kv_heads
-    q = q.reshape(b, s, cfg.n_kv_heads, groups, cfg.head_dim)
-    scores = jnp.einsum("bqngk,bsnk->bngqs", q, k, preferred_element_type=jnp.float32)
-    scores = scores * (cfg.head_dim**-0.5)
+    # Query heads of one KV head are stacked with the query positions ([B, KV, groups*S, hd]) so every matmul
+    # here and in its gradients has one contracting dim (XLA:CPU's fast path; see layers.linear).
+    n, groups, hd = cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.head_dim
+    q = q.reshape(b, s, n, groups, hd).transpose(0, 2, 3, 1, 4).reshape(b, n, groups * s, hd)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, KV, S, hd]
+    scores = jnp.einsum("bnqk,bnsk->bnqs", q, k, preferred_element_type=jnp.float32)
+    scores = scores.reshape(b, n, groups, s, s) * (hd**-0.5)
     mask = attention_mask(segment_ids, None if is_global else cfg.sliding_window)
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bngqs,bsnk->bqngk", probs, v).reshape(b, s, cfg.n_heads, cfg.head_dim)
-    return jnp.einsum("bshk,hkd->bsd", out, cast(p["wo"], dt))
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt).reshape(b, n, groups * s, s)
+    out = jnp.einsum("bnqs,bnsk->bnqk", probs, v).reshape(b, n, groups, s, hd)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, s, cfg.n_heads, hd)
+    return linear(out.reshape(b, s, -1), cast(p["wo"], dt).reshape(-1, p["wo"].shape[-1]))

@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from moe_trainer.attention import attention, segment_positions
 from moe_trainer.config import ModelConfig
-from moe_trainer.layers import Params, cast, dtype_of, rms_norm, swiglu
+from moe_trainer.layers import Params, cast, dtype_of, linear, rms_norm, swiglu
 from moe_trainer.moe import LayerStats, moe_block
 from moe_trainer.params import init_params, param_logical_axes
 from moe_trainer.sharding import constrain
@@ -134,7 +134,7 @@ def forward(
 
     h = cast(rms_norm(x, params["final_norm"], cfg.norm_eps), dt)
     head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
-    logits = jnp.einsum("bsd,dv->bsv", h, cast(head, dt), preferred_element_type=jnp.float32)
+    logits = linear(h, cast(head, dt), preferred_element_type=jnp.float32)  # 2-D GEMM: see layers.linear
     logits = constrain(logits, ("batch", "seq", "act_vocab"), mesh)
     return logits, _combine_stats(layer_stats, cfg)
 
