@@ -121,8 +121,8 @@ class LocalStorage(Storage):
             self._ensure_dir(directory)
             return action()
 
-    def write_text(self, path: str, text: str) -> None:
-        directory = os.path.dirname(path)
+    def _write_temporary(self, directory: str, text: str) -> str:
+        """Write `text` to a fresh temporary file in `directory` (made if missing); return its path."""
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
 
         def write() -> None:
@@ -130,7 +130,10 @@ class LocalStorage(Storage):
                 f.write(text)
 
         self._retrying(directory, write)
-        os.replace(tmp, path)
+        return tmp
+
+    def write_text(self, path: str, text: str) -> None:
+        os.replace(self._write_temporary(os.path.dirname(path), text), path)
 
     def append_text(self, path: str, text: str) -> None:
         def append() -> None:
@@ -170,14 +173,7 @@ class LocalStorage(Storage):
             os.close(fd)  # closing releases the flock
 
     def create_exclusive(self, path: str, text: str) -> bool:
-        directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-
-        def write() -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-
-        self._retrying(directory, write)
+        tmp = self._write_temporary(os.path.dirname(path), text)
         try:
             os.link(tmp, path)
             return True
