@@ -284,17 +284,21 @@ class FsspecStorage(Storage):
             # no generation (an emulator that does not report it): fall back to comparing contents
         return Versioned(text, text)
 
+    def _s3_if_match(self, operation: str, path: str, etag: Any, **kwargs: Any) -> bool:
+        """An S3 put/delete that applies only while the object's ETag is still `etag`; False if it changed."""
+        bucket, key = self._split(path)
+        try:
+            self.fs.call_s3(operation, Bucket=bucket, Key=key, IfMatch=etag, **kwargs)
+        except (FileNotFoundError, PermissionError, OSError) as e:
+            if _is_precondition_failure(e):
+                return False
+            raise
+        self.fs.invalidate_cache(path)
+        return True
+
     def replace_if(self, path: str, text: str, token: Any) -> bool:
         if self.protocol == "s3":
-            bucket, key = self._split(path)
-            try:
-                self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=text.encode("utf-8"), IfMatch=token)
-                self.fs.invalidate_cache(path)
-                return True
-            except (FileNotFoundError, PermissionError, OSError) as e:
-                if _is_precondition_failure(e):
-                    return False
-                raise
+            return self._s3_if_match("put_object", path, token, Body=text.encode("utf-8"))
         if self.protocol in ("gs", "gcs") and isinstance(token, int):
             blob = _gcs_blob(path)
             if blob is not None:
@@ -307,15 +311,7 @@ class FsspecStorage(Storage):
 
     def delete_if(self, path: str, token: Any) -> bool:
         if self.protocol == "s3":
-            bucket, key = self._split(path)
-            try:
-                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=token)
-                self.fs.invalidate_cache(path)
-                return True
-            except (FileNotFoundError, PermissionError, OSError) as e:
-                if _is_precondition_failure(e):
-                    return False
-                raise
+            return self._s3_if_match("delete_object", path, token)
         if self.protocol in ("gs", "gcs") and isinstance(token, int):
             blob = _gcs_blob(path)
             if blob is not None:
