@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -115,7 +116,8 @@ def run_experiment(
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
     plan = make_plan(graph, prefix, storage, run_only=run_only, force_run_failed=force_run_failed)
-    _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
+    if verbose:
+        _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
     if dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [], "dry run: nothing written")
 
@@ -195,7 +197,7 @@ def _make_backend(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_a
 
 
 def _short_plan(plan: Plan) -> str:
-    counts = plan.to_json()["counts"]
+    counts = Counter(e.action for e in plan.entries)
     return f"plan under {plan.prefix}: {len(plan.entries)} steps (" + ", ".join(
         f"{k}: {v}" for k, v in sorted(counts.items())) + "); use `marin plan` for the full table"
 
@@ -211,7 +213,7 @@ def _run_view(experiment_id: str, run_id: str, script: str, description: str, is
     views = []
     for e in plan.entries:
         st = states.get(e.hash)
-        step_status = (st.status if st else None) or sf.WAITING
+        step_status = (st.status if st and not st.queued else None) or sf.WAITING
         attempt = st.attempt if st else 0
         err = st.error if st else None
         views.append(StepView(

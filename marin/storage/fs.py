@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import os
 import posixpath
 import uuid
@@ -92,6 +93,12 @@ class Storage:
         raise NotImplementedError
 
 
+# Temporary file names: unique per host-process-call without a urandom call per write (a forked child has its own
+# pid, so sharing the token and the counter with its parent cannot collide).
+_TMP_TOKEN = uuid.uuid4().hex[:12]
+_TMP_COUNTER = itertools.count()
+
+
 class LocalStorage(Storage):
     is_local = True
     guarantees = "atomic replace, exclusive create (link), compare-and-swap under flock: safe across processes"
@@ -123,11 +130,17 @@ class LocalStorage(Storage):
 
     def _write_temporary(self, directory: str, text: str) -> str:
         """Write `text` to a fresh temporary file in `directory` (made if missing); return its path."""
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".tmp-{_TMP_TOKEN}-{os.getpid()}-{next(_TMP_COUNTER)}")
+        data = text.encode("utf-8")
 
         def write() -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
 
         self._retrying(directory, write)
         return tmp
