@@ -85,6 +85,7 @@ class Executor:
         max_concurrent: int,
         lease_timeout_s: float,
         on_transition: Callable[[], None] = lambda: None,
+        on_idle: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.graph = graph
         self.plan = plan
@@ -94,6 +95,7 @@ class Executor:
         self.ctx = ctx
         self.max_concurrent = max(1, max_concurrent)
         self.on_transition = on_transition
+        self.on_idle = on_idle  # called before the loop waits; returns when to be called again (s), or None
         self.leases = LeaseManager(storage, ctx.executor_id, lease_timeout_s,
                                    on_lost=lambda path: completions.put(("lost", path)))
         self.states: dict[str, StepState] = {}
@@ -155,6 +157,9 @@ class Executor:
             timeout = None
             if self.waiting:
                 timeout = max(0.0, min(self.states[k].next_poll for k in self.waiting) - time.time())
+            again = self.on_idle() if self.completions.empty() else None
+            if again is not None:
+                timeout = again if timeout is None else min(timeout, again)
             try:
                 item = self.completions.get(timeout=timeout)
                 self._handle(item)

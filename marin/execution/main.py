@@ -83,6 +83,9 @@ def script_stem(script: str) -> str:
     return stem or "experiment"
 
 
+VIEW_INTERVAL_S = 0.2  # the least time between two published views while the executor is busy
+
+
 def _log(msg: str, verbose: bool) -> None:
     if verbose:
         print(msg, file=sys.stderr, flush=True)
@@ -145,12 +148,28 @@ def run_experiment(
             return _run_view(experiment_id, run_id, script, description, ctx.issue, prefix, status, t0, ended,
                              plan, states)
 
+        # A view lists every step, so building one per transition would make a run quadratic in its size
+        # (2,000 transitions x 1,000 steps for a 1,000-step fan-out). Publish at most every VIEW_INTERVAL_S;
+        # a newer state not yet published is published when the interval has passed, even if the executor
+        # is then only waiting (it wakes up for it).
+        published = {"at": float("-inf"), "dirty": False}
+
         def on_transition() -> None:
-            if pset:
-                pset.publish(view("RUNNING", None), final=False)
+            published["dirty"] = bool(pset)
+            on_idle()
+
+        def on_idle() -> float | None:
+            if not published["dirty"]:
+                return None
+            wait = published["at"] + VIEW_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                return wait
+            published["at"], published["dirty"] = time.monotonic(), False
+            pset.publish(view("RUNNING", None), final=False)
+            return None
 
         executor = Executor(graph, plan, storage, be, completions, ctx, max_concurrent=limit,
-                            lease_timeout_s=lease_timeout_s, on_transition=on_transition)
+                            lease_timeout_s=lease_timeout_s, on_transition=on_transition, on_idle=on_idle)
         status = "FAILED"
         previous_handler = _on_sigterm_raise()
         try:
