@@ -1,10 +1,15 @@
 """The executor: runs a plan's steps on a backend, holding a lease for each step it runs.
 
 One thread runs the scheduling loop; backends report finished attempts through a queue, so a step starts the
-moment its last dependency succeeds (no polling of running steps). Steps held by another executor's live
-lease are polled with backoff until they succeed (their result is reused), fail, or their lease goes stale
-(it is taken over and the takeover recorded). Only this loop writes status files, and only for steps whose
-lease it holds; the terminal status is written before the lease is released.
+moment its last dependency succeeds (no polling of running steps). On a backend that can queue an attempt
+behind other attempts (Ray: the dependencies' result references are the task's arguments), a step is
+submitted as soon as all its dependencies are running or done, under its own lease, and starts the moment
+they finish without a round trip through this loop; if one of them fails, the queued attempt does not call the
+step function and reports `skipped`. Steps held by another executor's live lease are polled with backoff until
+they succeed (their result is reused), fail, or their lease goes stale (it is taken over and the takeover
+recorded). Status files are written only under a lease this executor holds: RUNNING and SUCCESS by the
+worker running the attempt (see worker.py), failures, retries and DEP_FAILED by this loop; the terminal
+status is written before the lease is released.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from marin.definition.identity import resolve
 from marin.definition.step import Step
 from marin.errors import StepFailedError
 from marin.execution.local_backend import Task
+from marin.execution.worker import StepRecord
 from marin.graph.dag import Graph, Node
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, WAIT, Plan, PlanEntry
 from marin.status import files as sf
@@ -48,6 +54,8 @@ class StepState:
     previous: dict[str, Any] | None = None
     failure: StepFailedError | None = None
     config: Any = None  # the resolved config of the current attempt
+    queued: bool = False  # submitted behind dependencies that have not succeeded yet (shown as WAITING)
+    deferred: tuple[int, dict[str, Any]] | None = None  # its result, held until those dependencies are handled
 
     @property
     def path(self) -> str:
@@ -77,6 +85,7 @@ class Executor:
         max_concurrent: int,
         lease_timeout_s: float,
         on_transition: Callable[[], None] = lambda: None,
+        on_idle: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.graph = graph
         self.plan = plan
@@ -86,6 +95,7 @@ class Executor:
         self.ctx = ctx
         self.max_concurrent = max(1, max_concurrent)
         self.on_transition = on_transition
+        self.on_idle = on_idle  # called before the loop waits; returns when to be called again (s), or None
         self.leases = LeaseManager(storage, ctx.executor_id, lease_timeout_s,
                                    on_lost=lambda path: completions.put(("lost", path)))
         self.states: dict[str, StepState] = {}
@@ -94,6 +104,9 @@ class Executor:
         self.ready: deque[str] = deque()
         self.running: set[str] = set()
         self.waiting: set[str] = set()
+        self.queue_behind = bool(getattr(backend, "queues_behind_dependencies", False))
+        self._eager: deque[str] = deque()  # launched steps whose dependents may be queued behind them
+        self._resume: deque[tuple[str, int, dict[str, Any], bool]] = deque()  # deferred results now ready to handle
 
     # ----- set-up -------------------------------------------------------------------------------------
     def _init_states(self) -> None:
@@ -132,13 +145,21 @@ class Executor:
 
     def _loop(self) -> None:
         while True:
-            while self.ready and len(self.running) < self.max_concurrent:
-                self._try_start(self.ready.popleft())
+            while self._resume or self._eager or (self.ready and len(self.running) < self.max_concurrent):
+                if self._resume:
+                    self._finished(*self._resume.popleft())
+                elif self.ready and len(self.running) < self.max_concurrent:
+                    self._try_start(self.ready.popleft())
+                else:
+                    self._queue_dependents(self._eager.popleft())
             if not self.running and not self.waiting and not self.ready:
                 return
             timeout = None
             if self.waiting:
                 timeout = max(0.0, min(self.states[k].next_poll for k in self.waiting) - time.time())
+            again = self.on_idle() if self.completions.empty() else None
+            if again is not None:
+                timeout = again if timeout is None else min(timeout, again)
             try:
                 item = self.completions.get(timeout=timeout)
                 self._handle(item)
@@ -160,8 +181,26 @@ class Executor:
                 self.backend.cancel(key)
                 st = self.states[key]
                 st.note = "lease lost to another executor; its result will be used"
+                st.queued, st.deferred = False, None
                 self.running.discard(key)
                 self._wait_for_other(key)
+
+    def _queue_dependents(self, key: str) -> None:
+        """`key` was just launched: submit each dependent whose dependencies are now all running or done, so the
+        backend starts it the moment they finish."""
+        for user in self._dependents.get(key, ()):
+            ust = self.states[user]
+            if (ust.status is None and ust.entry.action in (RUN, WAIT) and len(self.running) < self.max_concurrent
+                    and self._startable(user)):
+                self._try_start(user)
+
+    def _startable(self, key: str) -> bool:
+        """Every dependency succeeded, or (on a backend that queues) is running in this executor."""
+        for dep in self.states[key].node.deps:
+            dst = self.states.get(dep.hash)
+            if dst is not None and dst.status != sf.SUCCESS and not (self.queue_behind and dep.hash in self.running):
+                return False
+        return True
 
     # ----- starting -----------------------------------------------------------------------------------
     def _try_start(self, key: str) -> None:
@@ -196,6 +235,8 @@ class Executor:
                             message=f"took over the stale lease of {acquired.previous_owner}")
         st.config = resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
         self._launch(key, first=True)
+        if self.queue_behind:
+            self._eager.append(key)
 
     def _node_path(self, node: Node) -> str:
         st = self.states.get(node.hash)
@@ -205,26 +246,24 @@ class Executor:
         return self._node_path(self.graph.node_of(step))
 
     def _launch(self, key: str, first: bool = False) -> None:
-        """Record RUNNING, submit the attempt, then write the rest of the bookkeeping (step.json, the event)
-        while it runs. So the status says RUNNING before the function starts, and everything lands before this
-        loop handles the attempt's completion."""
+        """Submit an attempt, queued behind any dependency still running. Its worker writes step.json (first
+        attempt of this run) and RUNNING when it starts, so the status says RUNNING only once it really runs."""
         st = self.states[key]
         st.attempt += 1
-        st.status, st.started, st.ended, st.error = sf.RUNNING, time.time(), None, None
+        after = tuple(d.hash for d in st.node.deps if d.hash in self.running)
+        st.status, st.ended, st.error, st.queued = sf.RUNNING, None, None, bool(after)
+        st.started = None if after else time.time()
         self.waiting.discard(key)
-        sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.RUNNING, attempt=st.attempt,
-                        run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
-                        started=st.started)
         step = st.node.step
+        record = StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
+                            run_id=self.ctx.run_id, executor=self.ctx.executor_id,
+                            created=(st.previous or {}).get("created"),
+                            step_json=sf.json_text(step_info(st.node, st.path, st.config, self._node_path, self.ctx))
+                            if first else None)
         self.running.add(key)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
                                  log_path=sf.log_path(st.path, st.attempt), env=dict(step.env),
-                                 resources=step.resources, attempt=st.attempt))
-        if first:
-            sf.write_json(self.storage, sf.step_json_path(st.path),
-                          step_info(st.node, st.path, st.config, self._node_path, self.ctx))
-        sf.append_event(self.storage, st.path, sf.RUNNING, attempt=st.attempt, run_id=self.ctx.run_id,
-                        executor=self.ctx.executor_id)
+                                 resources=step.resources, attempt=st.attempt, record=record, after=after))
         self.on_transition()
 
     # ----- waiting on another executor ------------------------------------------------------------------
@@ -256,30 +295,40 @@ class Executor:
                                f"{current.get('executor')}: {err.get('message')}", "traceback": ""})
             return
         st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)  # back off: the holder may run for hours
-        if len(self.running) < self.max_concurrent:
+        if len(self.running) < self.max_concurrent and self._startable(key):
             self.waiting.discard(key)
             self._try_start(key)  # acquires if the holder released or went stale; else back to waiting
             return
         st.next_poll = time.time() + st.poll_s
 
     # ----- finishing ----------------------------------------------------------------------------------
-    def _finished(self, key: str, attempt: int, result: dict[str, Any]) -> None:
+    def _finished(self, key: str, attempt: int, result: dict[str, Any], was_queued: bool = False) -> None:
         st = self.states[key]
         if key not in self.running or attempt != st.attempt:
             return  # a cancelled attempt reporting late
+        if st.queued:  # finished before this loop saw all its dependencies finish: handle it after them
+            st.deferred = (attempt, result)
+            return
         self.running.discard(key)
+        forget = getattr(self.backend, "forget", None)
+        if forget is not None:
+            forget(key)
         lease = sf.lease_path(st.path)
-        if not self.leases.holds(lease):
+        # An attempt that succeeded checked the lease itself before it wrote SUCCESS; otherwise check it here.
+        if result.get("lease_lost") or (not result.get("ok") and not self.leases.holds(lease)):
             st.note = "lease lost while running; waiting for the executor that took it over"
             self._wait_for_other(key)
             return
-        if result.get("ok"):
-            st.ended = time.time()
-            sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.SUCCESS, attempt=st.attempt,
-                            run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
-                            started=st.started, ended=st.ended)
-            sf.append_event(self.storage, st.path, sf.SUCCESS, attempt=st.attempt, run_id=self.ctx.run_id,
-                            executor=self.ctx.executor_id)
+        # A queued attempt that never called fn: it saw a failed attempt of a dependency that was then retried,
+        # or Ray failed it because a dependency's task was cancelled. Not a failure of this step: submit again.
+        if result.get("skipped") or (was_queued and not result.get("ok") and "started" not in result):
+            st.attempt -= 1
+            self._launch(key, first=st.attempt == int((st.previous or {}).get("attempt") or 0))
+            return
+        if result.get("started"):
+            st.started = result["started"]
+        if result.get("ok"):  # the worker wrote SUCCESS (status and event) under our lease
+            st.ended = result.get("ended") or time.time()
             self.leases.release(lease)
             self._succeeded(key, note="ran")
             return
@@ -305,6 +354,11 @@ class Executor:
             ust.unmet -= 1
             if ust.unmet == 0 and ust.status is None:
                 self.ready.append(user)
+            elif ust.unmet == 0 and ust.queued:  # its queued attempt starts (or started) now
+                ust.queued, ust.started = False, time.time()
+                if ust.deferred is not None:
+                    self._resume.append((user, *ust.deferred, True))
+                    ust.deferred = None
         self.on_transition()
 
     def _failed(self, key: str, error: dict[str, Any], *, status: str = sf.FAILED,
@@ -332,18 +386,23 @@ class Executor:
         while stack:
             key = stack.pop()
             st = self.states[key]
-            if st.status is not None:
+            held = st.queued and key in self.running  # queued behind the failure: it never called fn
+            if st.status is not None and not held:
                 continue
+            if held:
+                self.backend.cancel(key)
+                self.running.discard(key)
+                st.queued, st.deferred, st.attempt = False, None, st.attempt - 1
             st.status, st.note = sf.DEP_FAILED, f"dependency {failed.node.name} failed"
             st.error = {"type": "DependencyFailed", "message": f"dependency {failed.node.name} failed",
                         "dependency": f"{failed.node.name}-{failed_key[:8]}"}
-            self._write_dep_failed(st)
+            self._write_dep_failed(st, held=held)
             stack.extend(self._dependents.get(key, ()))
 
-    def _write_dep_failed(self, st: StepState) -> None:
+    def _write_dep_failed(self, st: StepState, held: bool = False) -> None:
         lease = sf.lease_path(st.path)
         attempt = int((st.previous or {}).get("attempt") or 0)
-        if not self.leases.try_acquire(lease, attempt=attempt).ok:
+        if not held and not self.leases.try_acquire(lease, attempt=attempt).ok:
             return  # another executor is running it: its status is that executor's to write
         try:
             # step.json too: it records the identity, which later plans use to explain what changed
@@ -364,6 +423,10 @@ class Executor:
             st = self.states[key]
             self.backend.cancel(key)
             lease = sf.lease_path(st.path)
+            if st.queued and self.leases.holds(lease):  # it never started: nothing to record
+                self.leases.release(lease)
+                st.status, st.queued = None, False
+                continue
             if self.leases.holds(lease):
                 sf.write_status(self.storage, st.path, name=st.node.name, hash=key, status=sf.PREEMPTED,
                                 attempt=st.attempt, run_id=self.ctx.run_id, executor=self.ctx.executor_id,

@@ -50,6 +50,8 @@ class Task:
     env: dict[str, str]
     resources: Any
     attempt: int
+    record: Any = None  # worker.StepRecord: the status files the worker writes for the executor
+    after: tuple[str, ...] = ()  # keys of in-flight attempts to queue behind (backends with dependencies)
 
 
 def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
@@ -61,8 +63,8 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
             return
         if message is None:
             return
-        fn, config, log_path, env = message
-        result = execute_step(fn, config, log_path, env)
+        fn, config, log_path, env, record = message
+        result = execute_step(fn, config, log_path, env, record)
         if os.getcwd() != cwd:
             os.chdir(cwd)
         try:
@@ -81,6 +83,7 @@ class _Worker:
 
 class LocalBackend:
     name = "local"
+    queues_behind_dependencies = False  # an attempt is submitted only once its dependencies succeeded
 
     def __init__(self, completions: queue.Queue[tuple[Any, ...]]) -> None:
         self.completions = completions
@@ -127,7 +130,7 @@ class LocalBackend:
             worker = next((w for w in self._workers if w.task is None), None) or self._spawn()
             worker.task = task
         try:
-            worker.tasks.send((task.fn, task.config, task.log_path, task.env))
+            worker.tasks.send((task.fn, task.config, task.log_path, task.env, task.record))
         except Exception as exc:  # e.g. a config value that cannot be pickled
             with self._lock:
                 worker.task = None

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -82,6 +83,9 @@ def script_stem(script: str) -> str:
     return stem or "experiment"
 
 
+VIEW_INTERVAL_S = 0.2  # the least time between two published views while the executor is busy
+
+
 def _log(msg: str, verbose: bool) -> None:
     if verbose:
         print(msg, file=sys.stderr, flush=True)
@@ -115,7 +119,8 @@ def run_experiment(
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
     plan = make_plan(graph, prefix, storage, run_only=run_only, force_run_failed=force_run_failed)
-    _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
+    if verbose:
+        _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
     if dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [], "dry run: nothing written")
 
@@ -143,12 +148,28 @@ def run_experiment(
             return _run_view(experiment_id, run_id, script, description, ctx.issue, prefix, status, t0, ended,
                              plan, states)
 
+        # A view lists every step, so building one per transition would make a run quadratic in its size
+        # (2,000 transitions x 1,000 steps for a 1,000-step fan-out). Publish at most every VIEW_INTERVAL_S;
+        # a newer state not yet published is published when the interval has passed, even if the executor
+        # is then only waiting (it wakes up for it).
+        published = {"at": float("-inf"), "dirty": False}
+
         def on_transition() -> None:
-            if pset:
-                pset.publish(view("RUNNING", None), final=False)
+            published["dirty"] = bool(pset)
+            on_idle()
+
+        def on_idle() -> float | None:
+            if not published["dirty"]:
+                return None
+            wait = published["at"] + VIEW_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                return wait
+            published["at"], published["dirty"] = time.monotonic(), False
+            pset.publish(view("RUNNING", None), final=False)
+            return None
 
         executor = Executor(graph, plan, storage, be, completions, ctx, max_concurrent=limit,
-                            lease_timeout_s=lease_timeout_s, on_transition=on_transition)
+                            lease_timeout_s=lease_timeout_s, on_transition=on_transition, on_idle=on_idle)
         status = "FAILED"
         previous_handler = _on_sigterm_raise()
         try:
@@ -195,7 +216,7 @@ def _make_backend(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_a
 
 
 def _short_plan(plan: Plan) -> str:
-    counts = plan.to_json()["counts"]
+    counts = Counter(e.action for e in plan.entries)
     return f"plan under {plan.prefix}: {len(plan.entries)} steps (" + ", ".join(
         f"{k}: {v}" for k, v in sorted(counts.items())) + "); use `marin plan` for the full table"
 
@@ -211,7 +232,7 @@ def _run_view(experiment_id: str, run_id: str, script: str, description: str, is
     views = []
     for e in plan.entries:
         st = states.get(e.hash)
-        step_status = (st.status if st else None) or sf.WAITING
+        step_status = (st.status if st and not st.queued else None) or sf.WAITING
         attempt = st.attempt if st else 0
         err = st.error if st else None
         views.append(StepView(

@@ -95,8 +95,14 @@ def check_feasible(requests: list[tuple[str, Resources]], nodes: list[dict[str, 
         )
 
 
+def _run_attempt(attempt: tuple[Any, Any, str, dict[str, str], Any], *dependencies: Any) -> dict[str, Any]:
+    fn, config, log_path, env, record = attempt
+    return execute_step(fn, config, log_path, env, record, *dependencies)
+
+
 class RayBackend:
     name = "ray"
+    queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as arguments
 
     def __init__(self, completions: queue.Queue[tuple[Any, ...]], address: str | None = None) -> None:
         import ray
@@ -104,7 +110,7 @@ class RayBackend:
         self.ray = ray
         self.completions = completions
         self.owns_ray = ensure_ray(address)
-        self._remote = ray.remote(execute_step)
+        self._remote = ray.remote(_run_attempt)
         self._refs: dict[str, Any] = {}
 
     def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
@@ -116,12 +122,20 @@ class RayBackend:
     def submit(self, task: Task) -> None:
         options = ray_options(task.resources, task.env)
         options["name"] = f"{task.name}:{task.key[:8]}:attempt-{task.attempt}"
-        ref = self._remote.options(**options).remote(task.fn, task.config, task.log_path, task.env)
+        # Ray starts the task once the attempts it is queued behind have returned, passing their result dicts.
+        after = [self._refs[k] for k in task.after]
+        # One argument for the attempt (one serialization instead of five), then the dependency references,
+        # which must be top-level arguments for Ray to wait for them and pass their values.
+        ref = self._remote.options(**options).remote((task.fn, task.config, task.log_path, task.env, task.record),
+                                                      *after)
         self._refs[task.key] = ref
         ref.future().add_done_callback(lambda fut, t=task: self._done(t, fut))
 
+    def forget(self, key: str) -> None:
+        """The executor handled `key`'s result: nothing will be queued behind this attempt any more."""
+        self._refs.pop(key, None)
+
     def _done(self, task: Task, fut: Any) -> None:
-        self._refs.pop(task.key, None)
         try:
             result = fut.result()
         except BaseException as exc:  # Ray-level failure (node died, task cancelled): the step did not finish

@@ -1,12 +1,21 @@
-"""The worker side of a step: capture stdout/stderr into the attempt's log, call `fn(config)`, report back.
+"""The worker side of a step: keep its status files, capture stdout/stderr into the attempt's log, call
+`fn(config)`, report back.
 
-The same function runs in a forked local process and inside a Ray task. It never touches status files or
-leases (the executor that holds the lease writes those), so a worker can only ever produce output and a log.
+The same function runs in a forked local process and inside a Ray task. The executor acquires the step's lease
+before it submits an attempt and releases it after the attempt reported back; in between, the worker writes the
+attempt's records as the lease holder's agent: `step.json` (first attempt of a run), RUNNING (status and event)
+when it really starts, and, once `fn` returned, SUCCESS (status and event) - but only after checking that the
+lease still names its executor, so a worker whose executor lost the lease never marks the step SUCCESS.
+Failures are reported back and recorded by the executor, which decides about retries. Writing here instead
+of in the driver keeps the driver's per-step work to the lease and the submission: on an object store every
+record is a round trip, and a thousand of them in one driver thread would serialize the whole run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import pickle
 import sys
@@ -21,6 +30,60 @@ from typing import Any
 PLATFORM_SECRETS = ("GITHUB_TOKEN", "GH_TOKEN")
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """What a worker needs to write one attempt's status files on behalf of the executor holding the lease."""
+
+    output_path: str
+    name: str
+    hash: str
+    attempt: int
+    run_id: str
+    executor: str
+    created: float | None  # `created` of the status this attempt replaces (it carries over)
+    step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
+
+
+def _lease_owner(storage: Any, output_path: str) -> str | None:
+    from marin.status import files as sf
+
+    text = storage.read_text(sf.lease_path(output_path))
+    try:
+        return str(json.loads(text)["owner"]) if text else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_start(record: StepRecord, started: float) -> None:
+    from marin.status import files as sf
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(record.output_path)
+    if record.step_json is not None:
+        storage.write_text(sf.step_json_path(record.output_path), record.step_json)
+    sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.RUNNING,
+                    attempt=record.attempt, run_id=record.run_id, executor=record.executor,
+                    previous={"created": record.created}, started=started)
+    sf.append_event(storage, record.output_path, sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
+                    executor=record.executor)
+
+
+def _record_success(record: StepRecord, started: float, ended: float) -> bool:
+    """Write SUCCESS if the executor still holds the lease; False (nothing written) if it lost it."""
+    from marin.status import files as sf
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(record.output_path)
+    if _lease_owner(storage, record.output_path) != record.executor:
+        return False
+    sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.SUCCESS,
+                    attempt=record.attempt, run_id=record.run_id, executor=record.executor,
+                    previous={"created": record.created}, started=started, ended=ended)
+    sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
+                    executor=record.executor)
+    return True
+
+
 @contextlib.contextmanager
 def capture_output(log_file: str) -> Iterator[None]:
     """Send this process's stdout and stderr (file descriptors 1 and 2, so subprocesses too) to `log_file`."""
@@ -31,7 +94,7 @@ def capture_output(log_file: str) -> Iterator[None]:
     saved_streams = sys.stdout, sys.stderr
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own object.
-    stream = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
+    stream = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -68,16 +131,29 @@ def execute_step(
     config: Any,
     log_path: str,
     env: Mapping[str, str],
-    sys_path: list[str] | None = None,
+    record: StepRecord | None = None,
+    *dependencies: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Run one attempt of a step; never raises (the outcome is returned as a dict).
 
     `log_path` is the attempt's log file; when it is not a local path (an object store), output is captured
-    into a local temporary file that is uploaded when the attempt ends.
+    into a local temporary file that is uploaded when the attempt ends. `record`, when given, is written as
+    described in the module docstring. `dependencies` are the results of attempts this one was queued behind
+    (Ray passes them once they finished): if one of them did not succeed, `fn` is not called and the result
+    says `skipped` - the executor decides what happens to the step.
     """
-    for p in reversed(sys_path or []):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    not_ok = [d or {} for d in dependencies if not (d or {}).get("ok")]
+    if not_ok:
+        return {"ok": False, "skipped": True, "type": "DependencyNotSucceeded", "traceback": "", "exception": None,
+                "message": f"a dependency's attempt did not succeed: {not_ok[0].get('message')}"}
+    started = time.time()
+    if record is not None:
+        try:
+            _record_start(record, started)
+        except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
+            failure = error_record(exc)
+            failure["message"] = f"cannot write the step's RUNNING status: {failure['message']}"
+            return failure
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
         handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
@@ -89,7 +165,6 @@ def execute_step(
     for k in hidden:
         del os.environ[k]
     os.environ.update(env)
-    started = time.time()
     try:
         with capture_output(local_log):
             try:
@@ -111,4 +186,13 @@ def execute_step(
 
         storage_for(log_path).upload_file(local_log, log_path)
         os.unlink(local_log)
+    if record is not None and result["ok"]:
+        try:
+            if not _record_success(record, started, result["ended"]):
+                result = {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
+                          "message": "the executor's lease was taken over while the step ran",
+                          "started": started, "ended": result["ended"]}
+        except Exception as exc:
+            result = {**error_record(exc), "started": started, "ended": result["ended"]}
+            result["message"] = f"the step finished but its SUCCESS status could not be written: {result['message']}"
     return result

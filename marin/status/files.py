@@ -71,8 +71,13 @@ def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
     return read_json(storage, status_path(output_path))
 
 
+def json_text(data: dict[str, Any]) -> str:
+    """The text of one JSON record file (compact: the C encoder; indent is 10x slower)."""
+    return json.dumps(data, separators=(",", ":")) + "\n"
+
+
 def write_json(storage: Storage, path: str, data: dict[str, Any]) -> None:
-    storage.write_text(path, json.dumps(data, separators=(",", ":")) + "\n")  # C encoder: indent is 10x slower
+    storage.write_text(path, json_text(data))
 
 
 def write_status(
@@ -98,7 +103,7 @@ def write_status(
         "attempt": attempt,
         "run_id": run_id,
         "executor": executor,
-        "created": (previous or {}).get("created", now),
+        "created": (previous or {}).get("created") or now,
         "updated": now,
         "started": started,
         "ended": ended,

@@ -1,18 +1,44 @@
 """The experiment manifest `{prefix}/experiments/{script stem}-{hash8}.json` (docs/formats.md).
 
-One manifest per distinct DAG of a script; each run appends to `runs`. Updates are read-modify-write: two
-executors starting the same experiment at the same instant can lose one `runs` entry on an object store (the
-steps' own status files are unaffected).
+One manifest per distinct DAG of a script; each run appends to `runs`. Updates are compare-and-swap (exclusive
+create for the first run, a conditional replace on the version that was read afterwards, retried on conflict),
+so two executors starting or ending runs of the same experiment at the same instant both land, on every store
+with conditional writes (local, s3://, gs:// with google-cloud-storage; see docs/concepts.md, "Leases").
 """
 
 from __future__ import annotations
 
+import json
+import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.status.files import read_json, write_json
+from marin.errors import StorageError
+from marin.status.files import json_text, read_json
 from marin.storage.fs import Storage
+
+CAS_TRIES = 50
+
+
+def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None], dict[str, Any]]) -> None:
+    """Apply `change` to the manifest at `path` atomically with respect to other writers of it."""
+    for attempt in range(CAS_TRIES):
+        current = storage.read_versioned(path)
+        if current is None:
+            if storage.create_exclusive(path, json_text(change(None))):
+                return
+        else:
+            try:
+                data = json.loads(current.text)
+            except ValueError:
+                data = None  # unreadable (a torn write by an old version): rebuilt from this run's facts
+            if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)), current.token):
+                return
+        time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # another writer won: back off, re-read, retry
+    raise StorageError(f"could not update the experiment manifest {path}: {CAS_TRIES} concurrent writers won in a "
+                       "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a loop")
 
 
 def manifest_path(prefix: str, experiment_id: str) -> str:
@@ -22,28 +48,34 @@ def manifest_path(prefix: str, experiment_id: str) -> str:
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
               args: list[str]) -> None:
-    path = manifest_path(prefix, experiment_id)
     now = time.time()
-    data = read_json(storage, path) or {"id": experiment_id, "created": now, "runs": []}
-    data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
-                 "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
-                 "host": provenance.get("host"), "updated": now, "steps": steps})
-    data.setdefault("runs", []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
-                                         "user": provenance.get("user"), "args": args, "publisher_errors": []})
-    write_json(storage, path, data)
+
+    def change(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {"id": experiment_id, "created": now, "runs": []}
+        data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
+                     "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
+                     "host": provenance.get("host"), "updated": now, "steps": steps})
+        data.setdefault("runs", []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
+                                             "user": provenance.get("user"), "args": args, "publisher_errors": []})
+        return data
+
+    _update(storage, manifest_path(prefix, experiment_id), change)
 
 
 def end_run(storage: Storage, prefix: str, experiment_id: str, run_id: str, status: str,
             publisher_errors: list[dict[str, Any]]) -> None:
-    path = manifest_path(prefix, experiment_id)
-    data = read_json(storage, path) or {"id": experiment_id, "runs": []}
     now = time.time()
-    data["updated"] = now
-    for run in reversed(data.get("runs", [])):
-        if run.get("run_id") == run_id:
-            run.update({"ended": now, "status": status, "publisher_errors": publisher_errors})
-            break
-    write_json(storage, path, data)
+
+    def change(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {"id": experiment_id, "runs": []}
+        data["updated"] = now
+        for run in reversed(data.get("runs", [])):
+            if run.get("run_id") == run_id:
+                run.update({"ended": now, "status": status, "publisher_errors": publisher_errors})
+                break
+        return data
+
+    _update(storage, manifest_path(prefix, experiment_id), change)
 
 
 def list_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:

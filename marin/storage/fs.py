@@ -2,8 +2,8 @@
 
 `LocalStorage` (plain paths, and `file://`) uses the OS directly because it is on every step's critical path:
 atomic writes are a temporary file plus `os.replace`; exclusive create is `os.link` of a fully written
-temporary file (so no reader ever sees a half-written lease); compare-and-swap runs under an `fcntl.flock` on
-a side file, which the kernel releases if the process dies.
+temporary file (so no reader ever sees a half-written lease); compare-and-swap runs under a thread lock plus a
+POSIX record lock (`fcntl.lockf`) on a side file, which the kernel releases if the process dies.
 
 `FsspecStorage` covers object stores. Writes are single-object PUTs (atomic for readers). Conditional writes:
 - `s3://`: create with `If-None-Match: *` (s3fs `mode="create"`), compare-and-swap and delete with `If-Match:
@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import os
 import posixpath
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -92,9 +94,27 @@ class Storage:
         raise NotImplementedError
 
 
+# Temporary file names: unique per host-process-call without a urandom call per write (a forked child has its own
+# pid, so sharing the token and the counter with its parent cannot collide).
+_TMP_TOKEN = uuid.uuid4().hex[:12]
+_TMP_COUNTER = itertools.count()
+
+
+_THREAD_LOCKS = [threading.Lock() for _ in range(64)]  # striped by path; see LocalStorage._locked
+
+
+def _fresh_thread_locks() -> None:
+    # A fork copies locks held by other threads as held forever: the child starts with its own, free ones.
+    global _THREAD_LOCKS
+    _THREAD_LOCKS = [threading.Lock() for _ in range(64)]
+
+
+os.register_at_fork(after_in_child=_fresh_thread_locks)
+
+
 class LocalStorage(Storage):
     is_local = True
-    guarantees = "atomic replace, exclusive create (link), compare-and-swap under flock: safe across processes"
+    guarantees = "atomic replace, exclusive create (link), compare-and-swap under lockf: safe across processes"
 
     def __init__(self) -> None:
         self._dirs: set[str] = set()  # directories known to exist: skips a mkdir per write on the hot path
@@ -123,11 +143,17 @@ class LocalStorage(Storage):
 
     def _write_temporary(self, directory: str, text: str) -> str:
         """Write `text` to a fresh temporary file in `directory` (made if missing); return its path."""
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".tmp-{_TMP_TOKEN}-{os.getpid()}-{next(_TMP_COUNTER)}")
+        data = text.encode("utf-8")
 
         def write() -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
 
         self._retrying(directory, write)
         return tmp
@@ -165,12 +191,20 @@ class LocalStorage(Storage):
 
     @contextlib.contextmanager
     def _locked(self, path: str) -> Iterator[None]:
-        fd = os.open(path + ".flock", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
+        """Exclusive across threads (an in-process lock) and processes (a POSIX record lock on a side file).
+
+        Not `flock`: a flock belongs to the open file description, which a process forked while the lock is
+        held (a local-backend worker) inherits, so the lock outlived its holder's `close` and every later
+        locker hung. POSIX record locks are not inherited by fork, are released when the holder closes the
+        file or dies, and also work on NFS; they do not exclude threads of one process, hence the thread lock.
+        """
+        with _THREAD_LOCKS[hash(path) % len(_THREAD_LOCKS)]:
+            fd = os.open(path + ".flock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # closing releases the record lock
 
     def create_exclusive(self, path: str, text: str) -> bool:
         tmp = self._write_temporary(os.path.dirname(path), text)
@@ -264,15 +298,11 @@ class FsspecStorage(Storage):
         return bucket, key
 
     def read_versioned(self, path: str) -> Versioned | None:
+        if self.protocol == "s3":
+            return self._s3_get_versioned(path)
         text = self.read_text(path)
         if text is None:
             return None
-        if self.protocol == "s3":
-            try:
-                info = self.fs.info(path, refresh=True)
-            except FileNotFoundError:
-                return None
-            return Versioned(text, info.get("ETag"))
         if self.protocol in ("gs", "gcs"):
             blob = _gcs_blob(path)
             if blob is not None:
@@ -283,6 +313,28 @@ class FsspecStorage(Storage):
                     return Versioned(data, generation)
             # no generation (an emulator that does not report it): fall back to comparing contents
         return Versioned(text, text)
+
+    def _s3_get_versioned(self, path: str) -> Versioned | None:
+        """Body and ETag from one GetObject, so the token always belongs to the text (reading them with two
+        requests let a writer slip in between: a compare-and-swap on that ETag then overwrote a newer object
+        with an update computed from the older text)."""
+        from fsspec.asyn import sync
+
+        bucket, key = self._split(path)
+
+        async def get() -> tuple[bytes, Any]:
+            response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            body = response["Body"]
+            try:
+                return await body.read(), response.get("ETag")
+            finally:
+                body.close()
+
+        try:
+            data, etag = sync(self.fs.loop, get)
+        except FileNotFoundError:
+            return None
+        return Versioned(data.decode("utf-8"), etag)
 
     def _s3_if_match(self, operation: str, path: str, etag: Any, **kwargs: Any) -> bool:
         """An S3 put/delete that applies only while the object's ETag is still `etag`; False if it changed."""

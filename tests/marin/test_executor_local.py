@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -225,8 +226,8 @@ class BrokenPublisher:
         raise ConnectionError("tracker unreachable")
 
 
-def test_publishers_see_every_transition_and_failures_never_fail_the_run(
-    run_marin: Run, marin_prefix: str, monkeypatch: pytest.MonkeyPatch
+def test_publishers_see_running_and_final_views_and_failures_never_fail_the_run(
+    run_marin: Run, marin_prefix: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rec = RecordingPublisher()
     made: list[RunContext] = []
@@ -237,7 +238,11 @@ def test_publishers_see_every_transition_and_failures_never_fail_the_run(
 
     monkeypatch.setattr(pubmod, "DEFAULT_PUBLISHER_FACTORIES", [factory])
     monkeypatch.setenv("MARIN_ISSUE_REPO", "openlab/platform")
-    _, total = two_steps()
+    # a first step that stays RUNNING longer than the publishing interval, so a RUNNING view must be published
+    numbers = Step(name="demo/numbers", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), sleep_s=0.6))
+    total = Step(name="demo/total", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), inputs=(output_path_of(numbers),)))
     result = run_marin([total], publishers=[rec, BrokenPublisher()], script="experiments/exp42_demo.py")
     assert result.status == "SUCCESS"
     assert made and made[0].issue == "openlab/platform#42" and made[0].experiment_id == result.experiment_id
@@ -314,3 +319,26 @@ def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
     assert "dying now" in Path(result.output_path("die/killed"), ".marin/logs/attempt-1.log").read_text()
     again = run_marin([killed], dry_run=True)
     assert again.plan.entries[0].action == "run" and "preempted" in again.plan.entries[0].reason
+
+
+def test_views_are_published_at_most_every_interval_however_many_steps_change(
+    run_marin: Run, tmp_path: Path
+) -> None:
+    """A view lists every step: one per transition would make a 1,000-step run quadratic. Views are coalesced to
+    one per VIEW_INTERVAL_S, and the last state before the final view is never older than one interval."""
+    from marin.execution.main import VIEW_INTERVAL_S
+
+    rec = RecordingPublisher()
+    root = Step(name="many/root", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt")))
+    leaves = [Step(name=f"many/leaf{i}", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), inputs=(output_path_of(root),)))
+        for i in range(150)]
+    t0 = time.monotonic()
+    result = run_marin(leaves, publishers=[rec], script="experiments/exp7_many.py")
+    wall_s = time.monotonic() - t0
+    assert result.status == "SUCCESS"
+    interim = [v for v, final in rec.calls if not final]
+    assert interim and rec.calls[-1][1] is True
+    assert len(interim) <= 2 + wall_s / VIEW_INTERVAL_S  # 302 transitions, a handful of views
+    assert all(s.status == "SUCCESS" for s in rec.calls[-1][0].steps)

@@ -162,3 +162,28 @@ def test_a_whole_run_under_a_gs_prefix(gcs_bucket: str) -> None:
     assert manifest and json.loads(manifest)["runs"][-1]["status"] == "SUCCESS"
     again = run_experiment([second], prefix=prefix, backend="local", verbose=False, script="tests/gs.py")
     assert [e.action for e in again.plan.entries] == ["skip", "skip"]
+
+
+def test_runs_of_one_experiment_started_at_once_on_s3_all_land_in_its_manifest(s3_bucket: str) -> None:
+    """The manifest is updated by compare-and-swap (If-None-Match / If-Match): no run entry is lost."""
+    import threading
+
+    from marin.status.manifest import end_run, manifest_path, start_run
+
+    storage = storage_for(s3_bucket)
+    barrier = threading.Barrier(6)
+
+    def go(i: int) -> None:
+        barrier.wait()
+        start_run(storage, s3_bucket, "exp1_demo-0123abcd", script="experiments/exp1_demo.py", description="",
+                  issue=None, provenance={}, steps=[], run_id=f"run-{i}", args=[])
+        end_run(storage, s3_bucket, "exp1_demo-0123abcd", f"run-{i}", "SUCCESS", [])
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    text = storage.read_text(manifest_path(s3_bucket, "exp1_demo-0123abcd"))
+    assert text is not None
+    assert {r["run_id"]: r["status"] for r in json.loads(text)["runs"]} == {f"run-{i}": "SUCCESS" for i in range(6)}

@@ -20,11 +20,15 @@ import pytest
 from marin import InfeasibleResourcesError, Resources, Step, StepFailedError, output_path_of, this_output_path
 from marin.execution.ray_backend import check_feasible, ray_options
 from tests.marin.fns import (
+    CountConfig,
     EnvConfig,
     FailConfig,
+    FlakyConfig,
     SumConfig,
     WriteConfig,
+    count_and_write,
     fail,
+    flaky,
     sum_numbers,
     write_env,
     write_numbers,
@@ -152,3 +156,81 @@ def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
     assert report["status"] == "SUCCESS"
     assert report["node"] == "worker-with-fake-gpu"
     assert "writing 4 numbers" in report["log"]  # captured by the worker on the other node
+
+
+def _status(result: Any, name: str) -> dict[str, Any]:
+    return json.loads(Path(result.output_path(name), ".marin/status.json").read_text())
+
+
+def _events(result: Any, name: str) -> list[tuple[str, int]]:
+    path = Path(result.output_path(name), ".marin/events.jsonl")
+    if not path.exists():
+        return []
+    return [(e["event"], e["attempt"]) for e in map(json.loads, path.read_text().splitlines())]
+
+
+def test_dependents_queued_behind_running_steps_start_only_after_them(ray_embedded: Any, marin_prefix: str,
+                                                                       tmp_path: Path) -> None:
+    """On Ray a chain is submitted at once, each attempt queued behind its dependency's result: every step still
+    starts after its dependency ended, reads its output, and writes RUNNING only when it really runs."""
+    from marin import run_experiment
+
+    counter = tmp_path / "ran.txt"
+    first = Step(name="queue/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                        counter_file=str(counter), sleep_s=0.5))
+    second = Step(name="queue/b", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(counter), sleep_s=0.2,
+        inputs=(output_path_of(first, "done.txt"),)))
+    third = Step(name="queue/c", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(second, "done.txt"),)))
+    result = run_experiment([third], prefix=marin_prefix, backend="ray", verbose=False, script="tests/queue.py")
+    assert result.status == "SUCCESS"
+    a, b, c = (_status(result, n) for n in ("queue/a", "queue/b", "queue/c"))
+    assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
+    assert [x["status"] for x in (a, b, c)] == ["SUCCESS"] * 3 and [x["attempt"] for x in (a, b, c)] == [1, 1, 1]
+    for name in ("queue/a", "queue/b", "queue/c"):
+        assert _events(result, name) == [("RUNNING", 1), ("SUCCESS", 1)]
+        info = json.loads(Path(result.output_path(name), ".marin/step.json").read_text())
+        assert info["name"] == name and info["output_path"] == result.output_path(name)
+        assert not Path(result.output_path(name), ".marin/lease.json").exists()
+    assert counter.read_text().splitlines() == [result.output_path(n) for n in ("queue/a", "queue/b", "queue/c")]
+
+
+def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded: Any, marin_prefix: str,
+                                                                    tmp_path: Path) -> None:
+    from marin import run_experiment
+
+    counter = tmp_path / "ran.txt"
+    bad = Step(name="qfail/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="early"))
+    middle = Step(name="qfail/middle", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(bad),)))
+    last = Step(name="qfail/last", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(middle),)))
+    result = run_experiment([last], prefix=marin_prefix, backend="ray", verbose=False, script="tests/qfail.py")
+    assert result.status == "FAILED"
+    assert [result.status_of(n) for n in ("qfail/bad", "qfail/middle", "qfail/last")] == [
+        "FAILED", "DEP_FAILED", "DEP_FAILED"]
+    assert not counter.exists()  # neither dependent called its function
+    for name in ("qfail/middle", "qfail/last"):
+        status = _status(result, name)
+        assert status["status"] == "DEP_FAILED" and status["attempt"] == 0
+        assert _events(result, name) == [("DEP_FAILED", 0)]
+        assert not Path(result.output_path(name), ".marin/logs").exists()
+        assert not Path(result.output_path(name), ".marin/lease.json").exists()
+
+
+def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_embedded: Any, marin_prefix: str,
+                                                                          tmp_path: Path) -> None:
+    from marin import run_experiment
+
+    counter = tmp_path / "ran.txt"
+    shaky = Step(name="qretry/shaky", fn=flaky, retries=1,
+                 config=FlakyConfig(output_path=this_output_path(), marker=str(tmp_path / "seen")))
+    after = Step(name="qretry/after", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(shaky),)))
+    result = run_experiment([after], prefix=marin_prefix, backend="ray", verbose=False, script="tests/qretry.py")
+    assert result.status == "SUCCESS"
+    assert _events(result, "qretry/shaky") == [("RUNNING", 1), ("FAILED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert _events(result, "qretry/after") == [("RUNNING", 1), ("SUCCESS", 1)]
+    assert _status(result, "qretry/after")["started"] >= _status(result, "qretry/shaky")["ended"]
+    assert counter.read_text().splitlines() == [result.output_path("qretry/after")]

@@ -1,0 +1,160 @@
+"""The executor's queued attempts (what the Ray backend does), driven by a deterministic in-process backend that
+runs an attempt as soon as the attempts it is queued behind have results, and then reports the results of a
+burst in *reverse* order: a dependent's result reaches the executor before its dependency's, which is the
+order the executor must cope with on a real cluster."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin import Step, output_path_of, run_experiment, this_output_path
+from marin.execution import main as marin_main
+from marin.execution.local_backend import Task
+from marin.execution.worker import execute_step
+from tests.marin.fns import CountConfig, FailConfig, FlakyConfig, count_and_write, fail, flaky
+
+
+class ReversingQueueBackend:
+    """Runs attempts in this process once their `after` attempts have results; reports each burst reversed."""
+
+    name = "reversing"
+    queues_behind_dependencies = True
+
+    def __init__(self, completions: queue.Queue[tuple[Any, ...]]) -> None:
+        self.completions = completions
+        self.submitted: list[tuple[str, int, tuple[str, ...]]] = []  # (step name, attempt, names queued behind)
+        self._names: dict[str, str] = {}
+        self._results: dict[str, dict[str, Any]] = {}
+        self._pending: list[Task] = []
+        self._burst: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
+        self._flusher.start()
+
+    def check_resources(self, tasks: list[tuple[str, Any]]) -> None:
+        pass
+
+    def submit(self, task: Task) -> None:
+        self._names[task.key] = task.name
+        self.submitted.append((task.name, task.attempt, tuple(self._names[k] for k in task.after)))
+        self._results.pop(task.key, None)  # a new attempt: whatever is queued behind it waits for this one
+        self._pending.append(task)
+        progressed = True
+        while progressed:
+            progressed = False
+            for t in list(self._pending):
+                if all(k in self._results for k in t.after):
+                    self._pending.remove(t)
+                    result = execute_step(t.fn, t.config, t.log_path, t.env, t.record,
+                                          *[self._results[k] for k in t.after])
+                    self._results[t.key] = result
+                    with self._lock:
+                        self._burst.append(("done", t.key, t.attempt, result))
+                    progressed = True
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(0.05):
+            with self._lock:
+                burst, self._burst = self._burst, []
+            for item in reversed(burst):
+                self.completions.put(item)
+
+    def forget(self, key: str) -> None:
+        pass
+
+    def cancel(self, key: str) -> None:
+        self._pending = [t for t in self._pending if t.key != key]
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._flusher.join(timeout=5)
+
+
+@pytest.fixture
+def reversing(monkeypatch: pytest.MonkeyPatch) -> list[ReversingQueueBackend]:
+    made: list[ReversingQueueBackend] = []
+
+    def make(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
+        made.append(ReversingQueueBackend(completions))
+        return made[-1]
+
+    monkeypatch.setattr(marin_main, "_make_backend", make)
+    return made
+
+
+def _events(result: Any, name: str) -> list[tuple[str, int]]:
+    path = Path(result.output_path(name), ".marin/events.jsonl")
+    return [(e["event"], e["attempt"]) for e in map(json.loads, path.read_text().splitlines())]
+
+
+def _status(result: Any, name: str) -> dict[str, Any]:
+    return json.loads(Path(result.output_path(name), ".marin/status.json").read_text())
+
+
+def _chain(tmp_path: Path, first: Step) -> tuple[Step, Step]:
+    counter = str(tmp_path / "ran.txt")
+    b = Step(name="q/b", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter,
+                                                                inputs=(output_path_of(first),)))
+    c = Step(name="q/c", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter,
+                                                                inputs=(output_path_of(b),)))
+    return b, c
+
+
+def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled_in_order(
+        reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
+    counter = str(tmp_path / "ran.txt")
+    a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
+    b, c = _chain(tmp_path, a)
+    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    assert result.status == "SUCCESS"
+    [backend] = reversing
+    assert backend.submitted == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/c", 1, ("q/b",))]
+    for name in ("q/a", "q/b", "q/c"):
+        assert _events(result, name) == [("RUNNING", 1), ("SUCCESS", 1)]
+        assert _status(result, name)["status"] == "SUCCESS"
+        assert not Path(result.output_path(name), ".marin/lease.json").exists()
+    assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b", "q/c")]
+
+
+def test_attempts_queued_behind_a_retried_failure_are_submitted_again_and_run_once(
+        reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
+    a = Step(name="q/a", fn=flaky, retries=1, config=FlakyConfig(output_path=this_output_path(),
+                                                                   marker=str(tmp_path / "seen")))
+    b, c = _chain(tmp_path, a)
+    t0 = time.time()
+    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    assert result.status == "SUCCESS", result.summary
+    [backend] = reversing
+    # b and c were queued behind a's first attempt, saw it fail without running, and were submitted again once a
+    # succeeded: still as their first attempt, since they never ran.
+    assert backend.submitted[:3] == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/c", 1, ("q/b",))]
+    assert ("q/a", 2, ()) in backend.submitted
+    assert backend.submitted.count(("q/b", 1, ())) == 1
+    assert _events(result, "q/a") == [("RUNNING", 1), ("FAILED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    for name in ("q/b", "q/c"):
+        assert _events(result, name) == [("RUNNING", 1), ("SUCCESS", 1)]
+        assert _status(result, name)["attempt"] == 1 and _status(result, name)["started"] >= t0
+    assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/b", "q/c")]
+
+
+def test_attempts_queued_behind_a_final_failure_become_dep_failed_without_running(
+        reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
+    a = Step(name="q/a", fn=fail, config=FailConfig(output_path=this_output_path(), message="nope"))
+    b, c = _chain(tmp_path, a)
+    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    assert result.status == "FAILED"
+    assert [result.status_of(n) for n in ("q/a", "q/b", "q/c")] == ["FAILED", "DEP_FAILED", "DEP_FAILED"]
+    for name in ("q/b", "q/c"):
+        assert _events(result, name) == [("DEP_FAILED", 0)]
+        assert _status(result, name)["status"] == "DEP_FAILED"
+        assert not Path(result.output_path(name), ".marin/lease.json").exists()
+        assert not Path(result.output_path(name), ".marin/logs").exists()
+    assert not (tmp_path / "ran.txt").exists()

@@ -1,0 +1,59 @@
+"""The worker writes an attempt's records for the executor holding the lease, and never SUCCESS without it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from marin.execution.worker import StepRecord, execute_step
+from marin.status import files as sf
+from marin.storage.fs import storage_for
+from marin.storage.lease import LeaseManager
+from tests.marin.fns import WriteConfig, write_numbers
+
+
+def _record(out: Path, executor: str) -> StepRecord:
+    return StepRecord(output_path=str(out), name="w/numbers", hash="ab" * 32, attempt=1, run_id="run-1",
+                      executor=executor, created=None, step_json='{"name":"w/numbers"}\n')
+
+
+def test_the_worker_writes_step_json_running_and_success_under_its_executors_lease(tmp_path: Path) -> None:
+    out = tmp_path / "w" / "numbers-abababab"
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
+    try:
+        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                              _record(out, "exec-1"))
+    finally:
+        leases.stop()
+    assert result["ok"] and result["started"] <= result["ended"]
+    status = json.loads((out / ".marin/status.json").read_text())
+    assert (status["status"], status["attempt"], status["executor"]) == ("SUCCESS", 1, "exec-1")
+    assert status["started"] == result["started"] and status["ended"] == result["ended"]
+    events = [json.loads(line) for line in (out / ".marin/events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["RUNNING", "SUCCESS"]
+    assert (out / ".marin/step.json").read_text() == '{"name":"w/numbers"}\n'
+    assert "writing 3 numbers" in (out / ".marin/logs/attempt-1.log").read_text()
+
+
+def test_a_worker_whose_executor_lost_the_lease_does_not_write_success(tmp_path: Path) -> None:
+    out = tmp_path / "w" / "numbers-abababab"
+    other = LeaseManager(storage_for(str(tmp_path)), "exec-2", 60)
+    assert other.try_acquire(sf.lease_path(str(out)), attempt=1).ok  # the lease names another executor
+    try:
+        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                              _record(out, "exec-1"))
+    finally:
+        other.stop()
+    assert not result["ok"] and result["lease_lost"] and result["type"] == "LeaseLost"
+    assert json.loads((out / ".marin/status.json").read_text())["status"] == "RUNNING"
+    assert [json.loads(line)["event"] for line in (out / ".marin/events.jsonl").read_text().splitlines()] == [
+        "RUNNING"]
+
+
+def test_an_attempt_queued_behind_a_failed_one_does_not_call_fn(tmp_path: Path) -> None:
+    out = tmp_path / "w" / "numbers-abababab"
+    result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                          _record(out, "exec-1"), {"ok": True}, {"ok": False, "message": "ValueError: boom"})
+    assert result["skipped"] and not result["ok"] and "boom" in result["message"]
+    assert not out.exists()  # nothing written: not the output, not a status, not a log
