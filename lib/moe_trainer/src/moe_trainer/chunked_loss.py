@@ -57,9 +57,9 @@ def _chunk_terms(h: jax.Array, w: jax.Array, t: jax.Array, mesh: Mesh | None
     logits = jnp.dot(h.reshape(b * c, d), w, preferred_element_type=jnp.float32).reshape(b, c, -1)
     logits = constrain(logits, ("batch", "seq", "act_vocab"), mesh)
     lse = jax.nn.logsumexp(logits, axis=-1)
-    # target logit by compare-and-sum (not a gather): fuses with the other vocab reductions and shards on vocab
+    # a gather of one logit per token: cheaper than another pass over the [B, C, V] chunk
+    ce = lse - jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]
     onehot = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2) == t[..., None]
-    ce = lse - jnp.sum(jnp.where(onehot, logits, 0.0), axis=-1)
     return logits, lse, ce, onehot
 
 
