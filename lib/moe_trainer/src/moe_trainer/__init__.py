@@ -1,8 +1,9 @@
 """moe_trainer: a JAX Mixture-of-Experts language-model trainer (model, sharding, HF interop, training).
 
 Reading order: config.py -> layers.py -> attention.py -> dispatch.py / dispatch_ep.py -> moe.py -> params.py
--> sharding.py -> model.py -> flops.py -> hf.py; then training: optim.py -> health.py -> step.py -> loss.py ->
-checkpoint.py -> metrics.py -> evaluate.py -> train.py (presets/ holds the YAML presets).
+-> sharding.py -> model.py -> flops.py -> hf.py; then training: optim.py -> health.py -> step.py ->
+chunked_loss.py -> loss.py -> checkpoint.py -> metrics.py -> evaluate.py -> train.py (presets/ holds the YAML
+presets).
 
 The public API for notebooks and tools: ``load_preset``, ``count_params``, ``load_hf``, ``save_hf``,
 ``load_checkpoint``, ``feistel_permutation``, ``train``, ``TrainConfig`` (plus the model building blocks).

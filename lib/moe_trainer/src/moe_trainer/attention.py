@@ -79,8 +79,9 @@ def attention(
     # here and in its gradients has one contracting dim (XLA:CPU's fast path; see layers.linear).
     n, groups, hd = cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.head_dim
     q = q.reshape(b, s, n, groups, hd).transpose(0, 2, 3, 1, 4).reshape(b, n, groups * s, hd)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, KV, S, hd]
-    scores = jnp.einsum("bnqk,bnsk->bnqs", q, k, preferred_element_type=jnp.float32)
+    # keys as [B, KV, hd, S]: XLA:CPU's batched GEMM is ~15% slower when the rhs contracts its last dim
+    k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)  # [B, KV, hd, S], [B, KV, S, hd]
+    scores = jnp.einsum("bnqk,bnks->bnqs", q, k, preferred_element_type=jnp.float32)
     scores = scores.reshape(b, n, groups, s, s) * (hd**-0.5)
     mask = attention_mask(segment_ids, None if is_global else cfg.sliding_window)
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)

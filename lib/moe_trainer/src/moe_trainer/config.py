@@ -114,6 +114,11 @@ class ModelConfig:
     # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
     """Matmul dtype; the router, norms, softmaxes and logits always run in float32."""
+    loss_chunk_tokens: int | None = None
+    """Tokens per chunk of the training loss's fused output head + cross-entropy (chunked_loss.py: the full
+    [tokens, vocab] logits are never materialised and their gradient is formed in the forward pass). None:
+    automatic (512 on CPU, 8192 elsewhere); 0: off (plain logits, then cross-entropy). Evaluation and
+    `Model.logits` always use the plain head."""
     remat: bool = False
     """Recompute each block's activations during the backward pass (jax.checkpoint): less memory, ~1/3 more
     compute (not counted in the model FLOPs)."""
@@ -158,6 +163,8 @@ class ModelConfig:
             _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot" or "blocked"')
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
+        if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
+            _fail("loss_chunk_tokens", self.loss_chunk_tokens, "use a positive chunk size, 0 (off) or None (auto)")
         for name in ("aux_loss_coef", "router_z_loss_coef", "logit_z_loss_coef", "norm_eps", "init_std"):
             if getattr(self, name) < 0:
                 _fail(name, getattr(self, name), "must be >= 0")
@@ -199,6 +206,14 @@ class ModelConfig:
             return tokens_per_group
         c = math.ceil(capacity_factor * tokens_per_group * self.top_k / self.n_experts)
         return max(1, min(tokens_per_group, c))
+
+    def loss_chunk(self) -> int:
+        """The effective `loss_chunk_tokens` on the default JAX backend (0 = plain, unfused loss)."""
+        if self.loss_chunk_tokens is not None:
+            return self.loss_chunk_tokens
+        import jax  # deferred: the config module stays importable without initialising a backend
+
+        return 512 if jax.default_backend() == "cpu" else 8192
 
     def replace(self, **changes: object) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

@@ -88,14 +88,25 @@ def resolve_grouped_matmul(name: str) -> str:
     return name
 
 
-def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) -> jax.Array:
-    """ragged_dot semantics (lhs [M, K] rows grouped by `group_sizes`, rhs [G, K, N]) with plain batched matmuls.
+def block_rows(m: int, g: int) -> int:
+    """Rows per block of the blocked grouped matmul for m rows in g groups.
 
-    Each group is padded to a multiple of a block of b rows; every block multiplies the weight of its group.
-    Static shapes: at most ceil(M/b) + G blocks. Rows past sum(group_sizes) come out zero.
+    The static padded size is (ceil(m / b) + g) * b rows, so smaller blocks waste less (at 4096 rows in 8
+    groups: b=128 computes 5120 rows, b=64 4608) while too small ones starve the GEMM; 64 measured best
+    on XLA:CPU for the tiny preset's 128-wide experts (docs/benchmarks/trainer.md).
     """
-    m, g = xs.shape[0], w.shape[0]
-    b = int(min(128, max(8, m // g)))
+    return int(min(64, max(8, m // g)))
+
+
+def _block_layout(group_sizes: jax.Array, m: int, b: int
+                  ) -> tuple[jax.Array, jax.Array, int, jax.Array, jax.Array]:
+    """Padded-block layout of m rows grouped by `group_sizes` (each group padded to whole blocks of b rows).
+
+    Returns (src [n_blocks*b]: the row each slot reads, m for padding; block_group [n_blocks]; n_blocks =
+    ceil(m / b) + G, enough for any group sizes summing to at most m; pad_start [G]: first slot of each group;
+    start [G]: first row of each group).
+    """
+    g = group_sizes.shape[0]
     n_blocks = -(-m // b) + g
     padded = ((group_sizes + b - 1) // b) * b
     pad_end = jnp.cumsum(padded)
@@ -104,9 +115,19 @@ def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) 
     slot_group = jnp.minimum(jnp.searchsorted(pad_end, slot, side="right"), g - 1)
     within = slot - pad_start[slot_group]
     src = jnp.where(within < group_sizes[slot_group], start[slot_group] + within, m)  # m = out of range -> 0
-    xp = jnp.take(xs, src, axis=0, mode="fill", fill_value=0).reshape(n_blocks, b, -1)
-    block_group = slot_group.reshape(n_blocks, b)[:, 0]
-    yp = jnp.einsum("nbk,nkf->nbf", xp, w[block_group]).reshape(n_blocks * b, -1)
+    return src, slot_group.reshape(n_blocks, b)[:, 0], n_blocks, pad_start, start
+
+
+def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    """ragged_dot semantics (lhs [M, K] rows grouped by `group_sizes`, rhs [G, K, N]) with plain batched matmuls.
+
+    Each group is padded to a multiple of a block of b rows; every block multiplies the weight of its group.
+    Static shapes: at most ceil(M/b) + G blocks. Rows past sum(group_sizes) come out zero.
+    """
+    m, g = xs.shape[0], w.shape[0]
+    src, block_group, n_blocks, pad_start, start = _block_layout(group_sizes, m, block_rows(m, g))
+    xp = jnp.take(xs, src, axis=0, mode="fill", fill_value=0).reshape(n_blocks, -1, xs.shape[1])
+    yp = jnp.einsum("nbk,nkf->nbf", xp, w[block_group]).reshape(src.shape[0], -1)
     row = jnp.arange(m)
     row_group = jnp.minimum(jnp.searchsorted(jnp.cumsum(group_sizes), row, side="right"), g - 1)
     out = yp[pad_start[row_group] + row - start[row_group]]
@@ -126,6 +147,37 @@ def grouped_swiglu(xs: jax.Array, group_sizes: jax.Array, experts: Params, matmu
     return mm(jax.nn.silu(gate) * up, cast(experts["w_down"], dt), group_sizes)
 
 
+def blocked_expert_compute(
+    x: jax.Array, local_ids: jax.Array, weights: jax.Array, local: jax.Array, experts: Params
+) -> jax.Array:
+    """The blocked grouped-matmul SwiGLU experts, gathering straight from x and scattering straight into the
+    output: float32 [T, D]. Same semantics as `sorted_expert_compute`.
+
+    Assignments are sorted by expert and each expert's queue is padded to whole blocks of b rows (static
+    ceil(T*k / b) + E blocks; see `blocked_grouped_matmul`). Every padded slot knows its token and combine
+    weight (0 for padding), so one gather of x fills the blocks and one weighted scatter-add writes the
+    result: no [T*k, D] sorted copies in between. Gate and up projections run as one [D, 2F] matmul.
+    """
+    t, k = local_ids.shape
+    n_local = experts["w_gate"].shape[0]
+    m = t * k
+    flat = jnp.where(local, local_ids, n_local).reshape(-1)  # non-local / dropped -> trailing dummy group
+    order = jnp.argsort(flat, stable=True)
+    group_sizes = jnp.bincount(flat, length=n_local + 1)[:n_local].astype(jnp.int32)
+    src, block_group, n_blocks, _, _ = _block_layout(group_sizes, m, block_rows(m, n_local))
+    used = src < m
+    assignment = order[jnp.where(used, src, 0)]  # index into the flat [T*k] assignments
+    slot_token = jnp.where(used, assignment // k, t)  # t = out of range: gathers 0, the scatter drops it
+    slot_weight = jnp.where(used, weights.reshape(-1)[assignment], 0.0)
+    dt = x.dtype
+    w_gu = cast(jnp.concatenate([experts["w_gate"], experts["w_up"]], axis=-1), dt)[block_group]  # (n, D, 2F)
+    xp = jnp.take(x, slot_token, axis=0, mode="fill", fill_value=0).reshape(n_blocks, -1, x.shape[1])  # (n,b,D)
+    gate, up = jnp.split(jnp.einsum("nbd,ndf->nbf", xp, w_gu), 2, axis=-1)
+    yp = jnp.einsum("nbf,nfd->nbd", jax.nn.silu(gate) * up, cast(experts["w_down"], dt)[block_group])
+    contrib = yp.reshape(slot_token.shape[0], -1).astype(jnp.float32) * slot_weight[:, None]
+    return jnp.zeros((t, x.shape[1]), jnp.float32).at[slot_token].add(contrib, mode="drop")
+
+
 def sorted_expert_compute(
     x: jax.Array, local_ids: jax.Array, weights: jax.Array, local: jax.Array, experts: Params,
     matmul: str = "auto",
@@ -133,7 +185,10 @@ def sorted_expert_compute(
     """Sort + ragged_dot + scatter-add for the assignments flagged `local` (ids index `experts`).
 
     x [T, D], local_ids/weights/local [T, k]. Returns float32 [T, D]. Shared by "ragged" and "ep_allgather".
+    The "blocked" grouped matmul takes the fused path of `blocked_expert_compute`.
     """
+    if resolve_grouped_matmul(matmul) == "blocked":
+        return blocked_expert_compute(x, local_ids, weights, local, experts)
     t, k = local_ids.shape
     n_local = experts["w_gate"].shape[0]
     flat = jnp.where(local, local_ids, n_local).reshape(-1)  # non-local / dropped -> trailing dummy group

@@ -9,6 +9,10 @@ where ``m`` is the batch's ``loss_mask`` and ``weighted_loss`` is the model's co
 (Switch-style, only with ``balance="aux_loss"``) and router z-loss. The per-token terms are normalised by the
 token count of the whole (accumulated) batch, which makes gradient accumulation exact for them (``step.py``).
 
+By default the token terms are computed by the fused, chunked output head + cross-entropy of
+``chunked_loss.py`` (``ModelConfig.loss_chunk_tokens``), which gives the same values and gradients without
+materialising the [tokens, vocab] logits; ``loss_chunk_tokens=0`` takes the plain path through ``forward``.
+
 The stats returned are *summed* over microbatches by the train step, so batch means are pre-divided by the
 number of microbatches here.
 """
@@ -21,8 +25,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from moe_trainer.chunked_loss import chunked_lm_loss
 from moe_trainer.config import ModelConfig
-from moe_trainer.model import forward, update_router_bias
+from moe_trainer.model import forward, hidden_states, output_head, update_router_bias
 from moe_trainer.step import Batch, LossFn, PostUpdateFn
 
 
@@ -35,17 +40,29 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Arr
 
 
 def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | None = None) -> LossFn:
-    """The :data:`moe_trainer.step.LossFn` of the MoE language model ``cfg``."""
+    """The :data:`moe_trainer.step.LossFn` of the MoE language model ``cfg``.
+
+    The token terms go through the fused, chunked head + cross-entropy of ``chunked_loss.py`` unless
+    ``cfg.loss_chunk()`` is 0 (same values and gradients; less memory traffic and no [tokens, vocab] logits).
+    """
+    chunk = cfg.loss_chunk()
 
     def loss_fn(params: Any, batch: Batch, total_tokens: jax.Array, n_micro: int
                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
-                             dispatch=dispatch)
-        nll, logz = token_nll(logits, batch["targets"])
         mask = batch["loss_mask"].astype(jnp.float32)
-        ce_sum = jnp.sum(nll * mask)
-        z_sum = jnp.sum(jnp.square(logz) * mask)
-        loss = (ce_sum + cfg.logit_z_loss_coef * z_sum) / total_tokens + st.weighted_loss / n_micro
+        if chunk:
+            h, st = hidden_states(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
+                                  dispatch=dispatch)
+            token_sum, ce_sum, z_sum = chunked_lm_loss(h, output_head(params, cfg), batch["targets"], mask,
+                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk, mesh=mesh)
+        else:
+            logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
+                                 dispatch=dispatch)
+            nll, logz = token_nll(logits, batch["targets"])
+            ce_sum = jnp.sum(nll * mask)
+            z_sum = jnp.sum(jnp.square(logz) * mask)
+            token_sum = ce_sum + cfg.logit_z_loss_coef * z_sum
+        loss = token_sum / total_tokens + st.weighted_loss / n_micro
         stats = {
             "ce_sum": ce_sum,
             "tokens": jnp.sum(mask),

@@ -24,7 +24,8 @@ from moe_trainer.moe import LayerStats, moe_block
 from moe_trainer.params import init_params, param_logical_axes
 from moe_trainer.sharding import constrain
 
-__all__ = ["Model", "MoEStats", "forward", "init_params", "param_logical_axes", "update_router_bias"]
+__all__ = ["Model", "MoEStats", "forward", "hidden_states", "init_params", "output_head", "param_logical_axes",
+           "update_router_bias"]
 
 
 @jax.tree_util.register_dataclass
@@ -90,7 +91,29 @@ def forward(
     dispatch: str | None = None,
     capacity_factor: float | None | Literal["config"] = "config",
 ) -> tuple[jax.Array, MoEStats]:
-    """Logits float32 [B, S, V] and routing statistics for int32 tokens [B, S].
+    """Logits float32 [B, S, V] and routing statistics for int32 tokens [B, S] (arguments: `hidden_states`)."""
+    h, stats = hidden_states(params, tokens, cfg, segment_ids=segment_ids, mesh=mesh, dispatch=dispatch,
+                             capacity_factor=capacity_factor)
+    logits = linear(h, cast(output_head(params, cfg), h.dtype), preferred_element_type=jnp.float32)  # 2-D GEMM
+    return constrain(logits, ("batch", "seq", "act_vocab"), mesh), stats
+
+
+def output_head(params: Params, cfg: ModelConfig) -> jax.Array:
+    """The output head [D, V] (float32 parameters): lm_head, or the transposed embedding when tied."""
+    return params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+
+
+def hidden_states(
+    params: Params,
+    tokens: jax.Array,
+    cfg: ModelConfig,
+    *,
+    segment_ids: jax.Array | None = None,
+    mesh: Mesh | None = None,
+    dispatch: str | None = None,
+    capacity_factor: float | None | Literal["config"] = "config",
+) -> tuple[jax.Array, MoEStats]:
+    """Final-normed hidden states [B, S, D] (compute dtype), the output head's input, and routing statistics.
 
     segment_ids [B, S]: document ids of a packed batch (attention never crosses documents; negative = padding);
     None means one document per row. mesh: shard activations by the rules table (needed by the EP backends).
@@ -133,10 +156,7 @@ def forward(
             layer_stats.append(st)
 
     h = cast(rms_norm(x, params["final_norm"], cfg.norm_eps), dt)
-    head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
-    logits = linear(h, cast(head, dt), preferred_element_type=jnp.float32)  # 2-D GEMM: see layers.linear
-    logits = constrain(logits, ("batch", "seq", "act_vocab"), mesh)
-    return logits, _combine_stats(layer_stats, cfg)
+    return h, _combine_stats(layer_stats, cfg)
 
 
 def update_router_bias(params: Params, expert_load: jax.Array, rate: float | jax.Array) -> Params:

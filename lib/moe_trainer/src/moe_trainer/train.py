@@ -191,6 +191,17 @@ class _Compiled:
     batch_sharding: NamedSharding
 
 
+# XLA:CPU options of the train step. By default XLA:CPU (jax 0.10) hands dots and some reductions to YNNPACK
+# fusions; at the trainer's shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's own
+# Eigen GEMMs run them ~1.3-2x faster (docs/benchmarks/trainer.md), so the step turns those fusions off.
+CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def compiler_options(mesh: Mesh) -> dict[str, str] | None:
+    """XLA compiler options for the train step on ``mesh``'s platform (None: XLA's defaults)."""
+    return dict(CPU_COMPILER_OPTIONS) if mesh.devices.flat[0].platform == "cpu" else None
+
+
 @functools.lru_cache(maxsize=8)
 def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig, health: HealthConfig,
              accum_steps: int, num_steps: int, seed: int, mesh: Mesh, batch_shape: tuple[int, int]) -> _Compiled:
@@ -210,7 +221,7 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
     shardings = state_shardings(abstract, param_shardings(model, mesh), mesh)
     batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
     jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
-                       donate_argnums=0)
+                       donate_argnums=0, compiler_options=compiler_options(mesh))
     return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
 
 

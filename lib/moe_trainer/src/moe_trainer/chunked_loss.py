@@ -1,0 +1,168 @@
+"""Fused, chunked output head + cross-entropy: the [tokens, vocab] logits never exist all at once.
+
+``chunked_lm_loss(h, w, targets, weights, z_coef=..., chunk_tokens=...)`` returns the same three sums as the
+plain path (``logits = h @ w`` then ``loss.token_nll``)::
+
+    loss_sum = Σ_t m_t·(CE_t + z_coef·lse_t²),   ce_sum = Σ_t m_t·CE_t,   z_sum = Σ_t m_t·lse_t²
+
+with lse_t = logsumexp(logits_t) and m the per-token loss weights (the batch's ``loss_mask``). It walks the
+sequence in chunks of about ``chunk_tokens`` tokens (the idea of Levanter's blockwise cross-entropy and Liger's
+fused linear cross-entropy) and, for each chunk, computes the logits, their logsumexp, the loss terms and at
+once the gradient of ``loss_sum`` with respect to those logits::
+
+    dL/dlogits_t = m_t·(softmax_t·(1 + 2·z_coef·lse_t) - onehot(target_t))
+
+which it turns into the chunk's rows of dL/dh (``dlogits @ wᵀ``) and adds into dL/dw (``h_chunkᵀ @ dlogits``).
+So the backward pass only scales the stored dL/dh and dL/dw by the upstream cotangent: nothing is recomputed,
+and a chunk's logits are consumed while still in cache. Only ``loss_sum`` is differentiable; ``ce_sum`` and
+``z_sum`` are statistics (their gradient is zero by construction, ``stop_gradient``).
+
+Numerics: the logits, softmax and every sum are float32 whatever the compute dtype of ``h``/``w`` (matmuls
+accumulate in float32); dL/dlogits is cast to the compute dtype for the two gradient matmuls, as mixed-precision
+training does. Chunks split the *sequence* axis, never the batch axis, so under a mesh every chunk keeps the
+batch sharding of ``h`` and the vocabulary sharding of ``w`` (the logsumexp over a vocab-sharded chunk is an
+all-reduce XLA inserts). The chunks run in a ``lax.scan``: compile time does not grow with the sequence length.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from moe_trainer.sharding import constrain
+
+__all__ = ["chunked_lm_loss", "seq_chunks"]
+
+
+def seq_chunks(batch: int, seq: int, chunk_tokens: int) -> tuple[int, int]:
+    """(number of chunks, sequence positions per chunk) for about ``chunk_tokens`` tokens per chunk.
+
+    A chunk holds ``batch x positions`` tokens; the sequence is padded up to ``chunks x positions`` when the
+    chunks do not divide it (the padding carries zero loss weight).
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens={chunk_tokens} must be >= 1 (tokens per output-head chunk)")
+    per_chunk = max(1, min(seq, chunk_tokens // max(batch, 1)))
+    n = -(-seq // per_chunk)
+    return n, -(-seq // n)
+
+
+def _chunk_terms(h: jax.Array, w: jax.Array, t: jax.Array, mesh: Mesh | None
+                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Logits of one chunk h [B, C, D] and their float32 per-token terms: (logits, lse, ce, onehot mask)."""
+    b, c, d = h.shape
+    logits = jnp.dot(h.reshape(b * c, d), w, preferred_element_type=jnp.float32).reshape(b, c, -1)
+    logits = constrain(logits, ("batch", "seq", "act_vocab"), mesh)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    # a gather of one logit per token: cheaper than another pass over the [B, C, V] chunk
+    ce = lse - jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]
+    onehot = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2) == t[..., None]
+    return logits, lse, ce, onehot
+
+
+def _split(x: jax.Array, n: int, c: int) -> jax.Array:
+    """[B, n*c, ...] -> [n, B, c, ...] (chunk-major, for lax.scan)."""
+    b = x.shape[0]
+    return jnp.moveaxis(x.reshape(b, n, c, *x.shape[2:]), 1, 0)
+
+
+def _merge(x: jax.Array) -> jax.Array:
+    """Inverse of _split: [n, B, c, ...] -> [B, n*c, ...]."""
+    n, b, c = x.shape[:3]
+    return jnp.moveaxis(x, 0, 1).reshape(b, n * c, *x.shape[3:])
+
+
+def _pad_seq(h: jax.Array, targets: jax.Array, weights: jax.Array, total: int
+             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    pad = total - h.shape[1]
+    if pad == 0:
+        return h, targets, weights
+    widths = [(0, 0), (0, pad)]
+    return (jnp.pad(h, [*widths, (0, 0)]), jnp.pad(targets, widths), jnp.pad(weights, widths))
+
+
+def _sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+          mesh: Mesh | None, with_grads: bool) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+    """The three loss sums and, when ``with_grads``, (dL/dh, dL/dw, dL/dweights) of loss_sum."""
+    b, s, d = h.shape
+    c = -(-s // n)
+    hp, tp, mp = _pad_seq(h, targets, weights, n * c)
+    xs = (_split(hp, n, c), _split(tp, n, c), _split(mp, n, c))
+    dt = h.dtype
+
+    def body(dw: jax.Array | None, x: tuple[jax.Array, jax.Array, jax.Array]
+             ) -> tuple[jax.Array | None, tuple[jax.Array, ...]]:
+        hc, tc, mc = x
+        logits, lse, ce, onehot = _chunk_terms(hc, w, tc, mesh)
+        term = ce + z_coef * jnp.square(lse)  # per-token loss: also dL/dweights
+        sums = (jnp.sum(mc * term), jnp.sum(mc * ce), jnp.sum(mc * jnp.square(lse)))
+        if dw is None:
+            return None, sums
+        probs = jnp.exp(logits - lse[..., None])
+        scale = (1.0 + 2.0 * z_coef * lse)[..., None]
+        dlogits = (mc[..., None] * (probs * scale - onehot.astype(jnp.float32))).astype(w.dtype)
+        dlogits2 = dlogits.reshape(b * c, -1)
+        dh = jnp.dot(dlogits2, w.T, preferred_element_type=jnp.float32).reshape(b, c, d).astype(dt)
+        dw = dw + jax.lax.dot_general(hc.reshape(b * c, d), dlogits2, (((0,), (0,)), ((), ())),
+                                      preferred_element_type=jnp.float32)
+        return dw, (*sums, dh, term)
+
+    dw0 = jnp.zeros(w.shape, jnp.float32) if with_grads else None
+    dw, out = jax.lax.scan(body, dw0, xs)
+    sums = tuple(jnp.sum(o) for o in out[:3])
+    if not with_grads:
+        return sums, None
+    assert dw is not None
+    dh = _merge(out[3])[:, :s]
+    dweights = _merge(out[4])[:, :s]
+    return sums, (dh, dw, dweights)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _fused(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+           mesh: Mesh | None) -> tuple[jax.Array, ...]:
+    return _sums(h, w, targets, weights, z_coef, n, mesh, with_grads=False)[0]
+
+
+def _fused_fwd(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+               mesh: Mesh | None) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    sums, grads = _sums(h, w, targets, weights, z_coef, n, mesh, with_grads=True)
+    assert grads is not None
+    return sums, grads
+
+
+def _fused_bwd(z_coef: float, n: int, mesh: Mesh | None, res: tuple[jax.Array, ...], g: tuple[jax.Array, ...]
+               ) -> tuple[jax.Array | None, ...]:
+    del z_coef, n, mesh
+    dh, dw, dweights = res
+    g_loss = g[0]  # g[1], g[2] (ce_sum, z_sum) are stop_gradient'ed by chunked_lm_loss: always zero
+    # w was cast to h's dtype by chunked_lm_loss, so both cotangents take dh's dtype
+    return ((g_loss * dh.astype(jnp.float32)).astype(dh.dtype), (g_loss * dw).astype(dh.dtype), None,
+            g_loss * dweights)
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, z_coef: float,
+                    chunk_tokens: int, mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(loss_sum, ce_sum, z_sum) of hidden states h [B, S, D] under the output head w [D, V] (see the module
+    docstring). targets int [B, S]; weights float [B, S] (the loss mask). Only loss_sum carries a gradient.
+
+    The returned sums are float32; the gradients come back in the dtypes of h, w and weights.
+    """
+    if h.ndim != 3 or w.ndim != 2 or h.shape[-1] != w.shape[0]:
+        raise ValueError(f"chunked_lm_loss: h must be [batch, seq, d] and w [d, vocab]; got h {h.shape}, "
+                         f"w {w.shape}")
+    if targets.shape != h.shape[:2] or weights.shape != h.shape[:2]:
+        raise ValueError(f"chunked_lm_loss: targets {targets.shape} and weights {weights.shape} must both be "
+                         f"[batch, seq] = {h.shape[:2]}")
+    if w.dtype != h.dtype:
+        w = w.astype(h.dtype)
+    n, _ = seq_chunks(h.shape[0], h.shape[1], chunk_tokens)
+    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32), float(z_coef),
+                                     n, mesh)
+    return loss_sum, jax.lax.stop_gradient(ce_sum), jax.lax.stop_gradient(z_sum)
