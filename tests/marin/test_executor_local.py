@@ -226,7 +226,7 @@ class BrokenPublisher:
         raise ConnectionError("tracker unreachable")
 
 
-def test_publishers_see_running_and_final_views_and_failures_never_fail_the_run(
+def test_publishers_see_every_transition_and_failures_never_fail_the_run(
     run_marin: Run, marin_prefix: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rec = RecordingPublisher()
@@ -324,9 +324,9 @@ def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
 def test_views_are_published_at_most_every_interval_however_many_steps_change(
     run_marin: Run, tmp_path: Path
 ) -> None:
-    """A view lists every step: one per transition would make a 1,000-step run quadratic. Views are coalesced to
-    one per VIEW_INTERVAL_S, and the last state before the final view is never older than one interval."""
-    from marin.execution.main import VIEW_INTERVAL_S
+    """A view lists every step: one per transition would make a 1,000-step run quadratic. Above
+    VIEW_EVERY_TRANSITION_MAX_STEPS steps, views are coalesced to one per VIEW_INTERVAL_S."""
+    from marin.execution.main import VIEW_EVERY_TRANSITION_MAX_STEPS, VIEW_INTERVAL_S
 
     rec = RecordingPublisher()
     root = Step(name="many/root", fn=count_and_write, config=CountConfig(
@@ -334,6 +334,7 @@ def test_views_are_published_at_most_every_interval_however_many_steps_change(
     leaves = [Step(name=f"many/leaf{i}", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), inputs=(output_path_of(root),)))
         for i in range(150)]
+    assert len(leaves) + 1 > VIEW_EVERY_TRANSITION_MAX_STEPS
     t0 = time.monotonic()
     result = run_marin(leaves, publishers=[rec], script="experiments/exp7_many.py")
     wall_s = time.monotonic() - t0
