@@ -104,7 +104,7 @@ class Executor:
         self.ready: deque[str] = deque()
         self.running: set[str] = set()
         self.waiting: set[str] = set()
-        self.queue_behind = bool(getattr(backend, "queues_behind_dependencies", False))
+        self.queue_behind = bool(backend.queues_behind_dependencies)
         self._eager: deque[str] = deque()  # launched steps whose dependents may be queued behind them
         self._resume: deque[tuple[str, int, dict[str, Any], bool]] = deque()  # deferred results now ready to handle
 
@@ -310,9 +310,7 @@ class Executor:
             st.deferred = (attempt, result)
             return
         self.running.discard(key)
-        forget = getattr(self.backend, "forget", None)
-        if forget is not None:
-            forget(key)
+        self.backend.forget(key)
         lease = sf.lease_path(st.path)
         # An attempt that succeeded checked the lease itself before it wrote SUCCESS; otherwise check it here.
         if result.get("lease_lost") or (not result.get("ok") and not self.leases.holds(lease)):

@@ -179,6 +179,9 @@ class LocalBackend:
         if worker in self._workers:
             self._workers.remove(worker)
 
+    def forget(self, key: str) -> None:
+        """Nothing to drop: attempts are never queued behind others here."""
+
     def cancel(self, key: str) -> None:
         with self._lock:
             worker = next((w for w in self._workers if w.task is not None and w.task.key == key), None)

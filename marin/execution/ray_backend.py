@@ -16,7 +16,7 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.errors import InfeasibleResourcesError
 from marin.execution.local_backend import Task
-from marin.execution.worker import execute_step
+from marin.execution.worker import error_record, execute_step
 
 OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
 
@@ -139,8 +139,6 @@ class RayBackend:
         try:
             result = fut.result()
         except BaseException as exc:  # Ray-level failure (node died, task cancelled): the step did not finish
-            from marin.execution.worker import error_record
-
             result = error_record(exc)
             result["preempted"] = True
         self.completions.put(("done", task.key, task.attempt, result))

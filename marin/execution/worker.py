@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import pickle
 import sys
@@ -24,6 +23,10 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from marin.status import files as sf
+from marin.storage.fs import Storage, storage_for
+from marin.storage.lease import LeaseInfo
 
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own `env`
 # passes one explicitly, so a step that prints its environment cannot leak them into its log.
@@ -44,20 +47,13 @@ class StepRecord:
     step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
 
 
-def _lease_owner(storage: Any, output_path: str) -> str | None:
-    from marin.status import files as sf
-
+def _lease_owner(storage: Storage, output_path: str) -> str | None:
     text = storage.read_text(sf.lease_path(output_path))
-    try:
-        return str(json.loads(text)["owner"]) if text else None
-    except (ValueError, KeyError, TypeError):
-        return None
+    lease = LeaseInfo.parse(text) if text else None
+    return lease.owner if lease else None
 
 
 def _record_start(record: StepRecord, started: float) -> None:
-    from marin.status import files as sf
-    from marin.storage.fs import storage_for
-
     storage = storage_for(record.output_path)
     if record.step_json is not None:
         storage.write_text(sf.step_json_path(record.output_path), record.step_json)
@@ -70,9 +66,6 @@ def _record_start(record: StepRecord, started: float) -> None:
 
 def _record_success(record: StepRecord, started: float, ended: float) -> bool:
     """Write SUCCESS if the executor still holds the lease; False (nothing written) if it lost it."""
-    from marin.status import files as sf
-    from marin.storage.fs import storage_for
-
     storage = storage_for(record.output_path)
     if _lease_owner(storage, record.output_path) != record.executor:
         return False
@@ -153,6 +146,7 @@ def execute_step(
         except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
             failure = error_record(exc)
             failure["message"] = f"cannot write the step's RUNNING status: {failure['message']}"
+            failure["started"], failure["ended"] = started, time.time()  # it started: an ordinary failure
             return failure
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
@@ -182,8 +176,6 @@ def execute_step(
     result["started"] = started
     result["ended"] = time.time()
     if remote_log:
-        from marin.storage.fs import storage_for
-
         storage_for(log_path).upload_file(local_log, log_path)
         os.unlink(local_log)
     if record is not None and result["ok"]:

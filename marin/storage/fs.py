@@ -100,13 +100,17 @@ _TMP_TOKEN = uuid.uuid4().hex[:12]
 _TMP_COUNTER = itertools.count()
 
 
-_THREAD_LOCKS = [threading.Lock() for _ in range(64)]  # striped by path; see LocalStorage._locked
+def _new_thread_locks() -> list[threading.Lock]:
+    return [threading.Lock() for _ in range(64)]  # striped by path; see LocalStorage._locked
+
+
+_THREAD_LOCKS = _new_thread_locks()
 
 
 def _fresh_thread_locks() -> None:
     # A fork copies locks held by other threads as held forever: the child starts with its own, free ones.
     global _THREAD_LOCKS
-    _THREAD_LOCKS = [threading.Lock() for _ in range(64)]
+    _THREAD_LOCKS = _new_thread_locks()
 
 
 os.register_at_fork(after_in_child=_fresh_thread_locks)
