@@ -319,7 +319,9 @@ class Executor:
             return
         # A queued attempt that never called fn: it saw a failed attempt of a dependency that was then retried,
         # or Ray failed it because a dependency's task was cancelled. Not a failure of this step: submit again.
-        if result.get("skipped") or (was_queued and not result.get("ok") and "started" not in result):
+        # A Ray-level failure (worker died) does not say whether fn had started; the worker's RUNNING does.
+        if result.get("skipped") or (was_queued and not result.get("ok") and "started" not in result
+                                     and not self._attempt_started(st)):
             st.attempt -= 1
             self._launch(key, first=st.attempt == int((st.previous or {}).get("attempt") or 0))
             return
@@ -343,6 +345,12 @@ class Executor:
                         started=st.started, ended=st.ended, error=error)
         self.leases.release(lease)
         self._failed(key, error, status=status, exc_pickle=result.get("exception"))
+
+    def _attempt_started(self, st: StepState) -> bool:
+        """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""
+        current = sf.read_status(self.storage, st.path) or {}
+        return (current.get("status") == sf.RUNNING and current.get("attempt") == st.attempt
+                and current.get("run_id") == self.ctx.run_id)
 
     def _succeeded(self, key: str, note: str) -> None:
         st = self.states[key]

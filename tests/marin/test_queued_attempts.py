@@ -16,8 +16,9 @@ import pytest
 
 from marin import Step, output_path_of, run_experiment, this_output_path
 from marin.execution import main as marin_main
+from marin.execution import worker
 from marin.execution.local_backend import Task
-from marin.execution.worker import execute_step
+from marin.execution.worker import error_record, execute_step
 from tests.marin.fns import CountConfig, FailConfig, FlakyConfig, count_and_write, fail, flaky
 
 
@@ -53,12 +54,14 @@ class ReversingQueueBackend:
             for t in list(self._pending):
                 if all(k in self._results for k in t.after):
                     self._pending.remove(t)
-                    result = execute_step(t.fn, t.config, t.log_path, t.env, t.record,
-                                          *[self._results[k] for k in t.after])
+                    result = self._execute(t)
                     self._results[t.key] = result
                     with self._lock:
                         self._burst.append(("done", t.key, t.attempt, result))
                     progressed = True
+
+    def _execute(self, t: Task) -> dict[str, Any]:
+        return execute_step(t.fn, t.config, t.log_path, t.env, t.record, *[self._results[k] for k in t.after])
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(0.05):
@@ -76,6 +79,17 @@ class ReversingQueueBackend:
     def shutdown(self) -> None:
         self._stop.set()
         self._flusher.join(timeout=5)
+
+
+class CrashingQueueBackend(ReversingQueueBackend):
+    """Like ReversingQueueBackend, but the first attempt of `q/b` dies after its worker wrote RUNNING, the way a
+    Ray worker process that is killed mid-step fails: Ray reports an error and no start time."""
+
+    def _execute(self, t: Task) -> dict[str, Any]:
+        if t.name == "q/b" and t.attempt == 1:
+            worker._record_start(t.record, time.time())
+            return {**error_record(RuntimeError("the worker died")), "preempted": True}
+        return super()._execute(t)
 
 
 @pytest.fixture
@@ -158,3 +172,23 @@ def test_attempts_queued_behind_a_final_failure_become_dep_failed_without_runnin
         assert not Path(result.output_path(name), ".marin/lease.json").exists()
         assert not Path(result.output_path(name), ".marin/logs").exists()
     assert not (tmp_path / "ran.txt").exists()
+
+
+def test_a_queued_attempt_whose_worker_died_after_starting_counts_as_an_attempt(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    made: list[CrashingQueueBackend] = []
+    monkeypatch.setattr(marin_main, "_make_backend", lambda *a: made.append(CrashingQueueBackend(a[1])) or made[-1])
+    counter = str(tmp_path / "ran.txt")
+    a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
+    b = Step(name="q/b", fn=count_and_write, retries=1,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(a),)))
+    result = run_experiment([b], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False,
+                            script="q.py")
+    assert result.status == "SUCCESS", result.summary
+    [backend] = made
+    # b's first attempt was queued behind a; its result (a crash after RUNNING) was held until a's was handled.
+    # It started, so it is a preempted attempt and the retry is attempt 2 with its own log, not attempt 1 again.
+    assert backend.submitted == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/b", 2, ())]
+    assert _events(result, "q/b") == [("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert _status(result, "q/b")["attempt"] == 2
+    assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b")]
