@@ -1,6 +1,6 @@
 """Storage on object stores against real servers on loopback: S3 conditional writes (moto) for leases, and a
-whole run under an s3:// prefix; gs:// basic operations against the GCS emulator (which ignores preconditions,
-so GCS lease atomicity is documented, not proven here)."""
+whole run under an s3:// prefix; gs:// basic operations against the GCS emulator (which ignores preconditions;
+the GCS lease races are proven against fake-gcs-server in test_gcs_preconditions.py)."""
 
 from __future__ import annotations
 

