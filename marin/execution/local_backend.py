@@ -4,7 +4,10 @@ A worker is forked the first time no idle worker is free (so at most `--max-conc
 one attempt after another: the step function and its resolved config travel over a pipe (pickled by
 reference, which works because the worker is a fork of the process that defined them). Forking a fresh
 process per step costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker
-costs a fraction of a millisecond per step. A step that crashes its worker (segfault, `os._exit`, SIGKILL) is
+costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out a node's:
+an attempt starts only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit
+start meanwhile), and a request larger than the machine is an error before anything runs (see resources.py;
+custom resources are declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is
 reported as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each
 attempt restores the working directory and the environment it changed. Workers die with the executor
 (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
@@ -23,6 +26,7 @@ import signal
 import threading
 from typing import Any
 
+from marin.execution.resources import check_feasible, local_machine, requested
 from marin.execution.worker import error_record, execute_step
 
 _PR_SET_PDEATHSIG = 1
@@ -89,6 +93,9 @@ class LocalBackend:
         self.completions = completions
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
+        self._free = local_machine()  # what is not held by a running attempt
+        self._pending: list[Task] = []  # submitted, waiting for resources; started in order as they fit
+        self._holding: dict[str, dict[str, float]] = {}  # running attempt's key -> what it holds
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -97,7 +104,9 @@ class LocalBackend:
         self._reaper.start()
 
     def check_resources(self, tasks: list[tuple[str, Any]]) -> None:
-        """Local processes share this machine: resources are not enforced here (see docs/concepts.md)."""
+        check_feasible(tasks, [local_machine()], "lower the step's resources, run it on a Ray cluster that has "
+                       "them (--backend ray --ray-address ...), or declare custom resources this machine has "
+                       "in MARIN_LOCAL_RESOURCES (e.g. '{\"TPU\": 4}')")
 
     def _spawn(self) -> _Worker:
         task_r, task_w = mpc.Pipe(duplex=False)
@@ -127,16 +136,38 @@ class LocalBackend:
 
     def submit(self, task: Task) -> None:
         with self._lock:
-            worker = next((w for w in self._workers if w.task is None), None) or self._spawn()
-            worker.task = task
-        try:
-            worker.tasks.send((task.fn, task.config, task.log_path, task.env, task.record))
-        except Exception as exc:  # e.g. a config value that cannot be pickled
-            with self._lock:
-                worker.task = None
-            record = error_record(exc)
-            record["message"] = f"cannot send the step to a worker process: {record['message']}"
-            self.completions.put(("done", task.key, task.attempt, record))
+            self._pending.append(task)
+        self._start_what_fits()
+
+    def _start_what_fits(self) -> None:
+        """Start every pending attempt whose request fits in what is free, in submission order."""
+        starts = []
+        with self._lock:
+            for task in list(self._pending):
+                want = requested(task.resources)
+                if all(self._free.get(k, 0.0) >= v for k, v in want.items()):
+                    self._pending.remove(task)
+                    for k, v in want.items():
+                        self._free[k] -= v
+                    self._holding[task.key] = want
+                    worker = next((w for w in self._workers if w.task is None), None) or self._spawn()
+                    worker.task = task
+                    starts.append((worker, task))
+        for worker, task in starts:
+            try:
+                worker.tasks.send((task.fn, task.config, task.log_path, task.env, task.record))
+            except Exception as exc:  # e.g. a config value that cannot be pickled
+                with self._lock:
+                    worker.task = None
+                    self._release(task.key)
+                record = error_record(exc)
+                record["message"] = f"cannot send the step to a worker process: {record['message']}"
+                self.completions.put(("done", task.key, task.attempt, record))
+
+    def _release(self, key: str) -> None:
+        """Give back what attempt `key` held (call with the lock held)."""
+        for k, v in self._holding.pop(key, {}).items():
+            self._free[k] += v
 
     def _reap_loop(self) -> None:
         while not self._closed:
@@ -158,6 +189,8 @@ class LocalBackend:
             task, worker.task = worker.task, None
             if result is None:
                 self._retire(worker)
+            if task is not None:
+                self._release(task.key)
         if task is None:
             return
         if result is None:
@@ -167,6 +200,7 @@ class LocalBackend:
             result = {"ok": False, "type": "WorkerDied", "message": f"the step's worker process {how} before reporting",
                       "traceback": "", "exception": None, "preempted": sig is not None}
         self.completions.put(("done", task.key, task.attempt, result))
+        self._start_what_fits()
 
     def _retire(self, worker: _Worker) -> None:
         if worker not in self._workers:
@@ -184,6 +218,7 @@ class LocalBackend:
 
     def cancel(self, key: str) -> None:
         with self._lock:
+            self._pending = [t for t in self._pending if t.key != key]  # never started: nothing to report
             worker = next((w for w in self._workers if w.task is not None and w.task.key == key), None)
         if worker is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -191,6 +226,7 @@ class LocalBackend:
 
     def shutdown(self) -> None:
         with self._lock:
+            self._pending.clear()
             workers = list(self._workers)
         for w in workers:
             if w.task is not None:

@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 from marin.definition.step import Resources
-from marin.errors import InfeasibleResourcesError
 from marin.execution.local_backend import Task
+from marin.execution.resources import check_feasible
 from marin.execution.worker import error_record, execute_step
 
 OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
@@ -65,36 +65,6 @@ def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def requested(resources: Resources) -> dict[str, float]:
-    out = {"CPU": float(resources.num_cpus)}
-    if resources.num_gpus:
-        out["GPU"] = float(resources.num_gpus)
-    if resources.memory:
-        out["memory"] = float(resources.memory)
-    out.update({k: float(v) for k, v in resources.resources.items()})
-    return {k: v for k, v in out.items() if v > 0}
-
-
-def check_feasible(requests: list[tuple[str, Resources]], nodes: list[dict[str, float]]) -> None:
-    """Raise InfeasibleResourcesError for the first step whose request fits on no single node."""
-    problems = []
-    for name, res in requests:
-        want = requested(res)
-        if any(all(node.get(k, 0.0) >= v for k, v in want.items()) for node in nodes):
-            continue
-        missing = sorted(k for k, v in want.items() if not any(node.get(k, 0.0) >= v for node in nodes))
-        detail = ", ".join(
-            f"{k}={want[k]:g} (largest node has {max((n.get(k, 0.0) for n in nodes), default=0.0):g})"
-            for k in (missing or sorted(want))
-        )
-        problems.append(f"step {name} requests {detail}")
-    if problems:
-        raise InfeasibleResourcesError(
-            "resource requests no node of the Ray cluster can ever satisfy:\n  " + "\n  ".join(problems)
-            + "\nFix: lower the step's resources, or add a node that has them (e.g. ray start --resources=...)"
-        )
-
-
 def _run_attempt(attempt: tuple[Any, Any, str, dict[str, str], Any], *dependencies: Any) -> dict[str, Any]:
     fn, config, log_path, env, record = attempt
     return execute_step(fn, config, log_path, env, record, *dependencies)
@@ -117,7 +87,8 @@ class RayBackend:
         nodes = [
             {k: float(v) for k, v in n.get("Resources", {}).items()} for n in self.ray.nodes() if n.get("Alive")
         ]
-        check_feasible(tasks, nodes)
+        check_feasible(tasks, nodes, "lower the step's resources, or add a node that has them "
+                       "(e.g. ray start --resources=...)")
 
     def submit(self, task: Task) -> None:
         options = ray_options(task.resources, task.env)

@@ -173,3 +173,49 @@ def die(cfg: DieConfig) -> None:
     if cfg.how == "kill":
         os.kill(os.getpid(), _signal.SIGKILL)
     os._exit(3)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExclusiveConfig:
+    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too."""
+
+    output_path: str
+    markers_dir: str
+    hold_s: float = 0.3
+
+
+def exclusive(cfg: ExclusiveConfig) -> None:
+    os.makedirs(cfg.markers_dir, exist_ok=True)
+    mine = os.path.join(cfg.markers_dir, os.path.basename(cfg.output_path))
+    Path(mine).write_text("running\n")
+    try:
+        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
+        if others:
+            raise RuntimeError(f"ran at the same time as {others}")
+        time.sleep(cfg.hold_s)
+        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
+        if others:
+            raise RuntimeError(f"ran at the same time as {others}")
+    finally:
+        os.unlink(mine)
+    os.makedirs(cfg.output_path, exist_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RendezvousConfig:
+    """Writes `arrive_file`, then waits for every file in `others` (so it only succeeds if they run at once)."""
+
+    output_path: str
+    arrive_file: str
+    others: tuple[str, ...]
+    timeout_s: float = 60.0
+
+
+def rendezvous(cfg: RendezvousConfig) -> None:
+    Path(cfg.arrive_file).write_text("here\n")
+    deadline = time.time() + cfg.timeout_s
+    while not all(os.path.exists(p) for p in cfg.others):
+        if time.time() > deadline:
+            raise TimeoutError(f"the other steps never arrived: {cfg.others}")
+        time.sleep(0.02)
+    os.makedirs(cfg.output_path, exist_ok=True)

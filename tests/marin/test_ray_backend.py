@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from marin import InfeasibleResourcesError, Resources, Step, StepFailedError, output_path_of, this_output_path
-from marin.execution.ray_backend import check_feasible, ray_options
+from marin.execution.ray_backend import ray_options
+from marin.execution.resources import check_feasible
 from tests.marin.fns import (
     CountConfig,
     EnvConfig,
@@ -40,15 +41,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 def test_check_feasible_names_the_step_and_the_missing_resource() -> None:
     nodes = [{"CPU": 2.0, "memory": 4e9}, {"CPU": 1.0, "fake_gpu": 1.0}]
-    check_feasible([("ok/cpu", Resources(num_cpus=2)), ("ok/gpu", Resources(resources={"fake_gpu": 1}))], nodes)
+    check_feasible([("ok/cpu", Resources(num_cpus=2)), ("ok/gpu", Resources(resources={"fake_gpu": 1}))], nodes,
+                   "add a node")
     with pytest.raises(InfeasibleResourcesError) as info:
         check_feasible([("train/big", Resources(num_cpus=1, resources={"TPU": 4})),
-                        ("ok/cpu", Resources(num_cpus=1))], nodes)
+                        ("ok/cpu", Resources(num_cpus=1))], nodes, "add a node")
     assert "step train/big requests TPU=4 (largest node has 0)" in str(info.value)
     assert "ok/cpu" not in str(info.value)
     with pytest.raises(InfeasibleResourcesError, match="step split/x requests CPU=2"):
         # each resource exists somewhere, but no single node has both
-        check_feasible([("split/x", Resources(num_cpus=2, resources={"fake_gpu": 1}))], nodes)
+        check_feasible([("split/x", Resources(num_cpus=2, resources={"fake_gpu": 1}))], nodes, "add a node")
 
 
 def test_ray_options_carry_resources_and_env() -> None:

@@ -1,0 +1,77 @@
+"""Resource requests as named quantities, the feasibility check both backends run before anything is
+submitted, and what this machine offers to the `local` backend.
+
+A request is `{"CPU": n, "GPU": n, "memory": bytes, <custom>: n}` (Ray's names). A request that no single node
+can ever satisfy is an `InfeasibleResourcesError` naming the step and the missing resource, instead of a step
+that waits forever.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from marin.definition.step import Resources
+from marin.errors import InfeasibleResourcesError
+
+LOCAL_RESOURCES_ENV = "MARIN_LOCAL_RESOURCES"
+
+
+def requested(resources: Resources) -> dict[str, float]:
+    out = {"CPU": float(resources.num_cpus)}
+    if resources.num_gpus:
+        out["GPU"] = float(resources.num_gpus)
+    if resources.memory:
+        out["memory"] = float(resources.memory)
+    out.update({k: float(v) for k, v in resources.resources.items()})
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def check_feasible(requests: list[tuple[str, Resources]], nodes: list[dict[str, float]], fix: str) -> None:
+    """Raise InfeasibleResourcesError listing every step whose request fits on no single node."""
+    problems = []
+    for name, res in requests:
+        want = requested(res)
+        if any(all(node.get(k, 0.0) >= v for k, v in want.items()) for node in nodes):
+            continue
+        missing = sorted(k for k, v in want.items() if not any(node.get(k, 0.0) >= v for node in nodes))
+        detail = ", ".join(
+            f"{k}={want[k]:g} (largest node has {max((n.get(k, 0.0) for n in nodes), default=0.0):g})"
+            for k in (missing or sorted(want))
+        )
+        problems.append(f"step {name} requests {detail}")
+    if problems:
+        raise InfeasibleResourcesError(
+            "resource requests no node can ever satisfy:\n  " + "\n  ".join(problems) + f"\nFix: {fix}"
+        )
+
+
+def _visible_gpus() -> float:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:  # "" hides every GPU; "-1" too
+        return float(len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return float(len(glob.glob("/dev/nvidia[0-9]*")))
+
+
+def local_machine() -> dict[str, float]:
+    """What the `local` backend hands out: this machine's CPUs, visible NVIDIA GPUs and memory, plus custom
+    resources declared as JSON in MARIN_LOCAL_RESOURCES (e.g. '{"TPU": 4}' on a TPU VM)."""
+    out = {"CPU": float(os.cpu_count() or 1),
+           "memory": float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))}
+    gpus = _visible_gpus()
+    if gpus:
+        out["GPU"] = gpus
+    declared = os.environ.get(LOCAL_RESOURCES_ENV)
+    if declared:
+        try:
+            extra = json.loads(declared)
+            if not isinstance(extra, dict) or not all(
+                    isinstance(k, str) and isinstance(v, int | float) and v >= 0 for k, v in extra.items()):
+                raise ValueError("expected a JSON object of names to numbers >= 0")
+        except ValueError as e:
+            raise InfeasibleResourcesError(
+                f"{LOCAL_RESOURCES_ENV}={declared!r} is not valid: {e}. Fix: set it to a JSON object such as "
+                '\'{"TPU": 4}\'') from e
+        out.update({k: float(v) for k, v in extra.items()})
+    return out
