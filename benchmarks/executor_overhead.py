@@ -10,7 +10,9 @@ no-op work as raw `ray.remote` tasks in the same process, and the ratio; re-runn
 For the Ray figures it also reports the CPU seconds the whole process tree used (driver, raylet, GCS, workers;
 from psutil), because on a small machine both sides are CPU-bound and the CPU ratio is what the wall ratio
 cannot go below. `records_floor` is the CPU cost per step of the least file work the on-storage contract
-requires, done with bare syscalls, and the ratio to raw Ray that cost alone implies.
+requires, done with bare syscalls, and the ratio to raw Ray that cost alone implies. Each Ray figure is the
+median of `--repeats` back-to-back pairs (raw Ray, then the executor); `ray_over_raw_samples` lists every pair's
+ratio, because a single pair on a small shared machine can be off by 20%.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -77,8 +80,8 @@ def time_plan(n: int, shape: str) -> dict[str, float]:
             "plan_s": round(t3 - t2, 3), "total_s": round(t3 - t1, 3)}
 
 
-def time_run(n: int, shape: str, backend: str, prefix: str) -> float:
-    steps = SHAPES[shape](n, f"{backend}-{shape}{n}")
+def time_run(n: int, shape: str, backend: str, prefix: str, rep: int = 0) -> float:
+    steps = SHAPES[shape](n, f"{backend}-{shape}{n}" + (f"-r{rep}" if rep else ""))
     t0 = time.perf_counter()
     result = run_experiment(steps, prefix=prefix, backend=backend, verbose=False, script=f"bench_{shape}.py")
     wall = time.perf_counter() - t0
@@ -184,6 +187,8 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend and raw Ray figures")
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--plan-size", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="back-to-back (raw Ray, executor) pairs per Ray figure; the median is reported")
     args = parser.parse_args()
 
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -211,19 +216,30 @@ def main() -> None:
         out["ray"] = {}
         out["raw_ray"] = {}
         out["ray_over_raw"] = {}
+        out["ray_over_raw_samples"] = {}
         out["cpu_s"] = {"ray": {}, "raw_ray": {}, "ray_over_raw": {}}
         for n in args.sizes:
             for shape in SHAPES:
-                key = f"{shape}_{n}_s"
-                out["raw_ray"][key], raw_cpu = with_cpu(lambda n=n, shape=shape: raw_ray(n, shape))
-                out["ray"][key], ours_cpu = with_cpu(lambda n=n, shape=shape: time_run(n, shape, "ray", ray_prefix))
-                out["ray_over_raw"][f"{shape}_{n}"] = round(out["ray"][key] / max(out["raw_ray"][key], 1e-9), 2)
-                if raw_cpu and ours_cpu:
-                    out["cpu_s"]["raw_ray"][key], out["cpu_s"]["ray"][key] = raw_cpu, ours_cpu
-                    out["cpu_s"]["ray_over_raw"][f"{shape}_{n}"] = round(ours_cpu / raw_cpu, 2)
+                key, name = f"{shape}_{n}_s", f"{shape}_{n}"
+                pairs = []  # (raw wall, ours wall, raw CPU, ours CPU), measured back to back
+                for rep in range(args.repeats):
+                    raw_wall, raw_cpu = with_cpu(lambda n=n, shape=shape: raw_ray(n, shape))
+                    ours_wall, ours_cpu = with_cpu(
+                        lambda n=n, shape=shape, rep=rep: time_run(n, shape, "ray", ray_prefix, rep))
+                    pairs.append((raw_wall, ours_wall, raw_cpu, ours_cpu))
+                out["raw_ray"][key] = statistics.median(p[0] for p in pairs)
+                out["ray"][key] = statistics.median(p[1] for p in pairs)
+                ratios = [round(p[1] / max(p[0], 1e-9), 2) for p in pairs]
+                out["ray_over_raw_samples"][name] = ratios
+                out["ray_over_raw"][name] = round(statistics.median(ratios), 2)
+                if all(p[2] and p[3] for p in pairs):
+                    raw_cpu_s = statistics.median(p[2] for p in pairs)
+                    out["cpu_s"]["raw_ray"][key] = raw_cpu_s
+                    out["cpu_s"]["ray"][key] = statistics.median(p[3] for p in pairs)
+                    out["cpu_s"]["ray_over_raw"][name] = round(statistics.median(p[3] / p[2] for p in pairs), 2)
                     # The same bound in ratio form: raw Ray's CPU per task plus the records' floor, over raw Ray.
-                    raw_ms = raw_cpu / n * 1e3
-                    out["records_floor"][f"bound_ray_over_raw_{shape}_{n}"] = round(
+                    raw_ms = raw_cpu_s / n * 1e3
+                    out["records_floor"][f"bound_ray_over_raw_{name}"] = round(
                         (raw_ms + out["records_floor"]["records_ms_per_step"]) / raw_ms, 2)
         ray.shutdown()
     print(json.dumps(out, indent=1))

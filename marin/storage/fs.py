@@ -124,16 +124,47 @@ class LocalStorage(Storage):
         self._dirs: set[str] = set()  # directories known to exist: skips a mkdir per write on the hot path
 
     def _ensure_dir(self, directory: str) -> None:
-        if directory not in self._dirs:
+        if directory in self._dirs:
+            return
+        # Usually only the last levels are new (a step's output path and its .marin): make those directly below
+        # the nearest directory known to exist, instead of os.makedirs' stat and failed mkdir per level.
+        missing = []
+        known = directory
+        while known not in self._dirs and len(missing) < 4:
+            missing.append(known)
+            parent = os.path.dirname(known)
+            if parent == known:
+                break
+            known = parent
+        try:
+            if known not in self._dirs:
+                raise FileNotFoundError(known)
+            for d in reversed(missing):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d)
+        except FileNotFoundError:  # nothing known above it, or a known directory was removed behind our back
+            self._dirs.clear()
             os.makedirs(directory, exist_ok=True)
-            self._dirs.add(directory)
+        d = directory
+        for _ in range(16):  # it and its ancestors exist now
+            self._dirs.add(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
 
     def read_text(self, path: str) -> str | None:
         try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8")
 
     def _retrying(self, directory: str, action: Callable[[], T]) -> T:
         """Run `action`; if the directory vanished behind our back (deleted to force a re-run), recreate it once."""

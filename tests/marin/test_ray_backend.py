@@ -236,3 +236,30 @@ def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_em
     assert _events(result, "qretry/after") == [("RUNNING", 1), ("SUCCESS", 1)]
     assert _status(result, "qretry/after")["started"] >= _status(result, "qretry/shaky")["ended"]
     assert counter.read_text().splitlines() == [result.output_path("qretry/after")]
+
+
+def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is_skipped(ray_embedded: Any,
+                                                                                         tmp_path: Path) -> None:
+    import queue
+    import threading
+
+    from marin.execution.local_backend import Task
+    from marin.execution.ray_backend import RayBackend
+    from tests.marin.fns import NoopConfig, noop
+
+    completions: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    backend = RayBackend(completions)
+
+    def task(key: str, config: Any, after: tuple[str, ...] = ()) -> Task:
+        return Task(key=key, name=f"pickle/{key}", fn=noop, config=config, log_path=str(tmp_path / key / "a.log"),
+                    env={}, resources=Resources(), attempt=1, after=after)
+
+    backend.submit(task("bad", threading.Lock()))  # a lock cannot be pickled
+    backend.submit(task("after", NoopConfig(str(tmp_path / "after")), after=("bad",)))
+    results = {}
+    for _ in range(2):
+        _, key, _, result = completions.get(timeout=120)
+        results[key] = result
+    assert not results["bad"]["ok"] and not results["bad"].get("preempted")
+    assert results["bad"]["message"].startswith("cannot send the step to a Ray worker: cannot pickle")
+    assert results["after"]["skipped"] and not (tmp_path / "after").exists()
