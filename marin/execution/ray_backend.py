@@ -8,6 +8,7 @@ missing resource, instead of a task pending forever.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import queue
@@ -89,7 +90,6 @@ class RayBackend:
         self.owns_ray = ensure_ray(address)
         self._remote = ray.remote(_run_attempt)
         self._refs: dict[str, Any] = {}
-        self._configured: dict[str, Any] = {}
         self._pickle = ray.cloudpickle.dumps  # by value what the workers cannot import (a script's __main__)
 
     def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
@@ -119,7 +119,7 @@ class RayBackend:
         self._refs[task.key] = ref
         # ObjectRef._on_completed (what `await ref` is built on) hands the value, or the error, to the callback
         # without a concurrent.futures.Future per attempt, which costs the driver ~0.1 ms of CPU per step.
-        ref._on_completed(lambda value, t=task: self._done(t, value))
+        ref._on_completed(functools.partial(self._done, task))
 
     def forget(self, key: str) -> None:
         """The executor handled `key`'s result: nothing will be queued behind this attempt any more."""

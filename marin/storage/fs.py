@@ -128,7 +128,7 @@ class LocalStorage(Storage):
             return
         # Usually only the last levels are new (a step's output path and its .marin): make those directly below
         # the nearest directory known to exist, instead of os.makedirs' stat and failed mkdir per level.
-        missing = []
+        missing: list[str] = []
         known = directory
         while known not in self._dirs and len(missing) < 4:
             missing.append(known)
