@@ -245,3 +245,32 @@ def test_remat_gives_the_same_gradients(params: dict, tokens: jax.Array) -> None
     (loss, (logits, _)), grads = _value_and_grad(RICH.replace(remat=True), "ragged", None, None)(params, tokens)
     _close((loss, logits), ref[:2])
     _close(grads, ref[3], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("window", [None, 24], ids=["causal", "window24"])
+def test_causal_query_blocks_equal_one_block(window: int | None) -> None:
+    """Skipping the key blocks above the diagonal (2 and 4 query blocks) gives the one-block values and gradients,
+    with documents packed in a row (segment masking) and a sliding window."""
+    from moe_trainer.attention import attention_mask, causal_attend
+
+    b, n, g, s, hd = 2, 2, 2, 64, 8
+    kq, kk, kv, kc = jax.random.split(jax.random.key(3), 4)
+    q = jax.random.normal(kq, (b, n, g * s, hd))
+    k = jax.random.normal(kk, (b, n, hd, s))
+    v = jax.random.normal(kv, (b, n, s, hd))
+    cot = jax.random.normal(kc, q.shape)
+    seg = jnp.concatenate([jnp.zeros((b, 20), jnp.int32), jnp.ones((b, s - 20), jnp.int32)], axis=1)
+    mask = attention_mask(seg, window)
+
+    def value_and_grads(blocks: int) -> tuple:
+        def loss(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return jnp.sum(causal_attend(q, k, v, mask, blocks) * cot)
+        return jax.jit(lambda q, k, v: (causal_attend(q, k, v, mask, blocks),
+                                        jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    out_ref, g_ref = value_and_grads(1)
+    for blocks in (2, 4):
+        out, grads = value_and_grads(blocks)
+        np.testing.assert_allclose(out, out_ref, rtol=1e-5, atol=1e-6)
+        for a, r in zip(grads, g_ref, strict=True):
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)

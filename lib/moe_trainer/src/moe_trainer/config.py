@@ -24,7 +24,7 @@ Balance = Literal["aux_loss", "aux_free"]
 DispatchName = Literal["dense", "ragged", "ep_allgather", "ep_alltoall"]
 ComputeDtype = Literal["float32", "bfloat16"]
 
-GroupedMatmul = Literal["auto", "ragged_dot", "blocked"]
+GroupedMatmul = Literal["auto", "ragged_dot", "blocked", "slots"]
 
 DISPATCH_BACKENDS: tuple[str, ...] = ("dense", "ragged", "ep_allgather", "ep_alltoall")
 
@@ -109,7 +109,8 @@ class ModelConfig:
     mesh with an "expert" axis)."""
     grouped_matmul: GroupedMatmul = "auto"
     """Grouped matmul of "ragged"/"ep_allgather": "ragged_dot" (jax.lax.ragged_dot), "blocked" (padded blocks +
-    batched matmul, much faster on XLA:CPU) or "auto" (blocked on CPU, ragged_dot elsewhere)."""
+    batched matmul), "slots" (per-expert slot tensors + batched GEMMs, the fastest on XLA:CPU) or "auto" (slots
+    on CPU, ragged_dot elsewhere)."""
 
     # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
@@ -159,8 +160,8 @@ class ModelConfig:
             _fail("balance", self.balance, 'choose "aux_loss" or "aux_free"')
         if self.dispatch not in DISPATCH_BACKENDS:
             _fail("dispatch", self.dispatch, f"choose one of {list(DISPATCH_BACKENDS)}")
-        if self.grouped_matmul not in ("auto", "ragged_dot", "blocked"):
-            _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot" or "blocked"')
+        if self.grouped_matmul not in ("auto", "ragged_dot", "blocked", "slots"):
+            _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot", "blocked" or "slots"')
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:

@@ -3,8 +3,10 @@
 One interface, four backends (`run_dispatch(name, ...)`):
 - "dense": every expert runs on every token and a [tokens, experts] combine matrix zeroes what was not routed.
   Obviously correct, cost grows with the number of experts: the test oracle.
-- "ragged": sort assignments by expert, gather rows, grouped matmuls with `jax.lax.ragged_dot` (or, on CPU,
-  an equivalent blocked batched matmul that costs XLA:CPU ~4x less), weighted scatter-add back. The default.
+- "ragged": sort assignments by expert, gather rows, grouped matmuls, weighted scatter-add back. The default.
+  The grouped matmul is `jax.lax.ragged_dot` off CPU; on CPU per-expert slot tensors and plain batched GEMMs
+  ("slots", expert_slots.py; ~3x less time than the padded-block form "blocked", itself ~4x faster than
+  ragged_dot on XLA:CPU).
   Given a mesh it runs data-parallel under shard_map (each token shard locally, see dispatch_ep.py).
 - "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
 
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from moe_trainer.expert_slots import slots_expert_compute
 from moe_trainer.layers import Params, cast
 
 
@@ -75,16 +78,20 @@ def dense_dispatch(
     return jnp.einsum("ted,te->td", y.astype(jnp.float32), combine)
 
 
+GROUPED_MATMULS: tuple[str, ...] = ("auto", "ragged_dot", "blocked", "slots")
+
+
 def resolve_grouped_matmul(name: str) -> str:
-    """"auto" -> "blocked" on CPU and "ragged_dot" elsewhere.
+    """"auto" -> "slots" on CPU and "ragged_dot" elsewhere.
 
     XLA:CPU lowers ragged_dot about as slowly as a dense matmul over every expert; the blocked form took ~4x
-    less CPU time there (benchmarks/dispatch_throughput.py).
+    less CPU time there (benchmarks/dispatch_throughput.py) and the slot tensors of expert_slots.py ~3x less
+    than blocked (docs/benchmarks/trainer.md). GPU/TPU keep ragged_dot (their grouped-GEMM kernels).
     """
     if name == "auto":
-        return "blocked" if jax.default_backend() == "cpu" else "ragged_dot"
-    if name not in ("ragged_dot", "blocked"):
-        raise ValueError(f"unknown grouped matmul {name!r}: choose auto, ragged_dot or blocked")
+        return "slots" if jax.default_backend() == "cpu" else "ragged_dot"
+    if name not in GROUPED_MATMULS:
+        raise ValueError(f"unknown grouped matmul {name!r}: choose one of {list(GROUPED_MATMULS)}")
     return name
 
 
@@ -137,8 +144,8 @@ def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) 
 def grouped_swiglu(xs: jax.Array, group_sizes: jax.Array, experts: Params, matmul: str = "auto") -> jax.Array:
     """SwiGLU of expert-sorted rows xs [M, D]; rows past sum(group_sizes) come out zero.
 
-    matmul: "ragged_dot" (jax.lax.ragged_dot, fast on GPU/TPU), "blocked" (see blocked_grouped_matmul, fast on
-    CPU) or "auto" (by platform).
+    matmul: "ragged_dot" (jax.lax.ragged_dot, fast on GPU/TPU), "blocked" (see blocked_grouped_matmul) or
+    "auto" (by platform; "slots" has no row-wise form and takes "blocked" here).
     """
     dt = xs.dtype
     mm = jax.lax.ragged_dot if resolve_grouped_matmul(matmul) == "ragged_dot" else blocked_grouped_matmul
@@ -185,9 +192,13 @@ def sorted_expert_compute(
     """Sort + ragged_dot + scatter-add for the assignments flagged `local` (ids index `experts`).
 
     x [T, D], local_ids/weights/local [T, k]. Returns float32 [T, D]. Shared by "ragged" and "ep_allgather".
-    The "blocked" grouped matmul takes the fused path of `blocked_expert_compute`.
+    The "blocked" grouped matmul takes the fused path of `blocked_expert_compute`, "slots" the slot tensors of
+    `expert_slots.slots_expert_compute`.
     """
-    if resolve_grouped_matmul(matmul) == "blocked":
+    kind = resolve_grouped_matmul(matmul)
+    if kind == "slots":
+        return slots_expert_compute(x, local_ids, weights, local, experts)
+    if kind == "blocked":
         return blocked_expert_compute(x, local_ids, weights, local, experts)
     t, k = local_ids.shape
     n_local = experts["w_gate"].shape[0]
