@@ -3,10 +3,11 @@
     python lib/moe_trainer/benchmarks/dispatch_throughput.py [--tokens 4096 --d-model 256 --d-ff 256
         --experts 8 --top-k 2 --iters 10]
 
-For each single-device backend ("dense" oracle, "ragged" with ragged_dot, "ragged" with the blocked grouped
-matmul) it times the jitted forward and forward+backward (gradients with respect to tokens and expert weights)
-and reports seconds per call (wall and process CPU time) and the achieved expert FLOP rate (routed work only:
-2 * 3 * tokens * top_k * d_model * d_ff FLOPs forward, 3x that for forward+backward).
+For each single-device backend ("dense" oracle, "ragged" with ragged_dot, with the blocked grouped matmul and
+with the slot tensors of expert_slots.py) it times the jitted forward and forward+backward (gradients with
+respect to tokens and expert weights) and reports seconds per call (wall and process CPU time) and the
+achieved expert FLOP rate (routed work only: 2 * 3 * tokens * top_k * d_model * d_ff FLOPs forward, 3x that for
+forward+backward).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def main() -> None:
 
     results = {}
     for label, name, matmul in [("dense", "dense", "auto"), ("ragged/ragged_dot", "ragged", "ragged_dot"),
-                                ("ragged/blocked", "ragged", "blocked")]:
+                                ("ragged/blocked", "ragged", "blocked"), ("ragged/slots", "ragged", "slots")]:
         def out(x: jax.Array, ex: dict, name: str = name, matmul: str = matmul) -> jax.Array:
             return run_dispatch(name, x, ids, weights, valid, ex, capacity=None, matmul=matmul)[0]
 
