@@ -187,6 +187,8 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend and raw Ray figures")
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--plan-size", type=int, default=10_000)
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=sorted(SHAPES),
+                        help="DAG shapes of the local and Ray figures (e.g. only fan, in a fresh Ray session)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="back-to-back (raw Ray, executor) pairs per Ray figure; the median is reported")
     args = parser.parse_args()
@@ -196,10 +198,9 @@ def main() -> None:
     out["plan"] = {shape: time_plan(args.plan_size, shape) for shape in SHAPES}
     out["plan"]["n"] = args.plan_size
     prefix = tempfile.mkdtemp(prefix="marin-bench-")
-    out["local"] = {f"{shape}_{n}_s": time_run(n, shape, "local", prefix) for n in args.sizes for shape in SHAPES}
+    out["local"] = {f"{shape}_{n}_s": time_run(n, shape, "local", prefix) for n in args.sizes for shape in args.shapes}
     biggest = max(args.sizes)
-    out["rerun_succeeded"] = {f"chain_{biggest}_s": time_rerun(biggest, "chain", prefix),
-                              f"fan_{biggest}_s": time_rerun(biggest, "fan", prefix)}
+    out["rerun_succeeded"] = {f"{shape}_{biggest}_s": time_rerun(biggest, shape, prefix) for shape in args.shapes}
     out["records_floor"] = records_floor_ms(max(args.sizes), tempfile.mkdtemp(prefix="marin-bench-floor-"))
     if not args.no_ray:
         import ray
@@ -219,7 +220,7 @@ def main() -> None:
         out["ray_over_raw_samples"] = {}
         out["cpu_s"] = {"ray": {}, "raw_ray": {}, "ray_over_raw": {}}
         for n in args.sizes:
-            for shape in SHAPES:
+            for shape in args.shapes:
                 key, name = f"{shape}_{n}_s", f"{shape}_{n}"
                 pairs = []  # (raw wall, ours wall, raw CPU, ours CPU), measured back to back
                 for rep in range(args.repeats):
