@@ -112,7 +112,6 @@ class RayBackend:
         except Exception as exc:  # e.g. a config value that cannot be pickled: the step fails, the run goes on
             failure = error_record(exc)
             failure["message"] = f"cannot send the step to a Ray worker: {failure['message']}"
-            failure["exception"] = None
             ref = self.ray.put(failure)  # attempts queued behind this one see a failed dependency
         else:
             ref = self._remote.options(**options).remote(payload, *after)

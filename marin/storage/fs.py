@@ -136,15 +136,16 @@ class LocalStorage(Storage):
             if parent == known:
                 break
             known = parent
-        try:
-            if known not in self._dirs:
-                raise FileNotFoundError(known)
-            for d in reversed(missing):
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(d)
-        except FileNotFoundError:  # nothing known above it, or a known directory was removed behind our back
-            self._dirs.clear()
+        if known not in self._dirs:  # nothing known close above it
             os.makedirs(directory, exist_ok=True)
+        else:
+            try:
+                for d in reversed(missing):
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(d)
+            except FileNotFoundError:  # a known directory was removed behind our back
+                self._dirs.clear()
+                os.makedirs(directory, exist_ok=True)
         d = directory
         for _ in range(16):  # it and its ancestors exist now
             self._dirs.add(d)
