@@ -12,7 +12,10 @@ from psutil), because on a small machine both sides are CPU-bound and the CPU ra
 cannot go below. `records_floor` is the CPU cost per step of the least file work the on-storage contract
 requires, done with bare syscalls, and the ratio to raw Ray that cost alone implies. Each Ray figure is the
 median of `--repeats` back-to-back pairs (raw Ray, then the executor); `ray_over_raw_samples` lists every pair's
-ratio, because a single pair on a small shared machine can be off by 20%.
+ratio, because a single pair on a small shared machine can be off by 20%. Before every timed run (and every
+pair) the benchmark calls `os.sync()`: the kernel's writeback of the files an earlier run created would
+otherwise land in whichever measurement comes next (it made a fan-out measured after the chains ~10% slower
+than the same fan-out measured first).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ def time_plan(n: int, shape: str) -> dict[str, float]:
 
 def time_run(n: int, shape: str, backend: str, prefix: str, rep: int = 0) -> float:
     steps = SHAPES[shape](n, f"{backend}-{shape}{n}" + (f"-r{rep}" if rep else ""))
+    os.sync()  # start from clean page cache state: no writeback left over from the previous run
     t0 = time.perf_counter()
     result = run_experiment(steps, prefix=prefix, backend=backend, verbose=False, script=f"bench_{shape}.py")
     wall = time.perf_counter() - t0
@@ -92,6 +96,7 @@ def time_run(n: int, shape: str, backend: str, prefix: str, rep: int = 0) -> flo
 
 def time_rerun(n: int, shape: str, prefix: str) -> float:
     steps = SHAPES[shape](n, f"local-{shape}{n}")
+    os.sync()
     t0 = time.perf_counter()
     result = run_experiment(steps, prefix=prefix, backend="local", verbose=False, script=f"bench_{shape}.py")
     wall = time.perf_counter() - t0
@@ -171,6 +176,7 @@ def raw_ray(n: int, shape: str) -> float:
     import ray
 
     task = ray.remote(num_cpus=1)(lambda *deps: None)
+    os.sync()  # as before the executor's run, so both sides start from the same state
     t0 = time.perf_counter()
     if shape == "chain":  # each step starts after the previous one finished, as in the executor
         for _ in range(n):

@@ -79,7 +79,7 @@ class Executor:
         plan: Plan,
         storage: Storage,
         backend: Any,
-        completions: queue.Queue[tuple[Any, ...]],
+        completions: queue.SimpleQueue[tuple[Any, ...]],
         ctx: RunContextInfo,
         *,
         max_concurrent: int,

@@ -89,7 +89,7 @@ class LocalBackend:
     name = "local"
     queues_behind_dependencies = False  # an attempt is submitted only once its dependencies succeeded
 
-    def __init__(self, completions: queue.Queue[tuple[Any, ...]]) -> None:
+    def __init__(self, completions: queue.SimpleQueue[tuple[Any, ...]]) -> None:
         self.completions = completions
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()

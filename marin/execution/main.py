@@ -128,7 +128,7 @@ def run_experiment(
     if dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [], "dry run: nothing written")
 
-    completions: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     runnable = [e for e in plan.entries if e.action == RUN]
     # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
     settled = all(e.action in (SKIP, BLOCKED, FAILED_ACTION) for e in plan.entries)
@@ -206,7 +206,7 @@ def _on_sigterm_raise() -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _make_backend(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
+def _make_backend(backend: str, completions: queue.SimpleQueue[tuple[Any, ...]], ray_address: str | None) -> Any:
     if backend == "local":
         from marin.execution.local_backend import LocalBackend
 

@@ -80,12 +80,18 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool:
 @contextlib.contextmanager
 def capture_output(log_file: str) -> Iterator[None]:
     """Send this process's stdout and stderr (file descriptors 1 and 2, so subprocesses too) to `log_file`."""
-    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+    logs = os.path.dirname(log_file)
+    try:  # usually `.marin` exists (the executor made it) and `logs/` is new: one mkdir, no stat
+        os.mkdir(logs)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(logs, exist_ok=True)
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     saved_streams = sys.stdout, sys.stderr
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own object.
     stream = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
     try:

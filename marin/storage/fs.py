@@ -3,7 +3,7 @@
 `LocalStorage` (plain paths, and `file://`) uses the OS directly because it is on every step's critical path:
 atomic writes are a temporary file plus `os.replace`; exclusive create is `os.link` of a fully written
 temporary file (so no reader ever sees a half-written lease); compare-and-swap runs under a thread lock plus a
-POSIX record lock (`fcntl.lockf`) on a side file, which the kernel releases if the process dies.
+POSIX record lock (`fcntl.lockf`) on the file itself, which the kernel releases if the process dies.
 
 `FsspecStorage` covers object stores. Writes are single-object PUTs (atomic for readers). Conditional writes:
 - `s3://`: create with `If-None-Match: *` (s3fs `mode="create"`), compare-and-swap and delete with `If-Match:
@@ -116,6 +116,20 @@ def _fresh_thread_locks() -> None:
 os.register_at_fork(after_in_child=_fresh_thread_locks)
 
 
+def _open_existing(path: str, flags: int) -> int | None:
+    try:
+        return os.open(path, flags)
+    except FileNotFoundError:
+        return None
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
 class LocalStorage(Storage):
     is_local = True
     guarantees = "atomic replace, exclusive create (link), compare-and-swap under lockf: safe across processes"
@@ -168,8 +182,9 @@ class LocalStorage(Storage):
         return b"".join(chunks).decode("utf-8")
 
     def _retrying(self, directory: str, action: Callable[[], T]) -> T:
-        """Run `action`; if the directory vanished behind our back (deleted to force a re-run), recreate it once."""
-        self._ensure_dir(directory)
+        """Run `action`; if its directory is missing (new, or deleted behind our back to force a re-run), make it
+        and run `action` once more. Trying first costs one failed call for a new directory and saves a `mkdir`
+        per write where it exists, which is the common case (a worker writing into `.marin` its executor made)."""
         try:
             return action()
         except FileNotFoundError:
@@ -226,8 +241,15 @@ class LocalStorage(Storage):
             os.replace(local_path, path)
 
     @contextlib.contextmanager
-    def _locked(self, path: str) -> Iterator[None]:
-        """Exclusive across threads (an in-process lock) and processes (a POSIX record lock on a side file).
+    def _locked(self, path: str) -> Iterator[int | None]:
+        """Hold an exclusive lock on the file at `path` (yields its descriptor), or yield None if it is absent.
+
+        Exclusive across threads (an in-process lock) and processes (a POSIX record lock, `fcntl.lockf`, on the
+        file itself). A compare-and-swap replaces the file with a new one (a new inode) while holding the old
+        one's lock, so after locking we check that `path` still names the locked file and start again if not:
+        every locker ends up on the current file, and nobody replaces or deletes a file someone else holds.
+        Locking the file itself rather than a side file leaves no lock file beside each lease and creates no
+        file on the release path.
 
         Not `flock`: a flock belongs to the open file description, which a process forked while the lock is
         held (a local-backend worker) inherits, so the lock outlived its holder's `close` and every later
@@ -235,12 +257,30 @@ class LocalStorage(Storage):
         file or dies, and also work on NFS; they do not exclude threads of one process, hence the thread lock.
         """
         with _THREAD_LOCKS[hash(path) % len(_THREAD_LOCKS)]:
-            fd = os.open(path + ".flock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)  # closing releases the record lock
+            while True:
+                fd = _open_existing(path, os.O_RDWR | os.O_CLOEXEC)
+                if fd is None:
+                    yield None
+                    return
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX)
+                    current = _stat_or_none(path)  # what `path` names now that we hold the lock
+                    locked = os.fstat(fd)
+                    if current is None or (current.st_ino, current.st_dev) == (locked.st_ino, locked.st_dev):
+                        yield None if current is None else fd  # deleted while we waited: absent now
+                        return
+                    # replaced while we waited for its lock: lock the file that is there now
+                finally:
+                    os.close(fd)  # closing releases the record lock
+
+    @staticmethod
+    def _read_fd(fd: int) -> str:
+        chunks = []
+        offset = 0
+        while chunk := os.pread(fd, 1 << 16, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks).decode("utf-8")
 
     def create_exclusive(self, path: str, text: str) -> bool:
         tmp = self._write_temporary(os.path.dirname(path), text)
@@ -257,15 +297,15 @@ class LocalStorage(Storage):
         return None if text is None else Versioned(text, text)
 
     def replace_if(self, path: str, text: str, token: Any) -> bool:
-        with self._locked(path):
-            if self.read_text(path) != token:
+        with self._locked(path) as fd:
+            if fd is None or self._read_fd(fd) != token:
                 return False
             self.write_text(path, text)
             return True
 
     def delete_if(self, path: str, token: Any) -> bool:
-        with self._locked(path):
-            if self.read_text(path) != token:
+        with self._locked(path) as fd:
+            if fd is None or self._read_fd(fd) != token:
                 return False
             os.unlink(path)
             return True

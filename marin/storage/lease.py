@@ -47,7 +47,9 @@ class LeaseInfo:
         return now - self.heartbeat > self.timeout_s
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        # An explicit dict: dataclasses.asdict deep-copies field by field, a cost paid on every step's lease.
+        return json.dumps({"owner": self.owner, "acquired": self.acquired, "heartbeat": self.heartbeat,
+                           "timeout_s": self.timeout_s, "attempt": self.attempt})
 
 
 @dataclasses.dataclass(frozen=True)

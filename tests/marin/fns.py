@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from pathlib import Path
@@ -45,6 +46,16 @@ class NoopConfig:
 
 def noop(cfg: NoopConfig) -> None:
     """Does nothing: measures pure executor overhead."""
+
+
+def ray_task_info(cfg: NoopConfig) -> None:
+    """Records the Ray task this step ran as (its name) and the CPUs Ray assigned to it."""
+    import ray
+
+    context = ray.get_runtime_context()
+    os.makedirs(cfg.output_path, exist_ok=True)
+    with open(os.path.join(cfg.output_path, "task.json"), "w") as f:
+        json.dump({"name": context.get_task_name(), "cpus": context.get_assigned_resources().get("CPU")}, f)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,39 @@ def test_only_one_of_many_threads_acquires_a_fresh_lease(tmp_path: Path) -> None
         m.stop()
 
 
+def _count_up(path: str, times: int) -> None:
+    """Increment the number in `path` `times` times by compare-and-swap, retrying each lost race."""
+    storage = LocalStorage()
+    done = 0
+    while done < times:
+        current = storage.read_versioned(path)
+        assert current is not None
+        if storage.replace_if(path, str(int(current.text) + 1), current.token):
+            done += 1
+
+
+def test_compare_and_swap_across_processes_loses_no_update(tmp_path: Path) -> None:
+    """Each swap replaces the file (a new inode) under the lock of the old one; a process that waited on the old
+    file's lock must notice and lock the new one, or it would compare against stale text and lose an update."""
+    import multiprocessing
+
+    path = str(tmp_path / "counter")
+    Path(path).write_text("0")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_count_up, args=(path, 150)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 6
+    assert Path(path).read_text() == str(6 * 150)
+    assert sorted(os.listdir(tmp_path)) == ["counter"]  # no lock files, no temporary files left behind
+    storage = LocalStorage()
+    assert not storage.replace_if(str(tmp_path / "absent"), "x", "y")
+    assert not storage.delete_if(str(tmp_path / "absent"), "y")
+    assert storage.delete_if(path, str(6 * 150)) and not Path(path).exists()
+
+
 def test_stale_lease_is_taken_over_by_exactly_one_and_the_old_owner_cannot_release_it(tmp_path: Path) -> None:
     storage, path = LocalStorage(), str(tmp_path / "lease.json")
     old = LeaseManager(storage, "old", timeout_s=0.2)

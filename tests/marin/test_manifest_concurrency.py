@@ -42,7 +42,7 @@ def test_runs_started_and_ended_by_many_threads_at_once_all_land(tmp_path: Path)
     for t in threads:
         t.join()
     assert _runs(prefix) == {f"run-{i}": "SUCCESS" for i in range(12)}
-    assert sorted(p.name for p in (tmp_path / "experiments").iterdir() if not p.name.endswith(".flock")) == [
+    assert sorted(p.name for p in (tmp_path / "experiments").iterdir()) == [
         "exp1_demo-0123abcd.json"]  # no temporary file left behind
 
 

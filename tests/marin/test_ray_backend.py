@@ -25,11 +25,13 @@ from tests.marin.fns import (
     EnvConfig,
     FailConfig,
     FlakyConfig,
+    NoopConfig,
     SumConfig,
     WriteConfig,
     count_and_write,
     fail,
     flaky,
+    ray_task_info,
     sum_numbers,
     write_env,
     write_numbers,
@@ -81,6 +83,23 @@ def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: 
     assert isinstance(failure, StepFailedError) and isinstance(failure.__cause__, ValueError)
     assert failure.log_path and failure.log_path.endswith("ray/bad-" + failure.hash[:8] + "/.marin/logs/attempt-1.log")
     assert ray_embedded.is_initialized()  # the session's Ray is not shut down by a run that did not start it
+
+
+def test_every_attempt_is_a_ray_task_named_after_its_step_with_its_resources(ray_embedded: Any,
+                                                                            marin_prefix: str) -> None:
+    """Options are validated once per resource set and later submissions skip `.options()`: names and resources
+    must still reach each task."""
+    from marin import run_experiment
+
+    steps = [Step(name=f"ray/task{i}", fn=ray_task_info, resources=Resources(num_cpus=cpus),
+                  config=NoopConfig(output_path=this_output_path(), tag=str(i)))
+             for i, cpus in enumerate([1, 1, 1, 2, 2])]
+    result = run_experiment(steps, prefix=marin_prefix, backend="ray", verbose=False, script="tests/ray_names.py")
+    assert result.status == "SUCCESS", result.summary
+    for i, cpus in enumerate([1, 1, 1, 2, 2]):
+        path = result.output_path(f"ray/task{i}")
+        info = json.loads(Path(path, "task.json").read_text())
+        assert info == {"name": f"ray/task{i}:{path.rsplit('-', 1)[1]}:attempt-1", "cpus": cpus}
 
 
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
@@ -247,7 +266,7 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     from marin.execution.ray_backend import RayBackend
     from tests.marin.fns import NoopConfig, noop
 
-    completions: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     backend = RayBackend(completions)
 
     def task(key: str, config: Any, after: tuple[str, ...] = ()) -> Task:
