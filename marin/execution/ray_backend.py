@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from marin.definition.step import Resources
+from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
 from marin.execution.local_backend import Task
 from marin.execution.resources import check_feasible
 from marin.execution.worker import error_record, execute_step
@@ -67,9 +68,16 @@ def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def _run_attempt(payload: bytes, *dependencies: Any) -> dict[str, Any]:
+def _run_attempt(payload: bytes, shared: tuple[Any, str] | None, *dependencies: Any) -> dict[str, Any]:
     try:
-        fn, config, log_path, env, record = pickle.loads(payload)
+        if shared is None:
+            fn, config, log_path, env, record = pickle.loads(payload)
+        else:  # the script's own functions and classes come from the run's table (see attempt_pickle)
+            import ray
+
+            table_ref, key = shared
+            table = table_for(key, lambda: ray.get(table_ref))
+            fn, config, log_path, env, record = loads_with_table(payload, table)
     except Exception as exc:  # e.g. the step's module is not importable on this node: a failure, not preemption
         failure = error_record(exc)
         failure["message"] = (f"cannot load the step's function and config on this Ray worker: {failure['message']}."
@@ -92,6 +100,9 @@ class RayBackend:
         self._checked_options: set[tuple[Any, ...]] = set()
         self._refs: dict[str, Any] = {}
         self._pickle = ray.cloudpickle.dumps  # by value what the workers cannot import (a script's __main__)
+        self._table: dict[str, Any] = {}  # the script's own functions and classes, shipped once (attempt_pickle)
+        self._table_ref: tuple[Any, str] | None = None
+        self._table_size = 0
 
     def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
         nodes = [
@@ -109,17 +120,36 @@ class RayBackend:
             # The attempt travels as one pickled blob (bytes pass through Ray's serializer without a second
             # pickling), then the dependency references, which must be top-level arguments for Ray to wait for
             # them and pass their values.
-            payload = self._pickle((task.fn, task.config, task.log_path, task.env, task.record))
+            payload, shared = self._payload((task.fn, task.config, task.log_path, task.env, task.record))
         except Exception as exc:  # e.g. a config value that cannot be pickled: the step fails, the run goes on
             failure = error_record(exc)
             failure["message"] = f"cannot send the step to a Ray worker: {failure['message']}"
             ref = self.ray.put(failure)  # attempts queued behind this one see a failed dependency
         else:
-            ref = self._submit(options, (payload, *after))
+            # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
+            # a worker fetches the table only the first time it sees it.
+            ref = self._submit(options, (payload, shared, *after))
         self._refs[task.key] = ref
         # ObjectRef._on_completed (what `await ref` is built on) hands the value, or the error, to the callback
         # without a concurrent.futures.Future per attempt, which costs the driver ~0.1 ms of CPU per step.
         ref._on_completed(functools.partial(self._done, task))
+
+    def _payload(self, attempt: tuple[Any, ...]) -> tuple[bytes, tuple[Any, str] | None]:
+        """The pickled attempt, and the reference to the table of script objects it uses (None if none)."""
+        fn, config = attempt[0], attempt[1]
+        if not (from_main(fn) or from_main(type(config))):
+            return self._pickle(attempt), None
+        known = len(self._table)
+        try:
+            payload = dumps_with_table(attempt, self._table)
+            if len(self._table) != self._table_size:  # new script objects: ship the grown table once
+                ref = self.ray.put(self._pickle(self._table))
+                self._table_ref, self._table_size = (ref, ref.hex()), len(self._table)
+        except Exception:  # keep what this attempt added out of the table, so later attempts are unaffected
+            for token in list(self._table)[known:]:
+                del self._table[token]
+            raise
+        return payload, self._table_ref
 
     def _submit(self, options: dict[str, Any], args: tuple[Any, ...]) -> Any:
         """`.options(**options).remote(*args)`, without re-validating options already seen (~50 us per task).

@@ -179,6 +179,22 @@ def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
     assert "writing 4 numbers" in report["log"]  # captured by the worker on the other node
 
 
+def test_a_script_that_defines_its_own_steps_runs_them_on_the_cluster(two_node_cluster: str, tmp_path: Path) -> None:
+    """hello_world.py defines its functions and config classes in `__main__`, which cluster workers cannot import:
+    they travel in the run's table of script objects (attempt_pickle), once, and every step runs."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    prefix = tmp_path / "p"
+    out = subprocess.run([sys.executable, "experiments/hello_world.py", "--prefix", str(prefix), "--backend", "ray",
+                          "--ray-address", two_node_cluster], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [total] = prefix.glob("demo/total-*/total.txt")
+    assert total.read_text() == "45\n"
+    [numbers_log] = prefix.glob("demo/numbers-*/.marin/logs/attempt-1.log")
+    assert "wrote 10 numbers" in numbers_log.read_text()
+
+
 def _status(result: Any, name: str) -> dict[str, Any]:
     return json.loads(Path(result.output_path(name), ".marin/status.json").read_text())
 
