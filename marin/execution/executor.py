@@ -175,6 +175,8 @@ class Executor:
         if item[0] == "done":
             _, key, attempt, result = item
             self._finished(key, attempt, result)
+        elif item[0] == "call":  # a backend's work that must run on this thread (the local backend's forks)
+            item[1]()
         elif item[0] == "lost":
             key = self._by_lease.get(item[1])
             if key is not None and key in self.running:

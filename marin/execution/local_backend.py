@@ -100,6 +100,10 @@ class LocalBackend:
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
+        # Workers are forked only by the thread that runs the executor: a fork copies only the forking thread, and
+        # a lock another thread held at that moment (the executor's, a library's) would stay held in the child.
+        self._owner = threading.get_ident()
+        self._start_requested = False  # a start the reaper could not make is queued for the executor's thread
         self._reaper = threading.Thread(target=self._reap_loop, name="marin-local-reaper", daemon=True)
         self._reaper.start()
 
@@ -140,17 +144,31 @@ class LocalBackend:
         self._start_what_fits()
 
     def _start_what_fits(self) -> None:
-        """Start every pending attempt whose request fits in what is free, in submission order."""
+        """Start every pending attempt whose request fits in what is free, in submission order.
+
+        Called by the executor's thread (on submit) and by the reaper (when an attempt finished). An attempt that
+        needs a new worker is started only on the executor's thread, so no worker is forked from the reaper: the
+        reaper asks the executor's loop to call this again instead.
+        """
         starts = []
+        on_owner = threading.get_ident() == self._owner
         with self._lock:
+            if on_owner:
+                self._start_requested = False
             for task in list(self._pending):
                 want = requested(task.resources)
                 if all(self._free.get(k, 0.0) >= v for k, v in want.items()):
+                    worker = next((w for w in self._workers if w.task is None), None)
+                    if worker is None and not on_owner:
+                        if not self._start_requested:
+                            self._start_requested = True
+                            self.completions.put(("call", self._start_what_fits))
+                        break
                     self._pending.remove(task)
                     for k, v in want.items():
                         self._free[k] -= v
                     self._holding[task.key] = want
-                    worker = next((w for w in self._workers if w.task is None), None) or self._spawn()
+                    worker = worker or self._spawn()
                     worker.task = task
                     starts.append((worker, task))
         for worker, task in starts:

@@ -77,3 +77,29 @@ def test_custom_resources_are_declared_in_the_environment(monkeypatch: pytest.Mo
     monkeypatch.setenv("MARIN_LOCAL_RESOURCES", "TPU=4")
     with pytest.raises(InfeasibleResourcesError, match="MARIN_LOCAL_RESOURCES='TPU=4' is not valid"):
         local_machine()
+
+
+def test_workers_are_forked_only_by_the_executors_thread(two_cpus: None, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash retires its worker; the attempt waiting for the machine then needs a new one. The reaper thread that
+    saw the crash must not fork it (a fork copies only the forking thread, and locks other threads hold stay held
+    in the child): it hands the start to the executor's thread."""
+    import threading
+
+    from tests.marin.fns import DieConfig, die
+
+    forked_on: list[str] = []
+    spawn = local_backend.LocalBackend._spawn
+
+    def recording_spawn(self: local_backend.LocalBackend) -> local_backend._Worker:
+        forked_on.append(threading.current_thread().name)
+        return spawn(self)
+
+    monkeypatch.setattr(local_backend.LocalBackend, "_spawn", recording_spawn)
+    crash = Step(name="res/crash", fn=die, resources=Resources(num_cpus=2), retries=0,
+                 config=DieConfig(output_path=this_output_path(), how="exit"))
+    after = Step(name="res/after", fn=noop, resources=Resources(num_cpus=2),
+                 config=NoopConfig(output_path=this_output_path()))
+    result = _run([crash, after], tmp_path)
+    assert result.status_of("res/crash") == "FAILED" and result.status_of("res/after") == "SUCCESS"  # type: ignore[attr-defined]
+    assert forked_on == [threading.main_thread().name] * 2  # the first worker, and the crashed one's replacement
