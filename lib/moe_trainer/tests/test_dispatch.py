@@ -158,11 +158,27 @@ def test_blocked_grouped_matmul_equals_ragged_dot() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_slots_overflow_blocks_cover_every_overflow_slot_once() -> None:
+    """The overflow blocks of all loop trips, live ones only, are exactly expert e's slots [c0, count_e) cut
+    into blocks of c1, for loads below, at and far above the first chunk (numpy reference)."""
+    from moe_trainer.expert_slots import _overflow_blocks, _overflow_steps
+
+    c0, c1, g = 16, 8, 4
+    counts = np.array([0, 16, 17, 40, 3, 100, 24, 25], np.int32)
+    want = [(e, s) for e, n in enumerate(counts) for s in range(c0, int(n), c1)]
+    steps = int(_overflow_steps(jnp.asarray(counts), c0, c1, g))
+    got = []
+    for i in range(steps):
+        e, first, live = (np.asarray(a) for a in _overflow_blocks(jnp.asarray(counts), c0, c1, jnp.int32(i), g))
+        got += [(int(a), int(b)) for a, b, ok in zip(e, first, live, strict=True) if ok]
+    assert got == want and steps == -(-len(want) // g)
+
+
 @pytest.mark.parametrize("skew", [0.0, 1.5, 50.0], ids=["random", "skewed", "one_expert"])
 def test_slots_handle_any_load(skew: float) -> None:
     """The slot chunks are sized for the mean load: a skewed or fully collapsed routing (every token on expert 0,
-    many extra chunks) must still equal the oracle in values and gradients, at a shape where the first chunk
-    (16 slots per expert here, then chunks of 8) is far from enough."""
+    several loop trips of overflow blocks) must still equal the oracle in values and gradients, at a shape where
+    the first chunk (16 slots per expert here, then overflow blocks of 8) is far from enough."""
     from moe_trainer.dispatch import dense_dispatch
     from moe_trainer.expert_slots import chunk_sizes, slots_expert_compute
 

@@ -274,3 +274,21 @@ def test_causal_query_blocks_equal_one_block(window: int | None) -> None:
         np.testing.assert_allclose(out, out_ref, rtol=1e-5, atol=1e-6)
         for a, r in zip(grads, g_ref, strict=True):
             np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rope_dims", [32, 8], ids=["full", "partial"])
+def test_rope_table_lookup_matches_device_tables(rope_dims: int) -> None:
+    """The host-computed RoPE table (what attention uses) equals the on-device cos/sin to float32 rounding for
+    per-document positions, and a position outside the table reads NaN instead of a wrong angle."""
+    from moe_trainer.attention import segment_positions
+    from moe_trainer.layers import rope_tables
+
+    seg = jnp.array([[0] * 40 + [1] * 88, [2] * 128])
+    pos = segment_positions(seg)
+    device = rope_tables(pos, rope_dims, 10_000.0)
+    table = rope_tables(pos, rope_dims, 10_000.0, max_position=128)
+    for a, b in zip(device, table, strict=True):
+        assert a.shape == b.shape == (2, 128, rope_dims)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=2e-7)
+    outside = rope_tables(jnp.array([[127, 128]]), rope_dims, 10_000.0, max_position=128)[0]
+    assert np.all(np.isfinite(outside[0, 0])) and np.all(np.isnan(outside[0, 1]))

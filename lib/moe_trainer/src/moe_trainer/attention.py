@@ -72,7 +72,8 @@ def attention(
         q = rms_norm(q, p["q_norm"], cfg.norm_eps)
         k = rms_norm(k, p["k_norm"], cfg.norm_eps)
     if not is_global and cfg.rope_dims > 0:
-        cos, sin = rope_tables(positions, cfg.rope_dims, cfg.rope_theta)
+        # positions come from segment_positions: per-document offsets, always in [0, S)
+        cos, sin = rope_tables(positions, cfg.rope_dims, cfg.rope_theta, max_position=s)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
     # Query heads of one KV head are stacked with the query positions ([B, KV, groups*S, hd]) so every matmul

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Params = dict
 
@@ -67,9 +68,27 @@ def init_swiglu(key: jax.Array, d_in: int, d_hidden: int, std: float) -> Params:
     }
 
 
-def rope_tables(positions: jax.Array, rope_dims: int, theta: float) -> tuple[jax.Array, jax.Array]:
+def rope_tables(positions: jax.Array, rope_dims: int, theta: float, max_position: int | None = None
+                ) -> tuple[jax.Array, jax.Array]:
     """cos/sin tables [B, S, rope_dims] for integer positions [B, S] (Hugging Face "default" RoPE layout:
-    frequencies repeated across the two halves, used with rotate-half)."""
+    frequencies repeated across the two halves, used with rotate-half).
+
+    With `max_position` (the caller guarantees positions in [0, max_position)) the tables are looked up in a
+    [max_position, rope_dims] constant computed on the host: the same float32 angles, their cos/sin taken in
+    float64 and rounded to float32 (within 1 ulp of the device's float32 cos/sin). Why: XLA:CPU fuses the
+    cos/sin of on-device tables into every consumer, so it evaluated two transcendental functions per element
+    of q and k in ~40 fusions of the forward and backward passes (tiny preset); a gather from a constant is two
+    loads (~5 ms, ~3% of the tiny train step on CPU, docs/benchmarks/trainer.md). A position outside the table
+    reads NaN (`jnp.take`'s fill mode), never a wrong angle.
+    """
+    if max_position is not None:
+        inv = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, rope_dims, 2, dtype=np.float32)
+                                                       / np.float32(rope_dims)))
+        angles_np = np.arange(max_position, dtype=np.float32)[:, None] * inv.astype(np.float32)[None, :]
+        angles_np = np.concatenate([angles_np, angles_np], axis=-1).astype(np.float64)
+        cos_t = jnp.asarray(np.cos(angles_np).astype(np.float32))
+        sin_t = jnp.asarray(np.sin(angles_np).astype(np.float32))
+        return jnp.take(cos_t, positions, axis=0), jnp.take(sin_t, positions, axis=0)
     inv_freq = 1.0 / (theta ** (jnp.arange(0, rope_dims, 2, dtype=jnp.float32) / rope_dims))
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # (B, S, rope_dims/2)
     angles = jnp.concatenate([angles, angles], axis=-1)
