@@ -135,7 +135,9 @@ class LocalStorage(Storage):
     guarantees = "atomic replace, exclusive create (link), compare-and-swap under lockf: safe across processes"
 
     def __init__(self) -> None:
-        self._dirs: set[str] = set()  # directories known to exist: skips a mkdir per write on the hot path
+        # Directories known to exist: when a write finds its directory missing, only the levels below the
+        # nearest known one are made (writes themselves try first and never consult this).
+        self._dirs: set[str] = set()
 
     def _ensure_dir(self, directory: str) -> None:
         if directory in self._dirs:
