@@ -68,7 +68,17 @@ def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def _run_attempt(payload: bytes, shared: tuple[Any, str] | None, *dependencies: Any) -> dict[str, Any]:
+def _run_attempt(payload: bytes, *dependencies: Any) -> dict[str, Any]:
+    """A Ray task: one attempt whose function and config workers can import (see `_attempt`)."""
+    return _attempt(payload, None, dependencies)
+
+
+def _run_script_attempt(payload: bytes, shared: tuple[Any, str], *dependencies: Any) -> dict[str, Any]:
+    """A Ray task: one attempt that uses the run's table of script objects (see attempt_pickle)."""
+    return _attempt(payload, shared, dependencies)
+
+
+def _attempt(payload: bytes, shared: tuple[Any, str] | None, dependencies: tuple[Any, ...]) -> dict[str, Any]:
     try:
         if shared is None:
             fn, config, log_path, env, record = pickle.loads(payload)
@@ -86,6 +96,21 @@ def _run_attempt(payload: bytes, shared: tuple[Any, str] | None, *dependencies: 
     return execute_step(fn, config, log_path, env, record, *dependencies)
 
 
+# Two task functions rather than one with an optional table argument: every top-level argument of a Ray task is
+# serialized, stored and deserialized on its own, and a `None` placeholder cost ~50 us of CPU per task. Created
+# once per process: Ray exports a remote function to each new job by itself, and re-creating it for every run
+# cost ~4 ms (export and its collision check).
+_REMOTES: dict[str, Any] = {}
+
+
+def _remote_function(name: str) -> Any:
+    if name not in _REMOTES:
+        import ray
+
+        _REMOTES[name] = ray.remote({"plain": _run_attempt, "script": _run_script_attempt}[name])
+    return _REMOTES[name]
+
+
 class RayBackend:
     name = "ray"
     queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as arguments
@@ -96,7 +121,6 @@ class RayBackend:
         self.ray = ray
         self.completions = completions
         self.owns_ray = ensure_ray(address)
-        self._remote = ray.remote(_run_attempt)
         self._checked_options: set[tuple[Any, ...]] = set()
         self._refs: dict[str, Any] = {}
         self._pickle = ray.cloudpickle.dumps  # by value what the workers cannot import (a script's __main__)
@@ -128,7 +152,10 @@ class RayBackend:
         else:
             # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
             # a worker fetches the table only the first time it sees it.
-            ref = self._submit(options, (payload, shared, *after))
+            if shared is None:
+                ref = self._submit("plain", options, (payload, *after))
+            else:
+                ref = self._submit("script", options, (payload, shared, *after))
         self._refs[task.key] = ref
         # ObjectRef._on_completed (what `await ref` is built on) hands the value, or the error, to the callback
         # without a concurrent.futures.Future per attempt, which costs the driver ~0.1 ms of CPU per step.
@@ -151,22 +178,23 @@ class RayBackend:
             raise
         return payload, self._table_ref
 
-    def _submit(self, options: dict[str, Any], args: tuple[Any, ...]) -> Any:
+    def _submit(self, function: str, options: dict[str, Any], args: tuple[Any, ...]) -> Any:
         """`.options(**options).remote(*args)`, without re-validating options already seen (~50 us per task).
 
         `.options()` validates the options and builds a wrapper class on every call; a fan-out of a thousand
         steps with the same resources needs that once. Options carrying a runtime_env (a step's `env`) always
         take the public path, which also prepares the runtime environment.
         """
+        remote = _remote_function(function)
         if "runtime_env" in options:
-            return self._remote.options(**options).remote(*args)
-        key = tuple(sorted((k, repr(v)) for k, v in options.items() if k != "name"))
+            return remote.options(**options).remote(*args)
+        key = (function, *sorted((k, repr(v)) for k, v in options.items() if k != "name"))
         if key not in self._checked_options:
-            ref = self._remote.options(**options).remote(*args)  # validates; raises on a bad option
+            ref = remote.options(**options).remote(*args)  # validates; raises on a bad option
             self._checked_options.add(key)
             return ref
         # RemoteFunction._remote is what `.options(...).remote` calls with the merged, validated options.
-        return self._remote._remote(args=args, kwargs=None, **options)
+        return remote._remote(args=args, kwargs=None, **options)
 
     def forget(self, key: str) -> None:
         """The executor handled `key`'s result: nothing will be queued behind this attempt any more."""
