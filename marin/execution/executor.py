@@ -9,7 +9,7 @@ step function and reports `skipped`. Steps held by another executor's live lease
 they succeed (their result is reused), fail, or their lease goes stale (it is taken over and the takeover
 recorded). Status files are written only under a lease this executor holds: RUNNING and SUCCESS by the
 worker running the attempt (see worker.py), failures, retries and DEP_FAILED by this loop; the terminal
-status is written before the lease is released.
+status is written before the lease is released (after SUCCESS, by the worker).
 """
 
 from __future__ import annotations
@@ -179,13 +179,21 @@ class Executor:
             item[1]()
         elif item[0] == "lost":
             key = self._by_lease.get(item[1])
-            if key is not None and key in self.running:
+            if key is not None and key in self.running and not self._released_by_worker(key):
                 self.backend.cancel(key)
                 st = self.states[key]
                 st.note = "lease lost to another executor; its result will be used"
                 st.queued, st.deferred = False, None
                 self.running.discard(key)
                 self._wait_for_other(key)
+
+    def _released_by_worker(self, key: str) -> bool:
+        """True if the lease the heartbeat found gone was released by the worker of our current attempt after
+        it wrote SUCCESS: not a lost lease - the attempt's result is on its way."""
+        st = self.states[key]
+        current = sf.read_status(self.storage, st.path) or {}
+        return (current.get("status") == sf.SUCCESS and current.get("attempt") == st.attempt
+                and current.get("run_id") == self.ctx.run_id and current.get("executor") == self.ctx.executor_id)
 
     def _queue_dependents(self, key: str) -> None:
         """`key` was just launched: submit each dependent whose dependencies are now all running or done, so the
@@ -331,7 +339,10 @@ class Executor:
             st.started = result["started"]
         if result.get("ok"):  # the worker wrote SUCCESS (status and event) under our lease
             st.ended = result.get("ended") or time.time()
-            self.leases.release(lease)
+            if result.get("released"):  # ... and then released the lease for us
+                self.leases.forget(lease)
+            else:
+                self.leases.release(lease)
             self._succeeded(key, note="ran")
             return
         error = {k: result.get(k) for k in ("type", "message", "traceback")}

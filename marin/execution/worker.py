@@ -5,7 +5,8 @@ The same function runs in a forked local process and inside a Ray task. The exec
 before it submits an attempt and releases it after the attempt reported back; in between, the worker writes the
 attempt's records as the lease holder's agent: `step.json` (first attempt of a run), RUNNING (status and event)
 when it really starts, and, once `fn` returned, SUCCESS (status and event) - but only after checking that the
-lease still names its executor, so a worker whose executor lost the lease never marks the step SUCCESS.
+lease still names its executor, so a worker whose executor lost the lease never marks the step SUCCESS - and
+then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
 Failures are reported back and recorded by the executor, which decides about retries. Writing here instead
 of in the driver keeps the driver's per-step work to the lease and the submission: on an object store every
 record is a round trip, and a thousand of them in one driver thread would serialize the whole run.
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from marin.status import files as sf
-from marin.storage.fs import Storage, storage_for
+from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own `env`
@@ -47,12 +48,6 @@ class StepRecord:
     step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
 
 
-def _lease_owner(storage: Storage, output_path: str) -> str | None:
-    text = storage.read_text(sf.lease_path(output_path))
-    lease = LeaseInfo.parse(text) if text else None
-    return lease.owner if lease else None
-
-
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
     if record.step_json is not None:
@@ -64,17 +59,25 @@ def _record_start(record: StepRecord, started: float) -> None:
                     executor=record.executor)
 
 
-def _record_success(record: StepRecord, started: float, ended: float) -> bool:
-    """Write SUCCESS if the executor still holds the lease; False (nothing written) if it lost it."""
+def _record_success(record: StepRecord, started: float, ended: float) -> bool | None:
+    """Write SUCCESS if the executor still holds the lease, then release the lease on its behalf.
+
+    Returns None if the executor lost the lease (nothing written); otherwise whether the lease was released
+    here. It is not when it changed since it was read (the executor's heartbeat renewed it meanwhile): the
+    executor then releases it itself. Releasing here saves the executor a locked read and a delete per step,
+    work that would otherwise queue up in its single scheduling thread."""
     storage = storage_for(record.output_path)
-    if _lease_owner(storage, record.output_path) != record.executor:
-        return False
+    lease_file = sf.lease_path(record.output_path)
+    current = storage.read_versioned(lease_file)
+    holder = LeaseInfo.parse(current.text) if current is not None else None
+    if current is None or holder is None or holder.owner != record.executor:
+        return None
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.SUCCESS,
                     attempt=record.attempt, run_id=record.run_id, executor=record.executor,
                     previous={"created": record.created}, started=started, ended=ended)
     sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
                     executor=record.executor)
-    return True
+    return storage.delete_if(lease_file, current.token)  # only if it is still the lease read above
 
 
 @contextlib.contextmanager
@@ -186,10 +189,13 @@ def execute_step(
         os.unlink(local_log)
     if record is not None and result["ok"]:
         try:
-            if not _record_success(record, started, result["ended"]):
+            released = _record_success(record, started, result["ended"])
+            if released is None:
                 result = {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
                           "message": "the executor's lease was taken over while the step ran",
                           "started": started, "ended": result["ended"]}
+            else:
+                result["released"] = released
         except Exception as exc:
             result = {**error_record(exc), "started": started, "ended": result["ended"]}
             result["message"] = f"the step finished but its SUCCESS status could not be written: {result['message']}"

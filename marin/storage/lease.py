@@ -4,8 +4,8 @@ A lease is `{output_path}/.marin/lease.json` = `{"owner", "acquired", "heartbeat
 It is created with an exclusive create; one heartbeat thread per executor renews every lease it holds with a
 compare-and-swap; a lease whose heartbeat is older than its `timeout_s` is stale and may be taken over (again
 by compare-and-swap, so of two executors racing for a stale lease exactly one wins). Only the owner releases
-its lease, after it wrote the step's final status, and release is itself conditional on the lease still being
-the owner's: a heartbeat can never resurrect a released lease, and a release can never delete someone
+its lease (or the worker running the step for it, right after writing SUCCESS), after the step's final status
+is written, and release is itself conditional on the lease still being the owner's: a heartbeat can never resurrect a released lease, and a release can never delete someone
 else's lease (the marin#5026 class of bug).
 """
 
@@ -129,6 +129,11 @@ class LeaseManager:
             if entry is None:
                 return False
             return self.storage.delete_if(path, entry[0])
+
+    def forget(self, path: str) -> None:
+        """Stop renewing the lease at `path` without touching storage: a worker released it on our behalf."""
+        with self._lock:
+            self._held.pop(path, None)
 
     def renew_all(self) -> None:
         for path in list(self._held):

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
+
+from marin import Step, run_experiment, this_output_path
+from marin.execution import worker
+from marin.execution.local_backend import LocalBackend
 from marin.execution.worker import StepRecord, execute_step
 from marin.status import files as sf
 from marin.storage.fs import storage_for
@@ -27,6 +33,7 @@ def test_the_worker_writes_step_json_running_and_success_under_its_executors_lea
     finally:
         leases.stop()
     assert result["ok"] and result["started"] <= result["ended"]
+    assert result["released"] and not (out / ".marin/lease.json").exists()  # released once SUCCESS was written
     status = json.loads((out / ".marin/status.json").read_text())
     assert (status["status"], status["attempt"], status["executor"]) == ("SUCCESS", 1, "exec-1")
     assert status["started"] == result["started"] and status["ended"] == result["ended"]
@@ -57,3 +64,51 @@ def test_an_attempt_queued_behind_a_failed_one_does_not_call_fn(tmp_path: Path) 
                           _record(out, "exec-1"), {"ok": True}, {"ok": False, "message": "ValueError: boom"})
     assert result["skipped"] and not result["ok"] and "boom" in result["message"]
     assert not out.exists()  # nothing written: not the output, not a status, not a log
+
+
+def test_a_lease_renewed_while_success_is_written_is_left_for_the_executor_to_release(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "w" / "numbers-abababab"
+    lease = sf.lease_path(str(out))
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    assert leases.try_acquire(lease, attempt=1).ok
+    write_status = sf.write_status
+
+    def renew_then_write(*args: object, **kwargs: object) -> object:
+        if kwargs.get("status") == sf.SUCCESS:
+            time.sleep(0.01)  # a later heartbeat timestamp, so the renewed lease's text differs
+            leases.renew_all()  # the executor's heartbeat, between the worker's lease check and its release
+        return write_status(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worker.sf, "write_status", renew_then_write)
+    try:
+        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                              _record(out, "exec-1"))
+        assert result["ok"] and result["released"] is False
+        assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
+        assert leases.holds(lease)  # the renewed lease is still there, and still the executor's
+        assert leases.release(lease) and not (out / ".marin/lease.json").exists()
+    finally:
+        leases.stop()
+
+
+def test_a_heartbeat_that_finds_the_lease_released_by_the_worker_is_not_a_lost_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The attempt's result reaches the executor only after several heartbeats, each of which finds the lease
+    # gone (the worker released it after SUCCESS); the executor must still count the step as run by itself.
+    collect = LocalBackend._collect
+
+    def late_collect(self: LocalBackend, w: object) -> None:
+        time.sleep(0.6)
+        collect(self, w)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalBackend, "_collect", late_collect)
+    step = Step(name="w/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=3))
+    result = run_experiment([step], prefix=str(tmp_path / "out"), backend="local", lease_timeout_s=0.4,
+                            verbose=False)
+    assert result.status == "SUCCESS"
+    (state,) = result.steps.values()
+    assert (state.status, state.note, state.attempt) == ("SUCCESS", "ran", 1)
+    events = sf.read_events(storage_for(state.path), state.path)
+    assert [e["event"] for e in events] == ["RUNNING", "SUCCESS"]
+    assert not Path(sf.lease_path(state.path)).exists()
