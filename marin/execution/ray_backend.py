@@ -8,11 +8,12 @@ missing resource, instead of a task pending forever.
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import queue
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from marin.definition.step import Resources
@@ -111,6 +112,79 @@ def _remote_function(name: str) -> Any:
     return _REMOTES[name]
 
 
+class _ResultWatcher:
+    """Hands each submitted attempt's result (or Ray's error) to `deliver`, from one thread that waits on all
+    pending references at once and fetches whatever finished in one batch.
+
+    A per-reference completion callback (`ObjectRef._on_completed`) costs the driver ~0.1 ms of CPU per task on
+    Ray's I/O thread, competing for the interpreter lock with the scheduling loop; batching saves most of it
+    (a 1,000-step fan-out: 2.40 -> 2.17 CPU-s, 2.76x -> 2.55x raw Ray). A result is seen at once when it is the
+    only one pending (or every pending one finished), otherwise within the current wait: `MIN_WAIT_S` while
+    results keep coming, doubling while none do up to `MAX_WAIT_S`, so a long step does not make the thread
+    poll a large DAG's references a hundred times a second. An attempt queued behind another does not wait for
+    this: Ray starts it by itself.
+    """
+
+    MIN_WAIT_S, MAX_WAIT_S = 0.005, 0.1
+
+    def __init__(self, ray: Any, deliver: Callable[[Task, Any], None]) -> None:
+        self.ray = ray
+        self.deliver = deliver
+        self._pending: dict[Any, Task] = {}
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="marin-ray-results", daemon=True)
+        self._thread.start()
+
+    def watch(self, ref: Any, task: Task) -> None:
+        with self._changed:
+            self._pending[ref] = task
+            self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(timeout=2 * self.MAX_WAIT_S + 1)
+
+    def _run(self) -> None:
+        wait_s = self.MIN_WAIT_S
+        while True:
+            with self._changed:
+                while not self._pending and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                refs = list(self._pending)
+            try:
+                ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=wait_s, fetch_local=False)
+                values = self._fetch(ready)
+            except Exception as exc:  # Ray itself failed (e.g. shut down under us): every pending attempt is lost
+                if self._closed:
+                    return
+                ready, values = refs, [exc] * len(refs)
+            wait_s = self.MIN_WAIT_S if ready else min(2 * wait_s, self.MAX_WAIT_S)
+            with self._changed:
+                tasks = [self._pending.pop(ref) for ref in ready]
+            for task, value in zip(tasks, values, strict=True):
+                self.deliver(task, value)
+
+    def _fetch(self, refs: list[Any]) -> list[Any]:
+        """The values of finished references; a reference whose task failed at the Ray level gives its error."""
+        if not refs:
+            return []
+        try:
+            return list(self.ray.get(refs))
+        except Exception:  # at least one of them is an error: fetch one by one to tell which
+            values: list[Any] = []
+            for ref in refs:
+                try:
+                    values.append(self.ray.get(ref))
+                except Exception as exc:
+                    values.append(exc)
+            return values
+
+
 class RayBackend:
     name = "ray"
     queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as arguments
@@ -127,6 +201,7 @@ class RayBackend:
         self._table: dict[str, Any] = {}  # the script's own functions and classes, shipped once (attempt_pickle)
         self._table_ref: tuple[Any, str] | None = None
         self._table_size = 0
+        self._results = _ResultWatcher(ray, self._done)
 
     def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
         nodes = [
@@ -157,9 +232,7 @@ class RayBackend:
             else:
                 ref = self._submit("script", options, (payload, shared, *after))
         self._refs[task.key] = ref
-        # ObjectRef._on_completed (what `await ref` is built on) hands the value, or the error, to the callback
-        # without a concurrent.futures.Future per attempt, which costs the driver ~0.1 ms of CPU per step.
-        ref._on_completed(functools.partial(self._done, task))
+        self._results.watch(ref, task)
 
     def _payload(self, attempt: tuple[Any, ...]) -> tuple[bytes, tuple[Any, str] | None]:
         """The pickled attempt, and the reference to the table of script objects it uses (None if none)."""
@@ -216,5 +289,6 @@ class RayBackend:
     def shutdown(self) -> None:
         for key in list(self._refs):
             self.cancel(key)
+        self._results.close()
         if self.owns_ray:
             self.ray.shutdown()
