@@ -102,6 +102,35 @@ def test_every_attempt_is_a_ray_task_named_after_its_step_with_its_resources(ray
         assert info == {"name": f"ray/task{i}:{path.rsplit('-', 1)[1]}:attempt-1", "cpus": cpus}
 
 
+def test_results_of_a_batch_come_back_once_each_with_ray_level_failures_as_errors(ray_embedded: Any) -> None:
+    import queue
+
+    from marin.execution.ray_backend import _ResultWatcher
+
+    ray = ray_embedded
+    ok = ray.remote(lambda i: {"i": i})
+    crash = ray.remote(max_retries=0)(lambda: os._exit(3))
+    slow = ray.remote(max_retries=0)(lambda: time.sleep(60))
+    finished = {f"ok{i}": ok.remote(i) for i in range(20)}
+    finished["crash"] = crash.remote()
+    ray.wait(list(finished.values()), num_returns=len(finished), timeout=60)  # all finished: one batch below
+    got: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    watcher = _ResultWatcher(ray, lambda task, value: got.put((task, value)))  # type: ignore[arg-type, misc]
+    try:
+        for key, ref in {**finished, "slow": slow.remote()}.items():
+            watcher.watch(ref, key)  # type: ignore[arg-type]
+        first = dict(got.get(timeout=60) for _ in finished)  # the slow one is still running
+        ray.cancel(next(r for r, k in watcher._pending.items() if k == "slow"), force=True)
+        key, cancelled = got.get(timeout=60)
+        time.sleep(3 * watcher.MAX_WAIT_S)
+        assert got.empty()  # nothing is delivered twice
+    finally:
+        watcher.close()
+    assert {k: v for k, v in first.items() if k != "crash"} == {f"ok{i}": {"i": i} for i in range(20)}
+    assert isinstance(first["crash"], ray.exceptions.WorkerCrashedError)
+    assert key == "slow" and isinstance(cancelled, ray.exceptions.RayError)
+
+
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
     from marin import run_experiment
 
