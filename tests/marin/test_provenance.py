@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -74,3 +75,31 @@ def test_outside_a_checkout_and_before_the_first_commit(tmp_path: Path) -> None:
     git(plain, "add", "exp.py")  # staged, but nothing committed yet
     got = provenance(str(plain / "exp.py"))
     assert (got["git_commit"], got["git_dirty"]) == (None, None)
+
+
+def test_a_run_records_its_scripts_commit_in_the_manifest_and_step_json(repo: Path, tmp_path: Path) -> None:
+    from marin import Step, run_experiment, this_output_path
+    from tests.marin.fns import WriteConfig, write_numbers
+
+    (repo / "data.txt").write_text("edited\n")  # a dirty checkout
+    step = Step(name="p/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=2))
+    result = run_experiment([step], prefix=str(tmp_path / "out"), backend="local", verbose=False,
+                            script=str(repo / "exp.py"))
+    assert result.status == "SUCCESS"
+    manifest = json.loads(Path(tmp_path / "out" / "experiments" / f"{result.experiment_id}.json").read_text())
+    step_json = json.loads(Path(result.output_path("p/numbers"), ".marin/step.json").read_text())
+    assert manifest["git_commit"] == step_json["git_commit"] == git(repo, "rev-parse", "HEAD")
+    assert step_json["git_dirty"] is True
+
+
+def test_in_background_returns_the_value_or_raises_the_error() -> None:
+    from marin.execution.main import in_background
+
+    assert in_background(lambda a, b: a + b, 2, 3)() == 5
+
+    def boom() -> None:
+        raise KeyError("missing")
+
+    result = in_background(boom)
+    with pytest.raises(KeyError, match="missing"):
+        result()

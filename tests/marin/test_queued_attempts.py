@@ -138,6 +138,35 @@ def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled
     assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b", "q/c")]
 
 
+def test_a_step_with_many_dependencies_is_submitted_once_they_succeeded_not_queued_behind_them(
+        reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
+    from marin.execution.executor import QUEUE_BEHIND_MAX_DEPENDENCIES
+
+    counter = str(tmp_path / "ran.txt")
+    root = Step(name="q/root", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                      counter_file=counter))
+    middles = [Step(name=f"q/m{i}", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(root),)))
+        for i in range(QUEUE_BEHIND_MAX_DEPENDENCIES + 1)]
+    few = Step(name="q/few", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=counter,
+        inputs=tuple(output_path_of(m) for m in middles[:QUEUE_BEHIND_MAX_DEPENDENCIES])))
+    many = Step(name="q/many", fn=count_and_write, config=CountConfig(
+        output_path=this_output_path(), counter_file=counter, inputs=tuple(output_path_of(m) for m in middles)))
+    result = run_experiment([few, many], prefix=str(tmp_path / "out"), backend="local", max_concurrent=64,
+                            verbose=False, script="q.py")
+    assert result.status == "SUCCESS"
+    [backend] = reversing
+    submitted = {name: after for name, _, after in backend.submitted}
+    assert set(submitted["q/few"]) == {m.name for m in middles[:QUEUE_BEHIND_MAX_DEPENDENCIES]}
+    assert submitted["q/many"] == ()  # submitted after its dependencies' results were handled
+    order = [name for name, _, _ in backend.submitted]
+    assert order.index("q/many") > max(order.index(m.name) for m in middles)
+    ran = (tmp_path / "ran.txt").read_text().splitlines()
+    assert ran.count(result.output_path("q/many")) == 1 and ran[-1] in (result.output_path("q/many"),
+                                                                         result.output_path("q/few"))
+
+
 def test_attempts_queued_behind_a_retried_failure_are_submitted_again_and_run_once(
         reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
     a = Step(name="q/a", fn=flaky, retries=1, config=FlakyConfig(output_path=this_output_path(),
