@@ -36,7 +36,7 @@ from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import manifest
 from marin.status.publisher import Publisher, PublisherSet, RunContext, RunView, StepView, publishers_for
-from marin.status.stepinfo import provenance
+from marin.status.stepinfo import provenance_started
 from marin.storage.fs import normalize_prefix, storage_for
 
 # Set by `marin plan` / `marin status`: the script's executor_main then plans or reports instead of running.
@@ -98,7 +98,6 @@ def _log(msg: str, verbose: bool) -> None:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 
 
 def _old_objects_frozen(fn: F) -> F:
@@ -146,7 +145,7 @@ def run_experiment(
     t0 = time.time()
     script = script or script_path()
     # git runs as a subprocess (~4 ms): let it work while the DAG is hashed and planned. It only reads.
-    prov_of = None if dry_run else in_background(provenance, script)
+    prov_of = None if dry_run else provenance_started(script)
     graph = build_graph(steps)  # definition errors surface here, before any I/O
     prefix = normalize_prefix(prefix or os.environ.get("MARIN_PREFIX") or "./marin-out")
     storage = storage_for(prefix)
@@ -166,7 +165,7 @@ def run_experiment(
     be = _make_backend("local" if settled else backend, completions, ray_address)
     try:
         be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
-        prov = prov_of() if prov_of is not None else provenance(script)
+        prov = prov_of() if prov_of is not None else provenance_started(script)()
         ctx = RunContextInfo(run_id, sf.new_executor_id(), experiment_id, str(issue_ref) if issue_ref else None,
                              prefix, prov)
         manifest.start_run(storage, prefix, experiment_id, script=script, description=description, issue=ctx.issue,
@@ -223,28 +222,6 @@ def run_experiment(
     summary = _summary(plan, states, pset.errors, ended - t0, experiment_id, prefix)
     _log(summary, verbose)
     return RunResult(run_id, experiment_id, prefix, status, plan, states, failures, pset.errors, summary)
-
-
-def in_background(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
-    """Start `fn(*args)` on a thread; the returned function waits for its result (or raises its exception)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # handed to whoever asks for the result
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=f"marin-{getattr(fn, '__name__', 'background')}", daemon=True)
-    thread.start()
-
-    def result() -> T:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
-
-    return result
 
 
 def _on_sigterm_raise() -> Any:

@@ -17,24 +17,37 @@ from marin.definition.step import fn_import_path
 from marin.graph.dag import Node
 from marin.graph.plan import fn_source_hash
 
+GIT_STATUS = ("status", "--porcelain=v2", "--branch", "--untracked-files=no")
 
-def _git(cwd: str, *args: str) -> str | None:
+
+def _start_git(cwd: str, *args: str) -> subprocess.Popen[str] | None:
     try:
-        out = subprocess.run(["git", "-C", cwd, *args], capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
+        return subprocess.Popen(["git", "-C", cwd, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, text=True)
+    except OSError:  # no git here
         return None
-    return out.stdout.strip()
 
 
-def _git_state(cwd: str) -> tuple[str | None, bool | None]:
-    """(HEAD's commit, whether tracked files differ from it) with one `git status` (a subprocess is ~3 ms);
-    (None, None) outside a git checkout, without git, or before the first commit."""
-    out = _git(cwd, "status", "--porcelain=v2", "--branch", "--untracked-files=no")
-    if out is None:
+def _finish_git(proc: subprocess.Popen[str] | None) -> str | None:
+    if proc is None:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return out.strip() if proc.returncode == 0 else None
+
+
+def _git_state(status: str | None) -> tuple[str | None, bool | None]:
+    """(HEAD's commit, whether tracked files differ from it) from `git status --porcelain=v2 --branch` (one
+    subprocess, ~3 ms); (None, None) outside a git checkout, without git, or before the first commit."""
+    if status is None:
         return None, None
     commit: str | None = None
     dirty = False
-    for line in out.splitlines():
+    for line in status.splitlines():
         if line.startswith("# branch.oid "):
             oid = line.split(" ", 2)[2]
             commit = oid if oid != "(initial)" else None
@@ -61,11 +74,37 @@ def user_name() -> str:
 def provenance(script: str | None = None) -> dict[str, Any]:
     """Facts recorded once per run: git commit and dirtiness (of the script's checkout), package versions,
     host and user."""
-    where = os.path.dirname(os.path.abspath(script)) if script and os.path.exists(script) else os.getcwd()
-    commit, dirty = _git_state(where)
-    packages = {d: v for d in ("marin-openlab", "ray", "fsspec", "jax") if (v := _version(d))}
-    return {"git_commit": commit, "git_dirty": bool(dirty) if commit else None, "packages": packages,
-            "host": socket.gethostname(), "user": user_name()}
+    return provenance_started(script)()
+
+
+class _Provenance:
+    """The run's provenance, with `git status` running as a subprocess until it is asked for (see
+    `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this goes."""
+
+    def __init__(self, script: str | None) -> None:
+        where = os.path.dirname(os.path.abspath(script)) if script and os.path.exists(script) else os.getcwd()
+        self._proc = _start_git(where, *GIT_STATUS)
+        self._value: dict[str, Any] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        if self._value is None:
+            commit, dirty = _git_state(_finish_git(self._proc))
+            self._proc = None
+            packages = {d: v for d in ("marin-openlab", "ray", "fsspec", "jax") if (v := _version(d))}
+            self._value = {"git_commit": commit, "git_dirty": bool(dirty) if commit else None, "packages": packages,
+                           "host": socket.gethostname(), "user": user_name()}
+        return self._value
+
+    def __del__(self) -> None:
+        if self._proc is not None:
+            _finish_git(self._proc)
+
+
+def provenance_started(script: str | None = None) -> Callable[[], dict[str, Any]]:
+    """Start reading the run's provenance; calling the result finishes and returns it. git runs as a
+    subprocess meanwhile, so the caller can plan the DAG instead of waiting for it (not on a thread: a thread
+    would wait for the interpreter lock while the caller hashes)."""
+    return _Provenance(script)
 
 
 def step_info(node: Node, output_path: str, config: Any, dep_path: Callable[[Node], str], ctx: Any) -> dict[str, Any]:
