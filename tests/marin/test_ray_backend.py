@@ -131,6 +131,39 @@ def test_results_of_a_batch_come_back_once_each_with_ray_level_failures_as_error
     assert key == "slow" and isinstance(cancelled, ray.exceptions.RayError)
 
 
+def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
+    # A fake Ray whose `wait` burns 2 ms of CPU per call (as ~6,000 pending references would) and finds
+    # nothing ready three times: each next wait must be at least COST_FACTOR times that, not MIN_WAIT_S.
+    import queue
+
+    from marin.execution.ray_backend import _ResultWatcher
+
+    class SlowWaitRay:
+        def __init__(self) -> None:
+            self.timeouts: list[float] = []
+
+        def wait(self, refs: list[Any], num_returns: int, timeout: float, fetch_local: bool) -> tuple[list, list]:
+            self.timeouts.append(timeout)
+            start = time.thread_time()
+            while time.thread_time() - start < 0.002:
+                pass
+            return (list(refs), []) if len(self.timeouts) > 3 else ([], list(refs))
+
+        def get(self, refs: list[Any]) -> list[Any]:
+            return [f"value of {r}" for r in refs]
+
+    fake = SlowWaitRay()
+    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))
+    try:
+        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
+        assert got.get(timeout=10) == ("task-1", "value of ref-1")
+    finally:
+        watcher.close()
+    assert fake.timeouts[0] == _ResultWatcher.MIN_WAIT_S
+    assert all(t >= _ResultWatcher.COST_FACTOR * 0.002 for t in fake.timeouts[1:4]), fake.timeouts
+
+
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
     from marin import run_experiment
 
