@@ -136,6 +136,7 @@ class _ResultWatcher:
         self._pending: dict[Any, Task] = {}
         self._changed = threading.Condition()
         self._closed = False
+        self._wait_s = self.MIN_WAIT_S
         self._thread = threading.Thread(target=self._run, name="marin-ray-results", daemon=True)
         self._thread.start()
 
@@ -148,7 +149,7 @@ class _ResultWatcher:
         with self._changed:
             self._closed = True
             self._changed.notify()
-        self._thread.join(timeout=2 * self.MAX_WAIT_S + 1)
+        self._thread.join(timeout=2 * max(self._wait_s, self.MAX_WAIT_S) + 1)
 
     def _run(self) -> None:
         wait_s = self.MIN_WAIT_S
@@ -165,12 +166,18 @@ class _ResultWatcher:
                 ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=wait_s, fetch_local=False)
                 spent = time.thread_time() - before
                 values = self._fetch(ready)
-            except Exception as exc:  # Ray itself failed (e.g. shut down under us): every pending attempt is lost
+            except Exception as exc:
                 if self._closed:
                     return
-                ready, values = refs, [exc] * len(refs)
+                if self.ray.is_initialized():  # a passing error (e.g. an RPC to the GCS): the tasks still run
+                    print(f"marin: waiting for Ray results failed, retrying: {type(exc).__name__}: {exc}",
+                          file=sys.stderr)
+                    wait_s = min(max(2 * wait_s, self.MIN_WAIT_S), 1.0)
+                    time.sleep(wait_s)
+                    continue
+                ready, values = refs, [exc] * len(refs)  # Ray is gone: none of these results will come
             wait_s = self.MIN_WAIT_S if ready else min(2 * wait_s, self.MAX_WAIT_S)
-            wait_s = max(wait_s, self.COST_FACTOR * spent)
+            wait_s = self._wait_s = max(wait_s, self.COST_FACTOR * spent)
             with self._changed:
                 tasks = [self._pending.pop(ref) for ref in ready]
             for task, value in zip(tasks, values, strict=True):

@@ -2,11 +2,11 @@
 `fn(config)`, report back.
 
 The same function runs in a forked local process and inside a Ray task. The executor acquires the step's lease
-before it submits an attempt and releases it after the attempt reported back; in between, the worker writes the
-attempt's records as the lease holder's agent: `step.json` (first attempt of a run), RUNNING (status and event)
-when it really starts, and, once `fn` returned, SUCCESS (status and event) - but only after checking that the
-lease still names its executor, so a worker whose executor lost the lease never marks the step SUCCESS - and
-then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
+before it submits an attempt. The worker first checks that the lease still names its executor (see
+`_refusal`), then writes the attempt's records as the lease holder's agent: `step.json` (first attempt of a
+run) and RUNNING (status and event) when it really starts; once `fn` returned, SUCCESS (status and event) -
+only after checking the lease again, so a worker whose executor lost the lease never marks the step SUCCESS -
+and then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
 Failures are reported back and recorded by the executor, which decides about retries. Writing here instead
 of in the driver keeps the driver's per-step work to the lease and the submission: on an object store every
 record is a round trip, and a thousand of them in one driver thread would serialize the whole run.
@@ -46,6 +46,24 @@ class StepRecord:
     executor: str
     created: float | None  # `created` of the status this attempt replaces (it carries over)
     step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
+
+
+def _refusal(record: StepRecord) -> dict[str, Any] | None:
+    """None if the executor holds the step's lease, so the attempt may run. Otherwise why it must not: the lease
+    went to another executor (taken over while this attempt was queued), or - when this very attempt's SUCCESS
+    is already recorded and its lease released - Ray re-ran a task whose worker died after finishing it, and
+    the recorded result stands."""
+    storage = storage_for(record.output_path)
+    text = storage.read_text(sf.lease_path(record.output_path))
+    holder = LeaseInfo.parse(text) if text else None
+    if holder is not None and holder.owner == record.executor:
+        return None
+    status = sf.read_status(storage, record.output_path) or {}
+    if (status.get("status") == sf.SUCCESS and status.get("attempt") == record.attempt
+            and status.get("run_id") == record.run_id and status.get("executor") == record.executor):
+        return {"ok": True, "released": True, "started": status.get("started"), "ended": status.get("ended")}
+    return {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
+            "message": "the executor no longer held the step's lease when the attempt was to start; it did not run"}
 
 
 def _record_start(record: StepRecord, started: float) -> None:
@@ -151,6 +169,9 @@ def execute_step(
     started = time.time()
     if record is not None:
         try:
+            refusal = _refusal(record)
+            if refusal is not None:
+                return refusal
             _record_start(record, started)
         except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
             failure = error_record(exc)

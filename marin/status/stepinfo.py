@@ -82,9 +82,10 @@ class _Provenance:
     `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this goes."""
 
     def __init__(self, script: str | None) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._value: dict[str, Any] | None = None
         where = os.path.dirname(os.path.abspath(script)) if script and os.path.exists(script) else os.getcwd()
         self._proc = _start_git(where, *GIT_STATUS)
-        self._value: dict[str, Any] | None = None
 
     def __call__(self) -> dict[str, Any]:
         if self._value is None:

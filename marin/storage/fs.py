@@ -7,7 +7,7 @@ POSIX record lock (`fcntl.lockf`) on the file itself, which the kernel releases 
 
 `FsspecStorage` covers object stores. Writes are single-object PUTs (atomic for readers). Conditional writes:
 - `s3://`: create with `If-None-Match: *` (s3fs `mode="create"`), compare-and-swap and delete with `If-Match:
-  <etag>` through the s3fs client; a lost race is a clean refusal.
+  <etag>` through the s3fs client; a lost race, or an object deleted meanwhile, is a clean refusal.
 - `gs://`: create with `ifGenerationMatch=0` (gcsfs `mode="create"`); compare-and-swap and delete with
   `if_generation_match=<generation>` through google-cloud-storage when it is installed.
 - anything else: best effort (check, then write); two executors can both win a race there, which the
@@ -419,7 +419,9 @@ class FsspecStorage(Storage):
         bucket, key = self._split(path)
         try:
             self.fs.call_s3(operation, Bucket=bucket, Key=key, IfMatch=etag, **kwargs)
-        except (FileNotFoundError, PermissionError, OSError) as e:
+        except FileNotFoundError:  # the object is gone (e.g. a lease its worker released): not our version
+            return False
+        except (PermissionError, OSError) as e:
             if _is_precondition_failure(e):
                 return False
             raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -162,7 +163,11 @@ class LeaseManager:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.timeout_s / 4):
-            self.renew_all()
+            try:
+                self.renew_all()
+            except Exception as exc:  # e.g. the store is unreachable for a moment: try again next beat
+                print(f"marin: lease heartbeat failed, retrying in {self.timeout_s / 4:.0f} s: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
     def stop(self) -> None:
         """Stop the heartbeat (leases still held become stale after their timeout)."""

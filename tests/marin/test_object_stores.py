@@ -77,6 +77,22 @@ def test_s3_conditional_writes_back_leases(s3_bucket: str) -> None:
     assert fresh is not None and storage.delete_if(path, fresh.token) and storage.read_text(path) is None
 
 
+def test_s3_heartbeat_of_a_lease_its_worker_released_reports_it_gone(s3_bucket: str) -> None:
+    storage = storage_for(s3_bucket)
+    path = f"{s3_bucket}/leases/released/.marin/lease.json"
+    lost: list[str] = []
+    manager = LeaseManager(storage, "exec-1", timeout_s=60, on_lost=lost.append)
+    try:
+        assert manager.try_acquire(path, attempt=1).ok
+        current = storage.read_versioned(path)
+        assert current is not None and storage.delete_if(path, current.token)  # what the worker does
+        assert not storage.replace_if(path, "x", current.token) and not storage.delete_if(path, current.token)
+        manager.renew_all()  # a missing object is "not ours any more", not an error
+        assert lost == [path] and storage.read_text(path) is None
+    finally:
+        manager.stop()
+
+
 def test_s3_stale_lease_takeover_has_one_winner(s3_bucket: str) -> None:
     storage = storage_for(s3_bucket)
     path = f"{s3_bucket}/leases/b/.marin/lease.json"

@@ -164,6 +164,47 @@ def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
     assert all(t >= _ResultWatcher.COST_FACTOR * 0.002 for t in fake.timeouts[1:4]), fake.timeouts
 
 
+class _FlakyWaitRay:
+    """A fake Ray whose `wait` raises on its first call; `up` says whether Ray is still initialized."""
+
+    def __init__(self, up: bool) -> None:
+        self.up = up
+        self.calls = 0
+
+    def is_initialized(self) -> bool:
+        return self.up
+
+    def wait(self, refs: list[Any], num_returns: int, timeout: float, fetch_local: bool) -> tuple[list, list]:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("GCS RPC failed")
+        return list(refs), []
+
+    def get(self, refs: list[Any]) -> list[Any]:
+        return [f"value of {r}" for r in refs]
+
+
+@pytest.mark.parametrize("ray_up", [True, False])
+def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_it_is_gone(ray_up: bool) -> None:
+    import queue
+
+    from marin.execution.ray_backend import _ResultWatcher
+
+    fake = _FlakyWaitRay(up=ray_up)
+    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))  # type: ignore[arg-type]
+    try:
+        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
+        task, value = got.get(timeout=10)
+    finally:
+        watcher.close()
+    assert task == "task-1"
+    if ray_up:  # a passing error: the result still arrives, as a value
+        assert value == "value of ref-1" and fake.calls == 2
+    else:  # Ray is gone: the attempt gets the error (the executor records it preempted)
+        assert isinstance(value, ConnectionError) and fake.calls == 1
+
+
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
     from marin import run_experiment
 

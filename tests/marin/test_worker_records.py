@@ -14,7 +14,7 @@ from marin.execution.local_backend import LocalBackend
 from marin.execution.worker import StepRecord, execute_step
 from marin.status import files as sf
 from marin.storage.fs import storage_for
-from marin.storage.lease import LeaseManager
+from marin.storage.lease import LeaseInfo, LeaseManager
 from tests.marin.fns import WriteConfig, write_numbers
 
 
@@ -43,19 +43,61 @@ def test_the_worker_writes_step_json_running_and_success_under_its_executors_lea
     assert "writing 3 numbers" in (out / ".marin/logs/attempt-1.log").read_text()
 
 
-def test_a_worker_whose_executor_lost_the_lease_does_not_write_success(tmp_path: Path) -> None:
+def test_a_worker_whose_executor_lost_the_lease_while_it_ran_does_not_write_success(tmp_path: Path) -> None:
+    out = tmp_path / "w" / "numbers-abababab"
+    lease = sf.lease_path(str(out))
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    assert leases.try_acquire(lease, attempt=1).ok
+
+    def taken_over_while_running(cfg: WriteConfig) -> None:
+        write_numbers(cfg)
+        Path(lease).write_text(LeaseInfo("exec-2", time.time(), time.time(), 60, 1).to_json())  # a takeover
+
+    try:
+        result = execute_step(taken_over_while_running, WriteConfig(output_path=str(out), n=3),
+                              sf.log_path(str(out), 1), {}, _record(out, "exec-1"))
+    finally:
+        leases.stop()
+    assert not result["ok"] and result["lease_lost"] and result["type"] == "LeaseLost"
+    assert json.loads((out / ".marin/status.json").read_text())["status"] == "RUNNING"
+    assert [json.loads(line)["event"] for line in (out / ".marin/events.jsonl").read_text().splitlines()] == [
+        "RUNNING"]
+    assert LeaseInfo.parse((out / ".marin/lease.json").read_text()).owner == "exec-2"  # type: ignore[union-attr]
+
+
+def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_not_run(tmp_path: Path) -> None:
     out = tmp_path / "w" / "numbers-abababab"
     other = LeaseManager(storage_for(str(tmp_path)), "exec-2", 60)
-    assert other.try_acquire(sf.lease_path(str(out)), attempt=1).ok  # the lease names another executor
+    assert other.try_acquire(sf.lease_path(str(out)), attempt=1).ok  # e.g. taken over while it was queued
     try:
         result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
                               _record(out, "exec-1"))
     finally:
         other.stop()
-    assert not result["ok"] and result["lease_lost"] and result["type"] == "LeaseLost"
-    assert json.loads((out / ".marin/status.json").read_text())["status"] == "RUNNING"
-    assert [json.loads(line)["event"] for line in (out / ".marin/events.jsonl").read_text().splitlines()] == [
-        "RUNNING"]
+    assert not result["ok"] and result["lease_lost"] and "did not run" in result["message"]
+    assert sorted(p.name for p in (out / ".marin").iterdir()) == ["lease.json"]  # no step.json, status or log
+    assert not (out / "numbers.txt").exists()
+
+
+def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_running(tmp_path: Path) -> None:
+    # Ray re-runs a task whose worker died after writing SUCCESS and releasing the lease, before its reply
+    # reached the driver: the recorded result stands, fn is not called again and nothing is rewritten.
+    out = tmp_path / "w" / "numbers-abababab"
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
+    try:
+        first = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                             _record(out, "exec-1"))
+    finally:
+        leases.stop()
+    assert first["ok"] and first["released"]
+    before = {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()}
+    (out / "numbers.txt").unlink()
+    again = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                         _record(out, "exec-1"))
+    assert again == {"ok": True, "released": True, "started": first["started"], "ended": first["ended"]}
+    assert not (out / "numbers.txt").exists()  # fn did not run
+    assert {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()} == before
 
 
 def test_an_attempt_queued_behind_a_failed_one_does_not_call_fn(tmp_path: Path) -> None:
