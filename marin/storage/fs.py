@@ -378,19 +378,15 @@ class FsspecStorage(Storage):
     def read_versioned(self, path: str) -> Versioned | None:
         if self.protocol == "s3":
             return self._s3_get_versioned(path)
-        text = self.read_text(path)
-        if text is None:
-            return None
         if self.protocol in ("gs", "gcs"):
             blob = _gcs_blob(path)
             if blob is not None:
-                blob.reload()
-                generation = blob.generation
-                if isinstance(generation, int):
-                    data = blob.download_as_bytes(if_generation_match=generation).decode("utf-8")
-                    return Versioned(data, generation)
-            # no generation (an emulator that does not report it): fall back to comparing contents
-        return Versioned(text, text)
+                has_generations, found = _gcs_get_versioned(blob)
+                if has_generations:
+                    return found
+            # no google-cloud-storage, or no generation (an emulator that does not report it): compare contents
+        text = self.read_text(path)
+        return None if text is None else Versioned(text, text)
 
     def _s3_get_versioned(self, path: str) -> Versioned | None:
         """Body and ETag from one GetObject, so the token always belongs to the text (reading them with two
@@ -474,6 +470,28 @@ def _gcs_blob(path: str) -> Any:
 
 
 _GCS_CLIENTS: dict[str, Any] = {}
+
+
+def _gcs_get_versioned(blob: Any) -> tuple[bool, Versioned | None]:
+    """(True, the object's text and generation) in two requests - metadata, then the body of that very
+    generation - or (True, None) if it does not exist; (False, None) if the store reports no generation.
+    Retried if the object changed in between."""
+    from google.api_core import exceptions as gexc
+
+    for _ in range(5):
+        try:
+            blob.reload()
+        except gexc.NotFound:
+            return True, None
+        generation = blob.generation
+        if not isinstance(generation, int):
+            return False, None
+        try:
+            return True, Versioned(blob.download_as_bytes(if_generation_match=generation).decode("utf-8"),
+                                   generation)
+        except (gexc.PreconditionFailed, gexc.NotFound):  # rewritten or deleted since the metadata was read
+            continue
+    raise StorageError(f"{blob.name}: rewritten during every one of 5 reads; retry the operation")
 
 
 def _gcs_conditional(action: Any) -> bool:

@@ -76,6 +76,9 @@ def test_the_emulator_enforces_generation_preconditions(gcs_bucket: str) -> None
     assert storage.replace_if(path, "three", current.token)
     assert not storage.replace_if(path, "four", current.token)  # the generation moved on
     assert storage.read_text(path) == "three"
+    fresh = storage.read_versioned(path)
+    assert fresh is not None and fresh.text == "three" and isinstance(fresh.token, int) and fresh.token != current.token
+    assert storage.delete_if(path, fresh.token) and storage.read_versioned(path) is None
 
 
 def test_executors_racing_for_one_gcs_lease_have_exactly_one_winner(gcs_bucket: str) -> None:
