@@ -276,6 +276,7 @@ class Executor:
         record = StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
                             run_id=self.ctx.run_id, executor=self.ctx.executor_id,
                             created=(st.previous or {}).get("created"),
+                            lease_acquired=self.leases.acquired_at(sf.lease_path(st.path)),
                             step_json=sf.json_text(step_info(st.node, st.path, st.config, self._node_path, self.ctx))
                             if first else None)
         self.running.add(key)

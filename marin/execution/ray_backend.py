@@ -129,6 +129,7 @@ class _ResultWatcher:
     """
 
     MIN_WAIT_S, MAX_WAIT_S, COST_FACTOR = 0.005, 0.1, 9.0
+    MAX_FAILED_WAITS = 60  # consecutive failed waits (~1 min with back-off) before the pending attempts are failed
 
     def __init__(self, ray: Any, deliver: Callable[[Task, Any], None]) -> None:
         self.ray = ray
@@ -153,6 +154,7 @@ class _ResultWatcher:
 
     def _run(self) -> None:
         wait_s = self.MIN_WAIT_S
+        failed_waits = 0
         while True:
             with self._changed:
                 while not self._pending and not self._closed:
@@ -169,13 +171,18 @@ class _ResultWatcher:
             except Exception as exc:
                 if self._closed:
                     return
-                if self.ray.is_initialized():  # a passing error (e.g. an RPC to the GCS): the tasks still run
+                failed_waits += 1
+                if self.ray.is_initialized() and failed_waits < self.MAX_FAILED_WAITS:
+                    # a passing error (e.g. an RPC to the GCS): the tasks still run, so wait for them again
                     print(f"marin: waiting for Ray results failed, retrying: {type(exc).__name__}: {exc}",
                           file=sys.stderr)
                     wait_s = min(max(2 * wait_s, self.MIN_WAIT_S), 1.0)
                     time.sleep(wait_s)
                     continue
-                ready, values = refs, [exc] * len(refs)  # Ray is gone: none of these results will come
+                # Ray is gone, or has failed for a minute: give up on these results (the attempts count as
+                # preempted) rather than leave the run waiting forever
+                ready, values = refs, [exc] * len(refs)
+            failed_waits = 0
             wait_s = self.MIN_WAIT_S if ready else min(2 * wait_s, self.MAX_WAIT_S)
             wait_s = self._wait_s = max(wait_s, self.COST_FACTOR * spent)
             with self._changed:

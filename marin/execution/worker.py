@@ -46,22 +46,33 @@ class StepRecord:
     executor: str
     created: float | None  # `created` of the status this attempt replaces (it carries over)
     step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
+    lease_acquired: float | None = None  # `acquired` of the executor's lease: which holding of it this attempt is for
+
+
+def _holds(record: StepRecord, holder: LeaseInfo | None) -> bool:
+    """The lease names the attempt's executor, in the holding the attempt was submitted under (an executor that
+    lost its lease and took it back has a new `acquired`: attempts from before are not its agents)."""
+    return holder is not None and holder.owner == record.executor and (
+        record.lease_acquired is None or holder.acquired == record.lease_acquired)
 
 
 def _refusal(record: StepRecord) -> dict[str, Any] | None:
-    """None if the executor holds the step's lease, so the attempt may run. Otherwise why it must not: the lease
-    went to another executor (taken over while this attempt was queued), or - when this very attempt's SUCCESS
-    is already recorded and its lease released - Ray re-ran a task whose worker died after finishing it, and
-    the recorded result stands."""
+    """None if the attempt may run. Otherwise what to report instead of running it:
+    - this very attempt's SUCCESS is already recorded (Ray re-ran a task whose worker died after finishing it,
+      before its result reached the executor): that result stands, and `released` says whether the lease is
+      already gone;
+    - the lease no longer names the executor's holding (taken over while this attempt was queued): lease lost.
+    """
     storage = storage_for(record.output_path)
+    status = sf.read_status(storage, record.output_path) or {}
     text = storage.read_text(sf.lease_path(record.output_path))
     holder = LeaseInfo.parse(text) if text else None
-    if holder is not None and holder.owner == record.executor:
-        return None
-    status = sf.read_status(storage, record.output_path) or {}
     if (status.get("status") == sf.SUCCESS and status.get("attempt") == record.attempt
             and status.get("run_id") == record.run_id and status.get("executor") == record.executor):
-        return {"ok": True, "released": True, "started": status.get("started"), "ended": status.get("ended")}
+        return {"ok": True, "released": not _holds(record, holder), "started": status.get("started"),
+                "ended": status.get("ended")}
+    if _holds(record, holder):
+        return None
     return {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
             "message": "the executor no longer held the step's lease when the attempt was to start; it did not run"}
 
@@ -88,7 +99,7 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
     lease_file = sf.lease_path(record.output_path)
     current = storage.read_versioned(lease_file)
     holder = LeaseInfo.parse(current.text) if current is not None else None
-    if current is None or holder is None or holder.owner != record.executor:
+    if current is None or not _holds(record, holder):
         return None
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.SUCCESS,
                     attempt=record.attempt, run_id=record.run_id, executor=record.executor,

@@ -114,14 +114,28 @@ class LeaseManager:
             self._held[path] = (token, lease)
         self._ensure_thread()
 
+    def _current_if_mine(self, path: str, lease: LeaseInfo) -> Versioned | None:
+        """The lease file at `path` if it is still the lease we acquired (same owner and acquisition time, at
+        whatever heartbeat), read now; None if it is gone or another's. Its identity, not the version token we
+        last saw, decides: a renewal whose write landed but whose reply or re-read was lost leaves us an old
+        token for a lease that is still ours."""
+        current = self.storage.read_versioned(path)
+        found = LeaseInfo.parse(current.text) if current is not None else None
+        if current is None or found is None or (found.owner, found.acquired) != (lease.owner, lease.acquired):
+            return None
+        return current
+
     def holds(self, path: str) -> bool:
         """True if the lease at `path` is still ours right now (checked against storage)."""
         with self._lock:
             entry = self._held.get(path)
-            if entry is None:
-                return False
-            current = self.storage.read_versioned(path)
-            return current is not None and current.token == entry[0]
+            return entry is not None and self._current_if_mine(path, entry[1]) is not None
+
+    def acquired_at(self, path: str) -> float | None:
+        """When we acquired the lease at `path` (it identifies this holding of it), or None if we hold none."""
+        with self._lock:
+            entry = self._held.get(path)
+            return entry[1].acquired if entry is not None else None
 
     def release(self, path: str) -> bool:
         """Delete our lease (only if it is still ours). Returns False if we had lost it."""
@@ -129,7 +143,10 @@ class LeaseManager:
             entry = self._held.pop(path, None)
             if entry is None:
                 return False
-            return self.storage.delete_if(path, entry[0])
+            if self.storage.delete_if(path, entry[0]):
+                return True
+            current = self._current_if_mine(path, entry[1])  # ours under a token we did not learn?
+            return current is not None and self.storage.delete_if(path, current.token)
 
     def forget(self, path: str) -> None:
         """Stop renewing the lease at `path` without touching storage: a worker released it on our behalf."""
@@ -138,22 +155,35 @@ class LeaseManager:
 
     def renew_all(self) -> None:
         for path in list(self._held):
-            lost = False
-            with self._lock:
-                entry = self._held.get(path)
-                if entry is None:
-                    continue
-                token, lease = entry
+            try:
+                lost = self._renew(path)
+            except Exception as exc:  # this lease only (e.g. a request that timed out): the others still renew
+                print(f"marin: renewing the lease {path} failed, retrying next beat: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+                continue
+            if lost:
+                self.on_lost(path)
+
+    def _renew(self, path: str) -> bool:
+        """Renew one lease by compare-and-swap; True if it turned out to be lost."""
+        with self._lock:
+            entry = self._held.get(path)
+            if entry is None:
+                return False
+            token, lease = entry
+            for _ in range(2):
                 renewed = dataclasses.replace(lease, heartbeat=time.time())
                 text = renewed.to_json()
                 if self.storage.replace_if(path, text, token):
                     fresh = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
                     self._held[path] = (fresh.token if fresh else text, renewed)
-                else:
-                    self._held.pop(path, None)
-                    lost = True
-            if lost:
-                self.on_lost(path)
+                    return False
+                current = self._current_if_mine(path, lease)  # refused: still ours under an unknown token?
+                if current is None:
+                    break
+                token = current.token
+            self._held.pop(path, None)
+            return True
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -165,7 +195,7 @@ class LeaseManager:
         while not self._stop.wait(self.timeout_s / 4):
             try:
                 self.renew_all()
-            except Exception as exc:  # e.g. the store is unreachable for a moment: try again next beat
+            except Exception as exc:  # never let the heartbeat thread die: try again next beat
                 print(f"marin: lease heartbeat failed, retrying in {self.timeout_s / 4:.0f} s: "
                       f"{type(exc).__name__}: {exc}", file=sys.stderr)
 

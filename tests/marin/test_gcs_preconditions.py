@@ -128,3 +128,32 @@ def test_runs_of_one_experiment_started_at_once_on_gcs_all_land_in_its_manifest(
     assert text is not None
     assert {r["run_id"]: r["status"] for r in json.loads(text)["runs"]} == {f"run-{i}": "SUCCESS"
                                                                             for i in range(RACERS)}
+
+
+def test_a_gcs_object_rewritten_between_its_metadata_and_body_is_read_again() -> None:
+    from google.api_core import exceptions as gexc
+
+    from marin.storage.fs import _gcs_get_versioned
+
+    class Blob:
+        """Generation 1 when first asked, but rewritten (generation 2) before its body is downloaded."""
+
+        name = "b/lease.json"
+
+        def __init__(self) -> None:
+            self.generation: int | None = None
+            self.reloads = 0
+
+        def reload(self) -> None:
+            self.reloads += 1
+            self.generation = self.reloads
+
+        def download_as_bytes(self, if_generation_match: int) -> bytes:
+            if if_generation_match != 2:
+                raise gexc.PreconditionFailed("generation moved on")
+            return b"second"
+
+    blob = Blob()
+    has_generations, found = _gcs_get_versioned(blob)
+    assert has_generations and found is not None and (found.text, found.token) == ("second", 2)
+    assert blob.reloads == 2

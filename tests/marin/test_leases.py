@@ -136,6 +136,66 @@ def test_a_lost_lease_is_reported_and_never_released(tmp_path: Path) -> None:
     owner.stop()
 
 
+class _ObjectStoreLike(LocalStorage):
+    """Local files that behave like an object store for leases (a version token that must be read back after a
+    write), with faults: the read-back after the next successful compare-and-swap fails once, and writes to the
+    paths in `broken` fail."""
+
+    is_local = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next_read_back = False
+        self.broken: set[str] = set()
+        self._just_wrote = False
+
+    def replace_if(self, path: str, text: str, token: object) -> bool:
+        if path in self.broken:
+            raise TimeoutError(f"PUT {path} timed out")
+        done = super().replace_if(path, text, token)
+        self._just_wrote = done
+        return done
+
+    def read_versioned(self, path: str) -> object:  # type: ignore[override]
+        if self._just_wrote and self.fail_next_read_back:
+            self._just_wrote = self.fail_next_read_back = False
+            raise TimeoutError("the reply was lost")
+        self._just_wrote = False
+        return super().read_versioned(path)
+
+
+def test_a_renewal_whose_reply_was_lost_keeps_the_lease(tmp_path: Path) -> None:
+    storage, path = _ObjectStoreLike(), str(tmp_path / "lease.json")
+    lost: list[str] = []
+    owner = LeaseManager(storage, "owner", timeout_s=30, on_lost=lost.append)
+    try:
+        assert owner.try_acquire(path, attempt=1).ok
+        storage.fail_next_read_back = True
+        owner.renew_all()  # the write landed, reading its new version back failed: the old token is kept
+        owner.renew_all()  # refused on the old token; the lease is still ours, so it is renewed under the new one
+        assert lost == [] and owner.holds(path)
+        assert owner.release(path) and not Path(path).exists()
+    finally:
+        owner.stop()
+
+
+def test_one_lease_that_cannot_be_renewed_does_not_stop_the_others(tmp_path: Path) -> None:
+    storage = _ObjectStoreLike()
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    owner = LeaseManager(storage, "owner", timeout_s=30)
+    try:
+        assert owner.try_acquire(a, attempt=1).ok and owner.try_acquire(b, attempt=1).ok
+        before = LeaseInfo.parse(Path(b).read_text())
+        storage.broken.add(a)
+        time.sleep(0.01)
+        owner.renew_all()  # `a` fails (reported, retried next beat); `b` is still renewed
+        after = LeaseInfo.parse(Path(b).read_text())
+        assert before and after and after.heartbeat > before.heartbeat
+        assert owner.holds(a)  # still ours: a failed renewal is not a lost lease
+    finally:
+        owner.stop()
+
+
 def _counts(counter: Path) -> Counter[str]:
     return Counter(Path(line).name.rsplit("-", 1)[0] for line in counter.read_text().split())
 

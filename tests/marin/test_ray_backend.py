@@ -167,8 +167,9 @@ def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
 class _FlakyWaitRay:
     """A fake Ray whose `wait` raises on its first call; `up` says whether Ray is still initialized."""
 
-    def __init__(self, up: bool) -> None:
+    def __init__(self, up: bool, failures: int = 1) -> None:
         self.up = up
+        self.failures = failures
         self.calls = 0
 
     def is_initialized(self) -> bool:
@@ -176,7 +177,7 @@ class _FlakyWaitRay:
 
     def wait(self, refs: list[Any], num_returns: int, timeout: float, fetch_local: bool) -> tuple[list, list]:
         self.calls += 1
-        if self.calls == 1:
+        if self.calls <= self.failures:
             raise ConnectionError("GCS RPC failed")
         return list(refs), []
 
@@ -203,6 +204,24 @@ def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_i
         assert value == "value of ref-1" and fake.calls == 2
     else:  # Ray is gone: the attempt gets the error (the executor records it preempted)
         assert isinstance(value, ConnectionError) and fake.calls == 1
+
+
+def test_a_wait_that_keeps_failing_while_ray_is_up_fails_the_attempts_in_the_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import queue
+
+    from marin.execution.ray_backend import _ResultWatcher
+
+    monkeypatch.setattr(_ResultWatcher, "MAX_FAILED_WAITS", 3)
+    fake = _FlakyWaitRay(up=True, failures=1000)
+    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))  # type: ignore[arg-type]
+    try:
+        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
+        task, value = got.get(timeout=10)
+    finally:
+        watcher.close()
+    assert task == "task-1" and isinstance(value, ConnectionError) and fake.calls == 3
 
 
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -154,3 +155,47 @@ def test_a_heartbeat_that_finds_the_lease_released_by_the_worker_is_not_a_lost_l
     events = sf.read_events(storage_for(state.path), state.path)
     assert [e["event"] for e in events] == ["RUNNING", "SUCCESS"]
     assert not Path(sf.lease_path(state.path)).exists()
+
+
+def test_a_rerun_while_the_lease_is_still_held_returns_the_recorded_success_and_leaves_the_lease(
+        tmp_path: Path) -> None:
+    # The worker wrote SUCCESS but died before releasing the lease (or a heartbeat had renewed it): Ray's re-run
+    # must not run fn again nor overwrite SUCCESS with RUNNING; the executor releases the lease itself.
+    out = tmp_path / "w" / "numbers-abababab"
+    lease = sf.lease_path(str(out))
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    try:
+        assert leases.try_acquire(lease, attempt=1).ok
+        record = dataclasses.replace(_record(out, "exec-1"), lease_acquired=leases.acquired_at(lease))
+        held = Path(lease).read_text()
+        first = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                             record)
+        assert first["ok"] and first["released"]
+        Path(lease).write_text(held)  # as if the release had not happened
+        (out / "numbers.txt").unlink()
+        again = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                             record)
+        assert again["ok"] and again["released"] is False and again["ended"] == first["ended"]
+        assert not (out / "numbers.txt").exists()
+        assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
+    finally:
+        leases.stop()
+
+
+def test_an_attempt_from_an_earlier_holding_of_the_lease_does_not_run(tmp_path: Path) -> None:
+    # The executor lost its lease and took it back (a new `acquired`): an attempt submitted under the old holding
+    # that starts late is not its agent any more.
+    out = tmp_path / "w" / "numbers-abababab"
+    lease = sf.lease_path(str(out))
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    try:
+        assert leases.try_acquire(lease, attempt=1).ok
+        old = dataclasses.replace(_record(out, "exec-1"), lease_acquired=leases.acquired_at(lease))
+        assert leases.release(lease)
+        time.sleep(0.01)
+        assert leases.try_acquire(lease, attempt=2).ok and leases.acquired_at(lease) != old.lease_acquired
+        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                              old)
+        assert not result["ok"] and result["lease_lost"] and not (out / "numbers.txt").exists()
+    finally:
+        leases.stop()
