@@ -165,7 +165,8 @@ def run_experiment(
     be = _make_backend("local" if settled else backend, completions, ray_address)
     try:
         be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
-        prov = prov_of() if prov_of is not None else provenance_started(script)()
+        assert prov_of is not None  # started above for every run that is not a dry run
+        prov = prov_of()
         ctx = RunContextInfo(run_id, sf.new_executor_id(), experiment_id, str(issue_ref) if issue_ref else None,
                              prefix, prov)
         manifest.start_run(storage, prefix, experiment_id, script=script, description=description, issue=ctx.issue,

@@ -176,12 +176,9 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
         try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
+            return self._read_fd(fd)
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("utf-8")
 
     def _retrying(self, directory: str, action: Callable[[], T]) -> T:
         """Run `action`; if its directory is missing (new, or deleted behind our back to force a re-run), make it

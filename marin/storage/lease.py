@@ -5,8 +5,8 @@ It is created with an exclusive create; one heartbeat thread per executor renews
 compare-and-swap; a lease whose heartbeat is older than its `timeout_s` is stale and may be taken over (again
 by compare-and-swap, so of two executors racing for a stale lease exactly one wins). Only the owner releases
 its lease (or the worker running the step for it, right after writing SUCCESS), after the step's final status
-is written, and release is itself conditional on the lease still being the owner's: a heartbeat can never resurrect a released lease, and a release can never delete someone
-else's lease (the marin#5026 class of bug).
+is written, and release is itself conditional on the lease still being the owner's: a heartbeat can never
+resurrect a released lease, and a release can never delete someone else's lease (the marin#5026 class of bug).
 """
 
 from __future__ import annotations
@@ -156,13 +156,11 @@ class LeaseManager:
     def renew_all(self) -> None:
         for path in list(self._held):
             try:
-                lost = self._renew(path)
+                if self._renew(path):
+                    self.on_lost(path)
             except Exception as exc:  # this lease only (e.g. a request that timed out): the others still renew
                 print(f"marin: renewing the lease {path} failed, retrying next beat: {type(exc).__name__}: {exc}",
                       file=sys.stderr)
-                continue
-            if lost:
-                self.on_lost(path)
 
     def _renew(self, path: str) -> bool:
         """Renew one lease by compare-and-swap; True if it turned out to be lost."""
@@ -193,11 +191,7 @@ class LeaseManager:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.timeout_s / 4):
-            try:
-                self.renew_all()
-            except Exception as exc:  # never let the heartbeat thread die: try again next beat
-                print(f"marin: lease heartbeat failed, retrying in {self.timeout_s / 4:.0f} s: "
-                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            self.renew_all()  # never raises: a lease that fails to renew is retried next beat
 
     def stop(self) -> None:
         """Stop the heartbeat (leases still held become stale after their timeout)."""

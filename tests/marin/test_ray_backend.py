@@ -131,11 +131,24 @@ def test_results_of_a_batch_come_back_once_each_with_ray_level_failures_as_error
     assert key == "slow" and isinstance(cancelled, ray.exceptions.RayError)
 
 
+def _watch_one(fake_ray: Any) -> tuple[Any, Any]:
+    """Watch one reference ("ref-1" of "task-1") with a result watcher over `fake_ray`; (task, value) delivered."""
+    import queue
+
+    from marin.execution.ray_backend import _ResultWatcher
+
+    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    watcher = _ResultWatcher(fake_ray, lambda task, value: got.put((task, value)))  # type: ignore[arg-type]
+    try:
+        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
+        return got.get(timeout=10)
+    finally:
+        watcher.close()
+
+
 def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
     # A fake Ray whose `wait` burns 2 ms of CPU per call (as ~6,000 pending references would) and finds
     # nothing ready three times: each next wait must be at least COST_FACTOR times that, not MIN_WAIT_S.
-    import queue
-
     from marin.execution.ray_backend import _ResultWatcher
 
     class SlowWaitRay:
@@ -153,19 +166,13 @@ def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
             return [f"value of {r}" for r in refs]
 
     fake = SlowWaitRay()
-    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
-    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))
-    try:
-        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
-        assert got.get(timeout=10) == ("task-1", "value of ref-1")
-    finally:
-        watcher.close()
+    assert _watch_one(fake) == ("task-1", "value of ref-1")
     assert fake.timeouts[0] == _ResultWatcher.MIN_WAIT_S
     assert all(t >= _ResultWatcher.COST_FACTOR * 0.002 for t in fake.timeouts[1:4]), fake.timeouts
 
 
 class _FlakyWaitRay:
-    """A fake Ray whose `wait` raises on its first call; `up` says whether Ray is still initialized."""
+    """A fake Ray whose `wait` raises on its first `failures` calls; `up` says whether Ray is still initialized."""
 
     def __init__(self, up: bool, failures: int = 1) -> None:
         self.up = up
@@ -187,18 +194,8 @@ class _FlakyWaitRay:
 
 @pytest.mark.parametrize("ray_up", [True, False])
 def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_it_is_gone(ray_up: bool) -> None:
-    import queue
-
-    from marin.execution.ray_backend import _ResultWatcher
-
     fake = _FlakyWaitRay(up=ray_up)
-    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
-    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))  # type: ignore[arg-type]
-    try:
-        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
-        task, value = got.get(timeout=10)
-    finally:
-        watcher.close()
+    task, value = _watch_one(fake)
     assert task == "task-1"
     if ray_up:  # a passing error: the result still arrives, as a value
         assert value == "value of ref-1" and fake.calls == 2
@@ -208,19 +205,11 @@ def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_i
 
 def test_a_wait_that_keeps_failing_while_ray_is_up_fails_the_attempts_in_the_end(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import queue
-
     from marin.execution.ray_backend import _ResultWatcher
 
     monkeypatch.setattr(_ResultWatcher, "MAX_FAILED_WAITS", 3)
     fake = _FlakyWaitRay(up=True, failures=1000)
-    got: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
-    watcher = _ResultWatcher(fake, lambda task, value: got.put((task, value)))  # type: ignore[arg-type]
-    try:
-        watcher.watch("ref-1", "task-1")  # type: ignore[arg-type]
-        task, value = got.get(timeout=10)
-    finally:
-        watcher.close()
+    task, value = _watch_one(fake)
     assert task == "task-1" and isinstance(value, ConnectionError) and fake.calls == 3
 
 

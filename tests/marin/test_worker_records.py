@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,22 @@ from marin.storage.lease import LeaseInfo, LeaseManager
 from tests.marin.fns import WriteConfig, write_numbers
 
 
+def _numbers_attempt(out: Path, record: StepRecord, *dependencies: dict[str, Any]) -> dict[str, Any]:
+    """Attempt 1 of a step writing three numbers to `out`, run in this process with `record`."""
+    return execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {}, record,
+                        *dependencies)
+
+
+def _attempt_under_lease(root: Path, out: Path) -> dict[str, Any]:
+    """`_numbers_attempt` for executor exec-1, which holds the step's lease while it runs."""
+    leases = LeaseManager(storage_for(str(root)), "exec-1", 60)
+    assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
+    try:
+        return _numbers_attempt(out, _record(out, "exec-1"))
+    finally:
+        leases.stop()
+
+
 def _record(out: Path, executor: str) -> StepRecord:
     return StepRecord(output_path=str(out), name="w/numbers", hash="ab" * 32, attempt=1, run_id="run-1",
                       executor=executor, created=None, step_json='{"name":"w/numbers"}\n')
@@ -26,13 +43,7 @@ def _record(out: Path, executor: str) -> StepRecord:
 
 def test_the_worker_writes_step_json_running_and_success_under_its_executors_lease(tmp_path: Path) -> None:
     out = tmp_path / "w" / "numbers-abababab"
-    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
-    assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
-    try:
-        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                              _record(out, "exec-1"))
-    finally:
-        leases.stop()
+    result = _attempt_under_lease(tmp_path, out)
     assert result["ok"] and result["started"] <= result["ended"]
     assert result["released"] and not (out / ".marin/lease.json").exists()  # released once SUCCESS was written
     status = json.loads((out / ".marin/status.json").read_text())
@@ -71,8 +82,7 @@ def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_
     other = LeaseManager(storage_for(str(tmp_path)), "exec-2", 60)
     assert other.try_acquire(sf.lease_path(str(out)), attempt=1).ok  # e.g. taken over while it was queued
     try:
-        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                              _record(out, "exec-1"))
+        result = _numbers_attempt(out, _record(out, "exec-1"))
     finally:
         other.stop()
     assert not result["ok"] and result["lease_lost"] and "did not run" in result["message"]
@@ -84,18 +94,11 @@ def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_
     # Ray re-runs a task whose worker died after writing SUCCESS and releasing the lease, before its reply
     # reached the driver: the recorded result stands, fn is not called again and nothing is rewritten.
     out = tmp_path / "w" / "numbers-abababab"
-    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
-    assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
-    try:
-        first = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                             _record(out, "exec-1"))
-    finally:
-        leases.stop()
+    first = _attempt_under_lease(tmp_path, out)
     assert first["ok"] and first["released"]
     before = {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()}
     (out / "numbers.txt").unlink()
-    again = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                         _record(out, "exec-1"))
+    again = _numbers_attempt(out, _record(out, "exec-1"))
     assert again == {"ok": True, "released": True, "started": first["started"], "ended": first["ended"]}
     assert not (out / "numbers.txt").exists()  # fn did not run
     assert {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()} == before
@@ -103,8 +106,7 @@ def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_
 
 def test_an_attempt_queued_behind_a_failed_one_does_not_call_fn(tmp_path: Path) -> None:
     out = tmp_path / "w" / "numbers-abababab"
-    result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                          _record(out, "exec-1"), {"ok": True}, {"ok": False, "message": "ValueError: boom"})
+    result = _numbers_attempt(out, _record(out, "exec-1"), {"ok": True}, {"ok": False, "message": "ValueError: boom"})
     assert result["skipped"] and not result["ok"] and "boom" in result["message"]
     assert not out.exists()  # nothing written: not the output, not a status, not a log
 
@@ -125,8 +127,7 @@ def test_a_lease_renewed_while_success_is_written_is_left_for_the_executor_to_re
 
     monkeypatch.setattr(worker.sf, "write_status", renew_then_write)
     try:
-        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                              _record(out, "exec-1"))
+        result = _numbers_attempt(out, _record(out, "exec-1"))
         assert result["ok"] and result["released"] is False
         assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
         assert leases.holds(lease)  # the renewed lease is still there, and still the executor's
@@ -168,13 +169,11 @@ def test_a_rerun_while_the_lease_is_still_held_returns_the_recorded_success_and_
         assert leases.try_acquire(lease, attempt=1).ok
         record = dataclasses.replace(_record(out, "exec-1"), lease_acquired=leases.acquired_at(lease))
         held = Path(lease).read_text()
-        first = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                             record)
+        first = _numbers_attempt(out, record)
         assert first["ok"] and first["released"]
         Path(lease).write_text(held)  # as if the release had not happened
         (out / "numbers.txt").unlink()
-        again = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                             record)
+        again = _numbers_attempt(out, record)
         assert again["ok"] and again["released"] is False and again["ended"] == first["ended"]
         assert not (out / "numbers.txt").exists()
         assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
@@ -194,8 +193,7 @@ def test_an_attempt_from_an_earlier_holding_of_the_lease_does_not_run(tmp_path: 
         assert leases.release(lease)
         time.sleep(0.01)
         assert leases.try_acquire(lease, attempt=2).ok and leases.acquired_at(lease) != old.lease_acquired
-        result = execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
-                              old)
+        result = _numbers_attempt(out, old)
         assert not result["ok"] and result["lease_lost"] and not (out / "numbers.txt").exists()
     finally:
         leases.stop()
