@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.identity import resolve
-from marin.definition.step import Step
+from marin.definition.step import Resources, Step
 from marin.errors import StepFailedError
-from marin.execution.local_backend import Task
-from marin.execution.worker import StepRecord
+from marin.execution.attempt import AttemptResult, Outcome, StepRecord, Task
+from marin.execution.backend import AttemptDone, Backend, Completions, LeaseLost, Message, RunOnLoop
 from marin.graph.dag import Graph, Node
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, WAIT, Plan, PlanEntry
 from marin.status import files as sf
@@ -60,7 +60,7 @@ class StepState:
     failure: StepFailedError | None = None
     config: Any = None  # the resolved config of the current attempt
     queued: bool = False  # submitted behind dependencies that have not succeeded yet (shown as WAITING)
-    deferred: tuple[int, dict[str, Any]] | None = None  # its result, held until those dependencies are handled
+    deferred: tuple[int, AttemptResult] | None = None  # its result, held until those dependencies are handled
 
     @property
     def path(self) -> str:
@@ -83,8 +83,8 @@ class Executor:
         graph: Graph,
         plan: Plan,
         storage: Storage,
-        backend: Any,
-        completions: queue.SimpleQueue[tuple[Any, ...]],
+        backend: Backend,
+        completions: Completions,
         ctx: RunContextInfo,
         *,
         max_concurrent: int,
@@ -102,7 +102,7 @@ class Executor:
         self.on_transition = on_transition
         self.on_idle = on_idle  # called before the loop waits; returns when to be called again (s), or None
         self.leases = LeaseManager(storage, ctx.executor_id, lease_timeout_s,
-                                   on_lost=lambda path: completions.put(("lost", path)))
+                                   on_lost=lambda path: completions.put(LeaseLost(path)))
         self.states: dict[str, StepState] = {}
         self._by_lease: dict[str, str] = {}
         self._dependents: dict[str, list[str]] = {}
@@ -111,7 +111,7 @@ class Executor:
         self.waiting: set[str] = set()
         self.queue_behind = bool(backend.queues_behind_dependencies)
         self._eager: deque[str] = deque()  # launched steps whose dependents may be queued behind them
-        self._resume: deque[tuple[str, int, dict[str, Any], bool]] = deque()  # deferred results now ready to handle
+        self._resume: deque[tuple[str, int, AttemptResult, bool]] = deque()  # deferred results now ready to handle
 
     # ----- set-up -------------------------------------------------------------------------------------
     def _init_states(self) -> None:
@@ -176,14 +176,13 @@ class Executor:
             for key in [k for k in self.waiting if self.states[k].next_poll <= now]:
                 self._poll_waiting(key)
 
-    def _handle(self, item: tuple[Any, ...]) -> None:
-        if item[0] == "done":
-            _, key, attempt, result = item
-            self._finished(key, attempt, result)
-        elif item[0] == "call":  # a backend's work that must run on this thread (the local backend's forks)
-            item[1]()
-        elif item[0] == "lost":
-            key = self._by_lease.get(item[1])
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, AttemptDone):
+            self._finished(message.key, message.attempt, message.result)
+        elif isinstance(message, RunOnLoop):  # a backend's work that must run on this thread (local forks)
+            message.call()
+        else:
+            key = self._by_lease.get(message.lease_path)
             if key is not None and key in self.running and not self._released_by_worker(key):
                 self.backend.cancel(key)
                 st = self.states[key]
@@ -282,7 +281,7 @@ class Executor:
         self.running.add(key)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
                                  log_path=sf.log_path(st.path, st.attempt), env=dict(step.env),
-                                 resources=step.resources, attempt=st.attempt, record=record, after=after))
+                                 resources=Resources.coerce(step.resources), attempt=st.attempt, record=record, after=after))
         self.on_transition()
 
     # ----- waiting on another executor ------------------------------------------------------------------
@@ -321,7 +320,7 @@ class Executor:
         st.next_poll = time.time() + st.poll_s
 
     # ----- finishing ----------------------------------------------------------------------------------
-    def _finished(self, key: str, attempt: int, result: dict[str, Any], was_queued: bool = False) -> None:
+    def _finished(self, key: str, attempt: int, result: AttemptResult, was_queued: bool = False) -> None:
         st = self.states[key]
         if key not in self.running or attempt != st.attempt:
             return  # a cancelled attempt reporting late
@@ -332,30 +331,30 @@ class Executor:
         self.backend.forget(key)
         lease = sf.lease_path(st.path)
         # An attempt that succeeded checked the lease itself before it wrote SUCCESS; otherwise check it here.
-        if result.get("lease_lost") or (not result.get("ok") and not self.leases.holds(lease)):
+        if result.outcome is Outcome.LEASE_LOST or (not result.ok and not self.leases.holds(lease)):
             st.note = "lease lost while running; waiting for the executor that took it over"
             self._wait_for_other(key)
             return
         # A queued attempt that never called fn: it saw a failed attempt of a dependency that was then retried,
         # or Ray failed it because a dependency's task was cancelled. Not a failure of this step: submit again.
         # A Ray-level failure (worker died) does not say whether fn had started; the worker's RUNNING does.
-        if result.get("skipped") or (was_queued and not result.get("ok") and "started" not in result
-                                     and not self._attempt_started(st)):
+        if result.outcome is Outcome.SKIPPED or (was_queued and not result.ok and result.started is None
+                                                 and not self._attempt_started(st)):
             st.attempt -= 1
             self._launch(key, first=st.attempt == int((st.previous or {}).get("attempt") or 0))
             return
-        if result.get("started"):
-            st.started = result["started"]
-        if result.get("ok"):  # the worker wrote SUCCESS (status and event) under our lease
-            st.ended = result.get("ended") or time.time()
-            if result.get("released"):  # ... and then released the lease for us
+        if result.started:
+            st.started = result.started
+        if result.ok:  # the worker wrote SUCCESS (status and event) under our lease
+            st.ended = result.ended or time.time()
+            if result.lease_released:  # ... and then released the lease for us
                 self.leases.forget(lease)
             else:
                 self.leases.release(lease)
             self._succeeded(key, note="ran")
             return
-        error = {k: result.get(k) for k in ("type", "message", "traceback")}
-        status = sf.PREEMPTED if result.get("preempted") else sf.FAILED
+        error: dict[str, Any] = result.error
+        status = sf.PREEMPTED if result.outcome is Outcome.PREEMPTED else sf.FAILED
         sf.append_event(self.storage, st.path, status, attempt=st.attempt, run_id=self.ctx.run_id,
                         executor=self.ctx.executor_id, message=f"{error['type']}: {error['message']}")
         if st.attempt - int((st.previous or {}).get("attempt") or 0) <= st.node.step.retries:
@@ -366,7 +365,7 @@ class Executor:
                         run_id=self.ctx.run_id, executor=self.ctx.executor_id, previous=st.previous,
                         started=st.started, ended=st.ended, error=error)
         self.leases.release(lease)
-        self._failed(key, error, status=status, exc_pickle=result.get("exception"))
+        self._failed(key, error, status=status, exc_pickle=result.exception)
 
     def _attempt_started(self, st: StepState) -> bool:
         """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""

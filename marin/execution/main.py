@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import marin.tracking  # noqa: F401  (registers the issue-tracker publisher factory)
-from marin.definition.step import Step
+from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
+from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor, RunContextInfo, StepState
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
@@ -158,13 +159,14 @@ def run_experiment(
     if dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [], "dry run: nothing written")
 
-    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    completions: Completions = queue.SimpleQueue()
     runnable = [e for e in plan.entries if e.action == RUN]
     # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
     settled = all(e.action in (SKIP, BLOCKED, FAILED_ACTION) for e in plan.entries)
     be = _make_backend("local" if settled else backend, completions, ray_address)
     try:
-        be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
+        be.check_resources([(e.name, Resources.coerce(e.node.step.resources)) for e in runnable
+                            if e.node is not None])
         assert prov_of is not None  # started above for every run that is not a dry run
         prov = prov_of()
         ctx = RunContextInfo(run_id, sf.new_executor_id(), experiment_id, str(issue_ref) if issue_ref else None,
@@ -237,7 +239,7 @@ def _on_sigterm_raise() -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _make_backend(backend: str, completions: queue.SimpleQueue[tuple[Any, ...]], ray_address: str | None) -> Any:
+def _make_backend(backend: str, completions: Completions, ray_address: str | None) -> Backend:
     if backend == "local":
         from marin.execution.local_backend import LocalBackend
 

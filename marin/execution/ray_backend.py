@@ -8,20 +8,21 @@ missing resource, instead of a task pending forever.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
-import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin.definition.step import Resources
+from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
 from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
-from marin.execution.local_backend import Task
+from marin.execution.backend import AttemptDone, Completions
 from marin.execution.resources import check_feasible
-from marin.execution.worker import error_record, execute_step
+from marin.execution.worker import execute_step
 
 OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
 
@@ -70,17 +71,18 @@ def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def _run_attempt(payload: bytes, *dependencies: Any) -> dict[str, Any]:
+def _run_attempt(payload: bytes, *dependencies: AttemptResult) -> AttemptResult:
     """A Ray task: one attempt whose function and config workers can import (see `_attempt`)."""
     return _attempt(payload, None, dependencies)
 
 
-def _run_script_attempt(payload: bytes, shared: tuple[Any, str], *dependencies: Any) -> dict[str, Any]:
+def _run_script_attempt(payload: bytes, shared: tuple[Any, str], *dependencies: AttemptResult) -> AttemptResult:
     """A Ray task: one attempt that uses the run's table of script objects (see attempt_pickle)."""
     return _attempt(payload, shared, dependencies)
 
 
-def _attempt(payload: bytes, shared: tuple[Any, str] | None, dependencies: tuple[Any, ...]) -> dict[str, Any]:
+def _attempt(payload: bytes, shared: tuple[Any, str] | None,
+             dependencies: tuple[AttemptResult, ...]) -> AttemptResult:
     try:
         if shared is None:
             fn, config, log_path, env, record = pickle.loads(payload)
@@ -91,10 +93,10 @@ def _attempt(payload: bytes, shared: tuple[Any, str] | None, dependencies: tuple
             table = table_for(key, lambda: ray.get(table_ref))
             fn, config, log_path, env, record = loads_with_table(payload, table)
     except Exception as exc:  # e.g. the step's module is not importable on this node: a failure, not preemption
-        failure = error_record(exc)
-        failure["message"] = (f"cannot load the step's function and config on this Ray worker: {failure['message']}."
-                              " Fix: make the code importable on every node (PYTHONPATH or a runtime_env)")
-        return failure
+        failure = AttemptResult.from_exception(exc, context="cannot load the step's function and config on this "
+                                               "Ray worker", host=HOST)
+        return dataclasses.replace(failure, message=f"{failure.message}. Fix: make the code importable on every "
+                                   "node (PYTHONPATH or a runtime_env)")
     return execute_step(fn, config, log_path, env, record, *dependencies)
 
 
@@ -109,7 +111,8 @@ def _remote_function(name: str) -> Any:
     if name not in _REMOTES:
         import ray
 
-        _REMOTES[name] = ray.remote({"plain": _run_attempt, "script": _run_script_attempt}[name])
+        functions: dict[str, Callable[..., AttemptResult]] = {"plain": _run_attempt, "script": _run_script_attempt}
+        _REMOTES[name] = ray.remote(functions[name])
     return _REMOTES[name]
 
 
@@ -210,7 +213,7 @@ class RayBackend:
     name = "ray"
     queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as arguments
 
-    def __init__(self, completions: queue.SimpleQueue[tuple[Any, ...]], address: str | None = None) -> None:
+    def __init__(self, completions: Completions, address: str | None = None) -> None:
         import ray
 
         self.ray = ray
@@ -224,7 +227,7 @@ class RayBackend:
         self._table_size = 0
         self._results = _ResultWatcher(ray, self._done)
 
-    def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
+    def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
         nodes = [
             {k: float(v) for k, v in n.get("Resources", {}).items()} for n in self.ray.nodes() if n.get("Alive")
         ]
@@ -240,10 +243,10 @@ class RayBackend:
             # The attempt travels as one pickled blob (bytes pass through Ray's serializer without a second
             # pickling), then the dependency references, which must be top-level arguments for Ray to wait for
             # them and pass their values.
-            payload, shared = self._payload((task.fn, task.config, task.log_path, task.env, task.record))
+            payload, shared = self._payload(task.payload())
         except Exception as exc:  # e.g. a config value that cannot be pickled: the step fails, the run goes on
-            failure = error_record(exc)
-            failure["message"] = f"cannot send the step to a Ray worker: {failure['message']}"
+            failure = AttemptResult.from_exception(exc, context="cannot send the step to a Ray worker",
+                                                   log_path=task.log_path)
             ref = self.ray.put(failure)  # attempts queued behind this one see a failed dependency
         else:
             # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
@@ -296,11 +299,10 @@ class RayBackend:
 
     def _done(self, task: Task, value: Any) -> None:
         if isinstance(value, BaseException):  # Ray-level failure (node died, task cancelled): it did not finish
-            result = error_record(value)
-            result["preempted"] = True
+            result = AttemptResult.from_exception(value, outcome=Outcome.PREEMPTED, log_path=task.log_path)
         else:
             result = value
-        self.completions.put(("done", task.key, task.attempt, result))
+        self.completions.put(AttemptDone(task.key, task.attempt, result))
 
     def cancel(self, key: str) -> None:
         ref = self._refs.get(key)

@@ -6,7 +6,6 @@ order the executor must cope with on a real cluster."""
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from pathlib import Path
@@ -17,8 +16,9 @@ import pytest
 from marin import Step, output_path_of, run_experiment, this_output_path
 from marin.execution import main as marin_main
 from marin.execution import worker
-from marin.execution.local_backend import Task
-from marin.execution.worker import error_record, execute_step
+from marin.execution.attempt import AttemptResult, Outcome, Task
+from marin.execution.backend import AttemptDone, Completions
+from marin.execution.worker import execute_step
 from tests.marin.fns import CountConfig, FailConfig, FlakyConfig, count_and_write, fail, flaky
 
 
@@ -28,13 +28,13 @@ class ReversingQueueBackend:
     name = "reversing"
     queues_behind_dependencies = True
 
-    def __init__(self, completions: queue.Queue[tuple[Any, ...]]) -> None:
+    def __init__(self, completions: Completions) -> None:
         self.completions = completions
         self.submitted: list[tuple[str, int, tuple[str, ...]]] = []  # (step name, attempt, names queued behind)
         self._names: dict[str, str] = {}
-        self._results: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, AttemptResult] = {}
         self._pending: list[Task] = []
-        self._burst: list[tuple[Any, ...]] = []
+        self._burst: list[AttemptDone] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
@@ -57,10 +57,10 @@ class ReversingQueueBackend:
                     result = self._execute(t)
                     self._results[t.key] = result
                     with self._lock:
-                        self._burst.append(("done", t.key, t.attempt, result))
+                        self._burst.append(AttemptDone(t.key, t.attempt, result))
                     progressed = True
 
-    def _execute(self, t: Task) -> dict[str, Any]:
+    def _execute(self, t: Task) -> AttemptResult:
         return execute_step(t.fn, t.config, t.log_path, t.env, t.record, *[self._results[k] for k in t.after])
 
     def _flush_loop(self) -> None:
@@ -85,10 +85,11 @@ class CrashingQueueBackend(ReversingQueueBackend):
     """Like ReversingQueueBackend, but the first attempt of `q/b` dies after its worker wrote RUNNING, the way a
     Ray worker process that is killed mid-step fails: Ray reports an error and no start time."""
 
-    def _execute(self, t: Task) -> dict[str, Any]:
+    def _execute(self, t: Task) -> AttemptResult:
         if t.name == "q/b" and t.attempt == 1:
+            assert t.record is not None
             worker._record_start(t.record, time.time())
-            return {**error_record(RuntimeError("the worker died")), "preempted": True}
+            return AttemptResult.from_exception(RuntimeError("the worker died"), outcome=Outcome.PREEMPTED)
         return super()._execute(t)
 
 
@@ -96,7 +97,7 @@ class CrashingQueueBackend(ReversingQueueBackend):
 def reversing(monkeypatch: pytest.MonkeyPatch) -> list[ReversingQueueBackend]:
     made: list[ReversingQueueBackend] = []
 
-    def make(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
+    def make(backend: str, completions: Completions, ray_address: str | None) -> Any:
         made.append(ReversingQueueBackend(completions))
         return made[-1]
 

@@ -389,11 +389,12 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     import queue
     import threading
 
-    from marin.execution.local_backend import Task
+    from marin.execution.attempt import Outcome, Task
+    from marin.execution.backend import AttemptDone, Completions
     from marin.execution.ray_backend import RayBackend
     from tests.marin.fns import NoopConfig, noop
 
-    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    completions: Completions = queue.SimpleQueue()
     backend = RayBackend(completions)
 
     def task(key: str, config: Any, after: tuple[str, ...] = ()) -> Task:
@@ -404,8 +405,9 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     backend.submit(task("after", NoopConfig(str(tmp_path / "after")), after=("bad",)))
     results = {}
     for _ in range(2):
-        _, key, _, result = completions.get(timeout=120)
-        results[key] = result
-    assert not results["bad"]["ok"] and not results["bad"].get("preempted")
-    assert results["bad"]["message"].startswith("cannot send the step to a Ray worker: cannot pickle")
-    assert results["after"]["skipped"] and not (tmp_path / "after").exists()
+        done = completions.get(timeout=120)
+        assert isinstance(done, AttemptDone)
+        results[done.key] = done.result
+    assert not results["bad"].ok and results["bad"].outcome is not Outcome.PREEMPTED
+    assert results["bad"].message.startswith("cannot send the step to a Ray worker: cannot pickle")
+    assert results["after"].outcome is Outcome.SKIPPED and not (tmp_path / "after").exists()
