@@ -30,7 +30,9 @@ from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
-from marin.execution.executor import Executor, RunContextInfo, StepState
+from marin.execution.executor import Executor
+from marin.execution.records import RunContextInfo
+from marin.execution.state import StepState
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
