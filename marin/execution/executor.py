@@ -30,15 +30,7 @@ from marin.execution.attempt import AttemptResult, Outcome, Task
 from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop
 from marin.execution.records import RunContextInfo, StepRecords
 from marin.execution.retry import RetryPolicy
-from marin.execution.state import (
-    PHASE_OF_STATUS,
-    POLL_MAX_S,
-    POLL_MIN_S,
-    Board,
-    Phase,
-    StepState,
-    recorded_attempt,
-)
+from marin.execution.state import PHASE_OF_STATUS, POLL_MIN_S, Board, Phase, StepState, recorded_attempt
 from marin.execution.step_leases import StepLeases
 from marin.graph.dag import Graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, WAIT, Plan
@@ -198,7 +190,8 @@ class Executor:
         prev = self.records.current(st) if fresh else st.previous
         acquired = self.leases.acquire(st, attempt=recorded_attempt(prev) + 1)
         if not acquired.ok:
-            st.note = f"waiting for executor {acquired.holder.owner if acquired.holder else 'another executor'}"
+            holder = acquired.holder.owner if acquired.holder else "another executor"
+            st.note = f"waiting for executor {holder}"
             self._wait_for_other(key)
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
@@ -224,7 +217,8 @@ class Executor:
 
     def _launch(self, key: str, first: bool = False) -> None:
         """Submit an attempt, queued behind any dependency still running. Its worker writes step.json (first
-        attempt of this run) and RUNNING when it starts, so the status says RUNNING only once it really runs."""
+        attempt of this run) and RUNNING when it starts, so the status says RUNNING only once it really
+        runs."""
         st = self.board[key]
         st.attempt += 1
         after = tuple(d.hash for d in st.node.deps if d.hash in self.board.running)
@@ -235,8 +229,8 @@ class Executor:
         record = self.records.attempt_record(key, st, self.leases.acquired_at(st), first)
         self.backend.submit(Task(key=key, name=step.name, fn=step.fn, config=st.config,
                                  log_path=sf.log_path(st.path, st.attempt), env=dict(step.env),
-                                 resources=Resources.coerce(step.resources), attempt=st.attempt, record=record,
-                                 after=after))
+                                 resources=Resources.coerce(step.resources), attempt=st.attempt,
+                                 record=record, after=after))
         self.on_transition()
 
     # ----- waiting on another executor ------------------------------------------------------------------
@@ -256,12 +250,13 @@ class Executor:
         if (current or {}).get("status") == sf.SUCCESS:
             self._succeeded(key, note="reused the result of another executor")
             return
-        # A failure written by the executor we waited for (not an old one that was already there when we planned)
+        # A failure written by the executor we waited for (not an old one that was already there when we
+        # planned)
         error = self.records.failed_elsewhere(st, current, (sf.FAILED, sf.DEP_FAILED), others_only=True)
         if error is not None:
             self._failed(key, error)
             return
-        st.poll_s = min(st.poll_s * 1.5, POLL_MAX_S)  # back off: the holder may run for hours
+        st.back_off()  # the holder may run for hours
         if self._has_room() and self._startable(key):
             self._try_start(key)  # acquires if the holder released or went stale; else back to waiting
             return
@@ -281,9 +276,10 @@ class Executor:
             st.note = "lease lost while running; waiting for the executor that took it over"
             self._wait_for_other(key)
             return
-        # A queued attempt that never called fn: it saw a failed attempt of a dependency that was then retried,
-        # or Ray failed it because a dependency's task was cancelled. Not a failure of this step: submit again.
-        # A Ray-level failure (worker died) does not say whether fn had started; the worker's RUNNING does.
+        # A queued attempt that never called fn: it saw a failed attempt of a dependency that was then
+        # retried, or Ray failed it because a dependency's task was cancelled. Not a failure of this step:
+        # submit again. A Ray-level failure (worker died) does not say whether fn had started; the worker's
+        # RUNNING does.
         if result.outcome is Outcome.SKIPPED or (was_queued and not result.ok and result.started is None
                                                  and not self.records.attempt_started(st)):
             st.attempt -= 1
@@ -386,8 +382,10 @@ class Executor:
             self.board.move(key, Phase.PREEMPTED)
 
 
-def _step_failure(key: str, st: StepState, error: dict[str, Any], exc_pickle: bytes | None) -> StepFailedError:
-    """The error a failed step raises from `executor_main`, chained to the step's own exception if it unpickles."""
+def _step_failure(key: str, st: StepState, error: dict[str, Any],
+                  exc_pickle: bytes | None) -> StepFailedError:
+    """The error a failed step raises from `executor_main`, chained to the step's own exception if it
+    unpickles."""
     log = sf.log_path(st.path, st.attempt) if st.attempt else None
     failure = StepFailedError(st.node.name, key, st.path, log, f"{error.get('type')}: {error.get('message')}")
     if exc_pickle:

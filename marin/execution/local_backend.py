@@ -1,15 +1,15 @@
 """The `local` backend: a warm pool of worker processes forked from the executor.
 
 A worker is forked the first time no idle worker is free (so at most `--max-concurrent` exist) and then runs
-one attempt after another: the step function and its resolved config travel over a pipe (pickled by
-reference, which works because the worker is a fork of the process that defined them). Forking a fresh
-process per step costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker
-costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out a node's:
-an attempt starts only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit
-start meanwhile), and a request larger than the machine is an error before anything runs (see resources.py;
-custom resources are declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is
-reported as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each
-attempt restores the working directory and the environment it changed. Workers die with the executor
+one attempt after another: the step function and its resolved config travel over a pipe (pickled by reference,
+which works because the worker is a fork of the process that defined them). Forking a fresh process per step
+costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker costs a fraction of
+a millisecond per step. Steps get this machine's resources the way Ray hands out a node's: an attempt starts
+only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit start meanwhile),
+and a request larger than the machine is an error before anything runs (see resources.py; custom resources are
+declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is reported
+as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each attempt
+restores the working directory and the environment it changed. Workers die with the executor
 (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
 """
 
@@ -96,15 +96,17 @@ class LocalBackend:
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
-        # Workers are forked only by the thread that runs the executor: a fork copies only the forking thread, and
-        # a lock another thread held at that moment (the executor's, a library's) would stay held in the child.
+        # Workers are forked only by the thread that runs the executor: a fork copies only the forking thread,
+        # and a lock another thread held at that moment (the executor's, a library's) would stay held in the
+        # child.
         self._owner = threading.get_ident()
         self._start_requested = False  # a start the reaper could not make is queued for the executor's thread
         self._reaper = threading.Thread(target=self._reap_loop, name="marin-local-reaper", daemon=True)
         self._reaper.start()
 
     def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
-        check_feasible(tasks, [local_machine()], "lower the step's resources, run it on a Ray cluster that has "
+        check_feasible(tasks, [local_machine()], "lower the step's resources, run it on a Ray cluster "
+                       "that has "
                        "them (--backend ray --ray-address ...), or declare custom resources this machine has "
                        "in MARIN_LOCAL_RESOURCES (e.g. '{\"TPU\": 4}')")
 
@@ -141,9 +143,8 @@ class LocalBackend:
 
     def _start_what_fits(self) -> None:
         """Start every pending attempt whose request fits in what is free, in submission order.
-
-        Called by the executor's thread (on submit) and by the reaper (when an attempt finished). An attempt that
-        needs a new worker is started only on the executor's thread, so no worker is forked from the reaper: the
+ Called by the executor's thread (on submit) and by the reaper (when an attempt finished). An attempt that
+needs a new worker is started only on the executor's thread, so no worker is forked from the reaper: the
         reaper asks the executor's loop to call this again instead.
         """
         starts = []
@@ -174,8 +175,9 @@ class LocalBackend:
                 with self._lock:
                     worker.task = None
                     self._release(task.key)
-                failure = AttemptResult.from_exception(exc, context="cannot send the step to a worker process",
-                                                       log_path=task.log_path, host=HOST)
+                failure = AttemptResult.from_exception(
+                    exc, context="cannot send the step to a worker process", log_path=task.log_path,
+                    host=HOST)
                 self.completions.put(AttemptDone(task.key, task.attempt, failure))
 
     def _release(self, key: str) -> None:

@@ -65,13 +65,16 @@ class StepRecords:
             return None
         err = current.get("error") or {}
         return {"type": err.get("type", current["status"]),
-                "message": f"failed in executor {current.get('executor')}: {err.get('message')}", "traceback": ""}
+                "message": f"failed in executor {current.get('executor')}: {err.get('message')}",
+                "traceback": ""}
 
     # ----- an attempt -----------------------------------------------------------------------------------
     def resolve_config(self, st: StepState) -> Any:
-        return resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix, dep_path=self._step_path)
+        return resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix,
+                       dep_path=self._step_path)
 
-    def attempt_record(self, key: str, st: StepState, lease_acquired: float | None, first: bool) -> StepRecord:
+    def attempt_record(self, key: str, st: StepState, lease_acquired: float | None,
+                       first: bool) -> StepRecord:
         """What the worker of `st`'s current attempt writes; step.json too on the run's first attempt."""
         return StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
                           run_id=self.ctx.run_id, executor=self.ctx.executor_id,
@@ -92,11 +95,13 @@ class StepRecords:
     def interrupted(self, st: StepState) -> None:
         """The executor was interrupted while `st`'s attempt ran: PREEMPTED, status and event."""
         self._status(st, sf.PREEMPTED, st.attempt, started=st.started, ended=time.time(),
-                     error={"type": "Interrupted", "message": "the executor was interrupted", "traceback": ""})
+                     error={"type": "Interrupted", "message": "the executor was interrupted",
+                            "traceback": ""})
         self._event(st, sf.PREEMPTED, st.attempt, message="executor interrupted")
 
     def dep_failed(self, st: StepState, attempt: int) -> None:
-        """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what changed."""
+        """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what
+        changed."""
         sf.write_json(self.storage, sf.step_json_path(st.path), self._step_info(st, self.resolve_config(st)))
         self._status(st, sf.DEP_FAILED, attempt, ended=time.time(), error=st.error)
         self._event(st, sf.DEP_FAILED, attempt, message=st.error["message"] if st.error else "")

@@ -48,10 +48,11 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # started (queued or not), found held by another executor, found finished or failed by another one since
     # the plan, or a dependency failed
     P.PENDING: frozenset({P.QUEUED, P.RUNNING, P.WAITING, P.SUCCESS, P.FAILED, P.DEP_FAILED}),
-    # its dependencies succeeded, its lease was lost, a dependency failed, or the run was interrupted (PENDING:
-    # it never started; PREEMPTED: its lease was already gone)
+    # its dependencies succeeded, its lease was lost, a dependency failed, or the run was interrupted
+    # (PENDING: it never started; PREEMPTED: its lease was already gone)
     P.QUEUED: frozenset({P.RUNNING, P.WAITING, P.DEP_FAILED, P.PENDING, P.PREEMPTED}),
-    # finished, retried or re-submitted (RUNNING, or QUEUED behind a dependency's retry), lease lost, interrupted
+    # finished, retried or re-submitted (RUNNING, or QUEUED behind a dependency's retry), lease lost,
+    # interrupted
     P.RUNNING: frozenset({P.RUNNING, P.QUEUED, P.WAITING, P.SUCCESS, P.FAILED, P.PREEMPTED}),
     # polled again, the holder finished or failed, or the lease came free and this executor started it
     P.WAITING: frozenset({P.WAITING, P.QUEUED, P.RUNNING, P.SUCCESS, P.FAILED}),
@@ -86,7 +87,8 @@ class StepState:
     previous: dict[str, Any] | None = None  # the status this run's attempts replace
     failure: StepFailedError | None = None
     config: Any = None  # the resolved config of the current attempt
-    deferred: tuple[int, AttemptResult] | None = None  # QUEUED: its result, held until its dependencies are handled
+    # QUEUED: its result, held until its dependencies are handled
+    deferred: tuple[int, AttemptResult] | None = None
     ended_attempts: Counter[Outcome] = dataclasses.field(default_factory=Counter)  # since the lease was taken
 
     @property
@@ -104,6 +106,10 @@ class StepState:
     @property
     def queued(self) -> bool:
         return self.phase is Phase.QUEUED
+
+    def back_off(self) -> None:
+        """WAITING: poll the holder's status less often (up to every POLL_MAX_S)."""
+        self.poll_s = min(self.poll_s * 1.5, POLL_MAX_S)
 
     @property
     def base_attempt(self) -> int:

@@ -17,7 +17,8 @@ from marin.storage.lease import Acquired, LeaseManager
 
 
 class StepLeases:
-    def __init__(self, storage: Storage, ctx: RunContextInfo, timeout_s: float, completions: Completions) -> None:
+    def __init__(self, storage: Storage, ctx: RunContextInfo, timeout_s: float,
+                 completions: Completions) -> None:
         self.storage = storage
         self.ctx = ctx
         self.manager = LeaseManager(storage, ctx.executor_id, timeout_s,
@@ -52,7 +53,8 @@ class StepLeases:
         after it wrote SUCCESS: not a lost lease."""
         current = sf.read_status(self.storage, st.path) or {}
         return (current.get("status") == sf.SUCCESS and current.get("attempt") == st.attempt
-                and current.get("run_id") == self.ctx.run_id and current.get("executor") == self.ctx.executor_id)
+                and current.get("run_id") == self.ctx.run_id
+                and current.get("executor") == self.ctx.executor_id)
 
     def stop(self) -> None:
         self.manager.stop()

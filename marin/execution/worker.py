@@ -29,14 +29,14 @@ from marin.status import files as sf
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 
-# Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own `env`
-# passes one explicitly, so a step that prints its environment cannot leak them into its log.
+# Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
+# `env` passes one explicitly, so a step that prints its environment cannot leak them into its log.
 PLATFORM_SECRETS = ("GITHUB_TOKEN", "GH_TOKEN")
 
 
 def _holds(record: StepRecord, holder: LeaseInfo | None) -> bool:
-    """The lease names the attempt's executor, in the holding the attempt was submitted under (an executor that
-    lost its lease and took it back has a new `acquired`: attempts from before are not its agents)."""
+    """The lease names the attempt's executor, in the holding the attempt was submitted under (an executor
+    that lost its lease and took it back has a new `acquired`: attempts from before are not its agents)."""
     return holder is not None and holder.owner == record.executor and (
         record.lease_acquired is None or holder.acquired == record.lease_acquired)
 
@@ -58,11 +58,13 @@ def _refusal(record: StepRecord) -> AttemptResult | None:
                              lease_released=not _holds(record, holder))
     if _holds(record, holder):
         return None
-    return _lease_lost("the executor no longer held the step's lease when the attempt was to start; it did not run")
+    return _lease_lost("the executor no longer held the step's lease when the attempt was to start; "
+                       "it did not run")
 
 
 def _lease_lost(message: str, started: float | None = None, ended: float | None = None) -> AttemptResult:
-    return AttemptResult(Outcome.LEASE_LOST, started=started, ended=ended, error_type="LeaseLost", message=message)
+    return AttemptResult(Outcome.LEASE_LOST, started=started, ended=ended, error_type="LeaseLost",
+                         message=message)
 
 
 def _record_start(record: StepRecord, started: float) -> None:
@@ -112,7 +114,8 @@ def capture_output(log_file: str) -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     saved_streams = sys.stdout, sys.stderr
-    # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own object.
+    # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own
+    # object.
     stream = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
     try:
         os.dup2(fd, 1)
@@ -172,8 +175,9 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     try:
         released = _record_success(record, started, result.ended or time.time())
     except Exception as exc:
-        return AttemptResult.from_exception(exc, context="the step finished but its SUCCESS status could not be "
-                                            "written", started=started, ended=result.ended)
+        return AttemptResult.from_exception(
+            exc, context="the step finished but its SUCCESS status could not be written", started=started,
+            ended=result.ended)
     if released is None:
         return _lease_lost("the executor's lease was taken over while the step ran", started, result.ended)
     return dataclasses.replace(result, lease_released=released)
@@ -181,7 +185,8 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
 
 def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
                            started: float) -> AttemptResult:
-    """Call `fn(config)` with the step's env and output captured into the attempt's log; FAILED if it raised."""
+    """Call `fn(config)` with the step's env and output captured into the attempt's log; FAILED if it
+    raised."""
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
         handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")

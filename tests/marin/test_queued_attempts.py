@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from marin.execution import main as marin_main
 from marin.execution import worker
 from marin.execution.attempt import AttemptResult, Outcome, Task
@@ -128,7 +128,10 @@ def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled
     counter = str(tmp_path / "ran.txt")
     a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b, c = _chain(tmp_path, a)
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS"
     [backend] = reversing
     assert backend.submitted == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/c", 1, ("q/b",))]
@@ -154,7 +157,9 @@ def test_a_step_with_many_dependencies_is_submitted_once_they_succeeded_not_queu
         inputs=tuple(output_path_of(m) for m in middles[:QUEUE_BEHIND_MAX_DEPENDENCIES])))
     many = Step(name="q/many", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=counter, inputs=tuple(output_path_of(m) for m in middles)))
-    result = run_experiment([few, many], prefix=str(tmp_path / "out"), backend="local", max_concurrent=64,
+    result = run_experiment([few, many],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=64),
                             verbose=False, script="q.py")
     assert result.status == "SUCCESS"
     [backend] = reversing
@@ -174,7 +179,10 @@ def test_attempts_queued_behind_a_retried_failure_are_submitted_again_and_run_on
                                                                    marker=str(tmp_path / "seen")))
     b, c = _chain(tmp_path, a)
     t0 = time.time()
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = reversing
     # b and c were queued behind a's first attempt, saw it fail without running, and were submitted again once a
@@ -193,7 +201,10 @@ def test_attempts_queued_behind_a_final_failure_become_dep_failed_without_runnin
         reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
     a = Step(name="q/a", fn=fail, config=FailConfig(output_path=this_output_path(), message="nope"))
     b, c = _chain(tmp_path, a)
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "FAILED"
     assert [result.status_of(n) for n in ("q/a", "q/b", "q/c")] == ["FAILED", "DEP_FAILED", "DEP_FAILED"]
     for name in ("q/b", "q/c"):
@@ -212,8 +223,10 @@ def test_a_queued_attempt_whose_worker_died_after_starting_counts_as_an_attempt(
     a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b = Step(name="q/b", fn=count_and_write, retries=1,
              config=CountConfig(output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(a),)))
-    result = run_experiment([b], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False,
-                            script="q.py")
+    result = run_experiment([b],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = made
     # b's first attempt was queued behind a; its result (a crash after RUNNING) was held until a's was handled.

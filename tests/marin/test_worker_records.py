@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from marin import Step, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
 from marin.execution import worker
 from marin.execution.attempt import AttemptResult, Outcome, StepRecord
 from marin.execution.local_backend import LocalBackend
@@ -152,7 +152,9 @@ def test_a_heartbeat_that_finds_the_lease_released_by_the_worker_is_not_a_lost_l
 
     monkeypatch.setattr(LocalBackend, "_collect", late_collect)
     step = Step(name="w/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=3))
-    result = run_experiment([step], prefix=str(tmp_path / "out"), backend="local", lease_timeout_s=0.4,
+    result = run_experiment([step],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               lease_timeout_s=0.4),
                             verbose=False)
     assert result.status == "SUCCESS"
     (state,) = result.steps.values()
