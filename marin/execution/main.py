@@ -33,7 +33,7 @@ from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
 from marin.execution.records import RunContextInfo
 from marin.execution.state import StepState
-from marin.execution.views import RunInfo, RunViews, summary
+from marin.execution.views import RunViews, summary
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
@@ -144,24 +144,25 @@ def run_experiment(
     prefix = normalize_prefix(config.resolved_prefix())
     storage = storage_for(prefix)
     issue_ref = (IssueRef.parse(config.issue) if config.issue else None) or IssueRef.from_script(script)
+    issue = str(issue_ref) if issue_ref else None
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
-    info = RunInfo(f"{script_stem(script)}-{graph.experiment_hash[:8]}", run_id, script, description,
-                   str(issue_ref) if issue_ref else None, prefix, t0)
+    experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
+    run = RunContext(prefix, issue, experiment_id, script, run_id, description)
     plan = make_plan(graph, prefix, storage, run_only=config.run_only,
                      force_run_failed=config.force_run_failed)
     if verbose:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
     if config.dry_run:
-        return RunResult(info.run_id, info.experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
+        return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
                          "dry run: nothing written")
     assert prov_of is not None  # started above for every run that is not a dry run
-    result = _execute(graph, plan, storage, config, info, prov_of, publishers, args)
+    result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args)
     _log(result.summary, verbose)
     return result
 
 
-def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, info: RunInfo,
-             provenance: Callable[[], dict[str, Any]], publishers: Sequence[Publisher],
+def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,
+             started: float, provenance: Callable[[], dict[str, Any]], publishers: Sequence[Publisher],
              args: Sequence[str]) -> RunResult:
     """Check resources, write the manifest, run the executor, publish and record the outcome."""
     completions: Completions = queue.SimpleQueue()
@@ -172,17 +173,15 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         be.check_resources([(e.name, Resources.coerce(e.node.step.resources)) for e in plan.entries
                             if e.action == RUN and e.node is not None])
         prov = provenance()
-        ctx = RunContextInfo(info.run_id, sf.new_executor_id(), info.experiment_id, info.issue, info.prefix,
+        ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
                              prov)
-        manifest.start_run(storage, info.prefix, info.experiment_id, script=info.script,
-                           description=info.description, issue=info.issue, provenance=prov,
-                           steps=_manifest_steps(graph, plan), run_id=info.run_id, args=list(args))
-        run_context = RunContext(info.prefix, info.issue, info.experiment_id, info.script, info.run_id,
-                                 info.description)
-        pubs, factory_errors = publishers_for(run_context, publishers)
+        manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
+                           description=run.description, issue=run.issue, provenance=prov,
+                           steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args))
+        pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
-        views = RunViews(pset, info, plan)
+        views = RunViews(pset, run, started, plan)
         executor = Executor(graph, plan, storage, be, completions, ctx,
                             max_concurrent=config.concurrency_limit(), lease_timeout_s=config.lease_timeout_s,
                             on_transition=views.changed, on_idle=views.due)
@@ -197,12 +196,12 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
                 signal.signal(signal.SIGTERM, previous_handler)
             ended = time.time()
             views.final(status, ended)
-            manifest.end_run(storage, info.prefix, info.experiment_id, info.run_id, status, pset.errors)
+            manifest.end_run(storage, run.prefix, run.experiment_id, run.run_id, status, pset.errors)
     finally:
         be.shutdown()
     failures = [st.failure for st in states.values() if st.failure is not None]
-    text = summary(states, pset.errors, ended - info.started, info.experiment_id, info.prefix)
-    return RunResult(info.run_id, info.experiment_id, info.prefix, status, plan, states, failures,
+    text = summary(states, pset.errors, ended - started, run.experiment_id, run.prefix)
+    return RunResult(run.run_id, run.experiment_id, run.prefix, status, plan, states, failures,
                      pset.errors, text)
 
 

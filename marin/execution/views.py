@@ -9,38 +9,25 @@ only waiting (`due` tells it when to wake up for it).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
 from marin.execution.state import StepState
 from marin.graph.plan import Plan
 from marin.status import files as sf
-from marin.status.publisher import PublisherSet, RunView, StepView
+from marin.status.publisher import PublisherSet, RunContext, RunView, StepView
 
 VIEW_EVERY_TRANSITION_MAX_STEPS = 100
 VIEW_INTERVAL_S = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
-class RunInfo:
-    """The facts of one run that every view repeats."""
-
-    experiment_id: str
-    run_id: str
-    script: str
-    description: str
-    issue: str | None
-    prefix: str
-    started: float
-
-
 class RunViews:
     """Publishes views of a run built from the executor's step states (set `states` once it exists)."""
 
-    def __init__(self, publishers: PublisherSet, info: RunInfo, plan: Plan) -> None:
+    def __init__(self, publishers: PublisherSet, run: RunContext, started: float, plan: Plan) -> None:
         self.publishers = publishers
-        self.info = info
+        self.run = run
+        self.started = started
         self.plan = plan
         self.states: dict[str, StepState] = {}
         self._interval = 0.0 if len(plan.entries) <= VIEW_EVERY_TRANSITION_MAX_STEPS else VIEW_INTERVAL_S
@@ -69,11 +56,11 @@ class RunViews:
             self.publishers.publish(self.view(status, ended), final=True)
 
     def view(self, status: str, ended: float | None) -> RunView:
-        i = self.info
+        r = self.run
         steps = tuple(_step_view(e.name, e.hash, e.output_path, tuple(e.dependencies),
                                  self.states.get(e.hash)) for e in self.plan.entries)
-        return RunView(i.experiment_id, i.run_id, i.script, i.description, i.issue, i.prefix, status,
-                       i.started, ended, steps)
+        return RunView(r.experiment_id, r.run_id, r.script, r.description, r.issue, r.prefix, status,
+                       self.started, ended, steps)
 
 
 def _step_view(name: str, key: str, output_path: str, dependencies: tuple[str, ...],
