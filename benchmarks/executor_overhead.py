@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from marin import Step, output_path_of, run_experiment, this_output_path  # noqa: E402
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path  # noqa: E402
 from marin.graph import build_graph, make_plan  # noqa: E402
 from marin.storage import storage_for  # noqa: E402
 
@@ -87,7 +87,8 @@ def time_run(n: int, shape: str, backend: str, prefix: str, rep: int = 0) -> flo
     steps = SHAPES[shape](n, f"{backend}-{shape}{n}" + (f"-r{rep}" if rep else ""))
     os.sync()  # start from clean page cache state: no writeback left over from the previous run
     t0 = time.perf_counter()
-    result = run_experiment(steps, prefix=prefix, backend=backend, verbose=False, script=f"bench_{shape}.py")
+    result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend=backend), verbose=False,
+                            script=f"bench_{shape}.py")
     wall = time.perf_counter() - t0
     assert result.status == "SUCCESS", result.summary
     assert sum(1 for st in result.steps.values() if st.note == "ran") == n
@@ -98,7 +99,8 @@ def time_rerun(n: int, shape: str, prefix: str) -> float:
     steps = SHAPES[shape](n, f"local-{shape}{n}")
     os.sync()
     t0 = time.perf_counter()
-    result = run_experiment(steps, prefix=prefix, backend="local", verbose=False, script=f"bench_{shape}.py")
+    result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script=f"bench_{shape}.py")
     wall = time.perf_counter() - t0
     assert result.status == "SUCCESS" and all(e.action == "skip" for e in result.plan.entries)
     return round(wall, 3)

@@ -1,5 +1,6 @@
 """The engine's error taxonomy: definition errors (raised before anything runs), step failures (user code,
-wrapped with the step's name, hash, output path and log path) and storage errors.
+wrapped with the step's name, hash, output path and log path), storage errors, and internal errors (a broken
+invariant of the engine itself: a bug).
 
 Every message names what was wrong, where (step, field path, storage path) and how to fix it.
 """
@@ -21,6 +22,10 @@ class StorageError(MarinError):
 
 class InfeasibleResourcesError(MarinError):
     """A step asks for resources that no node of the cluster can ever provide."""
+
+
+class InternalError(MarinError, RuntimeError):
+    """An invariant of the engine itself failed (a bug to report, never a mistake in the experiment)."""
 
 
 class StepFailedError(MarinError):

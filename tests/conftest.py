@@ -42,14 +42,18 @@ def marin_prefix(tmp_path: Path) -> str:
 
 @pytest.fixture
 def run_marin(marin_prefix: str) -> Callable[..., Any]:
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
+
+    flags = {f.name for f in dataclasses.fields(ExecutorMainConfig)}
 
     def run(steps: list[Any], **kw: Any) -> Any:
-        kw.setdefault("prefix", marin_prefix)
-        kw.setdefault("backend", "local")
+        """`kw`: ExecutorMainConfig's fields (prefix and backend default to `marin_prefix` and local) and
+        run_experiment's own keyword arguments."""
+        config = ExecutorMainConfig(**{"prefix": marin_prefix, "backend": "local",
+                                       **{k: kw.pop(k) for k in list(kw) if k in flags}})
         kw.setdefault("verbose", False)
         kw.setdefault("script", "tests/experiment_under_test.py")
-        return run_experiment(steps, **kw)
+        return run_experiment(steps, config, **kw)
 
     return run
 
@@ -73,7 +77,7 @@ class MixedRun:
 
 @pytest.fixture
 def mixed_run(marin_prefix: str, tmp_path: Path) -> Iterator[MixedRun]:
-    from marin import Step, output_path_of, run_experiment, this_output_path
+    from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
     from tests.marin.fns import (
         BlockConfig,
         FailConfig,
@@ -95,9 +99,11 @@ def mixed_run(marin_prefix: str, tmp_path: Path) -> Iterator[MixedRun]:
     out: dict[str, Any] = {}
 
     def target() -> None:
-        out["result"] = run_experiment([ok, child, slow], prefix=marin_prefix, backend="local", verbose=False,
-                                       description="every state at once", script="experiments/exp7_mixed.py",
-                                       issue="openlab/demo#7", max_concurrent=4)
+        out["result"] = run_experiment([ok, child, slow],
+                                       ExecutorMainConfig(prefix=marin_prefix, backend="local",
+                                                          issue="openlab/demo#7", max_concurrent=4),
+                                       verbose=False, description="every state at once",
+                                       script="experiments/exp7_mixed.py")
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()

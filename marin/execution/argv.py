@@ -2,7 +2,8 @@
 
 draccus wants `--dry_run true` and `--run_only '["a","b"]'`; people type `--dry-run` and `--run-only a b`.
 `normalize_argv` accepts both spellings: dashes become underscores, a bare boolean flag means true, and
-several values after a list flag become one JSON list. Unknown flags are errors (draccus lists the valid ones).
+several values after a list flag become one JSON list. Unknown flags are errors (draccus lists the valid
+ones).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class ExecutorMainConfig:
     format: str = "table"
     """Plan/status output: 'table' or 'json'."""
     issue: str | None = None
-    """The experiment's issue, owner/repo#N (default: from a script named exp<N>_<slug>.py + $MARIN_ISSUE_REPO)."""
+    """The experiment's issue, owner/repo#N (default: from a script named exp<N>_<slug>.py and
+    $MARIN_ISSUE_REPO)."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -54,7 +56,12 @@ class ExecutorMainConfig:
             raise ValueError(f"--lease-timeout-s must be > 0, got {self.lease_timeout_s}")
 
     def resolved_prefix(self) -> str:
+        """--prefix, else $MARIN_PREFIX, else ./marin-out (the one place this default is written)."""
         return self.prefix or os.environ.get("MARIN_PREFIX") or "./marin-out"
+
+    def concurrency_limit(self) -> int:
+        """--max-concurrent, else the number of CPUs for 'local' and (in effect) unbounded for 'ray'."""
+        return self.max_concurrent or ((os.cpu_count() or 1) if self.backend == "local" else 100_000)
 
 
 _BOOL = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("bool", bool)}

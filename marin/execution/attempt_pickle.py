@@ -1,12 +1,13 @@
 """Sending attempts to Ray workers without re-sending the experiment script's own code with every step.
 
-An experiment script usually defines its step functions and config classes itself, so they live in the driver's
-`__main__`, which Ray workers cannot import: cloudpickle sends them by value, and a plain `cloudpickle.dumps` of
-an attempt repeats the function's code and the whole dataclass definition in every task (about 4.8 KB instead of
-1.9 KB for a no-op step; ~160 us to pickle and ~60 us to unpickle instead of ~12 and ~4). Here such objects go
-into a table that is pickled once and put in Ray's object store; each attempt's payload names them by a token,
-and a worker unpickles the table once and reuses it for every attempt of the run. Objects Ray workers can import
-are pickled by reference as before, and anything else cloudpickle handles stays in the payload.
+An experiment script usually defines its step functions and config classes itself, so they live in the
+driver's `__main__`, which Ray workers cannot import: cloudpickle sends them by value, and a plain
+`cloudpickle.dumps` of an attempt repeats the function's code and the whole dataclass definition in every task
+(about 4.8 KB instead of 1.9 KB for a no-op step; ~160 us to pickle and ~60 us to unpickle instead of ~12 and
+~4). Here such objects go into a table that is pickled once and put in Ray's object store; each attempt's
+payload names them by a token, and a worker unpickles the table once and reuses it for every attempt of the
+run. Objects Ray workers can import are pickled by reference as before, and anything else cloudpickle handles
+stays in the payload.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class _TablePickler(cloudpickle.Pickler):
     """cloudpickle, except that functions and classes of `__main__` are replaced by tokens into `table`."""
 
     def __init__(self, file: io.BytesIO, table: dict[str, Any]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        # cloudpickle is unannotated
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
         self.table = table
 
     def persistent_id(self, obj: Any) -> str | None:
@@ -43,9 +45,10 @@ class _TablePickler(cloudpickle.Pickler):
 
 
 def dumps_with_table(obj: Any, table: dict[str, Any]) -> bytes:
-    """Pickle `obj`, adding the `__main__` functions and classes it uses to `table` (tokens in the payload)."""
+    """Pickle `obj`, adding the `__main__` functions and classes it uses to `table` (tokens in the
+    payload)."""
     buffer = io.BytesIO()
-    _TablePickler(buffer, table).dump(obj)
+    _TablePickler(buffer, table).dump(obj)  # type: ignore[no-untyped-call]  # cloudpickle is unannotated
     return buffer.getvalue()
 
 
@@ -58,8 +61,8 @@ class _TableUnpickler(pickle.Unpickler):
         try:
             return self.table[pid]
         except KeyError:
-            raise pickle.UnpicklingError(f"the attempt refers to {pid!r}, which its run's table does not hold") \
-                from None
+            raise pickle.UnpicklingError(
+                f"the attempt refers to {pid!r}, which its run's table does not hold") from None
 
 
 def loads_with_table(data: bytes, table: dict[str, Any]) -> Any:
@@ -67,7 +70,8 @@ def loads_with_table(data: bytes, table: dict[str, Any]) -> Any:
 
 
 def table_for(key: str, fetch: Any) -> dict[str, Any]:
-    """The unpickled table named `key`, unpickling `fetch()`'s bytes only the first time this process sees it."""
+    """The unpickled table named `key`, unpickling `fetch()`'s bytes only the first time this process
+    sees it."""
     table = _TABLES.get(key)
     if table is None:
         table = pickle.loads(fetch())

@@ -1,15 +1,15 @@
 """The `local` backend: a warm pool of worker processes forked from the executor.
 
 A worker is forked the first time no idle worker is free (so at most `--max-concurrent` exist) and then runs
-one attempt after another: the step function and its resolved config travel over a pipe (pickled by
-reference, which works because the worker is a fork of the process that defined them). Forking a fresh
-process per step costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker
-costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out a node's:
-an attempt starts only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit
-start meanwhile), and a request larger than the machine is an error before anything runs (see resources.py;
-custom resources are declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is
-reported as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each
-attempt restores the working directory and the environment it changed. Workers die with the executor
+one attempt after another: the step function and its resolved config travel over a pipe (pickled by reference,
+which works because the worker is a fork of the process that defined them). Forking a fresh process per step
+costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker costs a fraction of
+a millisecond per step. Steps get this machine's resources the way Ray hands out a node's: an attempt starts
+only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit start meanwhile),
+and a request larger than the machine is an error before anything runs (see resources.py; custom resources are
+declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is reported
+as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each attempt
+restores the working directory and the environment it changed. Workers die with the executor
 (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
 """
 
@@ -20,14 +20,16 @@ import ctypes
 import dataclasses
 import multiprocessing.connection as mpc
 import os
-import queue
 import selectors
 import signal
 import threading
-from typing import Any
+from collections.abc import Sequence
 
+from marin.definition.step import Resources
+from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
+from marin.execution.backend import AttemptDone, Completions, RunOnLoop
 from marin.execution.resources import check_feasible, local_machine, requested
-from marin.execution.worker import error_record, execute_step
+from marin.execution.worker import execute_step
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,22 +44,6 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-@dataclasses.dataclass
-class Task:
-    """One attempt of one step, as the executor hands it to a backend."""
-
-    key: str
-    name: str
-    fn: Any
-    config: Any
-    log_path: str
-    env: dict[str, str]
-    resources: Any
-    attempt: int
-    record: Any = None  # worker.StepRecord: the status files the worker writes for the executor
-    after: tuple[str, ...] = ()  # keys of in-flight attempts to queue behind (backends with dependencies)
-
-
 def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
     cwd = os.getcwd()
     while True:
@@ -67,14 +53,24 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
             return
         if message is None:
             return
-        fn, config, log_path, env, record = message
-        result = execute_step(fn, config, log_path, env, record)
+        result = execute_step(*message)
         if os.getcwd() != cwd:
             os.chdir(cwd)
         try:
             results.send(result)
         except Exception as exc:  # an unpicklable result field: report the failure itself
-            results.send(error_record(exc))
+            results.send(AttemptResult.from_exception(exc, host=HOST))
+
+
+def _worker_died(pid: int, task: Task) -> AttemptResult:
+    """The result of an attempt whose worker process ended before reporting: killed by a signal (PREEMPTED),
+    or exited (`os._exit`, FAILED)."""
+    _, status = os.waitpid(pid, 0)
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    how = f"was killed by signal {sig}" if sig else f"exited with code {os.WEXITSTATUS(status)}"
+    return AttemptResult(Outcome.PREEMPTED if sig is not None else Outcome.FAILED, error_type="WorkerDied",
+                         message=f"the step's worker process {how} before reporting", log_path=task.log_path,
+                         host=HOST)
 
 
 @dataclasses.dataclass
@@ -89,7 +85,7 @@ class LocalBackend:
     name = "local"
     queues_behind_dependencies = False  # an attempt is submitted only once its dependencies succeeded
 
-    def __init__(self, completions: queue.SimpleQueue[tuple[Any, ...]]) -> None:
+    def __init__(self, completions: Completions) -> None:
         self.completions = completions
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
@@ -100,15 +96,17 @@ class LocalBackend:
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
-        # Workers are forked only by the thread that runs the executor: a fork copies only the forking thread, and
-        # a lock another thread held at that moment (the executor's, a library's) would stay held in the child.
+        # Workers are forked only by the thread that runs the executor: a fork copies only the forking thread,
+        # and a lock another thread held at that moment (the executor's, a library's) would stay held in the
+        # child.
         self._owner = threading.get_ident()
         self._start_requested = False  # a start the reaper could not make is queued for the executor's thread
         self._reaper = threading.Thread(target=self._reap_loop, name="marin-local-reaper", daemon=True)
         self._reaper.start()
 
-    def check_resources(self, tasks: list[tuple[str, Any]]) -> None:
-        check_feasible(tasks, [local_machine()], "lower the step's resources, run it on a Ray cluster that has "
+    def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
+        check_feasible(tasks, [local_machine()], "lower the step's resources, run it on a Ray cluster "
+                       "that has "
                        "them (--backend ray --ray-address ...), or declare custom resources this machine has "
                        "in MARIN_LOCAL_RESOURCES (e.g. '{\"TPU\": 4}')")
 
@@ -145,9 +143,8 @@ class LocalBackend:
 
     def _start_what_fits(self) -> None:
         """Start every pending attempt whose request fits in what is free, in submission order.
-
-        Called by the executor's thread (on submit) and by the reaper (when an attempt finished). An attempt that
-        needs a new worker is started only on the executor's thread, so no worker is forked from the reaper: the
+ Called by the executor's thread (on submit) and by the reaper (when an attempt finished). An attempt that
+needs a new worker is started only on the executor's thread, so no worker is forked from the reaper: the
         reaper asks the executor's loop to call this again instead.
         """
         starts = []
@@ -162,7 +159,7 @@ class LocalBackend:
                     if worker is None and not on_owner:
                         if not self._start_requested:
                             self._start_requested = True
-                            self.completions.put(("call", self._start_what_fits))
+                            self.completions.put(RunOnLoop(self._start_what_fits))
                         break
                     self._pending.remove(task)
                     for k, v in want.items():
@@ -173,14 +170,15 @@ class LocalBackend:
                     starts.append((worker, task))
         for worker, task in starts:
             try:
-                worker.tasks.send((task.fn, task.config, task.log_path, task.env, task.record))
+                worker.tasks.send(task.payload())
             except Exception as exc:  # e.g. a config value that cannot be pickled
                 with self._lock:
                     worker.task = None
                     self._release(task.key)
-                record = error_record(exc)
-                record["message"] = f"cannot send the step to a worker process: {record['message']}"
-                self.completions.put(("done", task.key, task.attempt, record))
+                failure = AttemptResult.from_exception(
+                    exc, context="cannot send the step to a worker process", log_path=task.log_path,
+                    host=HOST)
+                self.completions.put(AttemptDone(task.key, task.attempt, failure))
 
     def _release(self, key: str) -> None:
         """Give back what attempt `key` held (call with the lock held)."""
@@ -197,12 +195,13 @@ class LocalBackend:
                 self._collect(worker)
 
     def _collect(self, worker: _Worker) -> None:
+        result: AttemptResult | None
         try:
             result = worker.results.recv()
         except (EOFError, OSError):
             result = None
         except Exception as exc:  # the result could not be unpickled here
-            result = error_record(exc)
+            result = AttemptResult.from_exception(exc, host=HOST)
         with self._lock:
             task, worker.task = worker.task, None
             if result is None:
@@ -212,12 +211,8 @@ class LocalBackend:
         if task is None:
             return
         if result is None:
-            _, status = os.waitpid(worker.pid, 0)
-            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-            how = f"was killed by signal {sig}" if sig else f"exited with code {os.WEXITSTATUS(status)}"
-            result = {"ok": False, "type": "WorkerDied", "message": f"the step's worker process {how} before reporting",
-                      "traceback": "", "exception": None, "preempted": sig is not None}
-        self.completions.put(("done", task.key, task.attempt, result))
+            result = _worker_died(worker.pid, task)
+        self.completions.put(AttemptDone(task.key, task.attempt, result))
         self._start_what_fits()
 
     def _retire(self, worker: _Worker) -> None:

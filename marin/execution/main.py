@@ -26,18 +26,22 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import marin.tracking  # noqa: F401  (registers the issue-tracker publisher factory)
-from marin.definition.step import Step
+from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
-from marin.execution.executor import Executor, RunContextInfo, StepState
+from marin.execution.backend import Backend, Completions
+from marin.execution.executor import Executor
+from marin.execution.records import RunContextInfo
+from marin.execution.state import StepState
+from marin.execution.views import RunViews, summary
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import manifest
-from marin.status.publisher import Publisher, PublisherSet, RunContext, RunView, StepView, publishers_for
+from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
-from marin.storage.fs import normalize_prefix, storage_for
+from marin.storage.fs import Storage, normalize_prefix, storage_for
 
 # Set by `marin plan` / `marin status`: the script's executor_main then plans or reports instead of running.
 CLI_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("marin_cli_mode", default="run")
@@ -85,13 +89,6 @@ def script_stem(script: str) -> str:
     return stem or "experiment"
 
 
-# A view lists every step, so one per transition makes a run quadratic in its size (2,000 transitions x 1,000
-# steps for a 1,000-step fan-out). Runs of up to VIEW_EVERY_TRANSITION_MAX_STEPS steps publish every transition
-# (the terminal progress shows each RUNNING and SUCCESS); larger runs publish at most every VIEW_INTERVAL_S.
-VIEW_EVERY_TRANSITION_MAX_STEPS = 100
-VIEW_INTERVAL_S = 0.2
-
-
 def _log(msg: str, verbose: bool) -> None:
     if verbose:
         print(msg, file=sys.stderr, flush=True)
@@ -125,104 +122,87 @@ def _old_objects_frozen(fn: F) -> F:
 @_old_objects_frozen
 def run_experiment(
     steps: Sequence[Step],
+    config: ExecutorMainConfig | None = None,
     *,
-    prefix: str | None = None,
     description: str = "",
-    backend: str = "local",
-    dry_run: bool = False,
-    run_only: Sequence[str] | None = None,
-    force_run_failed: bool = False,
-    max_concurrent: int | None = None,
-    ray_address: str | None = None,
-    lease_timeout_s: float = 60.0,
-    issue: str | IssueRef | None = None,
     publishers: Sequence[Publisher] = (),
     script: str | None = None,
     args: Sequence[str] = (),
     verbose: bool = True,
 ) -> RunResult:
-    """Plan and run `steps` (and everything they depend on). Never raises for a failed step: see `.status`."""
+    """Plan and run `steps` (and everything they depend on) with the settings in `config` (the flags of
+    `executor_main`; `ExecutorMainConfig()` when not given). Never raises for a failed step: see `.status`.
+
+    `publishers` are added to the default ones; `script` (default: the running script) names the
+    experiment, `args` are recorded in the manifest; `verbose` prints the plan and the summary."""
+    config = config or ExecutorMainConfig()
     t0 = time.time()
     script = script or script_path()
     # git runs as a subprocess (~4 ms): let it work while the DAG is hashed and planned. It only reads.
-    prov_of = None if dry_run else provenance_started(script)
+    prov_of = None if config.dry_run else provenance_started(script)
     graph = build_graph(steps)  # definition errors surface here, before any I/O
-    prefix = normalize_prefix(prefix or os.environ.get("MARIN_PREFIX") or "./marin-out")
+    prefix = normalize_prefix(config.resolved_prefix())
     storage = storage_for(prefix)
-    issue_ref = (IssueRef.parse(issue) if isinstance(issue, str) else issue) or IssueRef.from_script(script)
-    experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
+    issue_ref = (IssueRef.parse(config.issue) if config.issue else None) or IssueRef.from_script(script)
+    issue = str(issue_ref) if issue_ref else None
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
-    plan = make_plan(graph, prefix, storage, run_only=run_only, force_run_failed=force_run_failed)
+    experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
+    run = RunContext(prefix, issue, experiment_id, script, run_id, description)
+    plan = make_plan(graph, prefix, storage, run_only=config.run_only,
+                     force_run_failed=config.force_run_failed)
     if verbose:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
-    if dry_run:
-        return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [], "dry run: nothing written")
+    if config.dry_run:
+        return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
+                         "dry run: nothing written")
+    assert prov_of is not None  # started above for every run that is not a dry run
+    result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args)
+    _log(result.summary, verbose)
+    return result
 
-    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-    runnable = [e for e in plan.entries if e.action == RUN]
+
+def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,
+             started: float, provenance: Callable[[], dict[str, Any]], publishers: Sequence[Publisher],
+             args: Sequence[str]) -> RunResult:
+    """Check resources, write the manifest, run the executor, publish and record the outcome."""
+    completions: Completions = queue.SimpleQueue()
     # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
     settled = all(e.action in (SKIP, BLOCKED, FAILED_ACTION) for e in plan.entries)
-    be = _make_backend("local" if settled else backend, completions, ray_address)
+    be = _make_backend("local" if settled else config.backend, completions, config.ray_address)
     try:
-        be.check_resources([(e.name, e.node.step.resources) for e in runnable if e.node is not None])
-        assert prov_of is not None  # started above for every run that is not a dry run
-        prov = prov_of()
-        ctx = RunContextInfo(run_id, sf.new_executor_id(), experiment_id, str(issue_ref) if issue_ref else None,
-                             prefix, prov)
-        manifest.start_run(storage, prefix, experiment_id, script=script, description=description, issue=ctx.issue,
-                           provenance=prov, steps=_manifest_steps(graph, plan), run_id=run_id, args=list(args))
-        pubs, factory_errors = publishers_for(
-            RunContext(prefix, ctx.issue, experiment_id, script, run_id, description), publishers)
+        be.check_resources([(e.name, Resources.coerce(e.node.step.resources)) for e in plan.entries
+                            if e.action == RUN and e.node is not None])
+        prov = provenance()
+        ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
+                             prov)
+        manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
+                           description=run.description, issue=run.issue, provenance=prov,
+                           steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args))
+        pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
-        limit = max_concurrent or ((os.cpu_count() or 1) if backend == "local" else 100_000)
-        executor: Executor | None = None
-
-        def view(status: str, ended: float | None) -> RunView:
-            states = executor.states if executor else {}
-            return _run_view(experiment_id, run_id, script, description, ctx.issue, prefix, status, t0, ended,
-                             plan, states)
-
-        # Coalesced views (see VIEW_INTERVAL_S): a newer state not yet published is published once the interval
-        # has passed, even if the executor is then only waiting (it wakes up for it).
-        interval = 0.0 if len(plan.entries) <= VIEW_EVERY_TRANSITION_MAX_STEPS else VIEW_INTERVAL_S
-        published = {"at": float("-inf"), "dirty": False}
-
-        def on_transition() -> None:
-            published["dirty"] = bool(pset)
-            on_idle()
-
-        def on_idle() -> float | None:
-            if not published["dirty"]:
-                return None
-            wait = published["at"] + interval - time.monotonic()
-            if wait > 0:
-                return wait
-            published["at"], published["dirty"] = time.monotonic(), False
-            pset.publish(view("RUNNING", None), final=False)
-            return None
-
-        executor = Executor(graph, plan, storage, be, completions, ctx, max_concurrent=limit,
-                            lease_timeout_s=lease_timeout_s, on_transition=on_transition, on_idle=on_idle)
+        views = RunViews(pset, run, started, plan)
+        executor = Executor(graph, plan, storage, be, completions, ctx,
+                            max_concurrent=config.concurrency_limit(), lease_timeout_s=config.lease_timeout_s,
+                            on_transition=views.changed, on_idle=views.due)
+        views.states = executor.states
         status = "FAILED"
         previous_handler = _on_sigterm_raise()
         try:
             states = executor.run()
-            failures = [st.failure for st in states.values() if st.failure is not None]
-            unfinished = [st for st in states.values() if st.status != sf.SUCCESS]
-            status = "SUCCESS" if not unfinished else "FAILED"
+            status = "SUCCESS" if all(st.status == sf.SUCCESS for st in states.values()) else "FAILED"
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             ended = time.time()
-            if pset:
-                pset.publish(view(status, ended), final=True)
-            manifest.end_run(storage, prefix, experiment_id, run_id, status, pset.errors)
+            views.final(status, ended)
+            manifest.end_run(storage, run.prefix, run.experiment_id, run.run_id, status, pset.errors)
     finally:
         be.shutdown()
-    summary = _summary(plan, states, pset.errors, ended - t0, experiment_id, prefix)
-    _log(summary, verbose)
-    return RunResult(run_id, experiment_id, prefix, status, plan, states, failures, pset.errors, summary)
+    failures = [st.failure for st in states.values() if st.failure is not None]
+    text = summary(states, pset.errors, ended - started, run.experiment_id, run.prefix)
+    return RunResult(run.run_id, run.experiment_id, run.prefix, status, plan, states, failures,
+                     pset.errors, text)
 
 
 def _on_sigterm_raise() -> Any:
@@ -237,7 +217,7 @@ def _on_sigterm_raise() -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _make_backend(backend: str, completions: queue.SimpleQueue[tuple[Any, ...]], ray_address: str | None) -> Any:
+def _make_backend(backend: str, completions: Completions, ray_address: str | None) -> Backend:
     if backend == "local":
         from marin.execution.local_backend import LocalBackend
 
@@ -261,50 +241,6 @@ def _manifest_steps(graph: Graph, plan: Plan) -> list[dict[str, Any]]:
              "dependencies": [d.hash for d in n.deps]} for n in graph.nodes]
 
 
-def _run_view(experiment_id: str, run_id: str, script: str, description: str, issue: str | None, prefix: str,
-              status: str, started: float, ended: float | None, plan: Plan, states: dict[str, StepState]) -> RunView:
-    views = []
-    for e in plan.entries:
-        st = states.get(e.hash)
-        step_status = (st.status if st and not st.queued else None) or sf.WAITING
-        attempt = st.attempt if st else 0
-        err = st.error if st else None
-        views.append(StepView(
-            name=e.name, hash=e.hash, output_path=e.output_path, status=step_status, attempt=attempt,
-            started=st.started if st else None, ended=st.ended if st else None,
-            error_summary=f"{err.get('type')}: {err.get('message')}" if err else (st.note if st and st.status in (
-                sf.FAILED, sf.DEP_FAILED) else None),
-            log_path=sf.log_path(e.output_path, attempt) if attempt else None,
-            dependencies=tuple(e.dependencies)))
-    return RunView(experiment_id, run_id, script, description, issue, prefix, status, started, ended, tuple(views))
-
-
-def _summary(plan: Plan, states: dict[str, StepState], publisher_errors: list[dict[str, Any]], wall_s: float,
-             experiment_id: str, prefix: str) -> str:
-    counts: dict[str, int] = {}
-    for st in states.values():
-        key = f"{st.status}({st.note})" if st.status == sf.SUCCESS and st.note != "ran" else str(st.status)
-        counts[key] = counts.get(key, 0) + 1
-    lines = [f"experiment {experiment_id} under {prefix}: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-             + f" in {wall_s:.2f} s"]
-    for st in states.values():
-        if st.status in (sf.FAILED, sf.PREEMPTED) and st.failure is not None:
-            lines.append(f"  {st.status} {st.node.name} ({st.entry.hash[:8]}): {st.failure.summary}")
-            lines.append(f"      log: {st.failure.log_path}")
-        elif st.status == sf.FAILED:
-            lines.append(f"  FAILED {st.node.name} ({st.entry.hash[:8]}): {st.note}")
-            prev_log = (st.previous or {}).get("log")
-            if prev_log:
-                lines.append(f"      log: {sf.meta_dir(st.path)}/{prev_log}")
-        elif st.status == sf.DEP_FAILED:
-            lines.append(f"  DEP_FAILED {st.node.name} ({st.entry.hash[:8]}): {st.note}")
-        elif st.status not in (sf.SUCCESS,):
-            lines.append(f"  {st.status} {st.node.name} ({st.entry.hash[:8]}): {st.note}")
-    for err in publisher_errors:
-        lines.append(f"  publisher {err['publisher']} failed (the run is unaffected): {err['error']}")
-    return "\n".join(lines)
-
-
 @contextlib.contextmanager
 def cli_mode(mode: str) -> Iterator[None]:
     token = CLI_MODE.set(mode)
@@ -326,16 +262,11 @@ def executor_main(
     plan and run. Raises ExperimentFailedError (chained to the first step's error) if any step failed."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_flags(args)
-    issue = cfg.issue or issue
     mode = CLI_MODE.get()
     if mode in ("plan", "status"):
         return _report(steps, cfg, mode)
-    result = run_experiment(
-        steps, prefix=cfg.resolved_prefix(), description=description, backend=cfg.backend, dry_run=cfg.dry_run,
-        run_only=cfg.run_only, force_run_failed=cfg.force_run_failed, max_concurrent=cfg.max_concurrent,
-        ray_address=cfg.ray_address, lease_timeout_s=cfg.lease_timeout_s, issue=issue, publishers=publishers,
-        args=args,
-    )
+    result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
+                            description=description, publishers=publishers, args=args)
     if result.status == "FAILED":
         error = ExperimentFailedError(result.summary, result.failures)
         first = result.failures[0] if result.failures else None

@@ -8,20 +8,21 @@ missing resource, instead of a task pending forever.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
-import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin.definition.step import Resources
+from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
 from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
-from marin.execution.local_backend import Task
+from marin.execution.backend import AttemptDone, Completions
 from marin.execution.resources import check_feasible
-from marin.execution.worker import error_record, execute_step
+from marin.execution.worker import execute_step
 
 OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
 
@@ -31,7 +32,8 @@ def _code_paths() -> list[str]:
     out = []
     for p in [os.getcwd(), *sys.path]:
         p = os.path.abspath(p or os.getcwd())
-        if os.path.isdir(p) and "site-packages" not in p and not p.startswith(sys.base_prefix) and p not in out:
+        if (os.path.isdir(p) and "site-packages" not in p and not p.startswith(sys.base_prefix)
+                and p not in out):
             out.append(p)
     return out
 
@@ -70,17 +72,19 @@ def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def _run_attempt(payload: bytes, *dependencies: Any) -> dict[str, Any]:
+def _run_attempt(payload: bytes, *dependencies: AttemptResult) -> AttemptResult:
     """A Ray task: one attempt whose function and config workers can import (see `_attempt`)."""
     return _attempt(payload, None, dependencies)
 
 
-def _run_script_attempt(payload: bytes, shared: tuple[Any, str], *dependencies: Any) -> dict[str, Any]:
+def _run_script_attempt(payload: bytes, shared: tuple[Any, str],
+                        *dependencies: AttemptResult) -> AttemptResult:
     """A Ray task: one attempt that uses the run's table of script objects (see attempt_pickle)."""
     return _attempt(payload, shared, dependencies)
 
 
-def _attempt(payload: bytes, shared: tuple[Any, str] | None, dependencies: tuple[Any, ...]) -> dict[str, Any]:
+def _attempt(payload: bytes, shared: tuple[Any, str] | None,
+             dependencies: tuple[AttemptResult, ...]) -> AttemptResult:
     try:
         if shared is None:
             fn, config, log_path, env, record = pickle.loads(payload)
@@ -90,18 +94,18 @@ def _attempt(payload: bytes, shared: tuple[Any, str] | None, dependencies: tuple
             table_ref, key = shared
             table = table_for(key, lambda: ray.get(table_ref))
             fn, config, log_path, env, record = loads_with_table(payload, table)
-    except Exception as exc:  # e.g. the step's module is not importable on this node: a failure, not preemption
-        failure = error_record(exc)
-        failure["message"] = (f"cannot load the step's function and config on this Ray worker: {failure['message']}."
-                              " Fix: make the code importable on every node (PYTHONPATH or a runtime_env)")
-        return failure
+    except Exception as exc:  # e.g. the step's module is not importable on this node: failed, not preempted
+        failure = AttemptResult.from_exception(
+            exc, context="cannot load the step's function and config on this Ray worker", host=HOST)
+        return dataclasses.replace(failure, message=f"{failure.message}. Fix: make the code importable on "
+                                   "every node (PYTHONPATH or a runtime_env)")
     return execute_step(fn, config, log_path, env, record, *dependencies)
 
 
-# Two task functions rather than one with an optional table argument: every top-level argument of a Ray task is
-# serialized, stored and deserialized on its own, and a `None` placeholder cost ~50 us of CPU per task. Created
-# once per process: Ray exports a remote function to each new job by itself, and re-creating it for every run
-# cost ~4 ms (export and its collision check).
+# Two task functions rather than one with an optional table argument: every top-level argument of a Ray task
+# is serialized, stored and deserialized on its own, and a `None` placeholder cost ~50 us of CPU per task.
+# Created once per process: Ray exports a remote function to each new job by itself, and re-creating it for
+# every run cost ~4 ms (export and its collision check).
 _REMOTES: dict[str, Any] = {}
 
 
@@ -109,7 +113,9 @@ def _remote_function(name: str) -> Any:
     if name not in _REMOTES:
         import ray
 
-        _REMOTES[name] = ray.remote({"plain": _run_attempt, "script": _run_script_attempt}[name])
+        functions: dict[str, Callable[..., AttemptResult]] = {"plain": _run_attempt,
+                                                              "script": _run_script_attempt}
+        _REMOTES[name] = ray.remote(functions[name])
     return _REMOTES[name]
 
 
@@ -117,19 +123,19 @@ class _ResultWatcher:
     """Hands each submitted attempt's result (or Ray's error) to `deliver`, from one thread that waits on all
     pending references at once and fetches whatever finished in one batch.
 
-    A per-reference completion callback (`ObjectRef._on_completed`) costs the driver ~0.1 ms of CPU per task on
-    Ray's I/O thread, competing for the interpreter lock with the scheduling loop; batching saves most of it
-    (a 1,000-step fan-out: 2.40 -> 2.17 CPU-s, 2.76x -> 2.55x raw Ray). A result is seen at once when it is the
-    only one pending (or every pending one finished), otherwise within the current wait: `MIN_WAIT_S` while
-    results keep coming, doubling while none do up to `MAX_WAIT_S`, so a long step does not make the thread
-    poll a large DAG's references a hundred times a second. A call costs ~0.35 us of CPU per pending reference
-    (3.4 ms for 10,000), so the wait is also at least `COST_FACTOR` times the last call's CPU: this thread
-    never takes more than ~10% of a core, however many attempts are queued. An attempt queued behind another
-    does not wait for this: Ray starts it by itself.
+    A per-reference completion callback (`ObjectRef._on_completed`) costs the driver ~0.1 ms of CPU per task
+    on Ray's I/O thread, competing for the interpreter lock with the scheduling loop; batching saves most of
+    it (a 1,000-step fan-out: 2.40 -> 2.17 CPU-s, 2.76x -> 2.55x raw Ray). A result is seen at once when it is
+    the only one pending (or every pending one finished), otherwise within the current wait: `MIN_WAIT_S`
+    while results keep coming, doubling while none do up to `MAX_WAIT_S`, so a long step does not make the
+    thread poll a large DAG's references a hundred times a second. A call costs ~0.35 us of CPU per pending
+    reference (3.4 ms for 10,000), so the wait is also at least `COST_FACTOR` times the last call's CPU: this
+    thread never takes more than ~10% of a core, however many attempts are queued. An attempt queued behind
+    another does not wait for this: Ray starts it by itself.
     """
 
     MIN_WAIT_S, MAX_WAIT_S, COST_FACTOR = 0.005, 0.1, 9.0
-    MAX_FAILED_WAITS = 60  # consecutive failed waits (~1 min with back-off) before the pending attempts are failed
+    MAX_FAILED_WAITS = 60  # consecutive failed waits (~1 min with back-off) before the attempts are failed
 
     def __init__(self, ray: Any, deliver: Callable[[Task, Any], None]) -> None:
         self.ray = ray
@@ -191,7 +197,8 @@ class _ResultWatcher:
                 self.deliver(task, value)
 
     def _fetch(self, refs: list[Any]) -> list[Any]:
-        """The values of finished references; a reference whose task failed at the Ray level gives its error."""
+        """The values of finished references; a reference whose task failed at the Ray level gives its
+        error."""
         if not refs:
             return []
         try:
@@ -208,25 +215,28 @@ class _ResultWatcher:
 
 class RayBackend:
     name = "ray"
-    queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as arguments
+    queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as args
 
-    def __init__(self, completions: queue.SimpleQueue[tuple[Any, ...]], address: str | None = None) -> None:
+    def __init__(self, completions: Completions, address: str | None = None) -> None:
         import ray
 
-        self.ray = ray
+        self.ray: Any = ray  # Ray's API is unannotated
         self.completions = completions
         self.owns_ray = ensure_ray(address)
         self._checked_options: set[tuple[Any, ...]] = set()
         self._refs: dict[str, Any] = {}
-        self._pickle = ray.cloudpickle.dumps  # by value what the workers cannot import (a script's __main__)
-        self._table: dict[str, Any] = {}  # the script's own functions and classes, shipped once (attempt_pickle)
+        # by value what the workers cannot import (a script's __main__)
+        self._pickle: Callable[[Any], bytes] = ray.cloudpickle.dumps
+        # the script's own functions and classes, shipped once (attempt_pickle)
+        self._table: dict[str, Any] = {}
         self._table_ref: tuple[Any, str] | None = None
         self._table_size = 0
         self._results = _ResultWatcher(ray, self._done)
 
-    def check_resources(self, tasks: list[tuple[str, Resources]]) -> None:
+    def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
         nodes = [
-            {k: float(v) for k, v in n.get("Resources", {}).items()} for n in self.ray.nodes() if n.get("Alive")
+            {k: float(v) for k, v in n.get("Resources", {}).items()}
+            for n in self.ray.nodes() if n.get("Alive")
         ]
         check_feasible(tasks, nodes, "lower the step's resources, or add a node that has them "
                        "(e.g. ray start --resources=...)")
@@ -240,10 +250,10 @@ class RayBackend:
             # The attempt travels as one pickled blob (bytes pass through Ray's serializer without a second
             # pickling), then the dependency references, which must be top-level arguments for Ray to wait for
             # them and pass their values.
-            payload, shared = self._payload((task.fn, task.config, task.log_path, task.env, task.record))
-        except Exception as exc:  # e.g. a config value that cannot be pickled: the step fails, the run goes on
-            failure = error_record(exc)
-            failure["message"] = f"cannot send the step to a Ray worker: {failure['message']}"
+            payload, shared = self._payload(task.payload())
+        except Exception as exc:  # e.g. an unpicklable config value: the step fails, the run goes on
+            failure = AttemptResult.from_exception(exc, context="cannot send the step to a Ray worker",
+                                                   log_path=task.log_path)
             ref = self.ray.put(failure)  # attempts queued behind this one see a failed dependency
         else:
             # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
@@ -295,12 +305,11 @@ class RayBackend:
         self._refs.pop(key, None)
 
     def _done(self, task: Task, value: Any) -> None:
-        if isinstance(value, BaseException):  # Ray-level failure (node died, task cancelled): it did not finish
-            result = error_record(value)
-            result["preempted"] = True
+        if isinstance(value, BaseException):  # Ray-level failure (node died, task cancelled): not finished
+            result = AttemptResult.from_exception(value, outcome=Outcome.PREEMPTED, log_path=task.log_path)
         else:
             result = value
-        self.completions.put(("done", task.key, task.attempt, result))
+        self.completions.put(AttemptDone(task.key, task.attempt, result))
 
     def cancel(self, key: str) -> None:
         ref = self._refs.get(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Sequence
 
 from marin.definition.step import Resources
 from marin.errors import InfeasibleResourcesError
@@ -28,7 +29,8 @@ def requested(resources: Resources) -> dict[str, float]:
     return {k: v for k, v in out.items() if v > 0}
 
 
-def check_feasible(requests: list[tuple[str, Resources]], nodes: list[dict[str, float]], fix: str) -> None:
+def check_feasible(requests: Sequence[tuple[str, Resources]], nodes: list[dict[str, float]],
+                   fix: str) -> None:
     """Raise InfeasibleResourcesError listing every step whose request fits on no single node."""
     problems = []
     for name, res in requests:

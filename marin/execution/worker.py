@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import pickle
 import sys
 import tempfile
 import time
@@ -25,42 +24,28 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
 from marin.status import files as sf
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 
-# Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own `env`
-# passes one explicitly, so a step that prints its environment cannot leak them into its log.
+# Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
+# `env` passes one explicitly, so a step that prints its environment cannot leak them into its log.
 PLATFORM_SECRETS = ("GITHUB_TOKEN", "GH_TOKEN")
 
 
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    """What a worker needs to write one attempt's status files on behalf of the executor holding the lease."""
-
-    output_path: str
-    name: str
-    hash: str
-    attempt: int
-    run_id: str
-    executor: str
-    created: float | None  # `created` of the status this attempt replaces (it carries over)
-    step_json: str | None = None  # step.json's text, written when the attempt starts (the run's first attempt)
-    lease_acquired: float | None = None  # `acquired` of the executor's lease: which holding of it this attempt is for
-
-
 def _holds(record: StepRecord, holder: LeaseInfo | None) -> bool:
-    """The lease names the attempt's executor, in the holding the attempt was submitted under (an executor that
-    lost its lease and took it back has a new `acquired`: attempts from before are not its agents)."""
+    """The lease names the attempt's executor, in the holding the attempt was submitted under (an executor
+    that lost its lease and took it back has a new `acquired`: attempts from before are not its agents)."""
     return holder is not None and holder.owner == record.executor and (
         record.lease_acquired is None or holder.acquired == record.lease_acquired)
 
 
-def _refusal(record: StepRecord) -> dict[str, Any] | None:
+def _refusal(record: StepRecord) -> AttemptResult | None:
     """None if the attempt may run. Otherwise what to report instead of running it:
     - this very attempt's SUCCESS is already recorded (Ray re-ran a task whose worker died after finishing it,
-      before its result reached the executor): that result stands, and `released` says whether the lease is
-      already gone;
+      before its result reached the executor): that result stands, and `lease_released` says whether the lease
+      is already gone;
     - the lease no longer names the executor's holding (taken over while this attempt was queued): lease lost.
     """
     storage = storage_for(record.output_path)
@@ -69,12 +54,17 @@ def _refusal(record: StepRecord) -> dict[str, Any] | None:
     holder = LeaseInfo.parse(text) if text else None
     if (status.get("status") == sf.SUCCESS and status.get("attempt") == record.attempt
             and status.get("run_id") == record.run_id and status.get("executor") == record.executor):
-        return {"ok": True, "released": not _holds(record, holder), "started": status.get("started"),
-                "ended": status.get("ended")}
+        return AttemptResult(Outcome.SUCCESS, started=status.get("started"), ended=status.get("ended"),
+                             lease_released=not _holds(record, holder))
     if _holds(record, holder):
         return None
-    return {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
-            "message": "the executor no longer held the step's lease when the attempt was to start; it did not run"}
+    return _lease_lost("the executor no longer held the step's lease when the attempt was to start; "
+                       "it did not run")
+
+
+def _lease_lost(message: str, started: float | None = None, ended: float | None = None) -> AttemptResult:
+    return AttemptResult(Outcome.LEASE_LOST, started=started, ended=ended, error_type="LeaseLost",
+                         message=message)
 
 
 def _record_start(record: StepRecord, started: float) -> None:
@@ -124,7 +114,8 @@ def capture_output(log_file: str) -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     saved_streams = sys.stdout, sys.stderr
-    # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own object.
+    # Python-level streams too: a test runner or a Ray worker may have replaced sys.stdout with its own
+    # object.
     stream = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
     try:
         os.dup2(fd, 1)
@@ -142,41 +133,32 @@ def capture_output(log_file: str) -> Iterator[None]:
             os.close(f)
 
 
-def error_record(exc: BaseException) -> dict[str, Any]:
-    """A JSON-able description of an exception, plus the pickled exception when it can be pickled."""
-    record: dict[str, Any] = {
-        "ok": False,
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
-    try:
-        record["exception"] = pickle.dumps(exc)
-    except Exception:  # unpicklable exception types still report type, message and traceback
-        record["exception"] = None
-    return record
-
-
 def execute_step(
     fn: Callable[[Any], Any],
     config: Any,
     log_path: str,
     env: Mapping[str, str],
     record: StepRecord | None = None,
-    *dependencies: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """Run one attempt of a step; never raises (the outcome is returned as a dict).
+    *dependencies: AttemptResult | None,
+) -> AttemptResult:
+    """Run one attempt of a step; never raises (the outcome is returned).
 
     `log_path` is the attempt's log file; when it is not a local path (an object store), output is captured
     into a local temporary file that is uploaded when the attempt ends. `record`, when given, is written as
     described in the module docstring. `dependencies` are the results of attempts this one was queued behind
     (Ray passes them once they finished): if one of them did not succeed, `fn` is not called and the result
-    says `skipped` - the executor decides what happens to the step.
+    is SKIPPED - the executor decides what happens to the step.
     """
-    not_ok = [d or {} for d in dependencies if not (d or {}).get("ok")]
+    return dataclasses.replace(_attempt(fn, config, log_path, env, record, dependencies),
+                               log_path=log_path, host=HOST)
+
+
+def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
+             record: StepRecord | None, dependencies: tuple[AttemptResult | None, ...]) -> AttemptResult:
+    not_ok = [d for d in dependencies if d is None or not d.ok]
     if not_ok:
-        return {"ok": False, "skipped": True, "type": "DependencyNotSucceeded", "traceback": "", "exception": None,
-                "message": f"a dependency's attempt did not succeed: {not_ok[0].get('message')}"}
+        return AttemptResult(Outcome.SKIPPED, error_type="DependencyNotSucceeded", message=(
+            f"a dependency's attempt did not succeed: {not_ok[0].message if not_ok[0] else None}"))
     started = time.time()
     if record is not None:
         try:
@@ -185,50 +167,61 @@ def execute_step(
                 return refusal
             _record_start(record, started)
         except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
-            failure = error_record(exc)
-            failure["message"] = f"cannot write the step's RUNNING status: {failure['message']}"
-            failure["started"], failure["ended"] = started, time.time()  # it started: an ordinary failure
-            return failure
+            return AttemptResult.from_exception(exc, context="cannot write the step's RUNNING status",
+                                                started=started, ended=time.time())  # it started: a failure
+    result = _call_capturing_output(fn, config, log_path, env, started)
+    if record is None or not result.ok:
+        return result
+    try:
+        released = _record_success(record, started, result.ended or time.time())
+    except Exception as exc:
+        return AttemptResult.from_exception(
+            exc, context="the step finished but its SUCCESS status could not be written", started=started,
+            ended=result.ended)
+    if released is None:
+        return _lease_lost("the executor's lease was taken over while the step ran", started, result.ended)
+    return dataclasses.replace(result, lease_released=released)
+
+
+def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
+                           started: float) -> AttemptResult:
+    """Call `fn(config)` with the step's env and output captured into the attempt's log; FAILED if it
+    raised."""
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
         handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
         os.close(handle)
     else:
         local_log = log_path
+    failure: BaseException | None = None
+    with _step_environment(env), capture_output(local_log):
+        try:
+            fn(config)
+        except BaseException as exc:  # reported to the executor, which writes FAILED and re-raises there
+            traceback.print_exc()
+            failure = exc
+    ended = time.time()
+    if remote_log:
+        storage_for(log_path).upload_file(local_log, log_path)
+        os.unlink(local_log)
+    if failure is not None:
+        return AttemptResult.from_exception(failure, started=started, ended=ended)
+    return AttemptResult(Outcome.SUCCESS, started=started, ended=ended)
+
+
+@contextlib.contextmanager
+def _step_environment(env: Mapping[str, str]) -> Iterator[None]:
+    """The step's own variables set and the platform's secrets hidden while it runs; restored afterwards."""
     hidden = [k for k in PLATFORM_SECRETS if k not in env and k in os.environ]
     saved_env = {k: os.environ.get(k) for k in (*env, *hidden)}
     for k in hidden:
         del os.environ[k]
     os.environ.update(env)
     try:
-        with capture_output(local_log):
-            try:
-                fn(config)
-                result: dict[str, Any] = {"ok": True}
-            except BaseException as exc:  # reported to the executor, which writes FAILED and re-raises there
-                traceback.print_exc()
-                result = error_record(exc)
+        yield
     finally:
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    result["started"] = started
-    result["ended"] = time.time()
-    if remote_log:
-        storage_for(log_path).upload_file(local_log, log_path)
-        os.unlink(local_log)
-    if record is not None and result["ok"]:
-        try:
-            released = _record_success(record, started, result["ended"])
-            if released is None:
-                result = {"ok": False, "lease_lost": True, "type": "LeaseLost", "traceback": "", "exception": None,
-                          "message": "the executor's lease was taken over while the step ran",
-                          "started": started, "ended": result["ended"]}
-            else:
-                result["released"] = released
-        except Exception as exc:
-            result = {**error_record(exc), "started": started, "ended": result["ended"]}
-            result["message"] = f"the step finished but its SUCCESS status could not be written: {result['message']}"
-    return result

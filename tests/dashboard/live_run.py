@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,16 +165,12 @@ def steps(workdir: str) -> list[Step]:
 
 def main(argv: list[str]) -> int:
     prefix, workdir = argv
-    result = run_experiment(
-        steps(workdir),
-        prefix=prefix,
-        backend="local",
-        verbose=False,
-        max_concurrent=4,
-        description="browser test: every state, and a training step's curves",
-        script="experiments/exp5_dashboard_live.py",
-        issue="openlab/demo#5",
-    )
+    result = run_experiment(steps(workdir),
+                            ExecutorMainConfig(prefix=prefix, backend="local", max_concurrent=4,
+                                               issue="openlab/demo#5"),
+                            verbose=False,
+                            description="browser test: every state, and a training step's curves",
+                            script="experiments/exp5_dashboard_live.py")
     return 0 if result.status in ("SUCCESS", "FAILED") else 1
 
 

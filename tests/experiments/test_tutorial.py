@@ -241,13 +241,14 @@ def test_the_tutorial_on_ray_lands_at_the_same_paths(tutorial: TutorialRun, ray_
                                                       tmp_path_factory: pytest.TempPathFactory,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The default backend: every step as a Ray task (tokenize fans its shards out as nested Ray tasks)."""
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     monkeypatch.setenv("MARIN_TUTORIAL_SMALL", "1")
     monkeypatch.delenv("MARIN_TUTORIAL_TEXT", raising=False)
     module = importlib.reload(importlib.import_module("experiments.tutorials.tiny_moe"))
     prefix = str(tmp_path_factory.mktemp("ray-prefix"))
-    result = run_experiment([module.tiny_moe_eval], prefix=prefix, backend="ray", verbose=False, script=TUTORIAL)
+    result = run_experiment([module.tiny_moe_eval], ExecutorMainConfig(prefix=prefix, backend="ray"),
+                            verbose=False, script=TUTORIAL)
     assert result.status == "SUCCESS", result.summary
     for name in STEPS:
         ray_path = result.output_path(name)

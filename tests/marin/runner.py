@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from tests.marin.fns import BlockConfig, CountConfig, block_until_released, count_and_write
 
 
@@ -41,8 +41,10 @@ def main(argv: list[str]) -> int:
     kind, prefix, workdir = argv[:3]
     lease_timeout = float(argv[3]) if len(argv) > 3 else 60.0
     steps = shared_dag(workdir) if kind == "shared" else killable_dag(workdir)
-    result = run_experiment(steps, prefix=prefix, backend="local", lease_timeout_s=lease_timeout, verbose=False,
-                            script=f"tests/{kind}.py", max_concurrent=4)
+    result = run_experiment(steps,
+                            ExecutorMainConfig(prefix=prefix, backend="local", lease_timeout_s=lease_timeout,
+                                               max_concurrent=4),
+                            verbose=False, script=f"tests/{kind}.py")
     return 0 if result.status == "SUCCESS" else 1
 
 

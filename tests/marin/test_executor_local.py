@@ -326,7 +326,7 @@ def test_views_are_published_at_most_every_interval_however_many_steps_change(
 ) -> None:
     """A view lists every step: one per transition would make a 1,000-step run quadratic. Above
     VIEW_EVERY_TRANSITION_MAX_STEPS steps, views are coalesced to one per VIEW_INTERVAL_S."""
-    from marin.execution.main import VIEW_EVERY_TRANSITION_MAX_STEPS, VIEW_INTERVAL_S
+    from marin.execution.views import VIEW_EVERY_TRANSITION_MAX_STEPS, VIEW_INTERVAL_S
 
     rec = RecordingPublisher()
     root = Step(name="many/root", fn=count_and_write, config=CountConfig(

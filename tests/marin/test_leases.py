@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from marin import run_experiment
+from marin import ExecutorMainConfig, run_experiment
 from marin.status.files import read_events
 from marin.storage import LocalStorage
 from marin.storage.lease import LeaseInfo, LeaseManager
@@ -208,7 +208,8 @@ def test_ten_executors_in_threads_run_each_step_exactly_once(tmp_path: Path) -> 
 
     def one() -> None:
         barrier.wait()
-        results.append(run_experiment(steps, prefix=prefix, backend="local", verbose=False, script="t/race.py"))
+        results.append(run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"),
+                                      verbose=False, script="t/race.py"))
 
     threads = [threading.Thread(target=one) for _ in range(10)]
     for t in threads:
@@ -325,12 +326,14 @@ def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_pat
     results: dict[str, object] = {}
 
     def first() -> None:
-        results["first"] = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+        results["first"] = run_experiment([step], ExecutorMainConfig(prefix=prefix, backend="local"),
+                                          verbose=False, script="t/w.py")
 
     t = threading.Thread(target=first)
     t.start()
     _wait_for(tmp_path / "started")
-    second = run_experiment([step], prefix=prefix, backend="local", verbose=False, script="t/w.py")
+    second = run_experiment([step], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script="t/w.py")
     t.join(60)
     assert second.plan.entries[0].action == "wait"
     assert second.status_of("w/slow-fail") == "FAILED"

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from marin import InfeasibleResourcesError, Resources, Step, run_experiment, this_output_path
+from marin import (
+    ExecutorMainConfig,
+    InfeasibleResourcesError,
+    Resources,
+    Step,
+    run_experiment,
+    this_output_path,
+)
 from marin.execution import local_backend
 from marin.execution.resources import local_machine
 from tests.marin.fns import ExclusiveConfig, NoopConfig, RendezvousConfig, exclusive, noop, rendezvous
@@ -21,8 +28,9 @@ def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(steps: list[Step], tmp_path: Path) -> object:
-    return run_experiment(steps, prefix=str(tmp_path / "out"), backend="local", max_concurrent=4, verbose=False,
-                          script="resources.py")
+    return run_experiment(steps,
+                          ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local", max_concurrent=4),
+                          verbose=False, script="resources.py")
 
 
 def test_steps_that_need_the_whole_machine_run_one_after_another(two_cpus: None, tmp_path: Path) -> None:

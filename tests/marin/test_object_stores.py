@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from marin.storage.fs import FsspecStorage, storage_for
 from marin.storage.lease import LeaseInfo, LeaseManager
 from tests.marin.fns import FsCopyConfig, FsWriteConfig, fs_copy_upper, fs_write
@@ -112,7 +112,8 @@ def test_a_whole_run_under_an_s3_prefix(s3_bucket: str) -> None:
     first = Step(name="s3/first", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(), text="abc"))
     second = Step(name="s3/second", fn=fs_copy_upper, config=FsCopyConfig(
         input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
-    result = run_experiment([second], prefix=prefix, backend="local", verbose=False, script="tests/s3.py")
+    result = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script="tests/s3.py")
     assert result.status == "SUCCESS"
     storage = storage_for(prefix)
     out = result.output_path("s3/second")
@@ -123,7 +124,8 @@ def test_a_whole_run_under_an_s3_prefix(s3_bucket: str) -> None:
     assert "wrote s3://marin-test/runs/s3/first-" in log
     events = (storage.read_text(f"{out}/.marin/events.jsonl") or "").splitlines()
     assert [json.loads(e)["event"] for e in events] == ["RUNNING", "SUCCESS"]
-    again = run_experiment([second], prefix=prefix, backend="local", verbose=False, script="tests/s3.py")
+    again = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                           script="tests/s3.py")
     assert [e.action for e in again.plan.entries] == ["skip", "skip"]
 
 
@@ -149,7 +151,8 @@ def test_a_whole_run_under_a_gs_prefix(gcs_bucket: str) -> None:
     first = Step(name="gs/first", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(), text="xyz"))
     second = Step(name="gs/second", fn=fs_copy_upper, config=FsCopyConfig(
         input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
-    result = run_experiment([second], prefix=prefix, backend="local", verbose=False, script="tests/gs.py")
+    result = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script="tests/gs.py")
     assert result.status == "SUCCESS", result.summary
     storage = storage_for(prefix)
     out = result.output_path("gs/second")
@@ -158,7 +161,8 @@ def test_a_whole_run_under_a_gs_prefix(gcs_bucket: str) -> None:
     assert storage.read_text(f"{out}/.marin/lease.json") is None
     manifest = storage.read_text(f"{prefix}/experiments/{result.experiment_id}.json")
     assert manifest and json.loads(manifest)["runs"][-1]["status"] == "SUCCESS"
-    again = run_experiment([second], prefix=prefix, backend="local", verbose=False, script="tests/gs.py")
+    again = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                           script="tests/gs.py")
     assert [e.action for e in again.plan.entries] == ["skip", "skip"]
 
 

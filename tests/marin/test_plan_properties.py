@@ -9,7 +9,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from tests.marin.fns import FailConfig, NoopConfig, fail, noop
 
 
@@ -49,7 +49,8 @@ def test_failures_propagate_to_descendants_only(dag: tuple[int, list[list[int]],
     n, deps, failing = dag
     steps = build(n, deps, failing)
     prefix = tempfile.mkdtemp(prefix="marin-prop-")
-    result = run_experiment(steps, prefix=prefix, backend="local", verbose=False, script="prop.py")
+    result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script="prop.py")
     expected = {}
     for i in range(n):
         failed_above = ancestors(i, deps) & failing
@@ -62,14 +63,16 @@ def test_failures_propagate_to_descendants_only(dag: tuple[int, list[list[int]],
     assert {f"p/s{i}": result.status_of(f"p/s{i}") for i in range(n)} == expected
     assert result.status == ("FAILED" if failing else "SUCCESS")
 
-    plan = run_experiment(steps, prefix=prefix, backend="local", verbose=False, script="prop.py", dry_run=True).plan
+    plan = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=True),
+                          verbose=False, script="prop.py").plan
     actions = {e.name: e.action for e in plan.entries}
     for name, status in expected.items():
         want = {"SUCCESS": "skip", "FAILED": "failed", "DEP_FAILED": "blocked"}[status]
         assert actions[name] == want, (name, status, actions)
 
     fixed = build(n, deps, set())  # same names, different configs for the failing ones: new hashes
-    healed = run_experiment(fixed, prefix=prefix, backend="local", verbose=False, script="prop.py")
+    healed = run_experiment(fixed, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                            script="prop.py")
     assert healed.status == "SUCCESS"
     for e in healed.plan.entries:
         i = int(e.name.rsplit("s", 1)[1])

@@ -78,13 +78,13 @@ def test_outside_a_checkout_and_before_the_first_commit(tmp_path: Path) -> None:
 
 
 def test_a_run_records_its_scripts_commit_in_the_manifest_and_step_json(repo: Path, tmp_path: Path) -> None:
-    from marin import Step, run_experiment, this_output_path
+    from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
     from tests.marin.fns import WriteConfig, write_numbers
 
     (repo / "data.txt").write_text("edited\n")  # a dirty checkout
     step = Step(name="p/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=2))
-    result = run_experiment([step], prefix=str(tmp_path / "out"), backend="local", verbose=False,
-                            script=str(repo / "exp.py"))
+    result = run_experiment([step], ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local"),
+                            verbose=False, script=str(repo / "exp.py"))
     assert result.status == "SUCCESS"
     manifest = json.loads(Path(tmp_path / "out" / "experiments" / f"{result.experiment_id}.json").read_text())
     step_json = json.loads(Path(result.output_path("p/numbers"), ".marin/step.json").read_text())

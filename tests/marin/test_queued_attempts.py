@@ -6,7 +6,6 @@ order the executor must cope with on a real cluster."""
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from pathlib import Path
@@ -14,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from marin import Step, output_path_of, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from marin.execution import main as marin_main
 from marin.execution import worker
-from marin.execution.local_backend import Task
-from marin.execution.worker import error_record, execute_step
+from marin.execution.attempt import AttemptResult, Outcome, Task
+from marin.execution.backend import AttemptDone, Completions
+from marin.execution.worker import execute_step
 from tests.marin.fns import CountConfig, FailConfig, FlakyConfig, count_and_write, fail, flaky
 
 
@@ -28,13 +28,13 @@ class ReversingQueueBackend:
     name = "reversing"
     queues_behind_dependencies = True
 
-    def __init__(self, completions: queue.Queue[tuple[Any, ...]]) -> None:
+    def __init__(self, completions: Completions) -> None:
         self.completions = completions
         self.submitted: list[tuple[str, int, tuple[str, ...]]] = []  # (step name, attempt, names queued behind)
         self._names: dict[str, str] = {}
-        self._results: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, AttemptResult] = {}
         self._pending: list[Task] = []
-        self._burst: list[tuple[Any, ...]] = []
+        self._burst: list[AttemptDone] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
@@ -57,10 +57,10 @@ class ReversingQueueBackend:
                     result = self._execute(t)
                     self._results[t.key] = result
                     with self._lock:
-                        self._burst.append(("done", t.key, t.attempt, result))
+                        self._burst.append(AttemptDone(t.key, t.attempt, result))
                     progressed = True
 
-    def _execute(self, t: Task) -> dict[str, Any]:
+    def _execute(self, t: Task) -> AttemptResult:
         return execute_step(t.fn, t.config, t.log_path, t.env, t.record, *[self._results[k] for k in t.after])
 
     def _flush_loop(self) -> None:
@@ -85,10 +85,11 @@ class CrashingQueueBackend(ReversingQueueBackend):
     """Like ReversingQueueBackend, but the first attempt of `q/b` dies after its worker wrote RUNNING, the way a
     Ray worker process that is killed mid-step fails: Ray reports an error and no start time."""
 
-    def _execute(self, t: Task) -> dict[str, Any]:
+    def _execute(self, t: Task) -> AttemptResult:
         if t.name == "q/b" and t.attempt == 1:
+            assert t.record is not None
             worker._record_start(t.record, time.time())
-            return {**error_record(RuntimeError("the worker died")), "preempted": True}
+            return AttemptResult.from_exception(RuntimeError("the worker died"), outcome=Outcome.PREEMPTED)
         return super()._execute(t)
 
 
@@ -96,7 +97,7 @@ class CrashingQueueBackend(ReversingQueueBackend):
 def reversing(monkeypatch: pytest.MonkeyPatch) -> list[ReversingQueueBackend]:
     made: list[ReversingQueueBackend] = []
 
-    def make(backend: str, completions: queue.Queue[tuple[Any, ...]], ray_address: str | None) -> Any:
+    def make(backend: str, completions: Completions, ray_address: str | None) -> Any:
         made.append(ReversingQueueBackend(completions))
         return made[-1]
 
@@ -127,7 +128,10 @@ def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled
     counter = str(tmp_path / "ran.txt")
     a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b, c = _chain(tmp_path, a)
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS"
     [backend] = reversing
     assert backend.submitted == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/c", 1, ("q/b",))]
@@ -153,7 +157,9 @@ def test_a_step_with_many_dependencies_is_submitted_once_they_succeeded_not_queu
         inputs=tuple(output_path_of(m) for m in middles[:QUEUE_BEHIND_MAX_DEPENDENCIES])))
     many = Step(name="q/many", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=counter, inputs=tuple(output_path_of(m) for m in middles)))
-    result = run_experiment([few, many], prefix=str(tmp_path / "out"), backend="local", max_concurrent=64,
+    result = run_experiment([few, many],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=64),
                             verbose=False, script="q.py")
     assert result.status == "SUCCESS"
     [backend] = reversing
@@ -173,7 +179,10 @@ def test_attempts_queued_behind_a_retried_failure_are_submitted_again_and_run_on
                                                                    marker=str(tmp_path / "seen")))
     b, c = _chain(tmp_path, a)
     t0 = time.time()
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = reversing
     # b and c were queued behind a's first attempt, saw it fail without running, and were submitted again once a
@@ -192,7 +201,10 @@ def test_attempts_queued_behind_a_final_failure_become_dep_failed_without_runnin
         reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
     a = Step(name="q/a", fn=fail, config=FailConfig(output_path=this_output_path(), message="nope"))
     b, c = _chain(tmp_path, a)
-    result = run_experiment([c], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False, script="q.py")
+    result = run_experiment([c],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "FAILED"
     assert [result.status_of(n) for n in ("q/a", "q/b", "q/c")] == ["FAILED", "DEP_FAILED", "DEP_FAILED"]
     for name in ("q/b", "q/c"):
@@ -211,8 +223,10 @@ def test_a_queued_attempt_whose_worker_died_after_starting_counts_as_an_attempt(
     a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b = Step(name="q/b", fn=count_and_write, retries=1,
              config=CountConfig(output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(a),)))
-    result = run_experiment([b], prefix=str(tmp_path / "out"), backend="local", max_concurrent=8, verbose=False,
-                            script="q.py")
+    result = run_experiment([b],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               max_concurrent=8),
+                            verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = made
     # b's first attempt was queued behind a; its result (a crash after RUNNING) was held until a's was handled.

@@ -62,7 +62,7 @@ def test_ray_options_carry_resources_and_env() -> None:
 
 
 def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: Any, marin_prefix: str) -> None:
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     numbers = Step(name="ray/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=5))
     total = Step(name="ray/total", fn=sum_numbers,
@@ -70,8 +70,8 @@ def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: 
     env = Step(name="ray/env", fn=write_env, env={"MARIN_TEST_VAR": "from-step"},
                config=EnvConfig(output_path=this_output_path()))
     bad = Step(name="ray/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="ray boom"))
-    result = run_experiment([total, env, bad], prefix=marin_prefix, backend="ray", verbose=False,
-                            script="tests/ray.py")
+    result = run_experiment([total, env, bad], ExecutorMainConfig(prefix=marin_prefix, backend="ray"),
+                            verbose=False, script="tests/ray.py")
     assert {n: result.status_of(n) for n in ("ray/numbers", "ray/total", "ray/env", "ray/bad")} == {
         "ray/numbers": "SUCCESS", "ray/total": "SUCCESS", "ray/env": "SUCCESS", "ray/bad": "FAILED"}
     assert Path(result.output_path("ray/total"), "total.txt").read_text() == "10\n"
@@ -89,12 +89,13 @@ def test_every_attempt_is_a_ray_task_named_after_its_step_with_its_resources(ray
                                                                             marin_prefix: str) -> None:
     """Options are validated once per resource set and later submissions skip `.options()`: names and resources
     must still reach each task."""
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     steps = [Step(name=f"ray/task{i}", fn=ray_task_info, resources=Resources(num_cpus=cpus),
                   config=NoopConfig(output_path=this_output_path(), tag=str(i)))
              for i, cpus in enumerate([1, 1, 1, 2, 2])]
-    result = run_experiment(steps, prefix=marin_prefix, backend="ray", verbose=False, script="tests/ray_names.py")
+    result = run_experiment(steps, ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
+                            script="tests/ray_names.py")
     assert result.status == "SUCCESS", result.summary
     for i, cpus in enumerate([1, 1, 1, 2, 2]):
         path = result.output_path(f"ray/task{i}")
@@ -214,13 +215,13 @@ def test_a_wait_that_keeps_failing_while_ray_is_up_fails_the_attempts_in_the_end
 
 
 def test_infeasible_resources_fail_before_anything_runs(ray_embedded: Any, marin_prefix: str) -> None:
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     ok = Step(name="inf/ok", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))
     tpu = Step(name="inf/tpu", fn=write_numbers, resources={"resources": {"TPU": 8}},
                config=WriteConfig(output_path=output_path_of(ok, "x")))
     with pytest.raises(InfeasibleResourcesError, match=r"step inf/tpu requests TPU=8"):
-        run_experiment([tpu], prefix=marin_prefix, backend="ray", verbose=False)
+        run_experiment([tpu], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False)
     assert list(Path(marin_prefix).iterdir()) == []
 
 
@@ -321,7 +322,7 @@ def test_dependents_queued_behind_running_steps_start_only_after_them(ray_embedd
                                                                        tmp_path: Path) -> None:
     """On Ray a chain is submitted at once, each attempt queued behind its dependency's result: every step still
     starts after its dependency ended, reads its output, and writes RUNNING only when it really runs."""
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     counter = tmp_path / "ran.txt"
     first = Step(name="queue/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
@@ -331,7 +332,8 @@ def test_dependents_queued_behind_running_steps_start_only_after_them(ray_embedd
         inputs=(output_path_of(first, "done.txt"),)))
     third = Step(name="queue/c", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(second, "done.txt"),)))
-    result = run_experiment([third], prefix=marin_prefix, backend="ray", verbose=False, script="tests/queue.py")
+    result = run_experiment([third], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
+                            script="tests/queue.py")
     assert result.status == "SUCCESS"
     a, b, c = (_status(result, n) for n in ("queue/a", "queue/b", "queue/c"))
     assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
@@ -346,7 +348,7 @@ def test_dependents_queued_behind_running_steps_start_only_after_them(ray_embedd
 
 def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded: Any, marin_prefix: str,
                                                                     tmp_path: Path) -> None:
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     counter = tmp_path / "ran.txt"
     bad = Step(name="qfail/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="early"))
@@ -354,7 +356,8 @@ def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded
         output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(bad),)))
     last = Step(name="qfail/last", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(middle),)))
-    result = run_experiment([last], prefix=marin_prefix, backend="ray", verbose=False, script="tests/qfail.py")
+    result = run_experiment([last], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
+                            script="tests/qfail.py")
     assert result.status == "FAILED"
     assert [result.status_of(n) for n in ("qfail/bad", "qfail/middle", "qfail/last")] == [
         "FAILED", "DEP_FAILED", "DEP_FAILED"]
@@ -369,14 +372,15 @@ def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded
 
 def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_embedded: Any, marin_prefix: str,
                                                                           tmp_path: Path) -> None:
-    from marin import run_experiment
+    from marin import ExecutorMainConfig, run_experiment
 
     counter = tmp_path / "ran.txt"
     shaky = Step(name="qretry/shaky", fn=flaky, retries=1,
                  config=FlakyConfig(output_path=this_output_path(), marker=str(tmp_path / "seen")))
     after = Step(name="qretry/after", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(shaky),)))
-    result = run_experiment([after], prefix=marin_prefix, backend="ray", verbose=False, script="tests/qretry.py")
+    result = run_experiment([after], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
+                            script="tests/qretry.py")
     assert result.status == "SUCCESS"
     assert _events(result, "qretry/shaky") == [("RUNNING", 1), ("FAILED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
     assert _events(result, "qretry/after") == [("RUNNING", 1), ("SUCCESS", 1)]
@@ -389,11 +393,12 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     import queue
     import threading
 
-    from marin.execution.local_backend import Task
+    from marin.execution.attempt import Outcome, Task
+    from marin.execution.backend import AttemptDone, Completions
     from marin.execution.ray_backend import RayBackend
     from tests.marin.fns import NoopConfig, noop
 
-    completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    completions: Completions = queue.SimpleQueue()
     backend = RayBackend(completions)
 
     def task(key: str, config: Any, after: tuple[str, ...] = ()) -> Task:
@@ -404,8 +409,9 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     backend.submit(task("after", NoopConfig(str(tmp_path / "after")), after=("bad",)))
     results = {}
     for _ in range(2):
-        _, key, _, result = completions.get(timeout=120)
-        results[key] = result
-    assert not results["bad"]["ok"] and not results["bad"].get("preempted")
-    assert results["bad"]["message"].startswith("cannot send the step to a Ray worker: cannot pickle")
-    assert results["after"]["skipped"] and not (tmp_path / "after").exists()
+        done = completions.get(timeout=120)
+        assert isinstance(done, AttemptDone)
+        results[done.key] = done.result
+    assert not results["bad"].ok and results["bad"].outcome is not Outcome.PREEMPTED
+    assert results["bad"].message.startswith("cannot send the step to a Ray worker: cannot pickle")
+    assert results["after"].outcome is Outcome.SKIPPED and not (tmp_path / "after").exists()

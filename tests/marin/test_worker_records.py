@@ -6,27 +6,27 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from marin import Step, run_experiment, this_output_path
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
 from marin.execution import worker
+from marin.execution.attempt import AttemptResult, Outcome, StepRecord
 from marin.execution.local_backend import LocalBackend
-from marin.execution.worker import StepRecord, execute_step
+from marin.execution.worker import execute_step
 from marin.status import files as sf
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo, LeaseManager
 from tests.marin.fns import WriteConfig, write_numbers
 
 
-def _numbers_attempt(out: Path, record: StepRecord, *dependencies: dict[str, Any]) -> dict[str, Any]:
+def _numbers_attempt(out: Path, record: StepRecord, *dependencies: AttemptResult) -> AttemptResult:
     """Attempt 1 of a step writing three numbers to `out`, run in this process with `record`."""
     return execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {}, record,
                         *dependencies)
 
 
-def _attempt_under_lease(root: Path, out: Path) -> dict[str, Any]:
+def _attempt_under_lease(root: Path, out: Path) -> AttemptResult:
     """`_numbers_attempt` for executor exec-1, which holds the step's lease while it runs."""
     leases = LeaseManager(storage_for(str(root)), "exec-1", 60)
     assert leases.try_acquire(sf.lease_path(str(out)), attempt=1).ok
@@ -44,11 +44,12 @@ def _record(out: Path, executor: str) -> StepRecord:
 def test_the_worker_writes_step_json_running_and_success_under_its_executors_lease(tmp_path: Path) -> None:
     out = tmp_path / "w" / "numbers-abababab"
     result = _attempt_under_lease(tmp_path, out)
-    assert result["ok"] and result["started"] <= result["ended"]
-    assert result["released"] and not (out / ".marin/lease.json").exists()  # released once SUCCESS was written
+    assert result.ok and result.started is not None and result.ended is not None
+    assert result.started <= result.ended
+    assert result.lease_released and not (out / ".marin/lease.json").exists()  # released once SUCCESS was written
     status = json.loads((out / ".marin/status.json").read_text())
     assert (status["status"], status["attempt"], status["executor"]) == ("SUCCESS", 1, "exec-1")
-    assert status["started"] == result["started"] and status["ended"] == result["ended"]
+    assert status["started"] == result.started and status["ended"] == result.ended
     events = [json.loads(line) for line in (out / ".marin/events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["RUNNING", "SUCCESS"]
     assert (out / ".marin/step.json").read_text() == '{"name":"w/numbers"}\n'
@@ -70,7 +71,7 @@ def test_a_worker_whose_executor_lost_the_lease_while_it_ran_does_not_write_succ
                               sf.log_path(str(out), 1), {}, _record(out, "exec-1"))
     finally:
         leases.stop()
-    assert not result["ok"] and result["lease_lost"] and result["type"] == "LeaseLost"
+    assert not result.ok and result.outcome is Outcome.LEASE_LOST and result.error_type == "LeaseLost"
     assert json.loads((out / ".marin/status.json").read_text())["status"] == "RUNNING"
     assert [json.loads(line)["event"] for line in (out / ".marin/events.jsonl").read_text().splitlines()] == [
         "RUNNING"]
@@ -85,7 +86,7 @@ def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_
         result = _numbers_attempt(out, _record(out, "exec-1"))
     finally:
         other.stop()
-    assert not result["ok"] and result["lease_lost"] and "did not run" in result["message"]
+    assert not result.ok and result.outcome is Outcome.LEASE_LOST and "did not run" in result.message
     assert sorted(p.name for p in (out / ".marin").iterdir()) == ["lease.json"]  # no step.json, status or log
     assert not (out / "numbers.txt").exists()
 
@@ -95,19 +96,22 @@ def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_
     # reached the driver: the recorded result stands, fn is not called again and nothing is rewritten.
     out = tmp_path / "w" / "numbers-abababab"
     first = _attempt_under_lease(tmp_path, out)
-    assert first["ok"] and first["released"]
+    assert first.ok and first.lease_released
     before = {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()}
     (out / "numbers.txt").unlink()
     again = _numbers_attempt(out, _record(out, "exec-1"))
-    assert again == {"ok": True, "released": True, "started": first["started"], "ended": first["ended"]}
+    assert (again.outcome, again.lease_released, again.started, again.ended) == (
+        Outcome.SUCCESS, True, first.started, first.ended)
+    assert again.error == {"type": "", "message": "", "traceback": ""} and again.exception is None
     assert not (out / "numbers.txt").exists()  # fn did not run
     assert {p.name: p.stat().st_mtime_ns for p in (out / ".marin").iterdir()} == before
 
 
 def test_an_attempt_queued_behind_a_failed_one_does_not_call_fn(tmp_path: Path) -> None:
     out = tmp_path / "w" / "numbers-abababab"
-    result = _numbers_attempt(out, _record(out, "exec-1"), {"ok": True}, {"ok": False, "message": "ValueError: boom"})
-    assert result["skipped"] and not result["ok"] and "boom" in result["message"]
+    result = _numbers_attempt(out, _record(out, "exec-1"), AttemptResult(Outcome.SUCCESS),
+                              AttemptResult(Outcome.FAILED, message="ValueError: boom"))
+    assert result.outcome is Outcome.SKIPPED and not result.ok and "boom" in result.message
     assert not out.exists()  # nothing written: not the output, not a status, not a log
 
 
@@ -128,7 +132,7 @@ def test_a_lease_renewed_while_success_is_written_is_left_for_the_executor_to_re
     monkeypatch.setattr(worker.sf, "write_status", renew_then_write)
     try:
         result = _numbers_attempt(out, _record(out, "exec-1"))
-        assert result["ok"] and result["released"] is False
+        assert result.ok and result.lease_released is False
         assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
         assert leases.holds(lease)  # the renewed lease is still there, and still the executor's
         assert leases.release(lease) and not (out / ".marin/lease.json").exists()
@@ -148,7 +152,9 @@ def test_a_heartbeat_that_finds_the_lease_released_by_the_worker_is_not_a_lost_l
 
     monkeypatch.setattr(LocalBackend, "_collect", late_collect)
     step = Step(name="w/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=3))
-    result = run_experiment([step], prefix=str(tmp_path / "out"), backend="local", lease_timeout_s=0.4,
+    result = run_experiment([step],
+                            ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
+                                               lease_timeout_s=0.4),
                             verbose=False)
     assert result.status == "SUCCESS"
     (state,) = result.steps.values()
@@ -170,11 +176,11 @@ def test_a_rerun_while_the_lease_is_still_held_returns_the_recorded_success_and_
         record = dataclasses.replace(_record(out, "exec-1"), lease_acquired=leases.acquired_at(lease))
         held = Path(lease).read_text()
         first = _numbers_attempt(out, record)
-        assert first["ok"] and first["released"]
+        assert first.ok and first.lease_released
         Path(lease).write_text(held)  # as if the release had not happened
         (out / "numbers.txt").unlink()
         again = _numbers_attempt(out, record)
-        assert again["ok"] and again["released"] is False and again["ended"] == first["ended"]
+        assert again.ok and again.lease_released is False and again.ended == first.ended
         assert not (out / "numbers.txt").exists()
         assert json.loads((out / ".marin/status.json").read_text())["status"] == "SUCCESS"
     finally:
@@ -194,6 +200,6 @@ def test_an_attempt_from_an_earlier_holding_of_the_lease_does_not_run(tmp_path: 
         time.sleep(0.01)
         assert leases.try_acquire(lease, attempt=2).ok and leases.acquired_at(lease) != old.lease_acquired
         result = _numbers_attempt(out, old)
-        assert not result["ok"] and result["lease_lost"] and not (out / "numbers.txt").exists()
+        assert not result.ok and result.outcome is Outcome.LEASE_LOST and not (out / "numbers.txt").exists()
     finally:
         leases.stop()

@@ -1,0 +1,127 @@
+"""What the executor itself writes and reads under a step's output path (the formats are in formats.md).
+
+The worker writes an attempt's step.json, RUNNING and SUCCESS (worker.py); everything else about a step in
+a run is written here, always under a lease this executor holds: the event of each failed or preempted
+attempt, the final FAILED or PREEMPTED status, DEP_FAILED (with step.json, so later plans can explain what
+changed), PREEMPTED for attempts cut short by an interrupted executor, and the takeover of a stale lease.
+It also resolves a step's config for this run (placeholders to output paths) and builds the `StepRecord`
+an attempt's worker writes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from marin.definition.identity import resolve
+from marin.definition.step import Step
+from marin.execution.attempt import StepRecord
+from marin.execution.state import StepState
+from marin.graph.dag import Graph, Node
+from marin.status import files as sf
+from marin.status.stepinfo import step_info
+from marin.storage.fs import Storage
+
+
+@dataclasses.dataclass
+class RunContextInfo:
+    run_id: str
+    executor_id: str
+    experiment_id: str
+    issue: str | None
+    prefix: str
+    provenance: dict[str, Any]
+
+
+class StepRecords:
+    def __init__(self, storage: Storage, ctx: RunContextInfo, graph: Graph,
+                 state_of: Callable[[str], StepState | None]) -> None:
+        self.storage = storage
+        self.ctx = ctx
+        self.graph = graph
+        self._state_of = state_of
+
+    # ----- reading --------------------------------------------------------------------------------------
+    def current(self, st: StepState) -> dict[str, Any] | None:
+        return sf.read_status(self.storage, st.path)
+
+    def attempt_started(self, st: StepState) -> bool:
+        """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""
+        current = self.current(st) or {}
+        return (current.get("status") == sf.RUNNING and current.get("attempt") == st.attempt
+                and current.get("run_id") == self.ctx.run_id)
+
+    def failed_elsewhere(self, st: StepState, current: dict[str, Any] | None, statuses: tuple[str, ...],
+                         others_only: bool) -> dict[str, Any] | None:
+        """The error to report if `current` is a failure (one of `statuses`) written since this run planned
+        (not an old one that was already there) - by another executor only, if `others_only` - else None."""
+        if not current or current.get("status") not in statuses:
+            return None
+        if others_only and current.get("executor") == self.ctx.executor_id:
+            return None
+        if current.get("updated") == (st.entry.previous or {}).get("updated"):
+            return None
+        err = current.get("error") or {}
+        return {"type": err.get("type", current["status"]),
+                "message": f"failed in executor {current.get('executor')}: {err.get('message')}",
+                "traceback": ""}
+
+    # ----- an attempt -----------------------------------------------------------------------------------
+    def resolve_config(self, st: StepState) -> Any:
+        return resolve(st.node.step.config, own_path=st.path, prefix=self.ctx.prefix,
+                       dep_path=self._step_path)
+
+    def attempt_record(self, key: str, st: StepState, lease_acquired: float | None,
+                       first: bool) -> StepRecord:
+        """What the worker of `st`'s current attempt writes; step.json too on the run's first attempt."""
+        return StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
+                          run_id=self.ctx.run_id, executor=self.ctx.executor_id,
+                          created=(st.previous or {}).get("created"), lease_acquired=lease_acquired,
+                          step_json=sf.json_text(self._step_info(st, st.config)) if first else None)
+
+    def takeover(self, st: StepState, previous_owner: str) -> None:
+        self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=previous_owner,
+                    message=f"took over the stale lease of {previous_owner}")
+
+    def attempt_ended(self, st: StepState, status: str, error: dict[str, Any]) -> None:
+        self._event(st, status, st.attempt, message=f"{error['type']}: {error['message']}")
+
+    def final(self, st: StepState, status: str, error: dict[str, Any]) -> None:
+        """The final FAILED or PREEMPTED status of the step in this run."""
+        self._status(st, status, st.attempt, started=st.started, ended=st.ended, error=error)
+
+    def interrupted(self, st: StepState) -> None:
+        """The executor was interrupted while `st`'s attempt ran: PREEMPTED, status and event."""
+        self._status(st, sf.PREEMPTED, st.attempt, started=st.started, ended=time.time(),
+                     error={"type": "Interrupted", "message": "the executor was interrupted",
+                            "traceback": ""})
+        self._event(st, sf.PREEMPTED, st.attempt, message="executor interrupted")
+
+    def dep_failed(self, st: StepState, attempt: int) -> None:
+        """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what
+        changed."""
+        sf.write_json(self.storage, sf.step_json_path(st.path), self._step_info(st, self.resolve_config(st)))
+        self._status(st, sf.DEP_FAILED, attempt, ended=time.time(), error=st.error)
+        self._event(st, sf.DEP_FAILED, attempt, message=st.error["message"] if st.error else "")
+
+    # ----- helpers --------------------------------------------------------------------------------------
+    def node_path(self, node: Node) -> str:
+        st = self._state_of(node.hash)
+        return st.path if st is not None else node.output_path(self.ctx.prefix)
+
+    def _step_path(self, step: Step) -> str:
+        return self.node_path(self.graph.node_of(step))
+
+    def _step_info(self, st: StepState, config: Any) -> dict[str, Any]:
+        return step_info(st.node, st.path, config, self.node_path, self.ctx)
+
+    def _status(self, st: StepState, status: str, attempt: int, **fields: Any) -> None:
+        sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=status,
+                        attempt=attempt, run_id=self.ctx.run_id, executor=self.ctx.executor_id,
+                        previous=st.previous, **fields)
+
+    def _event(self, st: StepState, event: str, attempt: int, **fields: Any) -> None:
+        sf.append_event(self.storage, st.path, event, attempt=attempt, run_id=self.ctx.run_id,
+                        executor=self.ctx.executor_id, **fields)
