@@ -133,7 +133,7 @@ def test_runs_of_one_experiment_started_at_once_on_gcs_all_land_in_its_manifest(
 def test_a_gcs_object_rewritten_between_its_metadata_and_body_is_read_again() -> None:
     from google.api_core import exceptions as gexc
 
-    from marin.storage.fs import _gcs_get_versioned
+    from marin.storage.gcs import gcs_get_versioned as _gcs_get_versioned
 
     class Blob:
         """Generation 1 when first asked, but rewritten (generation 2) before its body is downloaded."""
