@@ -12,8 +12,6 @@ of probing every step, so planning a fresh 10,000-step DAG costs one listing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import json
 import posixpath
 import re
@@ -22,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from marin.definition.source import fn_source_hash
 from marin.graph.changes import diff_identity
 from marin.graph.dag import Graph, Node
 from marin.status.files import (
@@ -36,7 +35,7 @@ from marin.status.files import (
     status_path,
     step_json_path,
 )
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
@@ -103,20 +102,6 @@ class Plan:
         counts = self.to_json()["counts"]
         lines.append("  " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
         return "\n".join(lines)
-
-
-_SOURCE_HASHES: dict[int, str | None] = {}
-
-
-def fn_source_hash(fn: Callable[..., Any]) -> str | None:
-    """sha256 of the function's source text (None when the source is unavailable)."""
-    key = id(fn)
-    if key not in _SOURCE_HASHES:
-        try:
-            _SOURCE_HASHES[key] = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
-        except (OSError, TypeError):
-            _SOURCE_HASHES[key] = None
-    return _SOURCE_HASHES[key]
 
 
 def _map(storage: Storage, fn: Callable[[str], Any], items: Sequence[str]) -> list[Any]:

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 
 WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
     "WAITING",

@@ -17,7 +17,7 @@ from typing import Any
 from marin.definition.placeholders import join
 from marin.errors import StorageError
 from marin.status.files import json_text, read_json
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 
 CAS_TRIES = 50
 

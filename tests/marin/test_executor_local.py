@@ -237,6 +237,7 @@ def test_publishers_see_every_transition_and_failures_never_fail_the_run(
         return RecordingPublisher()
 
     monkeypatch.setattr(pubmod, "DEFAULT_PUBLISHER_FACTORIES", [factory])
+    monkeypatch.setattr(pubmod, "entry_point_factories", lambda: ((), ()))  # only `factory`, no issue publisher
     monkeypatch.setenv("MARIN_ISSUE_REPO", "openlab/platform")
     # a first step that stays RUNNING longer than the publishing interval, so a RUNNING view must be published
     numbers = Step(name="demo/numbers", fn=count_and_write, config=CountConfig(
