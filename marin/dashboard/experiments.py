@@ -29,8 +29,9 @@ from marin.dashboard.schemas import (
     StepRef,
 )
 from marin.dashboard.store import PrefixStore, signature
+from marin.status import files as sf
+from marin.status.manifest import EXPERIMENTS_DIR
 
-EXPERIMENTS_DIR = "experiments"
 NEVER_RUN = "NEVER_RUN"
 NOT_STARTED = "NOT_STARTED"
 IssueLinker = Callable[[str | None], IssueLink | None]
@@ -271,7 +272,7 @@ def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
 def step_ref(store: PrefixStore, entry: dict[str, Any]) -> StepRef:
     """A step named in a manifest (or step.json's dependencies) with its current status.json."""
     rel = step_rel(store, entry)
-    status = store.read_json(f"{rel}/.marin/status.json")
+    status = store.read_json(sf.status_path(rel))
     status = status if isinstance(status, dict) else {}
     started, ended = _float(status.get("started")), _float(status.get("ended"))
     error = status.get("error")

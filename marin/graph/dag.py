@@ -161,7 +161,7 @@ def build_graph(steps: Iterable[Step]) -> Graph:
 
 
 def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
-    from marin.graph.changes import diff_identity
+    from marin.graph.changes import identity_changes
 
-    diffs = diff_identity(a, b)
+    diffs = [c.describe() for c in identity_changes(a, b)]
     return f"they differ in {'; '.join(diffs[:3])}" if diffs else "they differ"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -22,6 +23,7 @@ WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
 )
 STATUSES = (WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED)
 LEASE_TAKEOVER = "LEASE_TAKEOVER"
+_LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
 
 
 def meta_dir(output_path: str) -> str:
@@ -44,8 +46,18 @@ def lease_path(output_path: str) -> str:
     return join(output_path, ".marin/lease.json")
 
 
+def logs_dir(output_path: str) -> str:
+    return join(output_path, ".marin/logs")
+
+
 def log_relpath(attempt: int) -> str:
     return f"logs/attempt-{attempt}.log"
+
+
+def attempt_of_log(name: str) -> int | None:
+    """The attempt whose log is the file `name` in the logs directory (`attempt-3.log` -> 3), else None."""
+    found = _LOG_NAME.match(name)
+    return int(found.group(1)) if found else None
 
 
 def log_path(output_path: str, attempt: int) -> str:

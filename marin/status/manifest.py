@@ -41,8 +41,11 @@ def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None
                        "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a loop")
 
 
+EXPERIMENTS_DIR = "experiments"  # under the prefix: one manifest per experiment
+
+
 def manifest_path(prefix: str, experiment_id: str) -> str:
-    return join(prefix, f"experiments/{experiment_id}.json")
+    return join(prefix, f"{EXPERIMENTS_DIR}/{experiment_id}.json")
 
 
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
