@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/dashboard_load.py [--experiments 1000] [--clients 8] [--requests 480]
 
-Writes a synthetic prefix in the real on-storage format (marin.dashboard.synthetic; kept in --prefix when
+Writes a synthetic prefix in the real on-storage format (tests.fakes.synthetic_prefix; kept in --prefix when
 given, else a temporary directory), starts `marin dashboard` with uvicorn in a subprocess on 127.0.0.1, and for
 each target (experiments list, experiment page, step page — the HTML pages and the JSON API calls behind them)
 sends `--requests` requests from `--clients` threads, each with its own keep-alive connection and random
@@ -31,7 +31,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from marin.dashboard.synthetic import write_prefix  # noqa: E402
+from tests.fakes.synthetic_prefix import write_prefix  # noqa: E402
 
 
 def free_port() -> int:

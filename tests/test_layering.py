@@ -15,8 +15,14 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def _lint(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_import_contracts_in_pyproject_hold() -> None:
@@ -38,10 +44,13 @@ def test_a_broken_import_contract_fails_the_check(tmp_path: Path) -> None:
 
 
 def test_import_marin_imports_no_tracker_and_no_dashboard() -> None:
-    code = ("import sys, marin; bad = sorted(m for m in sys.modules if m.startswith(('marin.tracking', "
-            "'marin.dashboard'))); print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    code = (
+        "import sys, marin; bad = sorted(m for m in sys.modules if m.startswith(('marin.tracking', "
+        "'marin.dashboard'))); print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 

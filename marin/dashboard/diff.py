@@ -35,5 +35,7 @@ def field_rows(changes: Sequence[Change]) -> list[FieldChange]:
     rows = []
     for c in changes:
         rows.append(FieldChange(field=c.field, kind=c.kind, old=c.old, new=c.new))
-        rows.extend(FieldChange(field=f"{c.field}: {b.field}", kind=b.kind, old=b.old, new=b.new) for b in c.because)
+        rows.extend(
+            FieldChange(field=f"{c.field}: {b.field}", kind=b.kind, old=b.old, new=b.new) for b in c.because
+        )
     return rows

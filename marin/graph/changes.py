@@ -81,6 +81,7 @@ def previous_version(
 
     def when(version: tuple[K, dict[str, Any]]) -> float:
         return _created(version[1])
+
     before = [v for v in versions if created is None or when(v) <= created]
     key, doc = max(before or versions, key=lambda v: (when(v), str(v[0])))
     return key, doc, bool(before)

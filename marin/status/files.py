@@ -106,8 +106,10 @@ def write_status(
     started: float | None = None,
     ended: float | None = None,
     error: dict[str, Any] | None = None,
+    now: float | None = None,
 ) -> dict[str, Any]:
-    now = time.time()
+    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time."""
+    now = time.time() if now is None else now
     record = {
         "name": name,
         "hash": hash,
@@ -135,9 +137,11 @@ def append_event(
     run_id: str,
     executor: str,
     message: str = "",
+    ts: float | None = None,
     **extra: Any,
 ) -> None:
-    record = {"ts": time.time(), "event": event, "attempt": attempt, "run_id": run_id, "executor": executor,
+    """Append one event line to events.jsonl; `ts` defaults to the clock."""
+    record = {"ts": time.time() if ts is None else ts, "event": event, "attempt": attempt, "run_id": run_id, "executor": executor,
               "message": message, **extra}
     storage.append_text(events_path(output_path), json.dumps(record) + "\n")
 

@@ -50,8 +50,9 @@ def manifest_path(prefix: str, experiment_id: str) -> str:
 
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
-              args: list[str]) -> None:
-    now = time.time()
+              args: list[str], now: float | None = None) -> None:
+    """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock."""
+    now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "created": now, "runs": []}
@@ -66,8 +67,9 @@ def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str,
 
 
 def end_run(storage: Storage, prefix: str, experiment_id: str, run_id: str, status: str,
-            publisher_errors: list[dict[str, Any]]) -> None:
-    now = time.time()
+            publisher_errors: list[dict[str, Any]], now: float | None = None) -> None:
+    """Record how the run ended; `now` defaults to the clock."""
+    now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "runs": []}

@@ -1,6 +1,6 @@
 """Fixtures for the dashboard tests: prefixes to serve and clients on them.
 
-`synthetic_prefix` is written by marin.dashboard.synthetic (the documented format, every state);
+`synthetic_prefix` is written by tests.fakes.synthetic_prefix (the documented format, every state);
 `hostile_prefix` holds names, descriptions, logs, configs and issue text crafted to inject markup, plus symlinks
 pointing out of the prefix.
 """
@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
-from marin.dashboard.synthetic import write_prefix
+from tests.fakes.synthetic_prefix import write_prefix
 
 XSS = "<script>alert('xss')</script>"
 IMG = "<img src=x onerror=alert(1)>"

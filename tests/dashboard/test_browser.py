@@ -266,7 +266,7 @@ def test_list_says_when_new_experiments_appear(
 ) -> None:
     from playwright.sync_api import expect
 
-    from marin.dashboard.synthetic import write_experiment
+    from tests.fakes.synthetic_prefix import write_experiment
 
     url, prefix, _, _ = served
     pg = page

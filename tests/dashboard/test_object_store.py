@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
-from marin.dashboard.synthetic import write_prefix
+from tests.fakes.synthetic_prefix import write_prefix
 
 BIN = Path(sys.executable).parent
 MOTO = shutil.which("moto_server") or str(BIN / "moto_server")

@@ -17,14 +17,25 @@ from tests.marin.fns import SumConfig, WriteConfig, sum_numbers, write_numbers
 
 
 def _pipeline(n: int, subpath: str = "numbers.txt", version: str | None = None) -> Step:
-    numbers = Step(name="agree/numbers", fn=write_numbers, version=version,
-                   config=WriteConfig(output_path=this_output_path(), n=n))
-    return Step(name="agree/total", fn=sum_numbers,
-                config=SumConfig(input_path=output_path_of(numbers, subpath), output_path=this_output_path()))
+    numbers = Step(
+        name="agree/numbers",
+        fn=write_numbers,
+        version=version,
+        config=WriteConfig(output_path=this_output_path(), n=n),
+    )
+    return Step(
+        name="agree/total",
+        fn=sum_numbers,
+        config=SumConfig(input_path=output_path_of(numbers, subpath), output_path=this_output_path()),
+    )
 
 
 def _rows(rows: list[Any]) -> list[tuple[str, str, Any, Any]]:
-    return [(r["field"], r["kind"], r["old"], r["new"]) for r in rows if r["field"] not in ("fn", "fn_source_hash")]
+    return [
+        (r["field"], r["kind"], r["old"], r["new"])
+        for r in rows
+        if r["field"] not in ("fn", "fn_source_hash")
+    ]
 
 
 def test_plan_and_dashboard_agree_on_what_changed(run_marin: Any, marin_prefix: str) -> None:
@@ -48,10 +59,14 @@ def test_plan_and_dashboard_agree_on_what_changed(run_marin: Any, marin_prefix: 
 
 
 def test_differences_and_versions_are_computed_one_way() -> None:
-    old = {"version": None, "config": {"$type": "a.A", "lr": 0.1, "layers": [1, 2], "src": {"$dep": "x" * 64,
-                                                                                             "subpath": "a"}}}
-    new = {"version": None, "config": {"$type": "a.B", "lr": 0.2, "layers": [1, 2, 3], "src": {"$dep": "y" * 64,
-                                                                                               "subpath": "b"}}}
+    old = {
+        "version": None,
+        "config": {"$type": "a.A", "lr": 0.1, "layers": [1, 2], "src": {"$dep": "x" * 64, "subpath": "a"}},
+    }
+    new = {
+        "version": None,
+        "config": {"$type": "a.B", "lr": 0.2, "layers": [1, 2, 3], "src": {"$dep": "y" * 64, "subpath": "b"}},
+    }
     assert [c.describe() for c in identity_changes(old, new)] == [
         "config type: 'a.A' -> 'a.B'",
         "config.layers[2]: (absent) -> 3",
@@ -60,8 +75,10 @@ def test_differences_and_versions_are_computed_one_way() -> None:
     ]
     dep = Change("dependency t", "changed", "1" * 64, "2" * 64, (Change("config.n", "changed", 1, 2),))
     assert dep.describe() == "dependency t changed: config.n: 1 -> 2"
-    assert version_names(["m-0123abcd", "m-x", "mm-0123abcd", "m-89abcdef", "m"], "m") == ["m-0123abcd",
-                                                                                         "m-89abcdef"]
+    assert version_names(["m-0123abcd", "m-x", "mm-0123abcd", "m-89abcdef", "m"], "m") == [
+        "m-0123abcd",
+        "m-89abcdef",
+    ]
     docs = [("a", {"created": 1.0}), ("b", {"created": 3.0}), ("c", {"created": 2.0})]
     assert previous_version(docs, None) == ("b", {"created": 3.0}, True)  # not run yet: the newest
     assert previous_version(docs, 2.5) == ("c", {"created": 2.0}, True)  # the last one before it

@@ -15,8 +15,13 @@ from marin.storage.s3 import is_precondition_failure
 
 @pytest.mark.parametrize(
     ("prefix", "cls"),
-    [("/tmp/p", LocalStorage), ("file:///tmp/p", LocalStorage), ("s3://b/p", S3Storage),
-     ("gs://b/p", GcsStorage), ("memory://p", FsspecStorage)],
+    [
+        ("/tmp/p", LocalStorage),
+        ("file:///tmp/p", LocalStorage),
+        ("s3://b/p", S3Storage),
+        ("gs://b/p", GcsStorage),
+        ("memory://p", FsspecStorage),
+    ],
     ids=["path", "file-url", "s3", "gs", "other-fsspec"],
 )
 def test_storage_for_picks_one_class_per_store(prefix: str, cls: type[Storage]) -> None:
