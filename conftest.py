@@ -17,6 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# With CI set, a test skipped because a component is missing fails instead (tests/ci_skips.py).
+pytest_plugins = ["tests.ci_skips"]
+
+# Property tests get no per-example deadline (Hypothesis's 200 ms fails on a loaded 2-core machine, and
+# time is not what they check); the per-test timeout in pyproject.toml still stops a hung one.
+settings.register_profile("marin", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "marin"))
 
 # Subprocesses started by tests (crash tests, CLI runs, Ray workers) import the checkout, installed or not.
 _ROOT = Path(__file__).resolve().parent

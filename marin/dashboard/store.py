@@ -105,9 +105,10 @@ class PrefixStore:
 
     def _info(self, full: str) -> dict[str, Any] | None:
         try:
-            return self.fs.info(full)
+            info: dict[str, Any] = self.fs.info(full)
         except FileNotFoundError:
             return None
+        return info
 
     def read_json(self, rel: str) -> Any:
         """Parsed JSON at `rel`, or None when the file does not exist. Raises CorruptFileError on bad JSON."""
@@ -172,7 +173,8 @@ class PrefixStore:
         now = time.monotonic()
         fresh = self._fresh(self._ls_cache, full, now)
         if fresh is not None:
-            return fresh.value
+            cached: list[dict[str, Any]] = fresh.value
+            return cached
         try:
             infos = self.fs.ls(full, detail=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -198,7 +200,8 @@ class PrefixStore:
 
         def one(rel: str) -> bytes | Exception:
             try:
-                return self.fs.cat_file(self.check_inside(rel))
+                data: bytes = self.fs.cat_file(self.check_inside(rel))
+                return data
             except (OSError, UnsafePathError) as e:
                 return e
 

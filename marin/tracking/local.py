@@ -207,7 +207,8 @@ class LocalTracker(Tracker):
                        url=f"{self.issue_url(row['number'])}#comment-{row['id']}")
 
     def _require_issue(self, conn: sqlite3.Connection, number: int) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM issues WHERE repo=? AND number=?", (self.repo, number)).fetchone()
+        query = "SELECT * FROM issues WHERE repo=? AND number=?"
+        row: sqlite3.Row | None = conn.execute(query, (self.repo, number)).fetchone()
         if row is None:
             raise TrackerNotFound(f"issue {self.repo}#{number} not found in the local tracker at {self.path}; "
                                   f"`marin issue list --prefix {self.prefix}` shows the existing ones")

@@ -48,7 +48,7 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with up to 25% jitter."""
-        delay = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        delay: float = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
         return delay * (1 + 0.25 * random.random())
 
     def run(

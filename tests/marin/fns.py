@@ -188,7 +188,8 @@ def die(cfg: DieConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ExclusiveConfig:
-    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too."""
+    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too (checked
+    all along the hold, and the first to see the other says so to both: an overlap fails at once)."""
 
     output_path: str
     markers_dir: str
@@ -198,15 +199,18 @@ class ExclusiveConfig:
 def exclusive(cfg: ExclusiveConfig) -> None:
     os.makedirs(cfg.markers_dir, exist_ok=True)
     mine = os.path.join(cfg.markers_dir, os.path.basename(cfg.output_path))
+    seen = os.path.join(cfg.markers_dir, ".overlap")
     Path(mine).write_text("running\n")
     try:
-        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
-        if others:
-            raise RuntimeError(f"ran at the same time as {others}")
-        time.sleep(cfg.hold_s)
-        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
-        if others:
-            raise RuntimeError(f"ran at the same time as {others}")
+        deadline = time.time() + cfg.hold_s
+        while True:
+            others = [n for n in os.listdir(cfg.markers_dir) if n != os.path.basename(mine) and n != ".overlap"]
+            if others or os.path.exists(seen):
+                Path(seen).write_text("yes\n")
+                raise RuntimeError(f"ran at the same time as {others or 'another step'}")
+            if time.time() >= deadline:
+                break
+            time.sleep(0.02)
     finally:
         os.unlink(mine)
     os.makedirs(cfg.output_path, exist_ok=True)

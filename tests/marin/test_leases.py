@@ -111,13 +111,14 @@ def test_stale_lease_is_taken_over_by_exactly_one_and_the_old_owner_cannot_relea
 
 def test_heartbeat_keeps_a_lease_alive_and_release_deletes_it(tmp_path: Path) -> None:
     storage, path = LocalStorage(), str(tmp_path / "lease.json")
-    owner = LeaseManager(storage, "owner", timeout_s=0.4)
+    # Beats every timeout/4 = 0.25 s: going stale needs four beats in a row delayed on a loaded machine.
+    owner = LeaseManager(storage, "owner", timeout_s=1.0)
     assert owner.try_acquire(path, attempt=1).ok
     first = LeaseInfo.parse(Path(path).read_text())
-    time.sleep(1.0)  # > 2 timeouts: without the heartbeat the lease would be stale
+    time.sleep(2.5)  # > 2 timeouts: without the heartbeat the lease would be stale
     renewed = LeaseInfo.parse(Path(path).read_text())
     assert renewed and first and renewed.heartbeat > first.heartbeat and not renewed.is_stale(time.time())
-    other = LeaseManager(storage, "other", timeout_s=0.4)
+    other = LeaseManager(storage, "other", timeout_s=1.0)
     assert not other.try_acquire(path, attempt=1).ok
     assert owner.release(path) and not Path(path).exists()
     owner.stop()
@@ -320,7 +321,7 @@ def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_pat
 
     step = Step(name="w/slow-fail", fn=block_until_released, config=BlockConfig(
         output_path=this_output_path(), started_file=str(tmp_path / "started"),
-        release_file=str(tmp_path / "never"), timeout_s=0.8))
+        release_file=str(tmp_path / "never"), timeout_s=3.0))  # time enough for the second to plan a wait
     prefix = str(tmp_path / "prefix")
     results: dict[str, object] = {}
 

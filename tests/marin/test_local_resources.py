@@ -37,7 +37,8 @@ def test_the_check_sees_steps_that_overlap(two_cpus: None, tmp_path: Path) -> No
     """Negative control for the test above: the same steps at one CPU each do run at the same time."""
     markers = str(tmp_path / "running")
     steps = [Step(name=f"res/small{i}", fn=exclusive, resources=Resources(num_cpus=1),
-                  config=ExclusiveConfig(output_path=this_output_path(), markers_dir=markers, hold_s=1.0))
+                  # held until the other one arrives (then both fail at once), however late it starts
+                  config=ExclusiveConfig(output_path=this_output_path(), markers_dir=markers, hold_s=60.0))
              for i in range(2)]
     result = _run(steps, tmp_path)
     assert result.status == "FAILED"  # type: ignore[attr-defined]

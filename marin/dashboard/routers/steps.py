@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
 from marin.dashboard.steps import log_tail, step_detail
@@ -60,6 +60,6 @@ def get_metrics(
 @router.get("/steps/{step_path:path}", response_class=HTMLResponse, include_in_schema=False)
 def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
     step = get_step(step_path, dash)
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "step.html", {"prefix": dash.prefix, "step": step}
     )
