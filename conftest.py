@@ -45,7 +45,7 @@ os.environ.setdefault("NO_GCE_CHECK", "true")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
-# ---- object-store servers on loopback (real protocol emulators), shared by every test that needs one ----------
+# ---- object-store servers on loopback (real protocol emulators), shared by every test that needs one -------
 
 
 
@@ -59,8 +59,8 @@ def _start_server(exe_name: str, args: list[str], probe_path: str) -> tuple[subp
     """Start a loopback emulator and wait until *it* answers HTTP (not merely until a port accepts).
 
     Under load a server can take seconds to import, and a port picked as free can be taken by another process
-    before the server binds it: so the process must still be alive and answer a real request, else we retry on a
-    fresh port.
+    before the server binds it: so the process must still be alive and answer a real request, else we retry on
+    a fresh port.
     """
     exe = shutil.which(exe_name) or str(Path(sys.executable).with_name(exe_name))
     if not Path(exe).exists():

@@ -31,7 +31,8 @@ def _fail_in_ci(report: pytest.CollectReport | pytest.TestReport) -> None:
     reason = missing_component(report) if os.environ.get("CI") else None
     if reason is not None:
         report.outcome = "failed"
-        report.longrepr = (f"CI is set, so a missing component fails this test instead of skipping it: {reason}. "
+        report.longrepr = ("CI is set, so a missing component fails this test instead of skipping it: "
+                           f"{reason}. "
                            "Fix: install it (python3 dev.py install), or run without CI set")
 
 

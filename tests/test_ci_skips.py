@@ -32,7 +32,8 @@ def test_never_collected():
 '''
 
 
-def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: bool, **files: str) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: bool,
+         **files: str) -> pytest.RunResult:
     if ci:
         monkeypatch.setenv("CI", "1")
     else:

@@ -1,8 +1,8 @@
 """The experiments under a prefix: an index of their manifests, filtering, and one experiment's full picture.
 
 `{prefix}/experiments/*.json` is listed at most once per cache TTL; only manifests whose signature (mtime,
-etag...) changed are re-read, in one batched `cat` (concurrent on object stores). Filtering and paging then run
-in memory, so listing 1,000 experiments costs one directory listing and a sort.
+etag...) changed are re-read, in one batched `cat` (concurrent on object stores). Filtering and paging then
+run in memory, so listing 1,000 experiments costs one directory listing and a sort.
 
 An experiment's state in the list is its latest run's status from the manifest (RUNNING, SUCCESS, FAILED);
 the experiment page adds every step's own status.json.
@@ -259,8 +259,9 @@ def _haystack(s: ExperimentSummary) -> str:
 
 
 def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
-    """Where a step's files are, relative to the prefix: its recorded output path when it lies under this prefix
-    (pinned paths included), else the documented layout `{name}-{hash8}` (a prefix copied elsewhere)."""
+    """Where a step's files are, relative to the prefix: its recorded output path when it lies under this
+    prefix (pinned paths included), else the documented layout `{name}-{hash8}` (a prefix copied
+    elsewhere)."""
     out = entry.get("output_path")
     if isinstance(out, str):
         rel = store.relative(out)

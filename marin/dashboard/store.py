@@ -43,7 +43,8 @@ class _Entry:
 
 
 def signature(info: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3 ETag)."""
+    """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3
+    ETag)."""
     return tuple((k, info[k]) for k in _SIGNATURE_KEYS if k in info)
 
 
@@ -80,7 +81,8 @@ class PrefixStore:
         return full
 
     def relative(self, full_path: str) -> str | None:
-        """Relative path of an absolute path/URL written by the executor, or None when it is not under the prefix."""
+        """Relative path of an absolute path/URL written by the executor, or None when it is not under the
+        prefix."""
         path = full_path
         for scheme in ("gs://", "gcs://", "s3://", "file://", "memory://"):
             if path.startswith(scheme):
@@ -217,10 +219,11 @@ class PrefixStore:
     def read_range(
         self, rel: str, offset: int | None, max_bytes: int, *, absolute: bool = False, jump: bool = True
     ) -> tuple[bytes, int, int]:
-        """Read at most `max_bytes` from `offset` (None: the last `max_bytes`). Returns (data, start, file size).
+        """Read at most `max_bytes` from `offset` (None: the last `max_bytes`). Returns (data, start, file
+        size).
 
-        With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a client
-        following a log never falls behind by more than one window.
+        With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a
+        client following a log never falls behind by more than one window.
         """
         full = rel if absolute else self.check_inside(rel)
         with self.fs.open(full, "rb") as f:

@@ -194,12 +194,14 @@ def make_plan(
         if id(node) not in needed:
             if run_only:
                 continue
-            entry = _entry(node, paths[id(node)], SKIP, "not needed: every step that uses it already succeeded",
+            entry = _entry(node, paths[id(node)], SKIP,
+                           "not needed: every step that uses it already succeeded",
                            previous(node))
         else:
             entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now)
             if entry.action == RUN and entry.previous is None:
-                entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan, storage,
+                entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan,
+                                                                             storage,
                                                                              by_node)
             elif entry.action == SKIP and entry.previous is not None:
                 entry.warnings.extend(_code_drift(node, paths[id(node)], storage))
@@ -209,10 +211,12 @@ def make_plan(
 
 
 def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any] | None) -> PlanEntry:
-    return PlanEntry(node.name, node.hash, path, action, reason, [], [], [d.hash for d in node.deps], prev, node)
+    return PlanEntry(node.name, node.hash, path, action, reason, [], [], [d.hash for d in node.deps], prev,
+                     node)
 
 
-def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry], storage: Storage,
+def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
+            storage: Storage,
             force_run_failed: bool, now: float) -> PlanEntry:
     status = (prev or {}).get("status")
     if status == SUCCESS:
@@ -232,7 +236,8 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         lease = LeaseInfo.parse(lease_text) if lease_text else None
         if lease is not None and not lease.is_stale(now):
             return _entry(node, path, WAIT, f"running under executor {lease.owner} "
-                          f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result", prev)
+                          f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result",
+                          prev)
         owner = lease.owner if lease else (prev or {}).get("executor")
         age = f"no heartbeat for {now - lease.heartbeat:.0f} s" if lease else "no lease"
         return _entry(node, path, RUN, f"stale lease of executor {owner} ({age}) will be taken over", prev)

@@ -46,10 +46,6 @@ def lease_path(output_path: str) -> str:
     return join(output_path, ".marin/lease.json")
 
 
-def logs_dir(output_path: str) -> str:
-    return join(output_path, ".marin/logs")
-
-
 def log_relpath(attempt: int) -> str:
     return f"logs/attempt-{attempt}.log"
 
@@ -62,6 +58,11 @@ def attempt_of_log(name: str) -> int | None:
 
 def log_path(output_path: str, attempt: int) -> str:
     return join(output_path, f".marin/{log_relpath(attempt)}")
+
+
+def logs_dir(output_path: str) -> str:
+    """The directory of a step's attempt logs (`attempt-{n}.log`)."""
+    return join(output_path, ".marin/logs")
 
 
 def new_executor_id() -> str:
@@ -141,7 +142,8 @@ def append_event(
     **extra: Any,
 ) -> None:
     """Append one event line to events.jsonl; `ts` defaults to the clock."""
-    record = {"ts": time.time() if ts is None else ts, "event": event, "attempt": attempt, "run_id": run_id, "executor": executor,
+    record = {"ts": time.time() if ts is None else ts, "event": event, "attempt": attempt, "run_id": run_id,
+              "executor": executor,
               "message": message, **extra}
     storage.append_text(events_path(output_path), json.dumps(record) + "\n")
 

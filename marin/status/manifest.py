@@ -34,11 +34,14 @@ def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None
                 data = json.loads(current.text)
             except ValueError:
                 data = None  # unreadable (a torn write by an old version): rebuilt from this run's facts
-            if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)), current.token):
+            if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)),
+                                  current.token):
                 return
         time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # another writer won: back off, re-read, retry
-    raise StorageError(f"could not update the experiment manifest {path}: {CAS_TRIES} concurrent writers won in a "
-                       "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a loop")
+    raise StorageError(f"could not update the experiment manifest {path}: {CAS_TRIES} concurrent writers won "
+                       "in a "
+                       "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a "
+                       "loop")
 
 
 EXPERIMENTS_DIR = "experiments"  # under the prefix: one manifest per experiment
@@ -59,8 +62,10 @@ def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str,
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})
-        data.setdefault("runs", []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
-                                             "user": provenance.get("user"), "args": args, "publisher_errors": []})
+        data.setdefault("runs",
+                        []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
+                                             "user": provenance.get("user"), "args": args,
+                                             "publisher_errors": []})
         return data
 
     _update(storage, manifest_path(prefix, experiment_id), change)

@@ -78,7 +78,8 @@ def provenance(script: str | None = None) -> dict[str, Any]:
 
 class _Provenance:
     """The run's provenance, with `git status` running as a subprocess until it is asked for (see
-    `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this goes."""
+    `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this
+    goes."""
 
     def __init__(self, script: str | None) -> None:
         self._proc: subprocess.Popen[str] | None = None
@@ -91,7 +92,8 @@ class _Provenance:
             commit, dirty = _git_state(_finish_git(self._proc))
             self._proc = None
             packages = {d: v for d in ("marin-openlab", "ray", "fsspec", "jax") if (v := _version(d))}
-            self._value = {"git_commit": commit, "git_dirty": bool(dirty) if commit else None, "packages": packages,
+            self._value = {"git_commit": commit, "git_dirty": bool(dirty) if commit else None,
+                           "packages": packages,
                            "host": socket.gethostname(), "user": user_name()}
         return self._value
 

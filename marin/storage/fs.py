@@ -2,8 +2,8 @@
 
 One class per store, behind the interface in `base.py`: `LocalStorage` (plain paths and `file://`),
 `S3Storage` (`s3://`), `GcsStorage` (`gs://`, `gcs://`), and `FsspecStorage` for any other fsspec filesystem
-(best-effort conditional writes). The classes are re-exported here and from `marin.storage`, where existing
-code imports them.
+(best-effort conditional writes). `marin.storage` exports them all; the classes can also be imported from
+here, where older code imports them.
 """
 
 from __future__ import annotations
@@ -13,22 +13,11 @@ import os
 import fsspec
 
 from marin.errors import StorageError
-from marin.storage.base import Storage, Versioned
+from marin.storage.base import Storage as Storage  # explicit re-export: older code imports it from here
 from marin.storage.gcs import GcsStorage
 from marin.storage.generic import FsspecStorage
 from marin.storage.local import LocalStorage
 from marin.storage.s3 import S3Storage
-
-__all__ = [
-    "FsspecStorage",
-    "GcsStorage",
-    "LocalStorage",
-    "S3Storage",
-    "Storage",
-    "Versioned",
-    "normalize_prefix",
-    "storage_for",
-]
 
 _BY_PROTOCOL: dict[str, type[FsspecStorage]] = {"s3": S3Storage, "gs": GcsStorage, "gcs": GcsStorage}
 _STORAGES: dict[str, Storage] = {}

@@ -1,8 +1,8 @@
 """Issue trackers (GitHub, local SQLite) and the publisher that keeps an experiment's issue up to date.
 
 ``make_tracker`` picks the backend from the environment (see docs/tracking.md). The executor finds
-:func:`marin.tracking.factory.issue_publisher_factory` through the ``marin.publishers`` entry point declared in
-pyproject.toml (see marin/status/publisher.py); importing this package registers nothing.
+:func:`marin.tracking.factory.issue_publisher_factory` through the ``marin.publishers`` entry point declared
+in pyproject.toml (see marin/status/publisher.py); importing this package registers nothing.
 """
 
 from marin.tracking.base import (

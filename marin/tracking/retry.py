@@ -4,8 +4,8 @@ Transient: network errors (connection refused/reset/dropped, timeouts), HTTP 5xx
 carrying ``Retry-After`` / ``X-RateLimit-Remaining: 0`` / GitHub's rate-limit message). Everything else (401,
 404, 422, other 403s) fails at once: retrying cannot fix it. Between attempts the policy waits with
 exponential backoff plus jitter; for a rate limit it waits what the server asked (``Retry-After`` seconds, or
-until ``X-RateLimit-Reset``) unless that is longer than ``max_rate_limit_wait_s``, in which case it gives up at
-once rather than stall the run. Waits go through an abort event so a background flusher can be stopped
+until ``X-RateLimit-Reset``) unless that is longer than ``max_rate_limit_wait_s``, in which case it gives up
+at once rather than stall the run. Waits go through an abort event so a background flusher can be stopped
 mid-wait when the final publish takes over.
 """
 

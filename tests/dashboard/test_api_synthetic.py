@@ -1,4 +1,5 @@
-"""The JSON API on a synthetic prefix (tests.fakes.synthetic_prefix: every state, shared step names, metrics)."""
+"""The JSON API on a synthetic prefix (tests.fakes.synthetic_prefix: every state, shared step names,
+metrics)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """End-to-end in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright).
 
-The dashboard is served by uvicorn in a subprocess on 127.0.0.1, as `marin dashboard` serves it. Run inside the
-private network namespace: `scripts/netns /tmp/venvA/bin/python -m pytest tests/dashboard/test_browser.py`.
-Screenshots are saved under test-artifacts/dashboard/.
+The dashboard is served by uvicorn in a subprocess on 127.0.0.1, as `marin dashboard` serves it. Run inside
+the private network namespace: `scripts/netns /tmp/venvA/bin/python -m pytest
+tests/dashboard/test_browser.py`. Screenshots are saved under test-artifacts/dashboard/.
 """
 
 from __future__ import annotations

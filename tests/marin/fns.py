@@ -120,7 +120,8 @@ def write_env(cfg: EnvConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
-    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on demand)."""
+    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on
+    demand)."""
 
     output_path: str
     started_file: str
@@ -188,8 +189,8 @@ def die(cfg: DieConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ExclusiveConfig:
-    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too (checked
-    all along the hold, and the first to see the other says so to both: an overlap fails at once)."""
+    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too
+    (checked all along the hold, and the first to see the other says so to both: an overlap fails at once)."""
 
     output_path: str
     markers_dir: str
@@ -204,7 +205,7 @@ def exclusive(cfg: ExclusiveConfig) -> None:
     try:
         deadline = time.time() + cfg.hold_s
         while True:
-            others = [n for n in os.listdir(cfg.markers_dir) if n != os.path.basename(mine) and n != ".overlap"]
+            others = [n for n in os.listdir(cfg.markers_dir) if n not in (os.path.basename(mine), ".overlap")]
             if others or os.path.exists(seen):
                 Path(seen).write_text("yes\n")
                 raise RuntimeError(f"ran at the same time as {others or 'another step'}")
@@ -218,7 +219,8 @@ def exclusive(cfg: ExclusiveConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RendezvousConfig:
-    """Writes `arrive_file`, then waits for every file in `others` (so it only succeeds if they run at once)."""
+    """Writes `arrive_file`, then waits for every file in `others` (so it only succeeds if they run at
+    once)."""
 
     output_path: str
     arrive_file: str

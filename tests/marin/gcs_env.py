@@ -16,9 +16,10 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def gcs_emulator(endpoint: str, *, fsspec_endpoint: bool = False) -> Iterator[None]:
-    """google-cloud-storage (STORAGE_EMULATOR_HOST) and gcsfs (anonymous; the endpoint too if `fsspec_endpoint`)
-    talk to `endpoint` inside the block. fsspec's config is process-global and marin caches one GCS client, so
-    both are restored and the cache emptied on the way in and out: later tests never reach a stopped emulator."""
+    """google-cloud-storage (STORAGE_EMULATOR_HOST) and gcsfs (anonymous; the endpoint too if
+    `fsspec_endpoint`) talk to `endpoint` inside the block. fsspec's config is process-global and marin caches
+    one GCS client, so both are restored and the cache emptied on the way in and out: later tests never reach
+    a stopped emulator."""
     import fsspec
 
     from marin.storage import gcs as marin_gcs

@@ -15,10 +15,13 @@ from tests.marin.fns import EnvConfig, WriteConfig, write_env, write_numbers
 
 
 def main(address: str, prefix: str) -> int:
-    pinned = Step(name="cluster/pinned", fn=write_env, resources={"num_cpus": 1, "resources": {"fake_gpu": 1}},
+    pinned = Step(name="cluster/pinned", fn=write_env,
+                  resources={"num_cpus": 1, "resources": {"fake_gpu": 1}},
                   config=EnvConfig(output_path=this_output_path()))
-    anywhere = Step(name="cluster/anywhere", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
-    result = run_experiment([pinned, anywhere], prefix=prefix, backend="ray", ray_address=address, verbose=False,
+    anywhere = Step(name="cluster/anywhere", fn=write_numbers,
+                    config=WriteConfig(output_path=this_output_path(), n=4))
+    result = run_experiment([pinned, anywhere], prefix=prefix, backend="ray", ray_address=address,
+                            verbose=False,
                             script="tests/cluster.py")
     out = Path(result.output_path("cluster/pinned"))
     log = Path(result.output_path("cluster/anywhere"), ".marin/logs/attempt-1.log").read_text()

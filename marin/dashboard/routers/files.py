@@ -1,4 +1,5 @@
-"""Files: browse the prefix (listings and previews) and download a file as a stream. Never leaves the prefix."""
+"""Files: browse the prefix (listings and previews) and download a file as a stream. Never leaves the
+prefix."""
 
 from __future__ import annotations
 
