@@ -17,6 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# With CI set, a test skipped because a component is missing fails instead (tests/ci_skips.py).
+pytest_plugins = ["tests.ci_skips"]
+
+# Property tests get no per-example deadline (Hypothesis's 200 ms fails on a loaded 2-core machine, and
+# time is not what they check); the per-test timeout in pyproject.toml still stops a hung one.
+settings.register_profile("marin", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "marin"))
 
 # Subprocesses started by tests (crash tests, CLI runs, Ray workers) import the checkout, installed or not.
 _ROOT = Path(__file__).resolve().parent
@@ -36,7 +45,7 @@ os.environ.setdefault("NO_GCE_CHECK", "true")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
-# ---- object-store servers on loopback (real protocol emulators), shared by every test that needs one ----------
+# ---- object-store servers on loopback (real protocol emulators), shared by every test that needs one -------
 
 
 
@@ -50,8 +59,8 @@ def _start_server(exe_name: str, args: list[str], probe_path: str) -> tuple[subp
     """Start a loopback emulator and wait until *it* answers HTTP (not merely until a port accepts).
 
     Under load a server can take seconds to import, and a port picked as free can be taken by another process
-    before the server binds it: so the process must still be alive and answer a real request, else we retry on a
-    fresh port.
+    before the server binds it: so the process must still be alive and answer a real request, else we retry on
+    a fresh port.
     """
     exe = shutil.which(exe_name) or str(Path(sys.executable).with_name(exe_name))
     if not Path(exe).exists():

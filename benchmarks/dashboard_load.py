@@ -2,13 +2,14 @@
 
     PYTHONPATH=. python benchmarks/dashboard_load.py [--experiments 1000] [--clients 8] [--requests 480]
 
-Writes a synthetic prefix in the real on-storage format (marin.dashboard.synthetic; kept in --prefix when
-given, else a temporary directory), starts `marin dashboard` with uvicorn in a subprocess on 127.0.0.1, and for
-each target (experiments list, experiment page, step page — the HTML pages and the JSON API calls behind them)
-sends `--requests` requests from `--clients` threads, each with its own keep-alive connection and random
-experiments/steps/list pages. Prints one JSON object: p50/p95/p99/mean latency in ms, errors and throughput per
-target, plus the first (cold-cache) request of each kind. Target on a 2-core machine: p95 <= 200 ms, 0 errors.
-The load generator runs on the same machine as the server and takes CPU from it: the figures are pessimistic.
+Writes a synthetic prefix in the real on-storage format (tests.fakes.synthetic_prefix; kept in --prefix when
+given, else a temporary directory), starts `marin dashboard` with uvicorn in a subprocess on 127.0.0.1, and
+for each target (experiments list, experiment page, step page — the HTML pages and the JSON API calls behind
+them) sends `--requests` requests from `--clients` threads, each with its own keep-alive connection and random
+experiments/steps/list pages. Prints one JSON object: p50/p95/p99/mean latency in ms, errors and throughput
+per target, plus the first (cold-cache) request of each kind. Target on a 2-core machine: p95 <= 200 ms, 0
+errors. The load generator runs on the same machine as the server and takes CPU from it: the figures are
+pessimistic.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from marin.dashboard.synthetic import write_prefix  # noqa: E402
+from tests.fakes.synthetic_prefix import write_prefix  # noqa: E402
 
 
 def free_port() -> int:
@@ -61,7 +62,8 @@ def start_server(prefix: str, port: int) -> subprocess.Popen[bytes]:
             return proc
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"dashboard exited: {proc.stderr.read().decode() if proc.stderr else ''}") from None
+                raise RuntimeError("dashboard exited: "
+                                   f"{proc.stderr.read().decode() if proc.stderr else ''}") from None
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"dashboard did not listen on port {port} within 60 s")
@@ -157,7 +159,8 @@ def main() -> int:
 
         def list_url(api: bool) -> str:
             base = "/api/experiments?" if api else "/?"
-            return f"{base}offset={25 * rng.randrange(pages)}&limit=25{rng.choice(states) if rng.random() < 0.3 else ''}"
+            state = rng.choice(states) if rng.random() < 0.3 else ""
+            return f"{base}offset={25 * rng.randrange(pages)}&limit=25{state}"
 
         targets = {
             "experiments_list_page": [list_url(False) for _ in range(n)],

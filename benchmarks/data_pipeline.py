@@ -67,7 +67,8 @@ def bench_permutation() -> dict[str, Any]:
         t_numpy, c_numpy = _best_of_both(functools.partial(np.random.default_rng(0).permutation, n))
         out[str(n)] = {"feistel_indices_per_s": n / t_feistel, "numpy_permutation_indices_per_s": n / t_numpy,
                        "feistel_vs_numpy": t_numpy / t_feistel,
-                       "feistel_indices_per_cpu_s": n / c_feistel, "numpy_permutation_indices_per_cpu_s": n / c_numpy,
+                       "feistel_indices_per_cpu_s": n / c_feistel,
+                       "numpy_permutation_indices_per_cpu_s": n / c_numpy,
                        "cycle_walk_domain_ratio": perm.domain / n}
     out["target_indices_per_s"] = 20e6
     return out
@@ -115,7 +116,8 @@ def bench_loader(total_tokens: int = 16_000_000) -> dict[str, Any]:
 
 
 def _stdlib_dataset(root: str) -> str:
-    """The tutorial's corpus: the standard library's own sources (no tests, no site-packages) + pydoc topics."""
+    """The tutorial's corpus: the standard library's own sources (no tests, no site-packages) + pydoc
+    topics."""
     import sysconfig
 
     from operators.ingest import IngestConfig, Source, ingest
@@ -176,10 +178,13 @@ def bench_tokenize(repeats: int = 3) -> dict[str, Any]:
             "cpu_ratio_2_workers_vs_raw": cpu_rate["operator_2_workers"] / cpu_rate["raw_encode_batch"],
             "load_average_before_after": [load_before, os.getloadavg()],
             "targets": {"ratio_1_worker_vs_raw": 0.85, "ratio_2_workers_vs_raw_single_thread": 1.6},
-            "notes": "raw = tokenizers encode_batch on the same texts, in memory, TOKENIZERS_PARALLELISM=false "
+            "notes": "raw = tokenizers encode_batch on the same texts, in memory, "
+                     "TOKENIZERS_PARALLELISM=false "
                      "(one thread); operator = read JSONL shards + encode + write the token cache, including "
-                     "worker start-up; best of the interleaved repeats. tokens_per_cpu_s divides by CPU seconds "
-                     "(raw: this process; operator: the workers' own CPU seconds per shard, reading + encoding + "
+                     "worker start-up; best of the interleaved repeats. tokens_per_cpu_s divides by CPU "
+                     "seconds "
+                     "(raw: this process; operator: the workers' own CPU seconds per shard, reading + "
+                     "encoding + "
                      "writing, as tokenize.json reports them): robust to other load on a shared machine, it "
                      "measures per-worker efficiency (cpu_ratio_2_workers_vs_raw near 1 means two "
                      "workers add no overhead); the wall-clock ratios need an otherwise idle machine",

@@ -4,16 +4,16 @@
     python benchmarks/executor_overhead.py --no-ray                 # local backend and planning only
 
 Figures: planning a 10,000-step DAG (chain and fan-out) on an empty prefix; wall time of 200- and 1,000-step
-chains and fan-outs (root -> N-2 independent steps -> sink) on the local backend and on the Ray backend; the same
-no-op work as raw `ray.remote` tasks in the same process, and the ratio; re-running a fully succeeded
+chains and fan-outs (root -> N-2 independent steps -> sink) on the local backend and on the Ray backend; the
+same no-op work as raw `ray.remote` tasks in the same process, and the ratio; re-running a fully succeeded
 1,000-step DAG. Timings are wall seconds of `run_experiment` (or of the raw Ray calls), imports excluded.
 For the Ray figures it also reports the CPU seconds the whole process tree used (driver, raylet, GCS, workers;
 from psutil), because on a small machine both sides are CPU-bound and the CPU ratio is what the wall ratio
 cannot go below. `records_floor` is the CPU cost per step of the least file work the on-storage contract
 requires, done with bare syscalls, and the ratio to raw Ray that cost alone implies. Each Ray figure is the
-median of `--repeats` back-to-back pairs (raw Ray, then the executor); `ray_over_raw_samples` lists every pair's
-ratio, because a single pair on a small shared machine can be off by 20%. Before every timed run (and every
-pair) the benchmark calls `os.sync()`: the kernel's writeback of the files an earlier run created would
+median of `--repeats` back-to-back pairs (raw Ray, then the executor); `ray_over_raw_samples` lists every
+pair's ratio, because a single pair on a small shared machine can be off by 20%. Before every timed run (and
+every pair) the benchmark calls `os.sync()`: the kernel's writeback of the files an earlier run created would
 otherwise land in whichever measurement comes next (it made a fan-out measured after the chains ~10% slower
 than the same fan-out measured first).
 """
@@ -132,12 +132,13 @@ def with_cpu(fn: Any) -> tuple[float, float | None]:
 
 def records_floor_ms(n: int, root: str) -> dict[str, float]:
     """CPU milliseconds per step of the least file work the on-storage contract requires, done with bare
-    syscalls (no executor, no JSON): three directories (the output path, `.marin`, `.marin/logs`), an exclusive
-    `lease.json`, `step.json`, one `status.json`, one `events.jsonl` append carrying RUNNING and SUCCESS, the
-    attempt's log, and removing the lease. Also the cost of one `mkdir` and one file create on this disk.
+    syscalls (no executor, no JSON): three directories (the output path, `.marin`, `.marin/logs`), an
+    exclusive `lease.json`, `step.json`, one `status.json`, one `events.jsonl` append carrying RUNNING and
+    SUCCESS, the attempt's log, and removing the lease. Also the cost of one `mkdir` and one file create on
+    this disk.
 
-    No executor can keep these records for less on this machine, so `records / raw Ray CPU per task` bounds how
-    close to raw Ray a durable executor can get when raw Ray alone already keeps every core busy.
+    No executor can keep these records for less on this machine, so `records / raw Ray CPU per task` bounds
+    how close to raw Ray a durable executor can get when raw Ray alone already keeps every core busy.
     """
     line = b'{"ts":1.0,"event":"SUCCESS","attempt":1,"run_id":"r","executor":"e","message":""}\n'
     doc = line * 4
@@ -191,12 +192,14 @@ def raw_ray(n: int, shape: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend and raw Ray figures")
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--plan-size", type=int, default=10_000)
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=sorted(SHAPES),
-                        help="DAG shapes of the local and Ray figures (e.g. only fan, in a fresh Ray session)")
+                        help="DAG shapes of the local and Ray figures (e.g. only fan, in a fresh Ray "
+                             "session)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="back-to-back (raw Ray, executor) pairs per Ray figure; the median is reported")
     args = parser.parse_args()
@@ -206,9 +209,11 @@ def main() -> None:
     out["plan"] = {shape: time_plan(args.plan_size, shape) for shape in SHAPES}
     out["plan"]["n"] = args.plan_size
     prefix = tempfile.mkdtemp(prefix="marin-bench-")
-    out["local"] = {f"{shape}_{n}_s": time_run(n, shape, "local", prefix) for n in args.sizes for shape in args.shapes}
+    out["local"] = {f"{shape}_{n}_s": time_run(n, shape, "local",
+                                               prefix) for n in args.sizes for shape in args.shapes}
     biggest = max(args.sizes)
-    out["rerun_succeeded"] = {f"{shape}_{biggest}_s": time_rerun(biggest, shape, prefix) for shape in args.shapes}
+    out["rerun_succeeded"] = {f"{shape}_{biggest}_s": time_rerun(biggest, shape,
+                                                                 prefix) for shape in args.shapes}
     out["records_floor"] = records_floor_ms(max(args.sizes), tempfile.mkdtemp(prefix="marin-bench-floor-"))
     if not args.no_ray:
         import ray
@@ -220,7 +225,8 @@ def main() -> None:
         out["ray_init_s"] = round(time.perf_counter() - t0, 3)
         raw_ray(20, "fan")  # start the worker pool so neither side pays for it
         ray_prefix = tempfile.mkdtemp(prefix="marin-bench-ray-")
-        # One-time costs on the executor's side too: exporting the worker function, importing marin in workers.
+        # One-time costs on the executor's side too: exporting the worker function, importing marin in
+        # workers.
         out["ray_first_run_20_step_fan_s"] = time_run(20, "fan", "ray", ray_prefix)
         out["ray"] = {}
         out["raw_ray"] = {}
@@ -245,8 +251,10 @@ def main() -> None:
                     raw_cpu_s = statistics.median(p[2] for p in pairs)
                     out["cpu_s"]["raw_ray"][key] = raw_cpu_s
                     out["cpu_s"]["ray"][key] = statistics.median(p[3] for p in pairs)
-                    out["cpu_s"]["ray_over_raw"][name] = round(statistics.median(p[3] / p[2] for p in pairs), 2)
-                    # The same bound in ratio form: raw Ray's CPU per task plus the records' floor, over raw Ray.
+                    out["cpu_s"]["ray_over_raw"][name] = round(statistics.median(p[3] / p[2] for p in pairs),
+                                                               2)
+                    # The same bound in ratio form: raw Ray's CPU per task plus the records' floor, over raw
+                    # Ray.
                     raw_ms = raw_cpu_s / n * 1e3
                     out["records_floor"][f"bound_ray_over_raw_{name}"] = round(
                         (raw_ms + out["records_floor"]["records_ms_per_step"]) / raw_ms, 2)

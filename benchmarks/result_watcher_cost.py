@@ -2,10 +2,10 @@
 
     scripts/netns python benchmarks/result_watcher_cost.py [--queued 10000] [--seconds 3]
 
-`--queued` tasks wait behind one long-running task (as attempts queued behind a running step do) while a stream
-of 2 ms tasks finishes one after another for `--seconds`. Reported for the watcher as shipped and with its CPU
-floor switched off (`COST_FACTOR = 0`): the share of a core its thread used, and how many of the short tasks'
-results it had delivered 0.3 s after the stream ended.
+`--queued` tasks wait behind one long-running task (as attempts queued behind a running step do) while a
+stream of 2 ms tasks finishes one after another for `--seconds`. Reported for the watcher as shipped and with
+its CPU floor switched off (`COST_FACTOR = 0`): the share of a core its thread used, and how many of the short
+tasks' results it had delivered 0.3 s after the stream ended.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def measure(ray: Any, cost_factor: float, queued: int, seconds: float) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()

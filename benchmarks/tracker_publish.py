@@ -33,7 +33,8 @@ from tests.fakes.github_api import FakeGitHub  # noqa: E402
 
 
 def replay(tracker: Tracker, prefix: str, steps: int, interval: float, pause_s: float) -> dict[str, Any]:
-    views = [StepView(f"fan/s{i:04d}", f"{i:064x}", f"{prefix}/fan/s{i:04d}-{i:08x}", "WAITING", 0, None, None,
+    views = [StepView(f"fan/s{i:04d}", f"{i:064x}", f"{prefix}/fan/s{i:04d}-{i:08x}", "WAITING", 0, None,
+                      None,
                       None, None, ()) for i in range(steps)]
     t0 = time.time()
     run = RunView("bench-0a1b2c3d", "run-1", "benchmarks/tracker_publish.py", "publisher benchmark",
@@ -43,7 +44,8 @@ def replay(tracker: Tracker, prefix: str, steps: int, interval: float, pause_s: 
     for i in range(steps):
         for status in ("RUNNING", "SUCCESS"):
             now = time.time()
-            views[i] = dataclasses.replace(views[i], status=status, attempt=1, started=views[i].started or now,
+            views[i] = dataclasses.replace(views[i], status=status, attempt=1,
+                                           started=views[i].started or now,
                                            ended=now if status == "SUCCESS" else None)
             run = dataclasses.replace(run, steps=tuple(views))
             start = time.perf_counter()
@@ -57,7 +59,8 @@ def replay(tracker: Tracker, prefix: str, steps: int, interval: float, pause_s: 
     latencies.sort()
     return {"transitions": len(latencies), "replay_s": round(replay_s, 2), "flushes": pub.api_flushes,
             "publish_us": {"p50": round(statistics.median(latencies), 1),
-                           "p99": round(latencies[int(len(latencies) * 0.99)], 1), "max": round(latencies[-1], 1)},
+                           "p99": round(latencies[int(len(latencies) * 0.99)], 1),
+                           "max": round(latencies[-1], 1)},
             "final_publish_s": round(final_s, 3), "errors": pub.errors}
 
 

@@ -3,10 +3,10 @@
 Issue: #3 of the repository named by MARIN_ISSUE_REPO (the file name `exp3_<slug>.py` is the link).
 
 Hypothesis: at the tutorial's fixed budget of training steps, the 2,048-entry tokenizer turns the same bytes
-into about 15% more tokens, so the model sees fewer bytes of text and ends 0.05 bits per byte or more above the
-4,096-entry model on held-out python (with MARIN_TUTORIAL_SMALL=1 the tutorial's tokenizer has 1,024 entries,
-so there the comparison runs the other way). Bits per byte, unlike loss per token, compares models with different
-tokenizers on the same footing.
+into about 15% more tokens, so the model sees fewer bytes of text and ends 0.05 bits per byte or more above
+the 4,096-entry model on held-out python (with MARIN_TUTORIAL_SMALL=1 the tutorial's tokenizer has 1,024
+entries, so there the comparison runs the other way). Bits per byte, unlike loss per token, compares models
+with different tokenizers on the same footing.
 
 Only what depends on the tokenizer is new: ingest and decontaminate are the tutorial's steps (same hashes, so
 `skip` once the tutorial ran); the tokenizer, the token caches, the model and its evaluation get new steps.
@@ -28,12 +28,14 @@ from operators.train_tokenizer import train_tokenizer
 VOCAB_SIZE = 2048
 
 tokenizer_bpe2048 = Step(
-    name="tokenizer/stdlib-bpe2048", fn=train_tokenizer, description="the tutorial's tokenizer, half the vocabulary",
+    name="tokenizer/stdlib-bpe2048", fn=train_tokenizer,
+    description="the tutorial's tokenizer, half the vocabulary",
     config=dataclasses.replace(tokenizer.config, vocab_size=VOCAB_SIZE),
 )
 
 tokenized_bpe2048 = Step(
-    name="tokenized/stdlib-bpe2048", fn=tokenize, description="the tutorial's documents, 2,048-entry tokenizer",
+    name="tokenized/stdlib-bpe2048", fn=tokenize,
+    description="the tutorial's documents, 2,048-entry tokenizer",
     config=dataclasses.replace(tokenized.config, tokenizer_path=output_path_of(tokenizer_bpe2048)),
 )
 
@@ -44,7 +46,8 @@ tiny_moe_bpe2048 = Step(
 )
 
 tiny_moe_bpe2048_eval = Step(
-    name="eval/tiny_moe-bpe2048", fn=evaluate, description="per-domain bits per byte of the 2,048-vocab model",
+    name="eval/tiny_moe-bpe2048", fn=evaluate,
+    description="per-domain bits per byte of the 2,048-vocab model",
     config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(tiny_moe_bpe2048),
                                tokenized=output_path_of(tokenized_bpe2048)),
 )

@@ -49,10 +49,12 @@ def sum_numbers(cfg: SumConfig) -> None:
     print(f"total = {total}")
 
 
-numbers = Step(name="demo/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=10),
+numbers = Step(name="demo/numbers", fn=write_numbers,
+               config=WriteConfig(output_path=this_output_path(), n=10),
                description="write the numbers 0..n-1")
 total = Step(name="demo/total", fn=sum_numbers,
-             config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()),
+             config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"),
+                              output_path=this_output_path()),
              description="add them up")
 
 if __name__ == "__main__":

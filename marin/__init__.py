@@ -3,6 +3,10 @@
 Experiments import only what is listed in `__all__`:
 
     from marin import Step, output_path_of, this_output_path, executor_main
+
+Publishers (the status hook) implement `Publisher`, receive `RunView`/`StepView`, and are made per run by a
+factory of `RunContext`, registered with `register_publisher_factory` or declared under the
+`marin.publishers` entry point group (marin/status/publisher.py).
 """
 
 from marin.definition.placeholders import output_path_of, prefix_path, runtime_field, this_output_path
@@ -15,8 +19,10 @@ from marin.errors import (
     StepFailedError,
     StorageError,
 )
-from marin.execution.main import ExecutorMainConfig, RunResult, executor_main, run_experiment
+from marin.execution.argv import ExecutorMainConfig
+from marin.execution.main import RunResult, executor_main, run_experiment
 from marin.issue_ref import IssueRef
+from marin.status.publisher import Publisher, RunContext, RunView, StepView, register_publisher_factory
 
 __all__ = [
     "ExecutorMainConfig",
@@ -24,15 +30,20 @@ __all__ = [
     "InfeasibleResourcesError",
     "IssueRef",
     "MarinError",
+    "Publisher",
     "Resources",
+    "RunContext",
     "RunResult",
+    "RunView",
     "Step",
     "StepDefinitionError",
     "StepFailedError",
+    "StepView",
     "StorageError",
     "executor_main",
     "output_path_of",
     "prefix_path",
+    "register_publisher_factory",
     "run_experiment",
     "runtime_field",
     "this_output_path",

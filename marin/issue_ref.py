@@ -1,4 +1,5 @@
-"""Issue references (`owner/repo#N`): parsing, and inference from an experiment script named `exp<N>_<slug>.py`."""
+"""Issue references (`owner/repo#N`): parsing, and inference from an experiment script named
+`exp<N>_<slug>.py`."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ class IssueRef:
         if bare:
             repo = os.environ.get(REPO_ENV)
             if not repo:
-                raise ValueError(f"issue {text!r} has no repository: write owner/repo#N or set {REPO_ENV}=owner/repo")
+                raise ValueError(f"issue {text!r} has no repository: write owner/repo#N or set "
+                                 f"{REPO_ENV}=owner/repo")
             text = f"{repo}#{bare.group(1)}"
         match = _REF.match(text)
         if not match:
-            raise ValueError(f"invalid issue reference {text!r}: expected owner/repo#N, e.g. marin-community/marin#12")
+            raise ValueError(f"invalid issue reference {text!r}: expected owner/repo#N, e.g. "
+                             "marin-community/marin#12")
         return cls(match.group("repo"), int(match.group("number")))
 
     @classmethod

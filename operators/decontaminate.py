@@ -3,16 +3,17 @@
 The method (docs/data.md has the design and the reasons):
 
 1. Refuse training documents whose source file is named like an evaluation split (``test.json``,
-   ``validation-00000.parquet``, a ``dev/`` directory...), unless ``allow_eval_like_names``: the GSM8K test set
-   leaked into Marin's training data through a bundle that contained a ``test.json``.
+   ``validation-00000.parquet``, a ``dev/`` directory...), unless ``allow_eval_like_names``: the GSM8K test
+   set leaked into Marin's training data through a bundle that contained a ``test.json``.
 2. Fingerprint every evaluation set: the normalised n-grams (default 13, GPT-3 style) of each evaluation
    document, held as an exact sorted hash array, or as a Bloom filter (written with numpy next to the report)
-   when the evaluation sets are large. Evaluation documents shorter than ``n`` tokens cannot be checked and are
-   counted as such.
+   when the evaluation sets are large. Evaluation documents shorter than ``n`` tokens cannot be checked and
+   are counted as such.
 3. Stream the training documents once; keep, per training document, the n-grams that hit an evaluation set.
    (With a Bloom filter a false positive only costs memory: contamination is measured on the evaluation side
    against the hashes actually seen in training, so a false hit never matches an evaluation n-gram.)
-4. An evaluation document is *contaminated* when at least ``doc_overlap_threshold`` of its n-grams occur in the
+4. An evaluation document is *contaminated* when at least ``doc_overlap_threshold`` of its n-grams occur in
+the
    training data. A training document is *removed* when it alone holds at least that share of a contaminated
    evaluation document (it contains the leak, not just shared boilerplate).
 5. Write the filtered training set (same shards, same format; the validation split is copied), ``report.json``
@@ -42,7 +43,8 @@ from operators.documents import (
 )
 from operators.ngrams import BloomFilter, exact_member, ngram_hashes, normalize
 
-_EVAL_WORDS = {"test", "tests", "testing", "validation", "valid", "val", "dev", "eval", "evaluation", "heldout",
+_EVAL_WORDS = {"test", "tests", "testing", "validation", "valid", "val", "dev", "eval", "evaluation",
+               "heldout",
                "holdout"}
 _SPLIT_RE = re.compile(r"[^a-z0-9]+")
 _MAX_LISTED = 10
@@ -119,7 +121,8 @@ def _eval_documents(es: EvalSet) -> Iterator[dict[str, str]]:
         return
     files = fsspec.open_files(es.path, mode="rb", compression="infer")
     if not files:
-        raise FileNotFoundError(f"evaluation set {es.name!r}: {es.path} matches no file and is not a document "
+        raise FileNotFoundError(f"evaluation set {es.name!r}: {es.path} matches no file and is not a "
+                                "document "
                                 "dataset")
     import json
 
@@ -150,7 +153,8 @@ class _Fingerprint:
             arrays.append(h)
         all_h = np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.uint64)
         self.ngrams = int(all_h.size)
-        use_bloom = config.method == "bloom" or (config.method == "auto" and self.ngrams > config.exact_max_ngrams)
+        too_many = self.ngrams > config.exact_max_ngrams
+        use_bloom = config.method == "bloom" or (config.method == "auto" and too_many)
         self.method = "bloom" if use_bloom else "exact"
         self.bloom: BloomFilter | None = None
         self.exact = all_h
@@ -168,8 +172,10 @@ def _refuse_eval_named(config: DecontaminateConfig, bad: list[str]) -> None:
         listed = "\n  ".join(bad[:_MAX_LISTED])
         raise ValueError(
             f"decontaminate: {len(bad)} training documents in {config.input_path} come from files named like "
-            f"evaluation splits (test/validation/dev...):\n  {listed}\nEvaluation data must not be trained on "
-            "(Marin's GSM8K test set leaked this way). Exclude these files in the ingest step (Source.exclude), "
+            f"evaluation splits (test/validation/dev...):\n  {listed}\nEvaluation data must not be trained "
+            "on "
+            "(Marin's GSM8K test set leaked this way). Exclude these files in the ingest step "
+            "(Source.exclude), "
             "or, if they are not evaluation data, set allow_eval_like_names=True.")
 
 
@@ -209,14 +215,18 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
             fp.bloom.save(f"{config.output_path.rstrip('/')}/bloom/{_safe(fp.es.name)}")
     failing = [name for name, r in reports.items() if r["contamination"] > config.max_contamination]
     report = {"ngram": config.ngram, "normalization": "lowercase, punctuation removed, whitespace tokens",
-              "doc_overlap_threshold": config.doc_overlap_threshold, "max_contamination": config.max_contamination,
+              "doc_overlap_threshold": config.doc_overlap_threshold,
+              "max_contamination": config.max_contamination,
               "eval_sets": reports, "training": {"documents": train_docs, "removed": len(removed),
                                                  "kept": train_docs - len(removed)},
-              "passed": not failing, "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
+              "passed": not failing,
+              "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
     write_json_atomic(f"{config.output_path.rstrip('/')}/report.json", report)
     for name, r in reports.items():
-        print(f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation documents "
-              f"contaminated ({r['contamination']:.2%}), {r['removed_training_documents']} training documents "
+        print(f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation "
+              "documents "
+              f"contaminated ({r['contamination']:.2%}), {r['removed_training_documents']} training "
+              "documents "
               f"removed [{r['method']}]", file=sys.stderr)
     if failing:
         raise ContaminationError(_failure_message(failing, reports, config))
@@ -282,16 +292,22 @@ def _failure_message(failing: list[str], reports: dict[str, Any], config: Decont
     lines = [f"decontaminate: evaluation data leaked into the training documents of {config.input_path}."]
     for name in failing:
         r = reports[name]
-        lines.append(f"evaluation set {name!r}: {r['contaminated_documents']} of {r['checked_documents']} documents "
+        lines.append(f"evaluation set {name!r}: {r['contaminated_documents']} of {r['checked_documents']} "
+                     "documents "
                      f"({r['contamination']:.2%}) share >= {config.doc_overlap_threshold:.0%} of their "
-                     f"{config.ngram}-grams with training data (max_contamination = {config.max_contamination:.2%})")
+                     f"{config.ngram}-grams with training data (max_contamination = "
+                     f"{config.max_contamination:.2%})")
         for o in r["overlaps"][:_MAX_LISTED]:
-            holders = ", ".join(f"{t['source']} ({t['shared_ngrams']} shared)" for t in o["training_documents"][:3])
-            lines.append(f"  - {o['eval_source']} ({o['overlap']:.0%} of its n-grams) found in: {holders or '?'}")
+            holders = ", ".join(f"{t['source']} ({t['shared_ngrams']} "
+                                "shared)" for t in o["training_documents"][:3])
+            lines.append(f"  - {o['eval_source']} ({o['overlap']:.0%} of its n-grams) found in: "
+                         f"{holders or '?'}")
     lines.append(
-        f"The filtered training set and the full report are at {config.output_path} (report.json). To proceed: "
+        f"The filtered training set and the full report are at {config.output_path} (report.json). To "
+        "proceed: "
         "remove the leaking sources from the ingest step (Source.exclude) and re-run; or, if this overlap is "
-        "expected (shared boilerplate, licence headers), raise max_contamination above the share shown, or raise "
+        "expected (shared boilerplate, licence headers), raise max_contamination above the share shown, or "
+        "raise "
         "doc_overlap_threshold; the removed training documents stay out of the filtered set either way.")
     return "\n".join(lines)
 

@@ -9,9 +9,10 @@ Layout (any fsspec filesystem)::
 Every record is ``{"id": str, "text": str, "domain": str, "source": str, "relpath": str}``: ``source`` is the
 full URL of the file (and, for JSONL inputs, the line) a document came from; ``relpath`` is that file's path
 below the directory its source pattern started from, the part that names the data rather than where it lives,
-which is what ``decontaminate`` checks when it refuses files named like evaluation splits. The manifest lists, per split, every shard with its document count, UTF-8 byte count,
-sha256 and per-domain counts. Shards are written atomically (temporary name + rename locally, one object PUT
-on object stores) and the manifest last, so a dataset with a manifest is complete.
+which is what ``decontaminate`` checks when it refuses files named like evaluation splits. The manifest lists,
+per split, every shard with its document count, UTF-8 byte count, sha256 and per-domain counts. Shards are
+written atomically (temporary name + rename locally, one object PUT on object stores) and the manifest last,
+so a dataset with a manifest is complete.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def read_manifest(root: str) -> dict[str, Any]:
     path = _join(root, "manifest.json")
     fs, p = fsspec.core.url_to_fs(path)
     if not fs.exists(p):
-        raise FileNotFoundError(f"no document dataset at {root}: manifest.json is missing (point at the output "
+        raise FileNotFoundError(f"no document dataset at {root}: manifest.json is missing (point at the "
+                                "output "
                                 "path of an ingest or decontaminate step)")
     with fs.open(p, "rb") as f:
         manifest = json.load(f)
@@ -136,7 +138,8 @@ def read_shard(root: str, shard: dict[str, Any], file_format: FileFormat) -> lis
     with fsspec.open(_join(root, shard["path"]), "rb") as f:
         data = f.read()
     if hashlib.sha256(data).hexdigest() != shard["sha256"]:
-        raise ValueError(f"document shard {_join(root, shard['path'])} does not match the sha256 in its manifest; "
+        raise ValueError(f"document shard {_join(root, shard['path'])} does not match the sha256 in its "
+                         "manifest; "
                          "it was modified or truncated: re-run the step that wrote it")
     if file_format == "jsonl":
         return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]

@@ -1,8 +1,9 @@
-"""evaluate: a training checkpoint plus validation token caches -> ``eval.json``, per domain, computed dropless.
+"""evaluate: a training checkpoint plus validation token caches -> ``eval.json``, per domain, computed
+dropless.
 
 Outputs under ``output_path``::
 
-    eval.json         # {"domains": {"<domain>": {"loss", "bpb", "tokens", "bytes"}}, "micro": {...}, "macro": {...}}
+    eval.json  # {"domains": {"<domain>": {"loss", "bpb", "tokens", "bytes"}}, "micro": {...}, "macro": {...}}
     eval_info.json    # what was evaluated: checkpoint, caches, context length, wall time
 
 ``loss`` is nats per target token and ``bpb`` bits per UTF-8 byte of the original documents: the summed loss
@@ -78,7 +79,8 @@ def validation_caches(config: EvaluateConfig) -> dict[str, str]:
         caches.update({domain: f"{root}/{rel}" for domain, rel in sorted(listed.items())})
     caches.update(config.validation)
     if not caches:
-        raise ValueError(f"evaluate: no validation caches: {config.tokenized} has no validation split (ingest "
+        raise ValueError(f"evaluate: no validation caches: {config.tokenized} has no validation split "
+                         "(ingest "
                          "with validation_fraction > 0) and validation= is empty")
     return caches
 
@@ -89,19 +91,22 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     t0 = time.time()
     model = load_checkpoint(config.checkpoint)
     seq_len = config.seq_len or model.config.max_seq_len
-    print(f"[evaluate] {config.checkpoint}: domains {', '.join(caches)}, windows of {seq_len} tokens, dropless",
+    print(f"[evaluate] {config.checkpoint}: domains {', '.join(caches)}, windows of {seq_len} tokens, "
+          "dropless",
           file=sys.stderr, flush=True)
     result = evaluate_model(model, caches, seq_len=seq_len, batch_size=config.batch_size,
                             max_batches=config.max_batches, capacity_factor=None)
     out = config.output_path.rstrip("/")
     write_json_atomic(f"{out}/eval.json", result)
     write_json_atomic(f"{out}/eval_info.json", {
-        "checkpoint": config.checkpoint, "caches": caches, "seq_len": seq_len, "max_batches": config.max_batches,
+        "checkpoint": config.checkpoint, "caches": caches, "seq_len": seq_len,
+        "max_batches": config.max_batches,
         "dropless": True, "wall_s": time.time() - t0})
     for domain, row in result["domains"].items():
         print(f"[evaluate] {domain}: {row['bpb']:.4f} bits/byte, {row['loss']:.4f} nats/token over "
               f"{row['tokens']} tokens / {row['bytes']} bytes", file=sys.stderr)
-    print(f"[evaluate] micro {result['micro']['bpb']:.4f} bits/byte, macro {result['macro']['bpb']:.4f} bits/byte",
+    print(f"[evaluate] micro {result['micro']['bpb']:.4f} bits/byte, macro {result['macro']['bpb']:.4f} "
+          "bits/byte",
           file=sys.stderr, flush=True)
     return result
 

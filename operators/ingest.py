@@ -1,7 +1,7 @@
 """Ingest: raw sources -> a sharded document dataset (operators/documents.py) with a train/validation split.
 
-Sources are local files, globs, or any fsspec URL (gs://, s3://, https://, compressed files are decompressed by
-extension). A source's ``kind`` says how a file becomes documents: ``files`` (each file is one document),
+Sources are local files, globs, or any fsspec URL (gs://, s3://, https://, compressed files are decompressed
+by extension). A source's ``kind`` says how a file becomes documents: ``files`` (each file is one document),
 ``jsonl`` (each line is a JSON object with a text field) or ``pydoc_topics`` (the Python documentation topics
 that ship with CPython in ``pydoc_data.topics``, one document per topic: real English prose on every machine).
 
@@ -51,7 +51,8 @@ class Source:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.domain):
-            raise ValueError(f"Source.domain {self.domain!r} must be a label of letters, digits, '_', '.', '-' "
+            raise ValueError(f"Source.domain {self.domain!r} must be a label of letters, digits, '_', '.', "
+                             "'-' "
                              "(it names per-domain validation caches), e.g. 'python' or 'prose'")
         if self.kind not in ("files", "jsonl", "pydoc_topics"):
             raise ValueError(f"Source.kind {self.kind!r} is not one of 'files', 'jsonl', 'pydoc_topics'")

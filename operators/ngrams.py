@@ -4,8 +4,8 @@ Bloom filter.
 Normalisation follows GPT-3's decontamination (lm-evaluation-harness ``janitor.py``): lowercase, punctuation
 replaced by spaces, split on whitespace; n-grams are runs of ``n`` consecutive tokens (13 by default). Hashes
 must be stable across processes and machines (a saved Bloom filter is reused later), so tokens are hashed with
-blake2b, not Python's salted ``hash``; an n-gram's hash is a polynomial over its token hashes (uint64, wrapping)
-passed through the splitmix64 finaliser.
+blake2b, not Python's salted ``hash``; an n-gram's hash is a polynomial over its token hashes (uint64,
+wrapping) passed through the splitmix64 finaliser.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def ngram_hashes(text: str, n: int) -> np.ndarray:
-    """Sorted unique uint64 hashes of the document's normalised n-grams (empty if it has fewer than n tokens)."""
+    """Sorted unique uint64 hashes of the document's normalised n-grams (empty if it has fewer than n
+    tokens)."""
     tokens = normalize(text)
     if len(tokens) < n:
         return np.empty(0, dtype=np.uint64)
@@ -101,7 +102,8 @@ class BloomFilter:
         return np.asarray(bit.all(axis=0), dtype=bool)
 
     def meta(self) -> dict[str, Any]:
-        return {"m_bits": self.m, "k": self.k, "capacity": self.capacity, "fpr": self.fpr, "count": self.count,
+        return {"m_bits": self.m, "k": self.k, "capacity": self.capacity, "fpr": self.fpr,
+                "count": self.count,
                 "hash": "blake2b-64 tokens, polynomial n-gram, splitmix64 finaliser; double hashing"}
 
     def save(self, path: str) -> None:

@@ -5,12 +5,14 @@ tokenization with a small wire-format parser (field numbers from sentencepiece_m
 
 * ``pieces`` (1): repeated ``{piece (1): str, score (2): float, type (3): enum}``;
 * ``trainer_spec`` (2): ``model_type`` (3: 1 = UNIGRAM, 2 = BPE), ``byte_fallback`` (35), ``unk_id`` (40);
-* ``normalizer_spec`` (3): ``precompiled_charsmap`` (2), ``add_dummy_prefix`` (3), ``remove_extra_whitespaces``
+* ``normalizer_spec`` (3): ``precompiled_charsmap`` (2), ``add_dummy_prefix`` (3),
+``remove_extra_whitespaces``
   (4).
 
 Unigram models map directly onto ``tokenizers.models.Unigram``. SentencePiece BPE stores no merge list, so the
-merges are rebuilt from the vocabulary (every split of a piece into two pieces of the vocabulary, ranked by the
-merged piece's score), the way Hugging Face's converters do. Tests compare the result with sentencepiece itself.
+merges are rebuilt from the vocabulary (every split of a piece into two pieces of the vocabulary, ranked by
+the merged piece's score), the way Hugging Face's converters do. Tests compare the result with sentencepiece
+itself.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 
 def _fields(buf: bytes) -> list[tuple[int, int, bytes | int]]:
-    """(field number, wire type, value) for each field of a protobuf message; values of wire type 2 stay bytes."""
+    """(field number, wire type, value) for each field of a protobuf message; values of wire type 2 stay
+    bytes."""
     out: list[tuple[int, int, bytes | int]] = []
     i = 0
     while i < len(buf):
@@ -45,7 +48,8 @@ def _fields(buf: bytes) -> list[tuple[int, int, bytes | int]]:
             out.append((num, wire, buf[i:i + 4]))
             i += 4
         else:
-            raise ValueError(f"unsupported protobuf wire type {wire} at byte {i}: not a SentencePiece model file")
+            raise ValueError(f"unsupported protobuf wire type {wire} at byte {i}: not a SentencePiece model "
+                             "file")
     return out
 
 
@@ -122,14 +126,16 @@ def tokenizer_from_spm(data: bytes) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` that encodes like the SentencePiece model serialized in ``data``."""
     m = parse_model(data)
     if m.model_type not in (_UNIGRAM, _BPE):
-        raise ValueError(f"SentencePiece model_type {m.model_type} is not supported (only unigram=1 and bpe=2)")
+        raise ValueError(f"SentencePiece model_type {m.model_type} is not supported (only unigram=1 and "
+                         "bpe=2)")
     model: models.Model
     if m.model_type == _UNIGRAM:
         model = models.Unigram([(p, s) for p, s, _ in m.pieces], m.unk_id, m.byte_fallback)
     else:
         vocab = {p: i for i, (p, _, _) in enumerate(m.pieces)}
         scores = {p: s for p, s, kind in m.pieces if kind in (_NORMAL, _USER_DEFINED, _BYTE)}
-        scores.update({p: float("-inf") for p, _, kind in m.pieces if kind not in (_NORMAL, _USER_DEFINED, _BYTE)})
+        scores.update({p: float("-inf") for p, _,
+                       kind in m.pieces if kind not in (_NORMAL, _USER_DEFINED, _BYTE)})
         model = models.BPE(vocab, _bpe_merges(vocab, scores), unk_token=m.pieces[m.unk_id][0], fuse_unk=True,
                            byte_fallback=m.byte_fallback)
     tok = Tokenizer(model)

@@ -1,4 +1,5 @@
-"""tokenize: a document dataset -> the trainer's token cache (docs/token-cache.md), one cache shard per input shard.
+"""tokenize: a document dataset -> the trainer's token cache (docs/token-cache.md), one cache shard per input
+shard.
 
 Outputs under ``output_path``::
 
@@ -103,7 +104,8 @@ def tokenize_shard(job: ShardJob) -> dict[str, Any]:
     """Tokenize one input shard into its cache shard(s); runs in a worker.
 
     Returns ``{"caches": {cache path: {"tokens", "documents"}}, "cpu_s", "wall_s"}``: the worker's own CPU and
-    wall seconds for this shard (reading, encoding, writing), from which the step reports tokens per CPU-second.
+    wall seconds for this shard (reading, encoding, writing), from which the step reports tokens per
+    CPU-second.
     """
     cpu0, wall0 = time.process_time(), time.perf_counter()
     task, header = job.task, job.header
@@ -137,7 +139,8 @@ def _plan(config: TokenizeConfig, manifest: dict[str, Any]) -> tuple[list[_Task]
 
 def _pool_context() -> multiprocessing.context.BaseContext:
     """fork while this process has no other thread (cheapest); otherwise a fork server that has imported this
-    module once, so workers start without re-importing numpy, tokenizers and pyarrow (spawn would, per worker)."""
+    module once, so workers start without re-importing numpy, tokenizers and pyarrow (spawn would, per
+    worker)."""
     if sys.platform == "linux" and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
@@ -156,7 +159,8 @@ def _run(tasks: list[_Task], config: TokenizeConfig, file_format: FileFormat,
 
         on_ray = ray.is_initialized()
         if config.backend == "ray" and not on_ray:
-            raise RuntimeError("tokenize: backend='ray' but Ray is not initialised; call ray.init() (or run the "
+            raise RuntimeError("tokenize: backend='ray' but Ray is not initialised; call ray.init() (or run "
+                               "the "
                                "step on the executor's Ray backend), or use backend='auto'")
     workers = min(config.num_workers or os.cpu_count() or 1, max(len(jobs), 1))
     results: list[dict[str, Any]] = []
@@ -227,6 +231,7 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
     train = caches.get(f"{root}/train")
     if train is not None:
         doms = {k: DomainStats(**v) for k, v in train["domains"].items()}
-        print("[tokenize] train: " + ", ".join(f"{k} {v.tokens} tokens / {v.bytes} bytes" for k, v in doms.items()),
+        print("[tokenize] train: " + ", ".join(f"{k} {v.tokens} tokens / {v.bytes} bytes" for k,
+                                               v in doms.items()),
               file=sys.stderr)
     return summary

@@ -92,7 +92,8 @@ class TrainConfig:
         for name in ("num_steps", "batch_size", "seq_len", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"train: {name}={value} must be >= 1 or None (None keeps the preset's value)")
+                raise ValueError(f"train: {name}={value} must be >= 1 or None (None keeps the preset's "
+                                 "value)")
         if self.eval_every < 0:
             raise ValueError(f"train: eval_every={self.eval_every} must be >= 0")
         if self.wandb_mode not in ("offline", "online", "disabled"):
@@ -110,7 +111,8 @@ def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -
     for dotted, value in changes.items():
         head, _, rest = dotted.partition(".")
         if head not in fields:
-            raise ValueError(f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no field "
+            raise ValueError(f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no "
+                             "field "
                              f"{head!r}; valid fields: {', '.join(sorted(fields))}")
         if rest:
             nested.setdefault(head, {})[rest] = value
@@ -122,7 +124,8 @@ def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -
         inner = direct.get(head, getattr(obj, head))
         if not dataclasses.is_dataclass(inner) or isinstance(inner, type):
             raise ValueError(f"train: {where} names {prefix + head}.{next(iter(sub))!r}, but "
-                             f"{type(obj).__name__}.{head} is a {type(inner).__name__}, not a config with fields")
+                             f"{type(obj).__name__}.{head} is a {type(inner).__name__}, not a config with "
+                             "fields")
         direct[head] = _apply(inner, sub, where, f"{prefix}{head}.")
     return dataclasses.replace(obj, **direct) if direct else obj
 
@@ -155,7 +158,8 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         checkpoint=dataclasses.replace(tc.checkpoint, dir=None,
                                        every_steps=config.checkpoint_every or tc.checkpoint.every_steps),
         eval=dataclasses.replace(tc.eval, every_steps=config.eval_every, max_batches=config.eval_max_batches),
-        metrics=dataclasses.replace(tc.metrics, wandb_mode=config.wandb_mode, progress_bar=config.progress_bar,
+        metrics=dataclasses.replace(tc.metrics, wandb_mode=config.wandb_mode,
+                                    progress_bar=config.progress_bar,
                                     run_name=tc.metrics.run_name or _run_name(config.output_path)),
         run_steps=None)
 
@@ -169,13 +173,16 @@ def _check_vocab(tc: TrainerConfig) -> None:
     cache = TokenCache(tc.data.train_cache)
     if cache.vocab_size > tc.model.vocab_size:
         raise ValueError(
-            f"train: the token cache {tc.data.train_cache} has vocab_size {cache.vocab_size} but the model has "
-            f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's vocabulary) "
+            f"train: the token cache {tc.data.train_cache} has vocab_size {cache.vocab_size} but the model "
+            "has "
+            f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's "
+            "vocabulary) "
             "in the train step's config")
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
-    """Train (or resume) the model; return the trainer's result as a dict (also written to train_result.json)."""
+    """Train (or resume) the model; return the trainer's result as a dict (also written to
+    train_result.json)."""
     tc = trainer_config(config)
     _check_vocab(tc)
     out = config.output_path.rstrip("/")

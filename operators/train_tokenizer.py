@@ -2,8 +2,8 @@
 existing tokenizer adopted as is (a ``tokenizer.json``, or a SentencePiece ``.model`` converted by
 operators/spm_import.py).
 
-Writes ``tokenizer.json`` and ``tokenizer_info.json`` (``{"vocab_size", "eos_token", "eos_id", "sha256", "kind",
-"source", "sample": {...}}``) under ``output_path``; ``tokenize`` reads both.
+Writes ``tokenizer.json`` and ``tokenizer_info.json`` (``{"vocab_size", "eos_token", "eos_id", "sha256",
+"kind", "source", "sample": {...}}``) under ``output_path``; ``tokenize`` reads both.
 
 Why byte-level BPE: every string, whatever its script, emoji or whitespace, maps to tokens and decodes back to
 exactly the same string (no unknown token, no normalisation), which is what bits-per-byte and a faithful cache
@@ -36,7 +36,8 @@ class TrainTokenizerConfig:
     output_path: str
     """Where tokenizer.json and tokenizer_info.json are written."""
     input_path: str | None = None
-    """A document dataset (ingest/decontaminate output) whose train split is sampled; unused with ``existing``."""
+    """A document dataset (ingest/decontaminate output) whose train split is sampled; unused with
+    ``existing``."""
     vocab_size: int = 8192
     """Vocabulary size of the trained BPE, special tokens included (<= 65536 keeps the cache at uint16)."""
     sample_bytes: int = 50_000_000
@@ -53,7 +54,8 @@ class TrainTokenizerConfig:
             raise ValueError("TrainTokenizerConfig needs input_path (documents to train on) or existing "
                              "(a tokenizer.json or SentencePiece .model to adopt)")
         if self.existing is None and not 257 <= self.vocab_size <= 1 << 20:
-            raise ValueError(f"vocab_size {self.vocab_size} must be in [257, 2**20]: a byte-level BPE needs the "
+            raise ValueError(f"vocab_size {self.vocab_size} must be in [257, 2**20]: a byte-level BPE needs "
+                             "the "
                              "256 byte symbols plus the EOS token")
         if self.sample_bytes < 1:
             raise ValueError(f"sample_bytes must be >= 1, got {self.sample_bytes}")
@@ -93,7 +95,8 @@ def _adopt(path: str) -> tuple[Tokenizer, str]:
     try:
         return tokenizer_from_spm(data), "sentencepiece"
     except ValueError as e:
-        raise ValueError(f"train_tokenizer: {path} is neither a tokenizer.json nor a SentencePiece .model ({e})") from e
+        raise ValueError(f"train_tokenizer: {path} is neither a tokenizer.json nor a SentencePiece .model "
+                         f"({e})") from e
 
 
 def train_tokenizer(config: TrainTokenizerConfig) -> dict[str, Any]:
@@ -111,7 +114,8 @@ def train_tokenizer(config: TrainTokenizerConfig) -> dict[str, Any]:
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tok.train_from_iterator(texts, trainer=trainer)
         if sample["documents"] == 0:
-            raise ValueError(f"train_tokenizer: the sample of {config.input_path} is empty; raise sample_bytes")
+            raise ValueError(f"train_tokenizer: the sample of {config.input_path} is empty; raise "
+                             "sample_bytes")
     if tok.token_to_id(config.eos_token) is None:
         tok.add_special_tokens([config.eos_token])
     blob = tok.to_str().encode("utf-8")
@@ -120,13 +124,15 @@ def train_tokenizer(config: TrainTokenizerConfig) -> dict[str, Any]:
             "kind": kind, "source": source, "sample": sample}
     write_bytes_atomic(f"{config.output_path.rstrip('/')}/{TOKENIZER_FILE}", blob)
     write_json_atomic(f"{config.output_path.rstrip('/')}/{INFO_FILE}", info)
-    print(f"[train_tokenizer] {kind}: vocab {info['vocab_size']}, eos {config.eos_token!r} = {info['eos_id']}, "
+    print(f"[train_tokenizer] {kind}: vocab {info['vocab_size']}, eos {config.eos_token!r} = "
+          f"{info['eos_id']}, "
           f"saved to {config.output_path}", file=sys.stderr)
     return info
 
 
 def load_tokenizer(path: str) -> tuple[Tokenizer, dict[str, Any]]:
-    """(tokenizer, info) from a train_tokenizer output directory, set to encode special-token text literally."""
+    """(tokenizer, info) from a train_tokenizer output directory, set to encode special-token text
+    literally."""
     root = path.rstrip("/")
     try:
         with fsspec.open(f"{root}/{TOKENIZER_FILE}", "rb") as f:
@@ -134,7 +140,8 @@ def load_tokenizer(path: str) -> tuple[Tokenizer, dict[str, Any]]:
         with fsspec.open(f"{root}/{INFO_FILE}", "rb") as f:
             info = json.load(f)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"no tokenizer at {path}: expected {TOKENIZER_FILE} and {INFO_FILE} written by "
+        raise FileNotFoundError(f"no tokenizer at {path}: expected {TOKENIZER_FILE} and {INFO_FILE} written "
+                                "by "
                                 "the train_tokenizer step") from e
     tok = Tokenizer.from_str(blob.decode("utf-8"))
     # text that happens to spell a special token ("<|endoftext|>" in a document about tokenizers) must encode

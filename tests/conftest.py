@@ -91,7 +91,8 @@ def mixed_run(marin_prefix: str, tmp_path: Path) -> Iterator[MixedRun]:
 
     started, release = str(tmp_path / "started"), str(tmp_path / "release")
     ok = Step(name="mixed/ok", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=3))
-    bad = Step(name="mixed/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="planned failure"))
+    bad = Step(name="mixed/bad", fn=fail,
+               config=FailConfig(output_path=this_output_path(), message="planned failure"))
     child = Step(name="mixed/child", fn=noop, config=NoopConfig(output_path=this_output_path(),
                                                                  inputs=(output_path_of(bad),)))
     slow = Step(name="mixed/slow", fn=block_until_released, config=BlockConfig(
@@ -108,7 +109,8 @@ def mixed_run(marin_prefix: str, tmp_path: Path) -> Iterator[MixedRun]:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     deadline = time.time() + 60
-    wanted = {"mixed/ok": "SUCCESS", "mixed/bad": "FAILED", "mixed/child": "DEP_FAILED", "mixed/slow": "RUNNING"}
+    wanted = {"mixed/ok": "SUCCESS", "mixed/bad": "FAILED", "mixed/child": "DEP_FAILED",
+              "mixed/slow": "RUNNING"}
 
     def states() -> dict[str, str]:
         found = {}

@@ -25,7 +25,8 @@ def _output_path(result: RunResult, name: str) -> str | None:
     return next((e.output_path for e in result.plan.entries if e.name == name), None)
 
 
-def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str, issue: str | None = None) -> str:
+def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str,
+                 issue: str | None = None) -> str:
     """The report for a finished run (empty for plans, status queries and dry runs)."""
     if result.status != "SUCCESS":
         return ""
@@ -47,14 +48,16 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
         for domain, row in evaluation["domains"].items():
             lines.append(f"  {domain:<8} {row['bpb']:.3f} bits/byte   ({row['loss']:.3f} nats/token over "
                          f"{row['tokens']} tokens, {row['bytes']} bytes)")
-        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}")
+        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro "
+                     f"{evaluation['macro']['bpb']:.3f}")
     prefix = shlex.quote(result.prefix)
     lines += [
         "Look at it:",
         f"  marin dashboard --prefix {prefix}             # experiments, steps, logs, loss curves, the issue",
         f"  marin plan {script} --prefix {prefix}   # every step: skip/run and why",
         f"  marin status {script} --prefix {prefix}",
-        *([f"  marin issue show {issue} --prefix {prefix}   # the issue and its status comment"] if issue else []),
+        *([f"  marin issue show {issue} --prefix {prefix}   # the issue and its status "
+           "comment"] if issue else []),
     ]
     if train_path:
         lines.append(f"  metrics: {train_path}/metrics.jsonl")

@@ -8,7 +8,7 @@ Python standard library's source code learns code far better than English: on he
 per byte are clearly lower for `python` than for `prose` (the stdlib's own documentation, pydoc_data.topics,
 which is about 4% of the training text).
 
-    python experiments/tutorials/tiny_moe.py                  # embedded Ray; or: marin run ... --backend local
+    python experiments/tutorials/tiny_moe.py                 # embedded Ray; or: marin run ... --backend local
     marin plan experiments/tutorials/tiny_moe.py              # what would run, and why
     marin dashboard                                           # every step, log, curve and the issue
 
@@ -52,8 +52,10 @@ NOT_CODE = {"site-packages", "test", "encodings", "pydoc_data", "__phello__", "_
             "ensurepip", "idlelib", "turtledemo"}
 SMALL_MODULES = ("abc", "argparse", "base64", "bisect", "calendar", "colorsys", "configparser", "contextlib",
                  "copy", "csv", "dataclasses", "difflib", "enum", "fnmatch", "fractions", "functools", "glob",
-                 "graphlib", "heapq", "inspect", "keyword", "numbers", "operator", "pprint", "queue", "random",
-                 "reprlib", "shlex", "statistics", "string", "textwrap", "tokenize", "types", "typing", "uuid")
+                 "graphlib", "heapq", "inspect", "keyword", "numbers", "operator", "pprint", "queue",
+                 "random",
+                 "reprlib", "shlex", "statistics", "string", "textwrap", "tokenize", "types", "typing",
+                 "uuid")
 if SMALL:
     python_files = tuple(f"{STDLIB}/{m}.py" for m in SMALL_MODULES)
 else:
@@ -69,9 +71,11 @@ sources = (
 )
 
 documents = Step(
-    name="documents/stdlib", fn=ingest, description="stdlib source (python) + pydoc topics (prose), split by hash",
+    name="documents/stdlib", fn=ingest,
+    description="stdlib source (python) + pydoc topics (prose), split by hash",
     config=IngestConfig(sources=sources, output_path=this_output_path(),
-                        validation_fraction=0.12 if SMALL else 0.05, shard_bytes=(1 << 20) if SMALL else (2 << 20)),
+                        validation_fraction=0.12 if SMALL else 0.05,
+                        shard_bytes=(1 << 20) if SMALL else (2 << 20)),
 )
 
 # Held-out validation documents are the evaluation set: anything in training that reproduces most of one of
@@ -79,9 +83,11 @@ documents = Step(
 # the step tolerates up to 20% of evaluation documents having such a near-duplicate (listed in report.json and
 # removed from training either way); above that the run stops with a message naming the set.
 decontaminated = Step(
-    name="decontaminated/stdlib", fn=decontaminate, description="remove training documents that leak held-out text",
+    name="decontaminated/stdlib", fn=decontaminate,
+    description="remove training documents that leak held-out text",
     config=DecontaminateConfig(input_path=output_path_of(documents),
-                               eval_sets=(EvalSet("held-out stdlib", output_path_of(documents), "validation"),),
+                               eval_sets=(EvalSet("held-out stdlib", output_path_of(documents), "validation"),
+                                          ),
                                output_path=this_output_path(), ngram=13, max_contamination=0.2),
 )
 
@@ -99,11 +105,14 @@ tokenized = Step(
 )
 
 # The model: small enough that a 2-core CPU does a training step in well under a second.
-TINY_MOE = {"vocab_size": VOCAB_SIZE, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
-            "d_ff": 128, "n_experts": 4, "top_k": 2, "expert_d_ff": 128, "n_shared_experts": 1, "shared_d_ff": 128}
+TINY_MOE = {"vocab_size": VOCAB_SIZE, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+            "head_dim": 16,
+            "d_ff": 128, "n_experts": 4, "top_k": 2, "expert_d_ff": 128, "n_shared_experts": 1,
+            "shared_d_ff": 128}
 NUM_STEPS = 20 if SMALL else 600
 tiny_moe = Step(
-    name="train/tiny_moe", fn=train, description="a 2-layer MoE (4 experts, top-2, 1 shared) from the tiny preset",
+    name="train/tiny_moe", fn=train,
+    description="a 2-layer MoE (4 experts, top-2, 1 shared) from the tiny preset",
     config=TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized, "train"),
                        preset="tiny", model=TINY_MOE,
                        overrides={"schedule.warmup_steps": max(NUM_STEPS // 10, 1), "optimizer.lr": 0.004},
@@ -118,6 +127,7 @@ tiny_moe_eval = Step(
 )
 
 if __name__ == "__main__":
-    result = executor_main(steps=[tiny_moe_eval], description="Tutorial: a tiny MoE on the Python standard library",
+    result = executor_main(steps=[tiny_moe_eval],
+                           description="Tutorial: a tiny MoE on the Python standard library",
                            issue=ISSUE, publishers=[ConsoleProgress()])
     print_summary(result, train_step=tiny_moe.name, eval_step=tiny_moe_eval.name, issue=ISSUE)

@@ -1,10 +1,10 @@
 """The dashboard's FastAPI application: wiring only (routers, templates, static files, headers, errors).
 
 `create_app(prefix)` builds one read-only app for one prefix. The routers (one per resource: experiments,
-steps, files, issues) each serve a JSON API under `/api/...` and the HTML page that uses it. Pages are rendered
-server-side with Jinja2 (autoescape on, so every string from storage is escaped) and refreshed by small vanilla
-scripts under `/static`. The Content-Security-Policy allows scripts, styles and requests to this origin only:
-nothing is fetched from a CDN or any other host.
+steps, files, issues) each serve a JSON API under `/api/...` and the HTML page that uses it. Pages are
+rendered server-side with Jinja2 (autoescape on, so every string from storage is escaped) and refreshed by
+small vanilla scripts under `/static`. The Content-Security-Policy allows scripts, styles and requests to this
+origin only: nothing is fetched from a CDN or any other host.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def create_app(
     """The dashboard for `prefix` (a local path, gs://bucket/path, s3://bucket/path)."""
     app = FastAPI(
         title="marin dashboard",
-        description="Read-only view of the experiments, steps, logs, metrics and local issues under a prefix.",
+        description="Read-only view of the experiments, steps, logs, metrics and local issues under a "
+                    "prefix.",
         version="1",
     )
     app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options)

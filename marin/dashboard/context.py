@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from fastapi.responses import HTMLResponse
 
 from marin.dashboard.experiments import ExperimentIndex
 from marin.dashboard.issues import IssueReader
@@ -40,3 +41,11 @@ def get_dashboard(request: Request) -> Dashboard:
     """FastAPI dependency: the app's Dashboard."""
     dash: Dashboard = request.app.state.dash
     return dash
+
+
+def page(request: Request, template: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    """A server-rendered page (the app's Jinja2 templates, autoescaped)."""
+    html: HTMLResponse = request.app.state.templates.TemplateResponse(
+        request, template, context, status_code=status_code
+    )
+    return html

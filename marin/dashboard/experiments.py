@@ -1,8 +1,8 @@
 """The experiments under a prefix: an index of their manifests, filtering, and one experiment's full picture.
 
 `{prefix}/experiments/*.json` is listed at most once per cache TTL; only manifests whose signature (mtime,
-etag...) changed are re-read, in one batched `cat` (concurrent on object stores). Filtering and paging then run
-in memory, so listing 1,000 experiments costs one directory listing and a sort.
+etag...) changed are re-read, in one batched `cat` (concurrent on object stores). Filtering and paging then
+run in memory, so listing 1,000 experiments costs one directory listing and a sort.
 
 An experiment's state in the list is its latest run's status from the manifest (RUNNING, SUCCESS, FAILED);
 the experiment page adds every step's own status.json.
@@ -29,8 +29,9 @@ from marin.dashboard.schemas import (
     StepRef,
 )
 from marin.dashboard.store import PrefixStore, signature
+from marin.status import files as sf
+from marin.status.manifest import EXPERIMENTS_DIR
 
-EXPERIMENTS_DIR = "experiments"
 NEVER_RUN = "NEVER_RUN"
 NOT_STARTED = "NOT_STARTED"
 IssueLinker = Callable[[str | None], IssueLink | None]
@@ -258,8 +259,9 @@ def _haystack(s: ExperimentSummary) -> str:
 
 
 def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
-    """Where a step's files are, relative to the prefix: its recorded output path when it lies under this prefix
-    (pinned paths included), else the documented layout `{name}-{hash8}` (a prefix copied elsewhere)."""
+    """Where a step's files are, relative to the prefix: its recorded output path when it lies under this
+    prefix (pinned paths included), else the documented layout `{name}-{hash8}` (a prefix copied
+    elsewhere)."""
     out = entry.get("output_path")
     if isinstance(out, str):
         rel = store.relative(out)
@@ -271,7 +273,7 @@ def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
 def step_ref(store: PrefixStore, entry: dict[str, Any]) -> StepRef:
     """A step named in a manifest (or step.json's dependencies) with its current status.json."""
     rel = step_rel(store, entry)
-    status = store.read_json(f"{rel}/.marin/status.json")
+    status = store.read_json(sf.status_path(rel))
     status = status if isinstance(status, dict) else {}
     started, ended = _float(status.get("started")), _float(status.get("ended"))
     error = status.get("error")

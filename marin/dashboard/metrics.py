@@ -1,9 +1,10 @@
 """Trainer metrics for the step page's charts, read incrementally from `metrics.jsonl`.
 
-metrics.jsonl is append-only and can reach hundreds of thousands of rows. Each file is parsed once into compact
-columns; on the next request only the bytes appended since (up to the last complete line) are read, so a page
-polling a running training step costs one stat and a small read. A file that shrank or was rewritten is read
-again from the start. Responses are downsampled to `max_points` rows (evenly spaced, the last row always kept).
+metrics.jsonl is append-only and can reach hundreds of thousands of rows. Each file is parsed once into
+compact columns; on the next request only the bytes appended since (up to the last complete line) are read, so
+a page polling a running training step costs one stat and a small read. A file that shrank or was rewritten is
+read again from the start. Responses are downsampled to `max_points` rows (evenly spaced, the last row always
+kept).
 """
 
 from __future__ import annotations

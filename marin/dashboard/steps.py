@@ -1,17 +1,16 @@
-"""One step's full picture from its `.marin/` files: status, events, attempts, provenance, what changed versus
-its previous version, and its log tail.
+"""One step's full picture from its status files (paths from marin/status/files.py): status, events,
+attempts, provenance, what changed versus its previous version, and its log tail.
 
-"Previous version" is the most recent *other* step with the same name under the prefix: the directories
-`{name}-{hash8}` next to this one. The one created last before this step is preferred; when this step is the
-oldest, the newest other version is used, so the diff still says how they differ.
+"Previous version" is chosen, and the differences computed, by marin/graph/changes.py, as `marin plan` does:
+the most recent *other* step with the same name under the prefix (the directories `{name}-{hash8}` next to
+this one), created last before this step; when this step is the oldest, the newest other version.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from marin.dashboard.diff import field_changes
+from marin.dashboard.diff import field_rows, step_changes
 from marin.dashboard.experiments import ExperimentIndex, IssueLinker, _float, _str, step_ref, step_rel
 from marin.dashboard.schemas import (
     Attempt,
@@ -23,8 +22,9 @@ from marin.dashboard.schemas import (
     StepStatus,
 )
 from marin.dashboard.store import PrefixStore
+from marin.graph.changes import previous_version, version_names
+from marin.status import files as sf
 
-_LOG = re.compile(r"^attempt-(\d+)\.log$")
 TERMINAL = ("SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED")
 
 
@@ -33,21 +33,22 @@ class StepNotFound(LookupError):
 
 
 def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: ExperimentIndex) -> StepDetail:
-    meta = f"{rel}/.marin"
-    step = store.read_json(f"{meta}/step.json")
-    status_doc = store.read_json(f"{meta}/status.json")
+    step = store.read_json(sf.step_json_path(rel))
+    status_doc = store.read_json(sf.status_path(rel))
     if not isinstance(step, dict) and not isinstance(status_doc, dict):
-        raise StepNotFound(f"no step at {rel!r}: neither {meta}/step.json nor {meta}/status.json exists")
+        raise StepNotFound(
+            f"no step at {rel!r}: neither {sf.step_json_path(rel)} nor {sf.status_path(rel)} exists"
+        )
     status = StepStatus.model_validate(status_doc if isinstance(status_doc, dict) else {})
     step_hash = step.get("hash") if isinstance(step, dict) else status.hash
     experiments = index.containing(step_hash) if isinstance(step_hash, str) else []
     recorded = isinstance(step, dict)
     step = step if isinstance(step, dict) else _from_manifest(index, step_hash, experiments)
     events = [
-        StepEvent.model_validate(e) for e in store.read_jsonl(f"{meta}/events.jsonl") if isinstance(e, dict)
+        StepEvent.model_validate(e) for e in store.read_jsonl(sf.events_path(rel)) if isinstance(e, dict)
     ]
     name = _str(step.get("name")) or status.name or rel
-    lease = store.read_json(f"{meta}/lease.json")
+    lease = store.read_json(sf.lease_path(rel))
     wandb = store.read_json(f"{rel}/wandb.json")
     return StepDetail(
         path=rel,
@@ -122,11 +123,11 @@ def attempts(store: PrefixStore, rel: str, events: list[StepEvent]) -> list[Atte
             a.ended, a.outcome = e.ts, e.event
         elif e.event == "RUNNING" and a.outcome is None:
             a.outcome = "RUNNING"
-    for entry in store.ls(f"{rel}/.marin/logs"):
-        m = _LOG.match(entry["name"])
-        if m:
-            a = by_n.setdefault(int(m.group(1)), Attempt(attempt=int(m.group(1))))
-            a.log = f"{rel}/.marin/logs/{entry['name']}"
+    for entry in store.ls(sf.logs_dir(rel)):
+        n = sf.attempt_of_log(entry["name"])
+        if n is not None:
+            a = by_n.setdefault(n, Attempt(attempt=n))
+            a.log = sf.log_path(rel, n)
             a.log_size = entry["size"]
     return [by_n[n] for n in sorted(by_n)]
 
@@ -134,39 +135,24 @@ def attempts(store: PrefixStore, rel: str, events: list[StepEvent]) -> list[Atte
 def versions(store: PrefixStore, name: str) -> list[tuple[str, dict[str, Any]]]:
     """(relative path, step.json) of every step named `name` under the prefix at its documented location."""
     parent, _, base = name.rpartition("/")
-    pattern = re.compile(re.escape(base) + r"-[0-9a-f]{8}$")
     found = []
-    for entry in store.ls(parent):
-        if entry["type"] == "directory" and pattern.match(entry["name"]):
-            rel = f"{parent}/{entry['name']}" if parent else entry["name"]
-            doc = store.read_json(f"{rel}/.marin/step.json")
-            if isinstance(doc, dict) and doc.get("name") == name:
-                found.append((rel, doc))
+    dirs = [e["name"] for e in store.ls(parent) if e["type"] == "directory"]
+    for dirname in version_names(dirs, base):
+        rel = f"{parent}/{dirname}" if parent else dirname
+        doc = store.read_json(sf.step_json_path(rel))
+        if isinstance(doc, dict) and doc.get("name") == name:
+            found.append((rel, doc))
     return found
 
 
 def previous_changes(store: PrefixStore, rel: str, step: dict[str, Any]) -> StepChanges:
-    name, created = str(step.get("name", "")), _float(step.get("created")) or 0.0
+    name = str(step.get("name", ""))
     others = [(r, d) for r, d in versions(store, name) if r != rel and d.get("hash") != step.get("hash")]
-    if not others:
+    found = previous_version(others, _float(step.get("created")) or 0.0)
+    if found is None:
         return StepChanges(note=f"no other version of step {name!r} exists under this prefix")
-    before = [(r, d) for r, d in others if (_float(d.get("created")) or 0.0) <= created]
-    pool = before or others
-    prev_rel, prev = max(pool, key=lambda rd: (_float(rd[1].get("created")) or 0.0, rd[0]))
-    changes = field_changes(prev, step)
-    # Explain a changed dependency by its own field changes (one level deep).
-    prev_deps = {d.get("name"): d for d in prev.get("dependencies") or [] if isinstance(d, dict)}
-    for dep in step.get("dependencies") or []:
-        if not isinstance(dep, dict) or dep.get("name") not in prev_deps:
-            continue
-        old_dep = prev_deps[dep["name"]]
-        if old_dep.get("hash") == dep.get("hash"):
-            continue
-        a = _dep_doc(store, old_dep)
-        b = _dep_doc(store, dep)
-        if a and b:
-            for c in field_changes(a, b):
-                changes.append(c.model_copy(update={"field": f"dependency {dep['name']}: {c.field}"}))
+    prev_rel, prev, before = found
+    changes = field_rows(step_changes(prev, step, lambda dep: _dep_doc(store, dep)))
     where = "the previous version" if before else "a newer version (this is the oldest one)"
     note = (
         f"{len(changes)} field(s) differ from {where} of {name!r}" if changes else "identical identity fields"
@@ -181,7 +167,7 @@ def previous_changes(store: PrefixStore, rel: str, step: dict[str, Any]) -> Step
 
 
 def _dep_doc(store: PrefixStore, dep: dict[str, Any]) -> dict[str, Any] | None:
-    doc = store.read_json(f"{step_rel(store, dep)}/.marin/step.json")
+    doc = store.read_json(sf.step_json_path(step_rel(store, dep)))
     return doc if isinstance(doc, dict) else None
 
 
@@ -189,14 +175,14 @@ def log_tail(
     store: PrefixStore, rel: str, attempt: int | None, offset: int | None, max_bytes: int
 ) -> LogTail:
     """The end of an attempt's log (the latest attempt by default), or what was appended after `offset`."""
-    logs = {int(m.group(1)): e for e in store.ls(f"{rel}/.marin/logs") if (m := _LOG.match(e["name"]))}
+    logs = {n: e for e in store.ls(sf.logs_dir(rel)) if (n := sf.attempt_of_log(e["name"])) is not None}
     if attempt is None:
-        status = store.read_json(f"{rel}/.marin/status.json")
+        status = store.read_json(sf.status_path(rel))
         current = status.get("attempt") if isinstance(status, dict) else None
         attempt = current if isinstance(current, int) and current in logs else max(logs, default=None)
     if attempt is None:
         return LogTail(attempt=None, path=None, size=0, start=0, end=0, text="", truncated=False)
-    path = f"{rel}/.marin/logs/attempt-{attempt}.log"
+    path = sf.log_path(rel, attempt)
     # A running attempt's log may be newer than the cached directory listing: ask storage directly.
     if attempt not in logs and store.info(path) is None:
         return LogTail(attempt=attempt, path=None, size=0, start=0, end=0, text="", truncated=False)

@@ -43,7 +43,8 @@ class _Entry:
 
 
 def signature(info: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3 ETag)."""
+    """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3
+    ETag)."""
     return tuple((k, info[k]) for k in _SIGNATURE_KEYS if k in info)
 
 
@@ -80,7 +81,8 @@ class PrefixStore:
         return full
 
     def relative(self, full_path: str) -> str | None:
-        """Relative path of an absolute path/URL written by the executor, or None when it is not under the prefix."""
+        """Relative path of an absolute path/URL written by the executor, or None when it is not under the
+        prefix."""
         path = full_path
         for scheme in ("gs://", "gcs://", "s3://", "file://", "memory://"):
             if path.startswith(scheme):
@@ -105,9 +107,10 @@ class PrefixStore:
 
     def _info(self, full: str) -> dict[str, Any] | None:
         try:
-            return self.fs.info(full)
+            info: dict[str, Any] = self.fs.info(full)
         except FileNotFoundError:
             return None
+        return info
 
     def read_json(self, rel: str) -> Any:
         """Parsed JSON at `rel`, or None when the file does not exist. Raises CorruptFileError on bad JSON."""
@@ -172,7 +175,8 @@ class PrefixStore:
         now = time.monotonic()
         fresh = self._fresh(self._ls_cache, full, now)
         if fresh is not None:
-            return fresh.value
+            cached: list[dict[str, Any]] = fresh.value
+            return cached
         try:
             infos = self.fs.ls(full, detail=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -198,7 +202,8 @@ class PrefixStore:
 
         def one(rel: str) -> bytes | Exception:
             try:
-                return self.fs.cat_file(self.check_inside(rel))
+                data: bytes = self.fs.cat_file(self.check_inside(rel))
+                return data
             except (OSError, UnsafePathError) as e:
                 return e
 
@@ -214,10 +219,11 @@ class PrefixStore:
     def read_range(
         self, rel: str, offset: int | None, max_bytes: int, *, absolute: bool = False, jump: bool = True
     ) -> tuple[bytes, int, int]:
-        """Read at most `max_bytes` from `offset` (None: the last `max_bytes`). Returns (data, start, file size).
+        """Read at most `max_bytes` from `offset` (None: the last `max_bytes`). Returns (data, start, file
+        size).
 
-        With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a client
-        following a log never falls behind by more than one window.
+        With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a
+        client following a log never falls behind by more than one window.
         """
         full = rel if absolute else self.check_inside(rel)
         with self.fs.open(full, "rb") as f:

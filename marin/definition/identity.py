@@ -66,16 +66,19 @@ def encode(value: Any, *, step_name: str, path: str, dep_hash: Callable[[Step], 
         out.update(encode_fields(value, step_name=step_name, path=path, dep_hash=dep_hash))
         return out
     if isinstance(value, list | tuple):
-        return [encode(v, step_name=step_name, path=f"{path}[{i}]", dep_hash=dep_hash) for i, v in enumerate(value)]
+        return [encode(v, step_name=step_name, path=f"{path}[{i}]", dep_hash=dep_hash) for i,
+                v in enumerate(value)]
     if isinstance(value, Mapping):
         encoded = {}
         for key, v in value.items():
             if not isinstance(key, str):
-                raise _refuse(step_name, path, value, f"dict key {key!r} is not a str (JSON keys must be strings)")
+                raise _refuse(step_name, path, value,
+                              f"dict key {key!r} is not a str (JSON keys must be strings)")
             encoded[key] = encode(v, step_name=step_name, path=f"{path}.{key}", dep_hash=dep_hash)
         return encoded
     if callable(value):
-        raise _refuse(step_name, path, value, "functions and callables are not values; pass a name or a config")
+        raise _refuse(step_name, path, value,
+                      "functions and callables are not values; pass a name or a config")
     raise _refuse(
         step_name,
         path,
@@ -85,16 +88,19 @@ def encode(value: Any, *, step_name: str, path: str, dep_hash: Callable[[Step], 
     )
 
 
-def encode_fields(config: Any, *, step_name: str, path: str, dep_hash: Callable[[Step], str]) -> dict[str, Any]:
+def encode_fields(config: Any, *, step_name: str, path: str, dep_hash: Callable[[Step], str]) -> dict[str,
+                                                                                                      Any]:
     """Encode a dataclass's identity fields (runtime fields left out)."""
     return {
-        f.name: encode(getattr(config, f.name), step_name=step_name, path=f"{path}.{f.name}", dep_hash=dep_hash)
+        f.name: encode(getattr(config, f.name), step_name=step_name, path=f"{path}.{f.name}",
+                       dep_hash=dep_hash)
         for f in dataclasses.fields(config)
         if not is_runtime_field(f)
     }
 
 
-def identity_of(step: Step, dep_hash: Callable[[Step], str], deps: list[Step] | None = None) -> dict[str, Any]:
+def identity_of(step: Step, dep_hash: Callable[[Step], str], deps: list[Step] | None = None) -> dict[str,
+                                                                                                     Any]:
     """The identity document of `step`, given a function returning each dependency's hash (and, optionally,
     its direct dependencies, when the caller already collected them)."""
     config = encode_fields(step.config, step_name=step.name, path="config", dep_hash=dep_hash)
@@ -166,7 +172,8 @@ def resolve(value: Any, *, own_path: str, prefix: str, dep_path: Callable[[Step]
             return value
         return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
     if isinstance(value, Mapping):
-        resolved = {k: resolve(v, own_path=own_path, prefix=prefix, dep_path=dep_path) for k, v in value.items()}
+        resolved = {k: resolve(v, own_path=own_path, prefix=prefix, dep_path=dep_path) for k,
+                    v in value.items()}
         if all(resolved[k] is value[k] for k in value):
             return value
         return type(value)(resolved) if isinstance(value, dict) else resolved

@@ -40,7 +40,8 @@ def join(base: str, subpath: str | None) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OutputPathOf:
-    """The output path of `step` (plus `subpath`); makes `step` a dependency of the step whose config holds it."""
+    """The output path of `step` (plus `subpath`); makes `step` a dependency of the step whose config holds
+    it."""
 
     step: Step
     subpath: str | None = None
@@ -107,7 +108,8 @@ def runtime_field(*, default: Any = dataclasses.MISSING, default_factory: Any = 
 
     Use it only for knobs that cannot change results (worker counts, logging intervals, progress bars).
     """
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={RUNTIME_FIELD_KEY: True})
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={RUNTIME_FIELD_KEY: True})
 
 
 def is_runtime_field(field: dataclasses.Field[Any]) -> bool:

@@ -39,10 +39,12 @@ class Resources:
             if not isinstance(value, int | float) or value < 0:
                 raise StepDefinitionError(f"Resources.{label} must be a number >= 0, got {value!r}")
         if self.memory is not None and (not isinstance(self.memory, int) or self.memory <= 0):
-            raise StepDefinitionError(f"Resources.memory must be a positive int (bytes) or None, got {self.memory!r}")
+            raise StepDefinitionError("Resources.memory must be a positive int (bytes) or None, got "
+                                      f"{self.memory!r}")
         for key, value in self.resources.items():
             if not isinstance(key, str) or not isinstance(value, int | float) or value <= 0:
-                raise StepDefinitionError(f"Resources.resources[{key!r}] must map a name to a number > 0, got {value!r}")
+                raise StepDefinitionError(f"Resources.resources[{key!r}] must map a name to a number > 0, "
+                                          f"got {value!r}")
         object.__setattr__(self, "resources", MappingProxyType(dict(self.resources)))
 
     @classmethod
@@ -60,7 +62,8 @@ class Resources:
                     "(put custom or accelerator resources under 'resources', e.g. {'resources': {'TPU': 4}})"
                 )
             return cls(**value)
-        raise StepDefinitionError(f"resources must be a Resources, a dict or None, got {type(value).__name__}")
+        raise StepDefinitionError("resources must be a Resources, a dict or None, got "
+                                  f"{type(value).__name__}")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"num_cpus": self.num_cpus}
@@ -110,7 +113,8 @@ def _check_fn(name: str, fn: Any) -> None:
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise StepDefinitionError(
             f"step {name}: fn {module}.{qualname} is a lambda or a closure; workers must import it by module "
-            "path, so define it with `def` at the top level of a module and pass its settings through the config"
+            "path, so define it with `def` at the top level of a module and pass its settings through the "
+            "config"
         )
     obj: Any = sys.modules.get(module)
     for part in qualname.split("."):
@@ -145,15 +149,18 @@ class Step:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name) or ".." in self.name.split("/"):
             raise StepDefinitionError(
-                f"invalid step name {self.name!r}: use letters, digits, '_', '-', '.', with '/' between parts "
+                f"invalid step name {self.name!r}: use letters, digits, '_', '-', '.', with '/' between "
+                "parts "
                 "(e.g. 'tokenize/stdlib')"
             )
         if ".marin" in self.name.split("/"):
-            raise StepDefinitionError(f"invalid step name {self.name!r}: '.marin' is reserved for status files")
+            raise StepDefinitionError(f"invalid step name {self.name!r}: '.marin' is reserved for status "
+                                      "files")
         _check_fn(self.name, self.fn)
         if not dataclasses.is_dataclass(self.config) or isinstance(self.config, type):
             raise StepDefinitionError(
-                f"step {self.name}: config must be a frozen dataclass instance, got {type(self.config).__name__}"
+                f"step {self.name}: config must be a frozen dataclass instance, got "
+                f"{type(self.config).__name__}"
             )
         if not type(self.config).__dataclass_params__.frozen:  # type: ignore[attr-defined]
             raise StepDefinitionError(
@@ -161,12 +168,14 @@ class Step:
                 "(@dataclass(frozen=True)) so the step's identity cannot change after it is built"
             )
         if self.version is not None and not isinstance(self.version, str):
-            raise StepDefinitionError(f"step {self.name}: version must be a str or None, got {self.version!r}")
+            raise StepDefinitionError(f"step {self.name}: version must be a str or None, got "
+                                      f"{self.version!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise StepDefinitionError(f"step {self.name}: retries must be an int >= 0, got {self.retries!r}")
         for key, value in dict(self.env).items():
             if not isinstance(key, str) or not isinstance(value, str):
-                raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: {value!r}")
+                raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: "
+                                          f"{value!r}")
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         try:
             object.__setattr__(self, "resources", Resources.coerce(self.resources))
@@ -184,7 +193,8 @@ class Step:
         an expensive step by accident; a warning says when the computed path differs.
         """
         if not isinstance(path, str) or not path.strip("/"):
-            raise StepDefinitionError(f"step {self.name}: with_output_path needs a non-empty path, got {path!r}")
+            raise StepDefinitionError(f"step {self.name}: with_output_path needs a non-empty path, got "
+                                      f"{path!r}")
         return dataclasses.replace(self, output_path_override=path.rstrip("/"))
 
     def __repr__(self) -> str:

@@ -54,7 +54,9 @@ def ensure_ray(address: str | None = None) -> bool:
         # An embedded Ray's workers inherit our environment; a job-level runtime_env would slow every worker
         # start (it goes through the runtime-env agent), so set PYTHONPATH directly instead.
         os.environ["PYTHONPATH"] = pythonpath
-        ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, namespace="marin",
+        # address="local": without it ray.init joins whatever cluster `ray start` last recorded in
+        # /tmp/ray/ray_current_cluster (a stale or someone else's), instead of starting the embedded one.
+        ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, namespace="marin",
                  log_to_driver=False, configure_logging=False)
     return True
 

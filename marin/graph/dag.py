@@ -103,7 +103,8 @@ def _collect(targets: Sequence[Step]) -> tuple[list[Step], dict[int, list[Step]]
                 ready.append(user)
     if len(order) != len(found):
         stuck = sorted(found[k].name for k, v in indegree.items() if v > 0)
-        raise StepDefinitionError(f"the steps {stuck[:10]} form a dependency cycle; a step cannot use its own output")
+        raise StepDefinitionError(f"the steps {stuck[:10]} form a dependency cycle; a step cannot use its "
+                                  "own output")
     return order, deps_of
 
 
@@ -128,8 +129,10 @@ def build_graph(steps: Iterable[Step]) -> Graph:
             computed = f"{step.name}-{content_hash[:8]}"
             if step.output_path_override.rstrip("/").split("/")[-1] != computed.split("/")[-1]:
                 warnings.append(
-                    f"step {step.name}: pinned output path {step.output_path_override} differs from the computed "
-                    f"{computed}; the pinned path is used (its config and upstream changes are not re-addressed)"
+                    f"step {step.name}: pinned output path {step.output_path_override} differs from the "
+                    "computed "
+                    f"{computed}; the pinned path is used (its config and upstream changes are not "
+                    "re-addressed)"
                 )
         node = by_hash.get(hash_)
         if node is None:
@@ -161,7 +164,7 @@ def build_graph(steps: Iterable[Step]) -> Graph:
 
 
 def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
-    from marin.graph.changes import diff_identity
+    from marin.graph.changes import identity_changes
 
-    diffs = diff_identity(a, b)
+    diffs = [c.describe() for c in identity_changes(a, b)]
     return f"they differ in {'; '.join(diffs[:3])}" if diffs else "they differ"

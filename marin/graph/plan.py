@@ -12,8 +12,6 @@ of probing every step, so planning a fresh 10,000-step DAG costs one listing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import json
 import posixpath
 import re
@@ -22,7 +20,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from marin.graph.changes import diff_identity
+from marin.definition.source import fn_source_hash
+from marin.graph.changes import (
+    Change,
+    dependencies_of,
+    dependency_changes,
+    identity_changes,
+    previous_version,
+    version_names,
+    version_stem,
+)
 from marin.graph.dag import Graph, Node
 from marin.status.files import (
     DEP_FAILED,
@@ -36,11 +43,10 @@ from marin.status.files import (
     status_path,
     step_json_path,
 )
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
-HASH8 = re.compile(r"-[0-9a-f]{8}$")
 
 
 @dataclasses.dataclass
@@ -56,6 +62,7 @@ class PlanEntry:
     previous: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     node: Node | None = dataclasses.field(default=None, repr=False)
     previous_hash: str | None = None  # set with `changed`: the hash of the earlier run it is compared with
+    changes: list[Change] = dataclasses.field(default_factory=list, repr=False)  # `changed`, structured
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,20 +112,6 @@ class Plan:
         return "\n".join(lines)
 
 
-_SOURCE_HASHES: dict[int, str | None] = {}
-
-
-def fn_source_hash(fn: Callable[..., Any]) -> str | None:
-    """sha256 of the function's source text (None when the source is unavailable)."""
-    key = id(fn)
-    if key not in _SOURCE_HASHES:
-        try:
-            _SOURCE_HASHES[key] = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
-        except (OSError, TypeError):
-            _SOURCE_HASHES[key] = None
-    return _SOURCE_HASHES[key]
-
-
 def _map(storage: Storage, fn: Callable[[str], Any], items: Sequence[str]) -> list[Any]:
     if storage.is_local or len(items) < 4:
         return [fn(i) for i in items]
@@ -140,16 +133,18 @@ class Scan:
         self._stems: dict[str, dict[str, list[str]]] = {}
 
     def siblings(self, output_path: str) -> list[str]:
-        """Other output paths of a step with the same name under the same prefix."""
+        """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
         parent, base = posixpath.split(output_path)
         by_stem = self._stems.get(parent)
         if by_stem is None:
             by_stem = {}
             for n in self.listing.get(parent, ()):
-                if HASH8.search(n):
-                    by_stem.setdefault(HASH8.sub("", n), []).append(n)
+                stem = version_stem(n)
+                if stem is not None:
+                    by_stem.setdefault(stem, []).append(n)
             self._stems[parent] = by_stem  # built once per parent: a re-plan of 10,000 steps stays linear
-        return [posixpath.join(parent, n) for n in by_stem.get(HASH8.sub("", base), ()) if n != base]
+        stem = version_stem(base) or base
+        return [posixpath.join(parent, n) for n in version_names(by_stem.get(stem, ()), stem) if n != base]
 
 
 def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
@@ -199,12 +194,15 @@ def make_plan(
         if id(node) not in needed:
             if run_only:
                 continue
-            entry = _entry(node, paths[id(node)], SKIP, "not needed: every step that uses it already succeeded",
+            entry = _entry(node, paths[id(node)], SKIP,
+                           "not needed: every step that uses it already succeeded",
                            previous(node))
         else:
             entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now)
             if entry.action == RUN and entry.previous is None:
-                entry.previous_hash, entry.changed = _explain(node, paths[id(node)], scan, storage, by_node)
+                entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan,
+                                                                             storage,
+                                                                             by_node)
             elif entry.action == SKIP and entry.previous is not None:
                 entry.warnings.extend(_code_drift(node, paths[id(node)], storage))
         by_node[id(node)] = entry
@@ -213,10 +211,12 @@ def make_plan(
 
 
 def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any] | None) -> PlanEntry:
-    return PlanEntry(node.name, node.hash, path, action, reason, [], [], [d.hash for d in node.deps], prev, node)
+    return PlanEntry(node.name, node.hash, path, action, reason, [], [], [d.hash for d in node.deps], prev,
+                     node)
 
 
-def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry], storage: Storage,
+def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
+            storage: Storage,
             force_run_failed: bool, now: float) -> PlanEntry:
     status = (prev or {}).get("status")
     if status == SUCCESS:
@@ -236,7 +236,8 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         lease = LeaseInfo.parse(lease_text) if lease_text else None
         if lease is not None and not lease.is_stale(now):
             return _entry(node, path, WAIT, f"running under executor {lease.owner} "
-                          f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result", prev)
+                          f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result",
+                          prev)
         owner = lease.owner if lease else (prev or {}).get("executor")
         age = f"no heartbeat for {now - lease.heartbeat:.0f} s" if lease else "no lease"
         return _entry(node, path, RUN, f"stale lease of executor {owner} ({age}) will be taken over", prev)
@@ -250,42 +251,53 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
 
 
 def _explain(node: Node, path: str, scan: Scan, storage: Storage,
-             by_node: dict[int, PlanEntry]) -> tuple[str | None, list[str]]:
-    """(hash of the latest earlier run of the same name under this prefix, the differences that explain it)."""
-    candidates = scan.siblings(path)[:20]
+             by_node: dict[int, PlanEntry]) -> tuple[str | None, list[str], list[Change]]:
+    """(hash of the latest earlier run of the same name under this prefix, the differences that explain it,
+    as text and structured)."""
+    candidates = scan.siblings(path)
     if not candidates:
-        return None, []
-    infos = [i for i in _map(storage, lambda p: read_json(storage, step_json_path(p)), candidates) if i]
-    if not infos:
-        return None, []
-    prev = max(infos, key=lambda i: float(i.get("created") or 0))
-    out = diff_identity(prev.get("identity") or {}, node.identity)
-    prev_deps = {d["name"]: d for d in prev.get("dependencies", []) if isinstance(d, dict) and "name" in d}
-    cur_names = {d.name for d in node.deps}
-    for dep in node.deps:
-        old = prev_deps.get(dep.name)
-        if old is None:
-            out.append(f"dependency {dep.name} added")
-        elif old.get("hash") != dep.hash:
-            out.append(_explain_dep(dep, old, storage, by_node))
-    out.extend(f"dependency {name} removed" for name in sorted(set(prev_deps) - cur_names))
-    if not out:
-        out.append("no field differs: the hashing scheme or the encoding of a value type changed")
-    return str(prev.get("hash", "")) or None, out
+        return None, [], []
+    docs = _map(storage, lambda p: read_json(storage, step_json_path(p)), candidates)
+    found = previous_version([(p, d) for p, d in zip(candidates, docs, strict=True)
+                              if d and d.get("name", node.name) == node.name], None)
+    if found is None:
+        return None, [], []
+    _, prev, _ = found
+    changes = identity_changes(prev, node.identity)
+    old_deps = dependencies_of(prev)
+    new_deps = {d.name: d for d in node.deps}
+    changes += [_dependency_change(c, old_deps, new_deps, storage)
+                for c in dependency_changes({n: str(d.get("hash")) for n, d in old_deps.items()},
+                                            {n: d.hash for n, d in new_deps.items()})]
+    text = [_describe(c, new_deps, by_node) for c in changes]
+    if not text:
+        text.append("no field differs: the hashing scheme or the encoding of a value type changed")
+    return str(prev.get("hash", "")) or None, text, changes
 
 
-def _explain_dep(dep: Node, old: dict[str, Any], storage: Storage, by_node: dict[int, PlanEntry]) -> str:
-    head = f"dependency {dep.name} changed"
-    old_info = read_json(storage, step_json_path(str(old.get("output_path", "")))) if old.get("output_path") else None
-    if old_info and old_info.get("identity"):
-        diffs = diff_identity(old_info["identity"], dep.identity)
-        if diffs:
-            return f"{head}: {'; '.join(diffs[:3])}"
-    upstream = [c for c in (by_node[id(dep)].changed if id(dep) in by_node else []) if c.startswith("dependency")]
+def _dependency_change(change: Change, old_deps: dict[str, dict[str, Any]], new_deps: dict[str, Node],
+                       storage: Storage) -> Change:
+    """A changed dependency, explained by its own identity changes when its earlier step.json is readable."""
+    name = change.field.removeprefix("dependency ")
+    old_path = old_deps[name].get("output_path") if change.kind == "changed" else None
+    old_info = read_json(storage, step_json_path(str(old_path))) if old_path else None
+    if not old_info or not old_info.get("identity"):
+        return change
+    return dataclasses.replace(change, because=tuple(identity_changes(old_info, new_deps[name].identity)))
+
+
+def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, PlanEntry]) -> str:
+    """The plan's line for a change; a changed dependency without its own differences is explained by the
+    dependency changes the plan found upstream of it."""
+    if not change.is_dependency or change.kind != "changed" or change.because:
+        return change.describe()
+    dep = new_deps[change.field.removeprefix("dependency ")]
+    found = by_node[id(dep)].changed if id(dep) in by_node else []
+    upstream = [c for c in found if c.startswith("dependency")]
     if upstream:
         text = upstream[0]
-        return f"{head}: {text if len(text) < 200 else text[:197] + '...'}"
-    return f"{head} (hash {str(old.get('hash'))[:8]} -> {dep.hash[:8]})"
+        return f"{change.field} changed: {text if len(text) < 200 else text[:197] + '...'}"
+    return change.describe()
 
 
 def _code_drift(node: Node, path: str, storage: Storage) -> list[str]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import uuid
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 
 WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
     "WAITING",
@@ -22,6 +23,7 @@ WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
 )
 STATUSES = (WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED)
 LEASE_TAKEOVER = "LEASE_TAKEOVER"
+_LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
 
 
 def meta_dir(output_path: str) -> str:
@@ -48,8 +50,19 @@ def log_relpath(attempt: int) -> str:
     return f"logs/attempt-{attempt}.log"
 
 
+def attempt_of_log(name: str) -> int | None:
+    """The attempt whose log is the file `name` in the logs directory (`attempt-3.log` -> 3), else None."""
+    found = _LOG_NAME.match(name)
+    return int(found.group(1)) if found else None
+
+
 def log_path(output_path: str, attempt: int) -> str:
     return join(output_path, f".marin/{log_relpath(attempt)}")
+
+
+def logs_dir(output_path: str) -> str:
+    """The directory of a step's attempt logs (`attempt-{n}.log`)."""
+    return join(output_path, ".marin/logs")
 
 
 def new_executor_id() -> str:
@@ -94,8 +107,10 @@ def write_status(
     started: float | None = None,
     ended: float | None = None,
     error: dict[str, Any] | None = None,
+    now: float | None = None,
 ) -> dict[str, Any]:
-    now = time.time()
+    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time."""
+    now = time.time() if now is None else now
     record = {
         "name": name,
         "hash": hash,
@@ -123,9 +138,12 @@ def append_event(
     run_id: str,
     executor: str,
     message: str = "",
+    ts: float | None = None,
     **extra: Any,
 ) -> None:
-    record = {"ts": time.time(), "event": event, "attempt": attempt, "run_id": run_id, "executor": executor,
+    """Append one event line to events.jsonl; `ts` defaults to the clock."""
+    record = {"ts": time.time() if ts is None else ts, "event": event, "attempt": attempt, "run_id": run_id,
+              "executor": executor,
               "message": message, **extra}
     storage.append_text(events_path(output_path), json.dumps(record) + "\n")
 

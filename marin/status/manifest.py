@@ -17,7 +17,7 @@ from typing import Any
 from marin.definition.placeholders import join
 from marin.errors import StorageError
 from marin.status.files import json_text, read_json
-from marin.storage.fs import Storage
+from marin.storage.base import Storage
 
 CAS_TRIES = 50
 
@@ -34,37 +34,47 @@ def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None
                 data = json.loads(current.text)
             except ValueError:
                 data = None  # unreadable (a torn write by an old version): rebuilt from this run's facts
-            if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)), current.token):
+            if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)),
+                                  current.token):
                 return
         time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # another writer won: back off, re-read, retry
-    raise StorageError(f"could not update the experiment manifest {path}: {CAS_TRIES} concurrent writers won in a "
-                       "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a loop")
+    raise StorageError(f"could not update the experiment manifest {path}: {CAS_TRIES} concurrent writers won "
+                       "in a "
+                       "row. Fix: retry the run; if it persists, check that nothing rewrites the file in a "
+                       "loop")
+
+
+EXPERIMENTS_DIR = "experiments"  # under the prefix: one manifest per experiment
 
 
 def manifest_path(prefix: str, experiment_id: str) -> str:
-    return join(prefix, f"experiments/{experiment_id}.json")
+    return join(prefix, f"{EXPERIMENTS_DIR}/{experiment_id}.json")
 
 
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
-              args: list[str]) -> None:
-    now = time.time()
+              args: list[str], now: float | None = None) -> None:
+    """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock."""
+    now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "created": now, "runs": []}
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})
-        data.setdefault("runs", []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
-                                             "user": provenance.get("user"), "args": args, "publisher_errors": []})
+        data.setdefault("runs",
+                        []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
+                                             "user": provenance.get("user"), "args": args,
+                                             "publisher_errors": []})
         return data
 
     _update(storage, manifest_path(prefix, experiment_id), change)
 
 
 def end_run(storage: Storage, prefix: str, experiment_id: str, run_id: str, status: str,
-            publisher_errors: list[dict[str, Any]]) -> None:
-    now = time.time()
+            publisher_errors: list[dict[str, Any]], now: float | None = None) -> None:
+    """Record how the run ended; `now` defaults to the clock."""
+    now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "runs": []}

@@ -5,13 +5,20 @@ once at the end. Publishers debounce themselves. An exception from a publisher i
 experiment manifest (`runs[-1].publisher_errors`) and printed in the run summary: a publisher can never fail
 a run or a step.
 
-`DEFAULT_PUBLISHER_FACTORIES` lets other packages (e.g. the issue tracker) register a publisher for every
-run without touching the executor: each factory gets the run's `RunContext` and returns a publisher or None.
+Publisher factories make a publisher for every run without touching the executor: each gets the run's
+`RunContext` and returns a publisher or None. They come from two places, both explicit:
+- installed packages declare them under the `marin.publishers` entry point group (marin's own issue
+  publisher does, in pyproject.toml: `issue = "marin.tracking.factory:issue_publisher_factory"`); they are
+  loaded when the first run starts, so `import marin` imports no tracker;
+- code registers one with `register_publisher_factory(f)` (kept in `DEFAULT_PUBLISHER_FACTORIES`).
+A factory that cannot be loaded or that raises is recorded like a failing publisher.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -73,7 +80,41 @@ class RunContext:
     description: str = ""
 
 
-DEFAULT_PUBLISHER_FACTORIES: list[Callable[[RunContext], Publisher | None]] = []
+PublisherFactory = Callable[[RunContext], "Publisher | None"]
+ENTRY_POINT_GROUP = "marin.publishers"
+DEFAULT_PUBLISHER_FACTORIES: list[PublisherFactory] = []
+
+
+def register_publisher_factory(factory: PublisherFactory) -> None:
+    """Make `factory` consulted for every run started in this process from now on (once, however often)."""
+    if factory not in DEFAULT_PUBLISHER_FACTORIES:
+        DEFAULT_PUBLISHER_FACTORIES.append(factory)
+
+
+def _error(who: str, e: BaseException) -> dict[str, object]:
+    return {"publisher": who, "ts": time.time(), "final": False, "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()}
+
+
+@functools.cache  # the installed distributions do not change while a process runs
+def entry_point_factories() -> tuple[tuple[PublisherFactory, ...], tuple[dict[str, object], ...]]:
+    """(the factories declared under the `marin.publishers` entry point group, the errors loading them)."""
+    factories: list[PublisherFactory] = []
+    errors: list[dict[str, object]] = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            factories.append(ep.load())
+        except Exception as e:  # a broken plugin must not fail the run: record it
+            errors.append(_error(f"entry point {ep.name} = {ep.value}", e))
+    return tuple(factories), tuple(errors)
+
+
+def registered_publisher_factories() -> tuple[list[PublisherFactory], list[dict[str, object]]]:
+    """Every factory a run consults (registered ones first, then entry points), and the loading errors."""
+    declared, errors = entry_point_factories()
+    out = list(DEFAULT_PUBLISHER_FACTORIES)
+    out.extend(f for f in declared if f not in out)
+    return out, list(errors)
 
 
 class PublisherSet:
@@ -96,16 +137,17 @@ class PublisherSet:
                                     "traceback": traceback.format_exc()})
 
 
-def publishers_for(ctx: RunContext, explicit: Sequence[Publisher]) -> tuple[list[Publisher], list[dict[str, object]]]:
+def publishers_for(
+    ctx: RunContext, explicit: Sequence[Publisher]
+) -> tuple[list[Publisher], list[dict[str, object]]]:
     """The explicit publishers plus those the registered factories make for this run (errors recorded)."""
     out = list(explicit)
-    errors: list[dict[str, object]] = []
-    for factory in DEFAULT_PUBLISHER_FACTORIES:
+    factories, errors = registered_publisher_factories()
+    for factory in factories:
         try:
             p = factory(ctx)
         except Exception as e:
-            errors.append({"publisher": getattr(factory, "__qualname__", repr(factory)), "ts": time.time(),
-                           "final": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            errors.append(_error(getattr(factory, "__qualname__", repr(factory)), e))
             continue
         if p is not None:
             out.append(p)

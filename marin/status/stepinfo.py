@@ -9,13 +9,12 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from marin.definition.identity import to_jsonable
-from marin.definition.step import fn_import_path
-from marin.graph.dag import Node
-from marin.graph.plan import fn_source_hash
+from marin.definition.source import fn_source_hash
+from marin.definition.step import Step, fn_import_path
 
 GIT_STATUS = ("status", "--porcelain=v2", "--branch", "--untracked-files=no")
 
@@ -79,7 +78,8 @@ def provenance(script: str | None = None) -> dict[str, Any]:
 
 class _Provenance:
     """The run's provenance, with `git status` running as a subprocess until it is asked for (see
-    `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this goes."""
+    `provenance_started`). If it never is (the run stopped before), the subprocess is reaped when this
+    goes."""
 
     def __init__(self, script: str | None) -> None:
         self._proc: subprocess.Popen[str] | None = None
@@ -92,7 +92,8 @@ class _Provenance:
             commit, dirty = _git_state(_finish_git(self._proc))
             self._proc = None
             packages = {d: v for d in ("marin-openlab", "ray", "fsspec", "jax") if (v := _version(d))}
-            self._value = {"git_commit": commit, "git_dirty": bool(dirty) if commit else None, "packages": packages,
+            self._value = {"git_commit": commit, "git_dirty": bool(dirty) if commit else None,
+                           "packages": packages,
                            "host": socket.gethostname(), "user": user_name()}
         return self._value
 
@@ -108,7 +109,24 @@ def provenance_started(script: str | None = None) -> Callable[[], dict[str, Any]
     return _Provenance(script)
 
 
-def step_info(node: Node, output_path: str, config: Any, dep_path: Callable[[Node], str], ctx: Any) -> dict[str, Any]:
+class StepNode(Protocol):
+    """What step.json needs of a node of the DAG (`marin.graph.dag.Node` is one; status does not import graph,
+    which reads status)."""
+
+    @property
+    def step(self) -> Step: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def identity(self) -> dict[str, Any]: ...
+    @property
+    def deps(self) -> Sequence[Any]: ...  # nodes of the same kind: each is given to `dep_path`
+
+
+def step_info(node: StepNode, output_path: str, config: Any, dep_path: Callable[[Any], str],
+              ctx: Any) -> dict[str, Any]:
     """The step.json record of `node` about to run at `output_path` with its resolved `config`."""
     step = node.step
     return {

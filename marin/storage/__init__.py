@@ -1,5 +1,20 @@
-"""Storage under the prefix: fsspec helpers with a fast local path, atomic writes and conditional writes."""
+"""Storage under the prefix: one class per store behind one interface, atomic and conditional writes,
+leases."""
 
-from marin.storage.fs import FsspecStorage, LocalStorage, Storage, Versioned, normalize_prefix, storage_for
+from marin.storage.base import Storage, Versioned
+from marin.storage.fs import normalize_prefix, storage_for
+from marin.storage.gcs import GcsStorage
+from marin.storage.generic import FsspecStorage
+from marin.storage.local import LocalStorage
+from marin.storage.s3 import S3Storage
 
-__all__ = ["FsspecStorage", "LocalStorage", "Storage", "Versioned", "normalize_prefix", "storage_for"]
+__all__ = [
+    "FsspecStorage",
+    "GcsStorage",
+    "LocalStorage",
+    "S3Storage",
+    "Storage",
+    "Versioned",
+    "normalize_prefix",
+    "storage_for",
+]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marin.storage.fs import Storage, Versioned
+from marin.storage.base import Storage, Versioned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +90,9 @@ class LeaseManager:
             lease = self._new(attempt)
             text = lease.to_json()
             if self.storage.create_exclusive(path, text):
-                # Locally the token is the text we just wrote; object stores need a read for the ETag/generation.
-                versioned = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                # Locally the token is the text we just wrote; object stores need a read for the
+                # ETag/generation.
+                versioned = self._version_after_write(path, text)
                 self._remember(path, versioned, lease)
                 return Acquired(True)
             current = self.storage.read_versioned(path)
@@ -101,12 +102,16 @@ class LeaseManager:
             if holder is not None and not holder.is_stale(time.time()):
                 return Acquired(False, holder=holder)
             if self.storage.replace_if(path, text, current.token):
-                versioned = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                versioned = self._version_after_write(path, text)
                 self._remember(path, versioned, lease)
                 return Acquired(True, previous_owner=holder.owner if holder else "<unreadable lease>")
         current = self.storage.read_versioned(path)
         holder = LeaseInfo.parse(current.text) if current else None
         return Acquired(False, holder=holder)
+
+    def _version_after_write(self, path: str, text: str) -> Versioned | None:
+        """The version of the lease file we just wrote with `text` (its text locally; a read elsewhere)."""
+        return Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
 
     def _remember(self, path: str, versioned: Any, lease: LeaseInfo) -> None:
         token = versioned.token if versioned is not None else lease.to_json()
@@ -132,7 +137,8 @@ class LeaseManager:
             return entry is not None and self._current_if_mine(path, entry[1]) is not None
 
     def acquired_at(self, path: str) -> float | None:
-        """When we acquired the lease at `path` (it identifies this holding of it), or None if we hold none."""
+        """When we acquired the lease at `path` (it identifies this holding of it), or None if we hold
+        none."""
         with self._lock:
             entry = self._held.get(path)
             return entry[1].acquired if entry is not None else None
@@ -158,9 +164,9 @@ class LeaseManager:
             try:
                 if self._renew(path):
                     self.on_lost(path)
-            except Exception as exc:  # this lease only (e.g. a request that timed out): the others still renew
-                print(f"marin: renewing the lease {path} failed, retrying next beat: {type(exc).__name__}: {exc}",
-                      file=sys.stderr)
+            except Exception as exc:  # this lease only (e.g. a request that timed out): the others renew
+                print(f"marin: renewing the lease {path} failed, retrying next beat: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _renew(self, path: str) -> bool:
         """Renew one lease by compare-and-swap; True if it turned out to be lost."""
@@ -173,7 +179,7 @@ class LeaseManager:
                 renewed = dataclasses.replace(lease, heartbeat=time.time())
                 text = renewed.to_json()
                 if self.storage.replace_if(path, text, token):
-                    fresh = Versioned(text, text) if self.storage.is_local else self.storage.read_versioned(path)
+                    fresh = self._version_after_write(path, text)
                     self._held[path] = (fresh.token if fresh else text, renewed)
                     return False
                 current = self._current_if_mine(path, lease)  # refused: still ours under an unknown token?

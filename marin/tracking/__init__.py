@@ -1,7 +1,8 @@
 """Issue trackers (GitHub, local SQLite) and the publisher that keeps an experiment's issue up to date.
 
-``make_tracker`` picks the backend from the environment (see docs/tracking.md); the executor's publisher
-registry gets :func:`marin.tracking.factory.issue_publisher_factory` when this package is imported.
+``make_tracker`` picks the backend from the environment (see docs/tracking.md). The executor finds
+:func:`marin.tracking.factory.issue_publisher_factory` through the ``marin.publishers`` entry point declared
+in pyproject.toml (see marin/status/publisher.py); importing this package registers nothing.
 """
 
 from marin.tracking.base import (
@@ -35,12 +36,3 @@ __all__ = [
     "redact",
 ]
 
-
-def _register_publisher() -> None:
-    from marin.status.publisher import DEFAULT_PUBLISHER_FACTORIES
-
-    if issue_publisher_factory not in DEFAULT_PUBLISHER_FACTORIES:
-        DEFAULT_PUBLISHER_FACTORIES.append(issue_publisher_factory)
-
-
-_register_publisher()

@@ -1,7 +1,7 @@
 """``marin issue``: create, show and list experiment issues in the GitHub or the local tracker.
 
-    marin issue new "Try a 2x wider router" --body "Hypothesis: ..." [--repo owner/repo] [--prefix P] [--write]
-    marin issue show local/experiments#3 [--prefix P]
+    marin issue new "Try a 2x wider router" --body "Hypothesis: ..." [--repo owner/repo] [--prefix P]
+    [--write] marin issue show local/experiments#3 [--prefix P]
     marin issue list [--repo owner/repo] [--prefix P] [--state open|closed|all]
 
 ``new`` prints the issue reference, its URL and the experiment script named after it
@@ -32,17 +32,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marin issue", description=__doc__.replace("``", "`"),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--prefix", help="the prefix holding the local tracker (default: $MARIN_PREFIX or ./marin-out)")
+    common.add_argument("--prefix",
+                        help="the prefix holding the local tracker (default: $MARIN_PREFIX or ./marin-out)")
     common.add_argument("--backend", choices=[b for b in BACKENDS if b != "off"],
                         help="tracker backend (default: github when GITHUB_TOKEN is set, else local)")
     sub = parser.add_subparsers(dest="command", required=True)
-    new = sub.add_parser("new", parents=[common], help="open an experiment issue and print its script skeleton")
+    new = sub.add_parser("new", parents=[common],
+                         help="open an experiment issue and print its script skeleton")
     new.add_argument("title", help="what the experiment tries, in a few words (also names the script)")
     body = new.add_mutually_exclusive_group()
     body.add_argument("--body", default="", help="the issue text: what is tried and why")
     body.add_argument("--body-file", type=Path, help="read the issue text from this file")
     new.add_argument("--repo", help=f"owner/repo (default: $MARIN_ISSUE_REPO or {DEFAULT_LOCAL_REPO})")
-    new.add_argument("--label", action="append", default=None, help="label to add (repeatable; default: experiment)")
+    new.add_argument("--label", action="append", default=None,
+                     help="label to add (repeatable; default: experiment)")
     new.add_argument("--write", action="store_true", help="also create the script under --experiments-dir")
     new.add_argument("--experiments-dir", type=Path, default=Path("experiments"),
                      help="where --write puts the script (default: ./experiments)")
@@ -61,7 +64,8 @@ def _when(ts: float) -> str:
 def _new(args: argparse.Namespace) -> int:
     body = args.body_file.read_text() if args.body_file else args.body
     tracker = make_tracker(args.repo, resolve_prefix(args.prefix), args.backend)
-    issue = tracker.create_issue(args.title, body, labels=args.label if args.label is not None else ["experiment"])
+    issue = tracker.create_issue(args.title, body,
+                                 labels=args.label if args.label is not None else ["experiment"])
     path = script_path(args.experiments_dir, issue.number, issue.title)
     text = script_skeleton(issue)
     print(f"created {issue.ref}: {issue.title}")
@@ -101,7 +105,8 @@ def _list(args: argparse.Namespace) -> int:
     tracker = make_tracker(args.repo, resolve_prefix(args.prefix), args.backend)
     issues = tracker.list_issues(args.state)
     if not issues:
-        print(f"no {args.state if args.state != 'all' else ''} issues in {tracker.repo} ({tracker.kind} tracker)")
+        print(f"no {args.state if args.state != 'all' else ''} issues in {tracker.repo} ({tracker.kind} "
+              "tracker)")
     for issue in issues:
         labels = f" [{', '.join(issue.labels)}]" if issue.labels else ""
         print(f"{issue.ref}\t{issue.state}\t{issue.title}{labels}")

@@ -149,7 +149,8 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
         for step in failed[:MAX_FAILED_SHOWN]:
             error = (step.error_summary or "no error recorded").strip().splitlines()[:ERROR_LINES]
             where = outputs(step).failed_at
-            lines += ["", f"**{cell(step.name)}** (attempt {step.attempt}) — log {cell(step.log_path or '—')}",
+            lines += ["",
+                      f"**{cell(step.name)}** (attempt {step.attempt}) — log {cell(step.log_path or '—')}",
                       fence("\n".join(error + ([f"raised at {where}"] if where else [])))]
         if len(failed) > MAX_FAILED_SHOWN:
             lines.append(f"… and {len(failed) - MAX_FAILED_SHOWN} more failed steps (see the dashboard)")

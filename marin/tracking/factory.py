@@ -46,7 +46,8 @@ def make_tracker(repo: str | None, prefix: str, backend: str | None = None) -> T
 
     token = os.environ.get("GITHUB_TOKEN", "")
     if not token:
-        raise TrackerAuthError(f"the GitHub tracker for {repo} needs GITHUB_TOKEN; unset MARIN_TRACKER=github "
+        raise TrackerAuthError(f"the GitHub tracker for {repo} needs GITHUB_TOKEN; unset "
+                               "MARIN_TRACKER=github "
                                f"(or pass --backend local) to use the local tracker instead")
     attempts = os.environ.get("MARIN_TRACKER_MAX_ATTEMPTS")
     policy = RetryPolicy(max_attempts=max(1, int(attempts))) if attempts else RetryPolicy()

@@ -66,9 +66,11 @@ def classify(exc: BaseException, now: Callable[[], float] = time.time) -> Transi
     wait: float | None = None
     if headers.get("retry-after", "").strip().isdigit():
         wait = float(headers["retry-after"])
-    elif headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").strip().isdigit():
+    elif headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset",
+                                                                     "").strip().isdigit():
         wait = max(0.0, float(headers["x-ratelimit-reset"]) - now()) + 1.0  # the primary limit: until reset
-    else:  # a secondary limit (the reset header is the primary window's): GitHub asks to wait at least a minute
+    # a secondary limit (the reset header is the primary window's): GitHub asks to wait at least a minute
+    else:
         wait = SECONDARY_RATE_LIMIT_WAIT_S
     return Transient(f"rate limited (HTTP {status})", wait)
 
@@ -95,12 +97,14 @@ class GitHubTracker(Tracker):
         from github import Auth, Github
 
         if not token:
-            raise TrackerAuthError(f"GitHub tracker for {repo}: no token; set GITHUB_TOKEN or use the local tracker")
+            raise TrackerAuthError(f"GitHub tracker for {repo}: no token; set GITHUB_TOKEN or use the local "
+                                   "tracker")
         register_secret(token)
         self.repo = repo
         self.api_url = (api_url or DEFAULT_API_URL).rstrip("/")
         self.policy = policy or RetryPolicy()
-        pauses: dict[str, Any] = {} if throttle else {"seconds_between_requests": 0, "seconds_between_writes": 0}
+        pauses: dict[str, Any] = {} if throttle else {"seconds_between_requests": 0,
+                                                      "seconds_between_writes": 0}
         self._gh = Github(auth=Auth.Token(token), base_url=self.api_url, retry=None, timeout=int(timeout_s),
                           **pauses)
         self._lock = threading.Lock()
@@ -158,7 +162,8 @@ class GitHubTracker(Tracker):
                      updated=_ts(gh.updated_at))
 
     def _to_comment(self, number: int, gh: GhComment) -> Comment:
-        return Comment(id=gh.id, issue_number=number, body=gh.body or "", author=gh.user.login if gh.user else "",
+        return Comment(id=gh.id, issue_number=number, body=gh.body or "",
+                       author=gh.user.login if gh.user else "",
                        created=_ts(gh.created_at), updated=_ts(gh.updated_at), url=gh.html_url)
 
     def get_issue(self, number: int) -> Issue:
@@ -260,5 +265,6 @@ class GitHubTracker(Tracker):
         cached = self._issues.get(number)
         if cached is not None:
             return cached.html_url
-        host = "https://github.com" if self.api_url == DEFAULT_API_URL else self.api_url.removesuffix("/api/v3")
+        default = self.api_url == DEFAULT_API_URL
+        host = "https://github.com" if default else self.api_url.removesuffix("/api/v3")
         return f"{host}/{self.repo}/issues/{number}"

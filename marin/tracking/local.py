@@ -104,7 +104,8 @@ class LocalTracker(Tracker):
     def __init__(self, prefix: str, repo: str = DEFAULT_LOCAL_REPO, *, readonly: bool = False,
                  cache_dir: Path | None = None, dashboard_url: str | None = None) -> None:
         self.prefix, self.repo, self.readonly = prefix.rstrip("/"), repo, readonly
-        self.dashboard_url = (dashboard_url or os.environ.get("MARIN_DASHBOARD_URL") or "").rstrip("/") or None
+        url = dashboard_url or os.environ.get("MARIN_DASHBOARD_URL") or ""
+        self.dashboard_url = url.rstrip("/") or None
         fs, root = fsspec.core.url_to_fs(self.prefix)
         remote_path = f"{root.rstrip('/')}/{TRACKER_DIR}/{DB_NAME}"
         self._remote: _RemoteCopy | None = None
@@ -160,7 +161,8 @@ class LocalTracker(Tracker):
 
     def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
         if self.readonly:
-            raise TrackerError(f"local tracker at {self.path} was opened read-only; open it without readonly=True")
+            raise TrackerError(f"local tracker at {self.path} was opened read-only; open it without "
+                               "readonly=True")
         with self._process_lock():
             for _ in range(5):
                 if self._remote is not None:
@@ -207,14 +209,17 @@ class LocalTracker(Tracker):
                        url=f"{self.issue_url(row['number'])}#comment-{row['id']}")
 
     def _require_issue(self, conn: sqlite3.Connection, number: int) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM issues WHERE repo=? AND number=?", (self.repo, number)).fetchone()
+        query = "SELECT * FROM issues WHERE repo=? AND number=?"
+        row: sqlite3.Row | None = conn.execute(query, (self.repo, number)).fetchone()
         if row is None:
-            raise TrackerNotFound(f"issue {self.repo}#{number} not found in the local tracker at {self.path}; "
+            raise TrackerNotFound(f"issue {self.repo}#{number} not found in the local tracker at "
+                                  f"{self.path}; "
                                   f"`marin issue list --prefix {self.prefix}` shows the existing ones")
         return row
 
     def _touch(self, conn: sqlite3.Connection, number: int) -> None:
-        conn.execute("UPDATE issues SET updated=? WHERE repo=? AND number=?", (time.time(), self.repo, number))
+        conn.execute("UPDATE issues SET updated=? WHERE repo=? AND number=?",
+                     (time.time(), self.repo, number))
 
     # -- the Tracker interface -----------------------------------------------------------------------------
 
@@ -224,7 +229,8 @@ class LocalTracker(Tracker):
 
         found = self._read(op, empty=None)
         if found is None:
-            raise TrackerNotFound(f"issue {self.repo}#{number} not found: no local tracker at {self.path} yet")
+            raise TrackerNotFound(f"issue {self.repo}#{number} not found: no local tracker at {self.path} "
+                                  "yet")
         return found
 
     def create_issue(self, title: str, body: str, labels: Sequence[str] = (),
@@ -245,7 +251,8 @@ class LocalTracker(Tracker):
                              (self.repo, n, title, redact(body), _user(), now, now))
             except sqlite3.IntegrityError:
                 raise TrackerError(f"issue {self.repo}#{n} already exists in {self.path}") from None
-            conn.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?, ?)", [(self.repo, n, x) for x in labels])
+            conn.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?, ?)",
+                             [(self.repo, n, x) for x in labels])
             return self._issue_from(conn, self._require_issue(conn, n))
 
         return self._write(op)
@@ -253,7 +260,8 @@ class LocalTracker(Tracker):
     def ensure_issue(self, number: int, title: str, body: str) -> Issue:
         """Issue ``number``, created with this title/body if the store lacks it (idempotent)."""
         def op(conn: sqlite3.Connection) -> Issue:
-            if conn.execute("SELECT 1 FROM issues WHERE repo=? AND number=?", (self.repo, number)).fetchone() is None:
+            if conn.execute("SELECT 1 FROM issues WHERE repo=? AND number=?",
+                            (self.repo, number)).fetchone() is None:
                 now = time.time()
                 conn.execute("INSERT INTO issues VALUES (?, ?, ?, ?, 'open', ?, ?, ?)",
                              (self.repo, number, title, redact(body), _user(), now, now))
@@ -266,7 +274,8 @@ class LocalTracker(Tracker):
             raise ValueError(f"state must be one of open, closed, all; got {state!r}")
 
         def op(conn: sqlite3.Connection) -> list[Issue]:
-            rows = conn.execute("SELECT * FROM issues WHERE repo=? AND (?='all' OR state=?) ORDER BY number DESC",
+            rows = conn.execute("SELECT * FROM issues WHERE repo=? AND (?='all' OR state=?) ORDER BY number "
+                                "DESC",
                                 (self.repo, state, state)).fetchall()
             return [self._issue_from(conn, row) for row in rows]
 
@@ -274,7 +283,8 @@ class LocalTracker(Tracker):
 
     def list_repos(self) -> list[str]:
         """Every repository that has issues in this store."""
-        return self._read(lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT repo FROM issues ORDER BY repo")],
+        return self._read(lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT repo FROM issues ORDER "
+                                                                   "BY repo")],
                           empty=[])
 
     def set_state(self, number: int, state: str) -> Issue:
@@ -304,9 +314,11 @@ class LocalTracker(Tracker):
             self._require_issue(conn, number)
             now = time.time()
             cur = conn.execute("INSERT INTO comments (repo, number, body, author, created, updated) "
-                               "VALUES (?, ?, ?, ?, ?, ?)", (self.repo, number, redact(body), _user(), now, now))
+                               "VALUES (?, ?, ?, ?, ?, ?)",
+                               (self.repo, number, redact(body), _user(), now, now))
             self._touch(conn, number)
-            return self._comment_from(conn.execute("SELECT * FROM comments WHERE id=?", (cur.lastrowid,)).fetchone())
+            return self._comment_from(conn.execute("SELECT * FROM comments WHERE id=?",
+                                                   (cur.lastrowid,)).fetchone())
 
         return self._write(op)
 
@@ -315,15 +327,18 @@ class LocalTracker(Tracker):
             cur = conn.execute("UPDATE comments SET body=?, updated=? WHERE id=? AND repo=? AND number=?",
                                (redact(body), time.time(), comment_id, self.repo, number))
             if cur.rowcount == 0:
-                raise TrackerNotFound(f"comment {comment_id} on {self.repo}#{number} not found in {self.path}")
+                raise TrackerNotFound(f"comment {comment_id} on {self.repo}#{number} not found in "
+                                      f"{self.path}")
             self._touch(conn, number)
-            return self._comment_from(conn.execute("SELECT * FROM comments WHERE id=?", (comment_id,)).fetchone())
+            return self._comment_from(conn.execute("SELECT * FROM comments WHERE id=?",
+                                                   (comment_id,)).fetchone())
 
         return self._write(op)
 
     def delete_comment(self, number: int, comment_id: int) -> None:
         def op(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM comments WHERE id=? AND repo=? AND number=?", (comment_id, self.repo, number))
+            conn.execute("DELETE FROM comments WHERE id=? AND repo=? AND number=?",
+                         (comment_id, self.repo, number))
 
         self._write(op)
 
@@ -340,7 +355,8 @@ class LocalTracker(Tracker):
     def remove_label(self, number: int, label: str) -> tuple[str, ...]:
         def op(conn: sqlite3.Connection) -> tuple[str, ...]:
             self._require_issue(conn, number)
-            conn.execute("DELETE FROM labels WHERE repo=? AND number=? AND name=?", (self.repo, number, label))
+            conn.execute("DELETE FROM labels WHERE repo=? AND number=? AND name=?",
+                         (self.repo, number, label))
             return self._labels(conn, number)
 
         return self._write(op)

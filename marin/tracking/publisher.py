@@ -57,9 +57,11 @@ class IssuePublisher:
         self.find_policy = find_policy or RetryPolicy(max_attempts=3, base_delay_s=1.0)
         self.clock = clock
         self.errors: list[str] = []
-        """Redacted messages of the first MAX_KEPT_ERRORS failed flushes (a later flush may have recovered)."""
+        """Redacted messages of the first MAX_KEPT_ERRORS failed flushes (a later flush may have
+        recovered)."""
         self.error_count = 0
-        self._gave_up: str | None = None  # set by a failure that retrying cannot fix (credentials, missing issue)
+        # set by a failure that retrying cannot fix (credentials, missing issue)
+        self._gave_up: str | None = None
         self.api_flushes = 0
         self._comment_id: int | None = None
         self._last_body: str | None = None
@@ -85,7 +87,8 @@ class IssuePublisher:
                     return  # a view arriving after the final publish is older than what was published
                 self._pending = run
                 if self._thread is None:
-                    self._thread = threading.Thread(target=self._flusher, name=f"marin-publish-{self.issue_ref}",
+                    self._thread = threading.Thread(target=self._flusher,
+                                                    name=f"marin-publish-{self.issue_ref}",
                                                     daemon=True)
                     self._thread.start()
                 self._cv.notify()
@@ -95,10 +98,12 @@ class IssuePublisher:
             with self._sync_lock:
                 self._sync(run)
         except (TrackerError, OSError, ValueError) as exc:
-            earlier = f"; {self.error_count} earlier failed updates, first: {self.errors[0]}" if self.errors else ""
+            earlier = (f"; {self.error_count} earlier failed updates, first: {self.errors[0]}"
+                       if self.errors else "")
             raise PublishError(redact(
                 f"could not publish the final status of run {run.run_id} of {run.experiment_id} to "
-                f"{self.issue_ref} ({self.tracker.kind} tracker): {type(exc).__name__}: {exc}{earlier}")) from None
+                f"{self.issue_ref} ({self.tracker.kind} tracker): {type(exc).__name__}: "
+                f"{exc}{earlier}")) from None
         if self.errors:
             logger.warning("status of %s reached %s after %d failed updates (first: %s)", run.experiment_id,
                            self.issue_ref, self.error_count, self.errors[0])
@@ -173,7 +178,8 @@ class IssuePublisher:
                 raise
             # a fresh prefix has an empty local tracker: re-create the referenced issue there
             issue = self.tracker.ensure_issue(self.number, title=run.description or run.experiment_id,
-                                              body=f"Experiment `{run.experiment_id}` (script `{run.script}`).")
+                                              body=f"Experiment `{run.experiment_id}` (script "
+                                                   f"`{run.script}`).")
         self._labels = set(issue.labels)
         self._issue_checked = True
 
@@ -242,7 +248,8 @@ class IssuePublisher:
         except FileNotFoundError:
             return {}  # the executor has not written the manifest yet
         except ValueError as exc:  # a damaged manifest must not stop the status from being published
-            logger.warning("commit and run history of %s omitted: manifest %s unreadable: %s", run.experiment_id,
+            logger.warning("commit and run history of %s omitted: manifest %s unreadable: %s",
+                           run.experiment_id,
                            path, exc)
             return {}
         return data if isinstance(data, dict) else {}

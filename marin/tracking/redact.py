@@ -2,8 +2,8 @@
 
 :func:`redact` replaces (1) every secret registered with :func:`register_secret` and the current value of the
 token environment variables, and (2) anything shaped like a credential: GitHub token formats
-(``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``), ``Authorization: token|Bearer ...`` headers and
-``user:password@`` in URLs. The tracker passes every error message and every comment body through it, and
+(``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``), ``Authorization: token|Bearer ...`` headers
+and ``user:password@`` in URLs. The tracker passes every error message and every comment body through it, and
 :class:`RedactingFilter` does the same for log records.
 """
 
@@ -40,7 +40,8 @@ def _known_secrets() -> list[str]:
     env = [os.environ.get(name, "") for name in TOKEN_ENV_VARS]
     with _lock:
         found = {s for s in (*_secrets, *env) if s and len(s) >= 6}
-    return sorted(found, key=len, reverse=True)  # longest first, so a secret containing another is masked whole
+    # longest first, so a secret containing another is masked whole
+    return sorted(found, key=len, reverse=True)
 
 
 def redact(text: str) -> str:

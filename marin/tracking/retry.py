@@ -4,8 +4,8 @@ Transient: network errors (connection refused/reset/dropped, timeouts), HTTP 5xx
 carrying ``Retry-After`` / ``X-RateLimit-Remaining: 0`` / GitHub's rate-limit message). Everything else (401,
 404, 422, other 403s) fails at once: retrying cannot fix it. Between attempts the policy waits with
 exponential backoff plus jitter; for a rate limit it waits what the server asked (``Retry-After`` seconds, or
-until ``X-RateLimit-Reset``) unless that is longer than ``max_rate_limit_wait_s``, in which case it gives up at
-once rather than stall the run. Waits go through an abort event so a background flusher can be stopped
+until ``X-RateLimit-Reset``) unless that is longer than ``max_rate_limit_wait_s``, in which case it gives up
+at once rather than stall the run. Waits go through an abort event so a background flusher can be stopped
 mid-wait when the final publish takes over.
 """
 
@@ -48,7 +48,7 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with up to 25% jitter."""
-        delay = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        delay: float = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
         return delay * (1 + 0.25 * random.random())
 
     def run(

@@ -1,4 +1,5 @@
-"""The experiment script that ``marin issue new`` proposes for a fresh issue: ``experiments/exp<N>_<slug>.py``.
+"""The experiment script that ``marin issue new`` proposes for a fresh issue:
+``experiments/exp<N>_<slug>.py``.
 
 It follows the house habits for experiment scripts (docs: GUIDE): a module docstring that links the issue and
 states the hypothesis, steps as flat declarations named for what they produce, no storage literals, and
@@ -36,7 +37,8 @@ def script_path(experiments_dir: Path, number: int, title: str) -> Path:
 
 def _hypothesis(body: str) -> str:
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
-    text = paragraphs[0] if paragraphs else "State what this experiment tries and what result would confirm it."
+    fallback = "State what this experiment tries and what result would confirm it."
+    text = paragraphs[0] if paragraphs else fallback
     text = re.sub(r"(?i)^hypothesis\s*:\s*", "", text)
     return textwrap.fill(" ".join(text.split()).replace('"""', "'''"), width=100)
 

@@ -1,8 +1,8 @@
 """Fixtures for the dashboard tests: prefixes to serve and clients on them.
 
-`synthetic_prefix` is written by marin.dashboard.synthetic (the documented format, every state);
-`hostile_prefix` holds names, descriptions, logs, configs and issue text crafted to inject markup, plus symlinks
-pointing out of the prefix.
+`synthetic_prefix` is written by tests.fakes.synthetic_prefix (the documented format, every state);
+`hostile_prefix` holds names, descriptions, logs, configs and issue text crafted to inject markup, plus
+symlinks pointing out of the prefix.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
-from marin.dashboard.synthetic import write_prefix
+from tests.fakes.synthetic_prefix import write_prefix
 
 XSS = "<script>alert('xss')</script>"
 IMG = "<img src=x onerror=alert(1)>"
@@ -46,7 +46,8 @@ def _write(path: Path, data: str | bytes) -> None:
 
 
 def write_hostile_prefix(prefix: Path) -> dict[str, str]:
-    """One experiment whose every user-provided string tries to inject markup, and symlinks out of the prefix."""
+    """One experiment whose every user-provided string tries to inject markup, and symlinks out of the
+    prefix."""
     h = "ab" * 32
     rel = f"{HOSTILE_STEP}-{h[:8]}"
     out = prefix / rel

@@ -2,9 +2,10 @@
 
     python -m tests.dashboard.live_run PREFIX WORKDIR
 
-Steps: train/tiny writes metrics.jsonl (the trainer's documented rows: loss, lr, norms, expert load, eval rows)
-and wandb.json; eval/tiny writes eval.json; live/bad fails; live/child is DEP_FAILED; live/slow prints a line
-every 0.1 s and stays RUNNING until WORKDIR/release exists. The functions are importable, as workers need.
+Steps: train/tiny writes metrics.jsonl (the trainer's documented rows: loss, lr, norms, expert load, eval
+rows) and wandb.json; eval/tiny writes eval.json; live/bad fails; live/child is DEP_FAILED; live/slow prints a
+line every 0.1 s and stays RUNNING until WORKDIR/release exists. The functions are importable, as workers
+need.
 """
 
 from __future__ import annotations

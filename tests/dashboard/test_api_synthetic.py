@@ -1,4 +1,5 @@
-"""The JSON API on a synthetic prefix (marin.dashboard.synthetic: every state, shared step names, metrics)."""
+"""The JSON API on a synthetic prefix (tests.fakes.synthetic_prefix: every state, shared step names,
+metrics)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
-from marin.dashboard.synthetic import write_experiment
+from tests.fakes.synthetic_prefix import write_experiment
 
 
 def _exp(client: TestClient, n: int) -> dict:

@@ -1,8 +1,8 @@
 """End-to-end in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright).
 
-The dashboard is served by uvicorn in a subprocess on 127.0.0.1, as `marin dashboard` serves it. Run inside the
-private network namespace: `scripts/netns /tmp/venvA/bin/python -m pytest tests/dashboard/test_browser.py`.
-Screenshots are saved under test-artifacts/dashboard/.
+The dashboard is served by uvicorn in a subprocess on 127.0.0.1, as `marin dashboard` serves it. Run inside
+the private network namespace: `scripts/netns /tmp/venvA/bin/python -m pytest
+tests/dashboard/test_browser.py`. Screenshots are saved under test-artifacts/dashboard/.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def test_list_says_when_new_experiments_appear(
 ) -> None:
     from playwright.sync_api import expect
 
-    from marin.dashboard.synthetic import write_experiment
+    from tests.fakes.synthetic_prefix import write_experiment
 
     url, prefix, _, _ = served
     pg = page
@@ -277,3 +277,27 @@ def test_list_says_when_new_experiments_appear(
     pg.locator("#list-changed a").click()
     expect(pg.locator("tr[data-id]")).to_have_count(3)
     assert pg.errors == []
+
+
+def test_progress_bars_in_a_log_show_their_latest_state(
+    served: tuple[str, Path, dict[str, str], Path], page: Any
+) -> None:
+    """tqdm redraws its line with carriage returns: the viewer shows each line's last state, not every redraw
+    glued into one long line (a step directory of its own, written through the status writers)."""
+    from playwright.sync_api import expect
+
+    from marin.status import files as sf
+    from marin.storage import storage_for
+
+    url, prefix, _, _ = served
+    out = str(prefix / "progress" / "bars-0123abcd")
+    storage = storage_for(out)
+    sf.write_status(storage, out, name="progress/bars", hash="0123abcd" * 8, status=sf.SUCCESS, attempt=1,
+                    run_id="r", executor="e", previous=None, started=1.0, ended=2.0)
+    bars = "".join(f"\rtrain {p:3d}%|{'#' * (p // 10):<10}|" for p in range(0, 101, 10))
+    storage.write_text(sf.log_path(out, 1), f"epoch 1\n{bars}\nwindows line\r\nhalf\rdone 50%\r\nend\n")
+    page.goto(url + "/steps/progress/bars-0123abcd")
+    expect(page.locator("#log")).to_contain_text("end")
+    shown = page.locator("#log").text_content()
+    assert shown == "epoch 1\ntrain 100%|##########|\nwindows line\ndone 50%\nend\n", shown
+    assert page.errors == []

@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
-from marin.dashboard.synthetic import write_prefix
+from tests.fakes.synthetic_prefix import write_prefix
 
 BIN = Path(sys.executable).parent
 MOTO = shutil.which("moto_server") or str(BIN / "moto_server")
@@ -88,7 +88,8 @@ def test_gcs_prefix(gcs_endpoint: str, tmp_path: Path, monkeypatch: pytest.Monke
     opts: dict[str, Any] = {"token": "anon", "skip_instance_cache": True}
     fs = gcsfs.GCSFileSystem(**opts)
     fs.mkdir("dash-bucket")
-    # One upload at a time: gcp-storage-emulator stalls on concurrent uploads once the process's fsspec event loop
+    # One upload at a time: gcp-storage-emulator stalls on concurrent uploads once the process's fsspec event
+    # loop
     # already ran another filesystem (the S3 test), which made this test take ~110 s instead of ~1 s.
     fs.put(str(tmp_path) + "/", "dash-bucket/prefix/", recursive=True, batch_size=1)
     _check(fs, "gs://dash-bucket/prefix", "dash-bucket/prefix", opts)

@@ -165,7 +165,8 @@ def test_markdown_escapes_and_keeps_only_safe_links() -> None:
             "<!-- marin-status:x:1 -->\n## Run <b>x</b>\n| step | state |\n|---|---|\n"
             f"| {XSS} | [run](https://wandb.ai/a?b=1&c=2) [bad](javascript:alert(1)) |\n\n"
             '```\n<img src=x onerror=alert(1)>\n```\n[x](/issues/local/experiments/1) "q" [y](https://a.b/"onmouseover=alert(1))'
-            "\n> quoted <b>q</b>\n<sub>small <img src=x></sub>"
+            # CommonMark (and GitHub) continue a quote onto the next line: a blank line ends it
+            "\n> quoted <b>q</b>\n\n<sub>small <img src=x></sub>"
         )
     )
     _assert_escaped(html)
@@ -194,6 +195,29 @@ def test_markdown_escapes_and_keeps_only_safe_links() -> None:
     for _, attrs in tags:
         assert not any(k.startswith("on") for k, _ in attrs)
         assert all(v.startswith(("https://", "/")) for k, v in attrs if k == "href")
+
+
+def test_markdown_renders_what_github_issues_contain() -> None:
+    from marin.dashboard.markdown import render
+
+    html = str(render(
+        "- [ ] todo\n- [x] done\n  - nested `<b>`\n\n"
+        "| a | **b** |\n|---|---|\n| `x\\|y` | [l](https://e.org) |\n\n"
+        "![plot](https://e.org/p.png) ![bad](javascript:alert(1)) ![proto](//evil.org/x.png)\n\n"
+        "```html\n<!-- kept in code -->\n```\nline one\nline two ~~old~~ <sup>2</sup>"
+    ))
+    assert 'type="checkbox"' in html and 'checked="checked"' in html and html.count("<ul") == 2
+    assert "<li>nested <code>&lt;b&gt;</code></li>" in html
+    assert "<td><code>x|y</code></td>" in html  # an escaped pipe stays in its cell, as on GitHub
+    assert "<th><strong>b</strong></th>" in html
+    assert '<img src="https://e.org/p.png" alt="plot">' in html
+    assert "![bad](javascript:alert(1))" in html and '<img src="//' not in html  # kept as text
+    assert "&lt;!-- kept in code --&gt;" in html  # only comments in the text are dropped
+    assert "line one<br>\nline two <s>old</s> <sup>2</sup>" in html
+    for _, attrs in _tags(html):
+        assert not any(k.startswith("on") for k, _ in attrs)
+        urls = [v for k, v in attrs if k in ("href", "src")]
+        assert all(v.startswith(("https://", "/")) and not v.startswith("//") for v in urls)
 
 
 def _tags(html: str) -> list[tuple[str, list[tuple[str, str]]]]:

@@ -1,4 +1,5 @@
-"""The console progress publisher: state changes, skipped steps, and the newest line of a running step's log."""
+"""The console progress publisher: state changes, skipped steps, and the newest line of a running step's
+log."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def view(steps: list[StepView], status: str = "RUNNING") -> RunView:
 
 def step(name: str, status: str, log: str | None = None, started: float | None = None,
          ended: float | None = None) -> StepView:
-    return StepView(name, f"{abs(hash(name)):064x}"[:64], f"/p/{name}", status, 1 if log else 0, started, ended,
+    return StepView(name, f"{abs(hash(name)):064x}"[:64], f"/p/{name}", status, 1 if log else 0, started,
+                    ended,
                     "ValueError: boom" if status == "FAILED" else None, log, ())
 
 

@@ -26,7 +26,8 @@ STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib", "token
 DATA_STEPS = STEPS[:4]
 
 
-def marin(command: str, script: str, prefix: str, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+def marin(command: str, script: str, prefix: str, *flags: str,
+          **env: str) -> subprocess.CompletedProcess[str]:
     """`python -m marin COMMAND SCRIPT --prefix PREFIX --backend local FLAGS` on the reduced tutorial."""
     full_env = {k: v for k, v in os.environ.items() if k != "MARIN_TUTORIAL_TEXT"}
     full_env.update({"MARIN_TUTORIAL_SMALL": "1", "MARIN_TRACKER_MIN_INTERVAL": "0.2",
@@ -166,7 +167,8 @@ def test_exp3_reuses_only_the_steps_before_the_tokenizer(tutorial: TutorialRun) 
     plan = plan_json(EXP3, tutorial.prefix)
     for name in ["documents/stdlib", "decontaminated/stdlib", "eval/tiny_moe"]:
         assert (plan[name]["output_path"], plan[name]["action"]) == (tutorial.paths[name], "skip"), name
-    new = ["tokenizer/stdlib-bpe2048", "tokenized/stdlib-bpe2048", "train/tiny_moe-bpe2048", "eval/tiny_moe-bpe2048"]
+    new = ["tokenizer/stdlib-bpe2048", "tokenized/stdlib-bpe2048", "train/tiny_moe-bpe2048",
+           "eval/tiny_moe-bpe2048"]
     assert {name: plan[name]["action"] for name in new} == dict.fromkeys(new, "run")
     assert plan["tokenizer/stdlib-bpe2048"]["dependencies"] == plan["tokenizer/stdlib"]["dependencies"]
 
@@ -174,7 +176,8 @@ def test_exp3_reuses_only_the_steps_before_the_tokenizer(tutorial: TutorialRun) 
 def validation_documents(tutorial: TutorialRun, domain: str) -> list[dict[str, str]]:
     from operators.documents import iter_documents
 
-    return [d for d in iter_documents(tutorial.paths["documents/stdlib"], "validation") if d["domain"] == domain]
+    return [d for d in iter_documents(tutorial.paths["documents/stdlib"],
+                                      "validation") if d["domain"] == domain]
 
 
 def leaked_copy(text: str, split_config: Any) -> str:
@@ -197,8 +200,9 @@ def split_config(tutorial: TutorialRun) -> Any:
                         validation_fraction=cfg["validation_fraction"], split_salt=cfg["split_salt"])
 
 
-def test_a_leaked_evaluation_document_is_caught_and_removed(tutorial: TutorialRun, split_config: Any,
-                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_leaked_evaluation_document_is_caught_and_removed(
+    tutorial: TutorialRun, split_config: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     victim = validation_documents(tutorial, "python")[0]
     user_dir = tmp_path_factory.mktemp("userdocs")  # a name without evaluation words (test, dev, val...)
     leak = user_dir / "notes.py"
@@ -207,7 +211,8 @@ def test_a_leaked_evaluation_document_is_caught_and_removed(tutorial: TutorialRu
                  MARIN_TUTORIAL_TEXT=str(leak))
     assert done.returncode == 0, done.stderr[-3000:]
     plan = plan_json(TUTORIAL, tutorial.prefix, MARIN_TUTORIAL_TEXT=str(leak))
-    assert plan["documents/stdlib"]["output_path"] != tutorial.paths["documents/stdlib"]  # the user text counts
+    # the user text counts
+    assert plan["documents/stdlib"]["output_path"] != tutorial.paths["documents/stdlib"]
     decontaminated = plan["decontaminated/stdlib"]["output_path"]
     report = read_json(f"{decontaminated}/report.json")["eval_sets"]["held-out stdlib"]
     caught = [o for o in report["overlaps"] if o["eval_id"] == victim["id"]]

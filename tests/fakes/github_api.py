@@ -69,7 +69,8 @@ class FakeGitHub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-github", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-github",
+                                        daemon=True)
 
     def __enter__(self) -> FakeGitHub:
         self._thread.start()
@@ -88,7 +89,8 @@ class FakeGitHub:
     def add_issue(self, full_name: str, title: str, body: str = "", labels: tuple[str, ...] = ()) -> int:
         with self._lock:
             self.add_repo(full_name)
-            return self._create_issue(full_name, {"title": title, "body": body, "labels": list(labels)})["number"]
+            return self._create_issue(full_name,
+                                      {"title": title, "body": body, "labels": list(labels)})["number"]
 
     def inject(self, fault: Fault, times: int = 1) -> None:
         with self._lock:
@@ -151,7 +153,8 @@ class FakeGitHub:
         repo["next"] += 1
         now = time.time()
         repo["issues"][number] = {"id": number + 50_000, "number": number, "title": body.get("title", ""),
-                                  "body": body.get("body"), "state": "open", "_labels": set(body.get("labels", [])),
+                                  "body": body.get("body"), "state": "open",
+                                  "_labels": set(body.get("labels", [])),
                                   "_created": now, "_updated": now}
         return repo["issues"][number]
 

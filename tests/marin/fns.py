@@ -120,7 +120,8 @@ def write_env(cfg: EnvConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
-    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on demand)."""
+    """Writes `started_file`, then blocks until `release_file` exists (a step that stays RUNNING on
+    demand)."""
 
     output_path: str
     started_file: str
@@ -188,7 +189,8 @@ def die(cfg: DieConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ExclusiveConfig:
-    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too."""
+    """Marks itself running in `markers_dir` for `hold_s`; fails if another step's marker is there too
+    (checked all along the hold, and the first to see the other says so to both: an overlap fails at once)."""
 
     output_path: str
     markers_dir: str
@@ -198,15 +200,18 @@ class ExclusiveConfig:
 def exclusive(cfg: ExclusiveConfig) -> None:
     os.makedirs(cfg.markers_dir, exist_ok=True)
     mine = os.path.join(cfg.markers_dir, os.path.basename(cfg.output_path))
+    seen = os.path.join(cfg.markers_dir, ".overlap")
     Path(mine).write_text("running\n")
     try:
-        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
-        if others:
-            raise RuntimeError(f"ran at the same time as {others}")
-        time.sleep(cfg.hold_s)
-        others = [n for n in os.listdir(cfg.markers_dir) if os.path.join(cfg.markers_dir, n) != mine]
-        if others:
-            raise RuntimeError(f"ran at the same time as {others}")
+        deadline = time.time() + cfg.hold_s
+        while True:
+            others = [n for n in os.listdir(cfg.markers_dir) if n not in (os.path.basename(mine), ".overlap")]
+            if others or os.path.exists(seen):
+                Path(seen).write_text("yes\n")
+                raise RuntimeError(f"ran at the same time as {others or 'another step'}")
+            if time.time() >= deadline:
+                break
+            time.sleep(0.02)
     finally:
         os.unlink(mine)
     os.makedirs(cfg.output_path, exist_ok=True)
@@ -214,7 +219,8 @@ def exclusive(cfg: ExclusiveConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RendezvousConfig:
-    """Writes `arrive_file`, then waits for every file in `others` (so it only succeeds if they run at once)."""
+    """Writes `arrive_file`, then waits for every file in `others` (so it only succeeds if they run at
+    once)."""
 
     output_path: str
     arrive_file: str

@@ -16,22 +16,23 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def gcs_emulator(endpoint: str, *, fsspec_endpoint: bool = False) -> Iterator[None]:
-    """google-cloud-storage (STORAGE_EMULATOR_HOST) and gcsfs (anonymous; the endpoint too if `fsspec_endpoint`)
-    talk to `endpoint` inside the block. fsspec's config is process-global and marin caches one GCS client, so
-    both are restored and the cache emptied on the way in and out: later tests never reach a stopped emulator."""
+    """google-cloud-storage (STORAGE_EMULATOR_HOST) and gcsfs (anonymous; the endpoint too if
+    `fsspec_endpoint`) talk to `endpoint` inside the block. fsspec's config is process-global and marin caches
+    one GCS client, so both are restored and the cache emptied on the way in and out: later tests never reach
+    a stopped emulator."""
     import fsspec
 
-    from marin.storage import fs as marin_fs
+    from marin.storage import gcs as marin_gcs
 
     saved_env = os.environ.get("STORAGE_EMULATOR_HOST")
     saved_conf = fsspec.config.conf.get("gs")
     os.environ["STORAGE_EMULATOR_HOST"] = endpoint
     fsspec.config.conf["gs"] = {"token": "anon", **({"endpoint_url": endpoint} if fsspec_endpoint else {})}
-    marin_fs._GCS_CLIENTS.clear()
+    marin_gcs._GCS_CLIENTS.clear()
     try:
         yield
     finally:
-        marin_fs._GCS_CLIENTS.clear()
+        marin_gcs._GCS_CLIENTS.clear()
         if saved_env is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:

@@ -15,9 +15,11 @@ from tests.marin.fns import EnvConfig, WriteConfig, write_env, write_numbers
 
 
 def main(address: str, prefix: str) -> int:
-    pinned = Step(name="cluster/pinned", fn=write_env, resources={"num_cpus": 1, "resources": {"fake_gpu": 1}},
+    pinned = Step(name="cluster/pinned", fn=write_env,
+                  resources={"num_cpus": 1, "resources": {"fake_gpu": 1}},
                   config=EnvConfig(output_path=this_output_path()))
-    anywhere = Step(name="cluster/anywhere", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
+    anywhere = Step(name="cluster/anywhere", fn=write_numbers,
+                    config=WriteConfig(output_path=this_output_path(), n=4))
     result = run_experiment([pinned, anywhere],
                             ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
                             verbose=False, script="tests/cluster.py")

@@ -18,17 +18,21 @@ def shared_dag(workdir: str, sleep_s: float = 0.3) -> list[Step]:
     root = Step(name="race/root", fn=count_and_write,
                 config=CountConfig(output_path=this_output_path(), counter_file=counter, sleep_s=sleep_s))
     left = Step(name="race/left", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=counter, sleep_s=sleep_s, inputs=(output_path_of(root),)))
+        output_path=this_output_path(), counter_file=counter, sleep_s=sleep_s,
+        inputs=(output_path_of(root),)))
     right = Step(name="race/right", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=counter, sleep_s=sleep_s, inputs=(output_path_of(root),)))
+        output_path=this_output_path(), counter_file=counter, sleep_s=sleep_s,
+        inputs=(output_path_of(root),)))
     join = Step(name="race/join", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(left), output_path_of(right))))
+        output_path=this_output_path(), counter_file=counter,
+        inputs=(output_path_of(left), output_path_of(right))))
     return [join]
 
 
 def killable_dag(workdir: str) -> list[Step]:
     counter = os.path.join(workdir, "counter.txt")
-    a = Step(name="crash/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
+    a = Step(name="crash/a", fn=count_and_write,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b = Step(name="crash/b", fn=block_until_released, config=BlockConfig(
         output_path=this_output_path(), started_file=os.path.join(workdir, "b-started"),
         release_file=os.path.join(workdir, "b-release")), retries=0)

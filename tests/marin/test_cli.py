@@ -1,5 +1,5 @@
-"""The command line: `marin run|plan|status`, `python SCRIPT` with the same flags, the hello-world experiment end to
-end, definition errors before anything runs, and flag parsing."""
+"""The command line: `marin run|plan|status`, `python SCRIPT` with the same flags, the hello-world experiment
+end to end, definition errors before anything runs, and flag parsing."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                 **(env or {})}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_hello_world_end_to_end_with_marin_run_then_plan_and_status(tmp_path: Path) -> None:
@@ -35,7 +36,8 @@ def test_hello_world_end_to_end_with_marin_run_then_plan_and_status(tmp_path: Pa
     assert info["config_class"] == "experiments.hello_world:SumConfig"
     [manifest] = Path(prefix, "experiments").glob("hello_world-*.json")
     data = json.loads(manifest.read_text())
-    assert data["description"] == "two-step demo" and data["runs"][0]["args"] == ["--prefix", prefix, "--backend",
+    assert data["description"] == "two-step demo" and data["runs"][0]["args"] == ["--prefix", prefix,
+                                                                                  "--backend",
                                                                                  "local"]
 
     plan = run("-m", "marin", "plan", "experiments/hello_world.py", "--prefix", prefix, "--format", "json")
@@ -45,7 +47,8 @@ def test_hello_world_end_to_end_with_marin_run_then_plan_and_status(tmp_path: Pa
 
     status = run("-m", "marin", "status", "--prefix", prefix)
     assert status.returncode == 0 and f"SUCCESS  {manifest.stem}" in status.stdout
-    per_step = run("-m", "marin", "status", "experiments/hello_world.py", "--prefix", prefix, "--format", "json")
+    per_step = run("-m", "marin", "status", "experiments/hello_world.py", "--prefix", prefix, "--format",
+                   "json")
     assert [s["status"] for s in json.loads(per_step.stdout)["steps"]] == ["SUCCESS", "SUCCESS"]
 
 
@@ -61,7 +64,8 @@ def test_python_script_takes_the_same_flags_and_marin_prefix_env(tmp_path: Path)
 
 
 def test_relative_prefix_is_made_absolute_once(tmp_path: Path) -> None:
-    result = run(str(ROOT / "experiments/hello_world.py"), "--prefix", "rel-out", "--backend", "local", cwd=tmp_path)
+    result = run(str(ROOT / "experiments/hello_world.py"), "--prefix", "rel-out", "--backend", "local",
+                 cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     [status] = (tmp_path / "rel-out").glob("demo/total-*/.marin/step.json")
     assert json.loads(status.read_text())["output_path"].startswith(str(tmp_path / "rel-out"))

@@ -1,4 +1,5 @@
-"""The executor on the local backend: status files, skips, failures, retries, run-only, dry runs, publishers."""
+"""The executor on the local backend: status files, skips, failures, retries, run-only, dry runs,
+publishers."""
 
 from __future__ import annotations
 
@@ -40,9 +41,11 @@ Run = Callable[..., Any]
 
 
 def two_steps(n: int = 10) -> tuple[Step, Step]:
-    numbers = Step(name="demo/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=n))
+    numbers = Step(name="demo/numbers", fn=write_numbers,
+                   config=WriteConfig(output_path=this_output_path(), n=n))
     total = Step(name="demo/total", fn=sum_numbers,
-                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"),
+                                  output_path=this_output_path()))
     return numbers, total
 
 
@@ -51,7 +54,8 @@ def meta(output_path: str, name: str) -> Any:
     return [json.loads(x) for x in text.splitlines()] if name.endswith(".jsonl") else json.loads(text)
 
 
-def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_marin: Run, marin_prefix: str) -> None:
+def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_marin: Run,
+                                                                           marin_prefix: str) -> None:
     numbers, total = two_steps()
     result = run_marin([total], description="two-step demo", issue="openlab/demo#12")
     assert result.status == "SUCCESS"
@@ -60,7 +64,8 @@ def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_m
     assert Path(t_path, "total.txt").read_text() == "45\n"
 
     status = meta(t_path, "status.json")
-    assert set(status) == {"name", "hash", "status", "attempt", "run_id", "executor", "created", "updated", "started",
+    assert set(status) == {"name", "hash", "status", "attempt", "run_id", "executor", "created", "updated",
+                           "started",
                            "ended", "error", "log"}
     assert (status["status"], status["attempt"], status["error"], status["log"]) == ("SUCCESS", 1, None,
                                                                                      "logs/attempt-1.log")
@@ -68,7 +73,8 @@ def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_m
     info = meta(t_path, "step.json")
     assert info["config"] == {"input_path": f"{n_path}/numbers.txt", "output_path": t_path}
     assert info["identity"]["config"]["input_path"]["$dep"] == result.plan.entries[0].hash
-    assert info["dependencies"] == [{"name": "demo/numbers", "hash": result.plan.entries[0].hash, "output_path": n_path}]
+    assert info["dependencies"] == [{"name": "demo/numbers", "hash": result.plan.entries[0].hash,
+                                     "output_path": n_path}]
     assert info["fn"] == "tests.marin.fns:sum_numbers" and info["config_class"] == "tests.marin.fns:SumConfig"
     assert info["issue"] == "openlab/demo#12" and info["experiment"] == result.experiment_id
     assert len(info["fn_source_hash"]) == 64 and info["host"] and info["user"]
@@ -82,7 +88,8 @@ def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_m
     assert manifest["runs"][-1]["status"] == "SUCCESS" and manifest["runs"][-1]["run_id"] == result.run_id
 
 
-def test_rerun_skips_succeeded_steps_and_rewrites_nothing(run_marin: Run, marin_prefix: str, tmp_path: Path) -> None:
+def test_rerun_skips_succeeded_steps_and_rewrites_nothing(run_marin: Run, marin_prefix: str,
+                                                          tmp_path: Path) -> None:
     counter = tmp_path / "counter.txt"
     step = Step(name="once/x", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
                                                                       counter_file=str(counter)))
@@ -100,7 +107,8 @@ def test_run_only_runs_matching_steps_and_their_dependencies(run_marin: Run, tmp
 
     def s(name: str, *deps: Step) -> Step:
         return Step(name=name, fn=count_and_write, config=CountConfig(
-            output_path=this_output_path(), counter_file=counter, inputs=tuple(output_path_of(d) for d in deps)))
+            output_path=this_output_path(), counter_file=counter,
+            inputs=tuple(output_path_of(d) for d in deps)))
 
     a = s("g/a")
     b = s("g/b", a)
@@ -115,7 +123,8 @@ def test_run_only_runs_matching_steps_and_their_dependencies(run_marin: Run, tmp
         "g/b": "skip", "g/c": "run", "h/other": "run"}
 
 
-def test_failure_marks_dependents_and_lets_independent_branches_finish(run_marin: Run, tmp_path: Path) -> None:
+def test_failure_marks_dependents_and_lets_independent_branches_finish(run_marin: Run,
+                                                                       tmp_path: Path) -> None:
     bad = Step(name="f/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="no good"))
     child = Step(name="f/child", fn=write_numbers, config=WriteConfig(output_path=output_path_of(bad, "x")))
     grandchild = Step(name="f/grandchild", fn=write_numbers,
@@ -237,12 +246,15 @@ def test_publishers_see_every_transition_and_failures_never_fail_the_run(
         return RecordingPublisher()
 
     monkeypatch.setattr(pubmod, "DEFAULT_PUBLISHER_FACTORIES", [factory])
+    # only `factory`, no issue publisher
+    monkeypatch.setattr(pubmod, "entry_point_factories", lambda: ((), ()))
     monkeypatch.setenv("MARIN_ISSUE_REPO", "openlab/platform")
     # a first step that stays RUNNING longer than the publishing interval, so a RUNNING view must be published
     numbers = Step(name="demo/numbers", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), sleep_s=0.6))
     total = Step(name="demo/total", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), inputs=(output_path_of(numbers),)))
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"),
+        inputs=(output_path_of(numbers),)))
     result = run_marin([total], publishers=[rec, BrokenPublisher()], script="experiments/exp42_demo.py")
     assert result.status == "SUCCESS"
     assert made and made[0].issue == "openlab/platform#42" and made[0].experiment_id == result.experiment_id
@@ -307,7 +319,8 @@ def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
 
     killed = Step(name="die/killed", fn=die, config=DieConfig(output_path=this_output_path(), how="kill"))
     exited = Step(name="die/exited", fn=die, config=DieConfig(output_path=this_output_path(), how="exit"))
-    after = [Step(name=f"die/after{i}", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=i))
+    after = [Step(name=f"die/after{i}", fn=write_numbers,
+                  config=WriteConfig(output_path=this_output_path(), n=i))
              for i in range(4)]
     result = run_marin([killed, exited, *after], max_concurrent=2)
     assert result.status_of("die/killed") == "PREEMPTED"  # killed by a signal: not the step's own fault
@@ -332,7 +345,8 @@ def test_views_are_published_at_most_every_interval_however_many_steps_change(
     root = Step(name="many/root", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt")))
     leaves = [Step(name=f"many/leaf{i}", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"), inputs=(output_path_of(root),)))
+        output_path=this_output_path(), counter_file=str(tmp_path / "ran.txt"),
+        inputs=(output_path_of(root),)))
         for i in range(150)]
     assert len(leaves) + 1 > VIEW_EVERY_TRANSITION_MAX_STEPS
     t0 = time.monotonic()

@@ -1,8 +1,8 @@
 """GCS leases against fake-gcs-server on loopback, a GCS emulator that enforces `ifGenerationMatch` on writes
 (the gcp-storage-emulator used in test_object_stores.py ignores preconditions): executors racing to create one
-lease, or to take over one stale lease, have exactly one winner, and concurrent runs of one experiment all land
-in its manifest. fake-gcs-server does not enforce preconditions on deletes, so the conditional release is not
-exercised here (it is on S3, against moto)."""
+lease, or to take over one stale lease, have exactly one winner, and concurrent runs of one experiment all
+land in its manifest. fake-gcs-server does not enforce preconditions on deletes, so the conditional release is
+not exercised here (it is on S3, against moto)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_the_emulator_enforces_generation_preconditions(gcs_bucket: str) -> None
     assert not storage.replace_if(path, "four", current.token)  # the generation moved on
     assert storage.read_text(path) == "three"
     fresh = storage.read_versioned(path)
-    assert fresh is not None and fresh.text == "three" and isinstance(fresh.token, int) and fresh.token != current.token
+    assert fresh is not None and fresh.text == "three" and isinstance(fresh.token,
+                                                                      int) and fresh.token != current.token
     assert storage.delete_if(path, fresh.token) and storage.read_versioned(path) is None
 
 
@@ -119,7 +120,8 @@ def test_runs_of_one_experiment_started_at_once_on_gcs_all_land_in_its_manifest(
     storage = storage_for(gcs_bucket)
 
     def run(i: int) -> None:
-        start_run(storage, gcs_bucket, "exp1_demo-0123abcd", script="experiments/exp1_demo.py", description="",
+        start_run(storage, gcs_bucket, "exp1_demo-0123abcd", script="experiments/exp1_demo.py",
+                  description="",
                   issue=None, provenance={}, steps=[], run_id=f"run-{i}", args=[])
         end_run(storage, gcs_bucket, "exp1_demo-0123abcd", f"run-{i}", "SUCCESS", [])
 
@@ -133,7 +135,7 @@ def test_runs_of_one_experiment_started_at_once_on_gcs_all_land_in_its_manifest(
 def test_a_gcs_object_rewritten_between_its_metadata_and_body_is_read_again() -> None:
     from google.api_core import exceptions as gexc
 
-    from marin.storage.fs import _gcs_get_versioned
+    from marin.storage.gcs import gcs_get_versioned as _gcs_get_versioned
 
     class Blob:
         """Generation 1 when first asked, but rewritten (generation 2) before its body is downloaded."""

@@ -39,9 +39,11 @@ def hashes(*steps: Step) -> dict[str, str]:
 
 
 def two_steps(n: int = 10, subpath: str = "numbers.txt", version: str | None = None) -> tuple[Step, Step]:
-    numbers = Step(name="demo/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=n))
+    numbers = Step(name="demo/numbers", fn=write_numbers,
+                   config=WriteConfig(output_path=this_output_path(), n=n))
     total = Step(name="demo/total", fn=sum_numbers, version=version,
-                 config=SumConfig(input_path=output_path_of(numbers, subpath), output_path=this_output_path()))
+                 config=SumConfig(input_path=output_path_of(numbers, subpath),
+                                  output_path=this_output_path()))
     return numbers, total
 
 
@@ -75,7 +77,8 @@ def test_golden_identity_document() -> None:
     total = next(n for n in graph.nodes if n.name == "demo/total")
     dep = GOLDEN["demo/numbers"]
     assert canonical_json(total.identity) == (
-        '{"config":{"input_path":{"$dep":"' + dep + '","subpath":"numbers.txt"},"output_path":{"$this":null}},'
+        '{"config":{"input_path":{"$dep":"' + dep + '","subpath":"numbers.txt"},'
+        '"output_path":{"$this":null}},'
         '"dependencies":["' + dep + '"],"name":"demo/total","version":null}'
     )
 
@@ -112,7 +115,8 @@ BASE = GOLDEN["demo/total"]
         {"name": "demo/total2"},
         {"version": "2"},
         {"config": SumConfig(input_path="elsewhere", output_path=this_output_path())},
-        {"config": SumConfig(input_path=output_path_of(two_steps()[0], "other.txt"), output_path=this_output_path())},
+        {"config": SumConfig(input_path=output_path_of(two_steps()[0], "other.txt"),
+                             output_path=this_output_path())},
         {"config": SumConfig(input_path=output_path_of(two_steps()[0], "numbers.txt"),
                              output_path=this_output_path("sub"))},
         {"config": SumConfig(input_path=output_path_of(two_steps(n=11)[0], "numbers.txt"),
@@ -135,8 +139,10 @@ def test_non_identity_inputs_do_not_change_the_hash(change: dict[str, object]) -
 
 
 def test_runtime_field_is_not_hashed_but_reaches_the_function() -> None:
-    a = Step(name="demo/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), workers=1))
-    b = Step(name="demo/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), workers=8))
+    a = Step(name="demo/numbers", fn=write_numbers,
+             config=WriteConfig(output_path=this_output_path(), workers=1))
+    b = Step(name="demo/numbers", fn=write_numbers,
+             config=WriteConfig(output_path=this_output_path(), workers=8))
     assert hashes(a) == hashes(b) == {"demo/numbers": GOLDEN["demo/numbers"]}
 
 
@@ -151,7 +157,8 @@ def test_dependency_change_propagates_transitively() -> None:
     assert all(a[k] != b[k] for k in a)
 
 
-json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
+                                                                  allow_infinity=False) | st.text()
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
     st.text(max_size=5), inner, max_size=3), max_leaves=10)
 
@@ -214,7 +221,8 @@ def test_unserializable_values_are_refused_with_step_and_field(value: object, fi
     step = Step(name="bad/value", fn=noop, config=AnyConfig(output_path=this_output_path(), value=value))
     with pytest.raises(StepDefinitionError) as info:
         build_graph([step])
-    assert "step bad/value" in str(info.value) and f"field {field} " in str(info.value) and why in str(info.value)
+    assert "step bad/value" in str(info.value) and f"field {field} " in str(info.value)
+    assert why in str(info.value)
 
 
 def _make_closure() -> object:
@@ -251,7 +259,8 @@ def test_invalid_names_are_refused(name: str) -> None:
 def test_two_different_steps_with_one_name_is_an_error() -> None:
     a = Step(name="dup/x", fn=noop, config=NoopConfig(output_path=this_output_path(), tag="a"))
     b = Step(name="dup/x", fn=noop, config=NoopConfig(output_path=this_output_path(), tag="b"))
-    with pytest.raises(StepDefinitionError, match=r"two different steps are named 'dup/x'.*config.tag: 'a' -> 'b'"):
+    with pytest.raises(StepDefinitionError,
+                       match=r"two different steps are named 'dup/x'.*config.tag: 'a' -> 'b'"):
         build_graph([a, b])
 
 
@@ -303,7 +312,8 @@ def test_placeholders_resolve_to_real_paths_inside_nested_values() -> None:
 
     numbers, _ = two_steps()
     config = AnyConfig(output_path=this_output_path("out"),
-                       value={"raw": prefix_path("raw/data"), "inputs": (output_path_of(numbers, "numbers.txt"),
+                       value={"raw": prefix_path("raw/data"),
+                              "inputs": (output_path_of(numbers, "numbers.txt"),
                                                                          numbers), "n": 3},
                        inner=Inner(lr=0.5))
     resolved = resolve(config, own_path="gs://b/p/x-1", prefix="gs://b/p", dep_path=lambda s: f"gs://b/p/{s.name}-h")

@@ -1,5 +1,6 @@
-"""Leases and races: exclusive acquisition, heartbeats, stale takeover, owner-only release; ten executors at once
-(threads and processes) run each step exactly once; a SIGKILLed executor's step is taken over after restart."""
+"""Leases and races: exclusive acquisition, heartbeats, stale takeover, owner-only release; ten executors at
+once (threads and processes) run each step exactly once; a SIGKILLed executor's step is taken over after
+restart."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def _count_up(path: str, times: int) -> None:
 
 
 def test_compare_and_swap_across_processes_loses_no_update(tmp_path: Path) -> None:
-    """Each swap replaces the file (a new inode) under the lock of the old one; a process that waited on the old
-    file's lock must notice and lock the new one, or it would compare against stale text and lose an update."""
+    """Each swap replaces the file (a new inode) under the lock of the old one; a process that waited on the
+    old file's lock must notice and lock the new one, or it would compare against stale text and lose an
+    update."""
     import multiprocessing
 
     path = str(tmp_path / "counter")
@@ -111,13 +113,14 @@ def test_stale_lease_is_taken_over_by_exactly_one_and_the_old_owner_cannot_relea
 
 def test_heartbeat_keeps_a_lease_alive_and_release_deletes_it(tmp_path: Path) -> None:
     storage, path = LocalStorage(), str(tmp_path / "lease.json")
-    owner = LeaseManager(storage, "owner", timeout_s=0.4)
+    # Beats every timeout/4 = 0.25 s: going stale needs four beats in a row delayed on a loaded machine.
+    owner = LeaseManager(storage, "owner", timeout_s=1.0)
     assert owner.try_acquire(path, attempt=1).ok
     first = LeaseInfo.parse(Path(path).read_text())
-    time.sleep(1.0)  # > 2 timeouts: without the heartbeat the lease would be stale
+    time.sleep(2.5)  # > 2 timeouts: without the heartbeat the lease would be stale
     renewed = LeaseInfo.parse(Path(path).read_text())
     assert renewed and first and renewed.heartbeat > first.heartbeat and not renewed.is_stale(time.time())
-    other = LeaseManager(storage, "other", timeout_s=0.4)
+    other = LeaseManager(storage, "other", timeout_s=1.0)
     assert not other.try_acquire(path, attempt=1).ok
     assert owner.release(path) and not Path(path).exists()
     owner.stop()
@@ -138,8 +141,8 @@ def test_a_lost_lease_is_reported_and_never_released(tmp_path: Path) -> None:
 
 class _ObjectStoreLike(LocalStorage):
     """Local files that behave like an object store for leases (a version token that must be read back after a
-    write), with faults: the read-back after the next successful compare-and-swap fails once, and writes to the
-    paths in `broken` fail."""
+    write), with faults: the read-back after the next successful compare-and-swap fails once, and writes to
+    the paths in `broken` fail."""
 
     is_local = False
 
@@ -172,7 +175,8 @@ def test_a_renewal_whose_reply_was_lost_keeps_the_lease(tmp_path: Path) -> None:
         assert owner.try_acquire(path, attempt=1).ok
         storage.fail_next_read_back = True
         owner.renew_all()  # the write landed, reading its new version back failed: the old token is kept
-        owner.renew_all()  # refused on the old token; the lease is still ours, so it is renewed under the new one
+        # refused on the old token; the lease is still ours, so it is renewed under the new one
+        owner.renew_all()
         assert lost == [] and owner.holds(path)
         assert owner.release(path) and not Path(path).exists()
     finally:
@@ -224,7 +228,8 @@ def test_ten_executors_in_threads_run_each_step_exactly_once(tmp_path: Path) -> 
 
 def _runner(kind: str, prefix: str, workdir: Path, lease_timeout: float = 60.0) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", kind, prefix, str(workdir), str(lease_timeout)],
+    return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", kind, prefix, str(workdir),
+                             str(lease_timeout)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -250,7 +255,8 @@ def test_sigkilled_executor_is_taken_over_and_only_its_step_reruns(tmp_path: Pat
     _wait_for(tmp_path / "b-started")
     deadline = time.time() + 60
     while not (any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json"))
-               and any("RUNNING" in p.read_text() for p in Path(prefix, "crash").glob("b-*/.marin/status.json"))):
+               and any("RUNNING" in p.read_text() for p in Path(prefix,
+                                                                "crash").glob("b-*/.marin/status.json"))):
         assert time.time() < deadline, "step a never succeeded or b never recorded RUNNING"
         time.sleep(0.02)
     os.kill(first.pid, signal.SIGKILL)  # b is mid-step, a has succeeded
@@ -285,7 +291,8 @@ def test_plan_reports_wait_or_takeover_for_a_running_step(tmp_path: Path, holder
     write_status(storage, path, name=root.name, hash=root.hash, status="RUNNING", attempt=1, run_id="r",
                  executor="elsewhere:1:abc", previous=None, started=time.time())
     heartbeat = time.time() - (0 if holder_alive else 600)
-    storage.write_text(f"{path}/.marin/lease.json", LeaseInfo("elsewhere:1:abc", heartbeat, heartbeat, 60, 1).to_json())
+    storage.write_text(f"{path}/.marin/lease.json",
+                       LeaseInfo("elsewhere:1:abc", heartbeat, heartbeat, 60, 1).to_json())
     entry = make_plan(graph, prefix, storage).entries[0]
     if holder_alive:
         assert entry.action == "wait" and "elsewhere:1:abc" in entry.reason
@@ -321,7 +328,7 @@ def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_pat
 
     step = Step(name="w/slow-fail", fn=block_until_released, config=BlockConfig(
         output_path=this_output_path(), started_file=str(tmp_path / "started"),
-        release_file=str(tmp_path / "never"), timeout_s=0.8))
+        release_file=str(tmp_path / "never"), timeout_s=3.0))  # time enough for the second to plan a wait
     prefix = str(tmp_path / "prefix")
     results: dict[str, object] = {}
 
@@ -338,5 +345,6 @@ def test_a_waiting_executor_reports_the_failure_of_the_one_it_waited_for(tmp_pat
     assert second.plan.entries[0].action == "wait"
     assert second.status_of("w/slow-fail") == "FAILED"
     state = next(iter(second.steps.values()))
-    assert state.error and "failed in executor" in state.error["message"] and "TimeoutError" in state.error["type"]
+    assert state.error and "failed in executor" in state.error["message"]
+    assert "TimeoutError" in state.error["type"]
     assert results["first"].status_of("w/slow-fail") == "FAILED"  # type: ignore[attr-defined]

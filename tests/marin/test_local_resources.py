@@ -1,6 +1,6 @@
-"""The local backend hands out this machine's resources the way Ray hands out a node's: attempts whose requests
-do not fit together run one after another, attempts that fit run at once, and a request larger than the machine
-is an error naming the step before anything runs."""
+"""The local backend hands out this machine's resources the way Ray hands out a node's: attempts whose
+requests do not fit together run one after another, attempts that fit run at once, and a request larger than
+the machine is an error naming the step before anything runs."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def _run(steps: list[Step], tmp_path: Path) -> object:
 def test_steps_that_need_the_whole_machine_run_one_after_another(two_cpus: None, tmp_path: Path) -> None:
     markers = str(tmp_path / "running")
     steps = [Step(name=f"res/big{i}", fn=exclusive, resources=Resources(num_cpus=2),
-                  config=ExclusiveConfig(output_path=this_output_path(), markers_dir=markers)) for i in range(3)]
+                  config=ExclusiveConfig(output_path=this_output_path(),
+                                         markers_dir=markers)) for i in range(3)]
     result = _run(steps, tmp_path)
     assert result.status == "SUCCESS", result.summary  # type: ignore[attr-defined]
 
@@ -45,7 +46,8 @@ def test_the_check_sees_steps_that_overlap(two_cpus: None, tmp_path: Path) -> No
     """Negative control for the test above: the same steps at one CPU each do run at the same time."""
     markers = str(tmp_path / "running")
     steps = [Step(name=f"res/small{i}", fn=exclusive, resources=Resources(num_cpus=1),
-                  config=ExclusiveConfig(output_path=this_output_path(), markers_dir=markers, hold_s=1.0))
+                  # held until the other one arrives (then both fail at once), however late it starts
+                  config=ExclusiveConfig(output_path=this_output_path(), markers_dir=markers, hold_s=60.0))
              for i in range(2)]
     result = _run(steps, tmp_path)
     assert result.status == "FAILED"  # type: ignore[attr-defined]
@@ -63,9 +65,12 @@ def test_steps_that_fit_together_run_at_once(two_cpus: None, tmp_path: Path) -> 
 
 
 def test_a_request_larger_than_the_machine_fails_before_anything_runs(two_cpus: None, tmp_path: Path) -> None:
-    gpu = Step(name="res/gpu", fn=noop, resources=Resources(num_gpus=1), config=NoopConfig(this_output_path()))
-    tpu = Step(name="res/tpu", fn=noop, resources={"resources": {"TPU": 4}}, config=NoopConfig(this_output_path()))
-    fits = Step(name="res/fits", fn=noop, resources=Resources(num_cpus=2), config=NoopConfig(this_output_path()))
+    gpu = Step(name="res/gpu", fn=noop, resources=Resources(num_gpus=1),
+               config=NoopConfig(this_output_path()))
+    tpu = Step(name="res/tpu", fn=noop, resources={"resources": {"TPU": 4}},
+               config=NoopConfig(this_output_path()))
+    fits = Step(name="res/fits", fn=noop, resources=Resources(num_cpus=2),
+                config=NoopConfig(this_output_path()))
     with pytest.raises(InfeasibleResourcesError) as info:
         _run([gpu, tpu, fits], tmp_path)
     message = str(info.value)
@@ -89,9 +94,9 @@ def test_custom_resources_are_declared_in_the_environment(monkeypatch: pytest.Mo
 
 def test_workers_are_forked_only_by_the_executors_thread(two_cpus: None, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A crash retires its worker; the attempt waiting for the machine then needs a new one. The reaper thread that
-    saw the crash must not fork it (a fork copies only the forking thread, and locks other threads hold stay held
-    in the child): it hands the start to the executor's thread."""
+    """A crash retires its worker; the attempt waiting for the machine then needs a new one. The reaper thread
+    that saw the crash must not fork it (a fork copies only the forking thread, and locks other threads hold
+    stay held in the child): it hands the start to the executor's thread."""
     import threading
 
     from tests.marin.fns import DieConfig, die
@@ -110,4 +115,5 @@ def test_workers_are_forked_only_by_the_executors_thread(two_cpus: None, tmp_pat
                  config=NoopConfig(output_path=this_output_path()))
     result = _run([crash, after], tmp_path)
     assert result.status_of("res/crash") == "FAILED" and result.status_of("res/after") == "SUCCESS"  # type: ignore[attr-defined]
-    assert forked_on == [threading.main_thread().name] * 2  # the first worker, and the crashed one's replacement
+    # the first worker, and the crashed one's replacement
+    assert forked_on == [threading.main_thread().name] * 2

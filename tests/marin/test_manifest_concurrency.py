@@ -12,7 +12,8 @@ from marin.storage.fs import storage_for
 
 
 def _start(prefix: str, run_id: str) -> None:
-    start_run(storage_for(prefix), prefix, "exp1_demo-0123abcd", script="experiments/exp1_demo.py", description="",
+    start_run(storage_for(prefix), prefix, "exp1_demo-0123abcd", script="experiments/exp1_demo.py",
+              description="",
               issue=None, provenance={"user": "u", "host": "h", "git_commit": None}, steps=[], run_id=run_id,
               args=[])
 

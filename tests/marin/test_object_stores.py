@@ -38,10 +38,12 @@ def s3_bucket(moto_endpoint: str) -> Iterator[str]:
     """A bucket on the session's moto server; fsspec's s3 defaults point at it for this module only."""
     import fsspec
 
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                            "AWS_DEFAULT_REGION",
                                             "FSSPEC_S3_ENDPOINT_URL", "AWS_EC2_METADATA_DISABLED")}
     saved_conf = fsspec.config.conf.get("s3")
-    os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+    os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                       "AWS_DEFAULT_REGION": "us-east-1",
                        "FSSPEC_S3_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
     fsspec.config.conf["s3"] = {"endpoint_url": moto_endpoint}
     try:
@@ -49,7 +51,8 @@ def s3_bucket(moto_endpoint: str) -> Iterator[str]:
         fs.mkdir("marin-test")
         yield "s3://marin-test"
     finally:
-        # fsspec's config is process-global: leaving this endpoint in it would send later tests' s3:// calls here
+        # fsspec's config is process-global: leaving this endpoint in it would send later tests' s3:// calls
+        # here
         if saved_conf is None:
             fsspec.config.conf.pop("s3", None)
         else:
@@ -101,7 +104,8 @@ def test_s3_stale_lease_takeover_has_one_winner(s3_bucket: str) -> None:
     managers = [LeaseManager(storage, f"m{i}", timeout_s=60) for i in range(4)]
     results = [m.try_acquire(path, attempt=2) for m in managers]
     assert [r.ok for r in results] == [True, False, False, False]
-    assert results[0].previous_owner == "dead-executor" and results[1].holder and results[1].holder.owner == "m0"
+    assert results[0].previous_owner == "dead-executor"
+    assert results[1].holder and results[1].holder.owner == "m0"
     assert managers[0].release(path) and storage.read_text(path) is None
     for m in managers:
         m.stop()
@@ -109,7 +113,8 @@ def test_s3_stale_lease_takeover_has_one_winner(s3_bucket: str) -> None:
 
 def test_a_whole_run_under_an_s3_prefix(s3_bucket: str) -> None:
     prefix = f"{s3_bucket}/runs"
-    first = Step(name="s3/first", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(), text="abc"))
+    first = Step(name="s3/first", fn=fs_write,
+                 config=FsWriteConfig(output_path=this_output_path(), text="abc"))
     second = Step(name="s3/second", fn=fs_copy_upper, config=FsCopyConfig(
         input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
     result = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
@@ -136,7 +141,8 @@ def gcs_bucket() -> Iterator[str]:
         pytest.skip("gcp-storage-emulator is not installed")
     port = free_port()
     proc = subprocess.Popen([exe, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
-                             "--default-bucket=marin-gcs"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--default-bucket=marin-gcs"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     try:
         with gcs_emulator(f"http://127.0.0.1:{port}"):
             _wait_port(port)
@@ -148,7 +154,8 @@ def gcs_bucket() -> Iterator[str]:
 
 def test_a_whole_run_under_a_gs_prefix(gcs_bucket: str) -> None:
     prefix = f"{gcs_bucket}/runs"
-    first = Step(name="gs/first", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(), text="xyz"))
+    first = Step(name="gs/first", fn=fs_write,
+                 config=FsWriteConfig(output_path=this_output_path(), text="xyz"))
     second = Step(name="gs/second", fn=fs_copy_upper, config=FsCopyConfig(
         input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
     result = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
@@ -188,4 +195,5 @@ def test_runs_of_one_experiment_started_at_once_on_s3_all_land_in_its_manifest(s
         t.join()
     text = storage.read_text(manifest_path(s3_bucket, "exp1_demo-0123abcd"))
     assert text is not None
-    assert {r["run_id"]: r["status"] for r in json.loads(text)["runs"]} == {f"run-{i}": "SUCCESS" for i in range(6)}
+    runs = {r["run_id"]: r["status"] for r in json.loads(text)["runs"]}
+    assert runs == {f"run-{i}": "SUCCESS" for i in range(6)}

@@ -1,5 +1,5 @@
-"""Property tests of planning and execution on random DAGs: failures propagate exactly to descendants, everything
-else succeeds, and the next plan says skip / failed / blocked accordingly (and runs everything with
+"""Property tests of planning and execution on random DAGs: failures propagate exactly to descendants,
+everything else succeeds, and the next plan says skip / failed / blocked accordingly (and runs everything with
 --force-run-failed once the failures are gone)."""
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ def build(n: int, deps: list[list[int]], failing: set[int]) -> list[Step]:
     for i in range(n):
         inputs = tuple(output_path_of(steps[d]) for d in deps[i])
         if i in failing:
-            steps.append(Step(name=f"p/s{i}", fn=fail, config=FailConfig(output_path=this_output_path(), inputs=inputs)))
+            steps.append(Step(name=f"p/s{i}", fn=fail,
+                              config=FailConfig(output_path=this_output_path(), inputs=inputs)))
         else:
-            steps.append(Step(name=f"p/s{i}", fn=noop, config=NoopConfig(output_path=this_output_path(), inputs=inputs)))
+            steps.append(Step(name=f"p/s{i}", fn=noop,
+                              config=NoopConfig(output_path=this_output_path(), inputs=inputs)))
     return steps
 
 

@@ -1,6 +1,6 @@
-"""The executor's queued attempts (what the Ray backend does), driven by a deterministic in-process backend that
-runs an attempt as soon as the attempts it is queued behind have results, and then reports the results of a
-burst in *reverse* order: a dependent's result reaches the executor before its dependency's, which is the
+"""The executor's queued attempts (what the Ray backend does), driven by a deterministic in-process backend
+that runs an attempt as soon as the attempts it is queued behind have results, and then reports the results of
+a burst in *reverse* order: a dependent's result reaches the executor before its dependency's, which is the
 order the executor must cope with on a real cluster."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class ReversingQueueBackend:
 
     def __init__(self, completions: Completions) -> None:
         self.completions = completions
-        self.submitted: list[tuple[str, int, tuple[str, ...]]] = []  # (step name, attempt, names queued behind)
+        # (step name, attempt, names queued behind)
+        self.submitted: list[tuple[str, int, tuple[str, ...]]] = []
         self._names: dict[str, str] = {}
         self._results: dict[str, AttemptResult] = {}
         self._pending: list[Task] = []
@@ -82,8 +83,8 @@ class ReversingQueueBackend:
 
 
 class CrashingQueueBackend(ReversingQueueBackend):
-    """Like ReversingQueueBackend, but the first attempt of `q/b` dies after its worker wrote RUNNING, the way a
-    Ray worker process that is killed mid-step fails: Ray reports an error and no start time."""
+    """Like ReversingQueueBackend, but the first attempt of `q/b` dies after its worker wrote RUNNING, the way
+    a Ray worker process that is killed mid-step fails: Ray reports an error and no start time."""
 
     def _execute(self, t: Task) -> AttemptResult:
         if t.name == "q/b" and t.attempt == 1:
@@ -116,9 +117,11 @@ def _status(result: Any, name: str) -> dict[str, Any]:
 
 def _chain(tmp_path: Path, first: Step) -> tuple[Step, Step]:
     counter = str(tmp_path / "ran.txt")
-    b = Step(name="q/b", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter,
+    b = Step(name="q/b", fn=count_and_write,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter,
                                                                 inputs=(output_path_of(first),)))
-    c = Step(name="q/c", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter,
+    c = Step(name="q/c", fn=count_and_write,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter,
                                                                 inputs=(output_path_of(b),)))
     return b, c
 
@@ -126,7 +129,8 @@ def _chain(tmp_path: Path, first: Step) -> tuple[Step, Step]:
 def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled_in_order(
         reversing: list[ReversingQueueBackend], tmp_path: Path) -> None:
     counter = str(tmp_path / "ran.txt")
-    a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
+    a = Step(name="q/a", fn=count_and_write,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b, c = _chain(tmp_path, a)
     result = run_experiment([c],
                             ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
@@ -139,7 +143,8 @@ def test_a_chain_is_queued_at_once_and_results_arriving_out_of_order_are_handled
         assert _events(result, name) == [("RUNNING", 1), ("SUCCESS", 1)]
         assert _status(result, name)["status"] == "SUCCESS"
         assert not Path(result.output_path(name), ".marin/lease.json").exists()
-    assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b", "q/c")]
+    assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b",
+                                                                                               "q/c")]
 
 
 def test_a_step_with_many_dependencies_is_submitted_once_they_succeeded_not_queued_behind_them(
@@ -156,7 +161,8 @@ def test_a_step_with_many_dependencies_is_submitted_once_they_succeeded_not_queu
         output_path=this_output_path(), counter_file=counter,
         inputs=tuple(output_path_of(m) for m in middles[:QUEUE_BEHIND_MAX_DEPENDENCIES])))
     many = Step(name="q/many", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=counter, inputs=tuple(output_path_of(m) for m in middles)))
+        output_path=this_output_path(), counter_file=counter,
+        inputs=tuple(output_path_of(m) for m in middles)))
     result = run_experiment([few, many],
                             ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
                                                max_concurrent=64),
@@ -185,7 +191,8 @@ def test_attempts_queued_behind_a_retried_failure_are_submitted_again_and_run_on
                             verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = reversing
-    # b and c were queued behind a's first attempt, saw it fail without running, and were submitted again once a
+    # b and c were queued behind a's first attempt, saw it fail without running, and were submitted again once
+    # a
     # succeeded: still as their first attempt, since they never ran.
     assert backend.submitted[:3] == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/c", 1, ("q/b",))]
     assert ("q/a", 2, ()) in backend.submitted
@@ -218,19 +225,24 @@ def test_attempts_queued_behind_a_final_failure_become_dep_failed_without_runnin
 def test_a_queued_attempt_whose_worker_died_after_starting_counts_as_an_attempt(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     made: list[CrashingQueueBackend] = []
-    monkeypatch.setattr(marin_main, "_make_backend", lambda *a: made.append(CrashingQueueBackend(a[1])) or made[-1])
+    monkeypatch.setattr(marin_main, "_make_backend",
+                        lambda *a: made.append(CrashingQueueBackend(a[1])) or made[-1])
     counter = str(tmp_path / "ran.txt")
-    a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(), counter_file=counter))
+    a = Step(name="q/a", fn=count_and_write,
+             config=CountConfig(output_path=this_output_path(), counter_file=counter))
     b = Step(name="q/b", fn=count_and_write, retries=1,
-             config=CountConfig(output_path=this_output_path(), counter_file=counter, inputs=(output_path_of(a),)))
+             config=CountConfig(output_path=this_output_path(), counter_file=counter,
+                                inputs=(output_path_of(a),)))
     result = run_experiment([b],
                             ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local",
                                                max_concurrent=8),
                             verbose=False, script="q.py")
     assert result.status == "SUCCESS", result.summary
     [backend] = made
-    # b's first attempt was queued behind a; its result (a crash after RUNNING) was held until a's was handled.
-    # It started, so it is a preempted attempt and the retry is attempt 2 with its own log, not attempt 1 again.
+    # b's first attempt was queued behind a; its result (a crash after RUNNING) was held until a's was
+    # handled.
+    # It started, so it is a preempted attempt and the retry is attempt 2 with its own log, not attempt 1
+    # again.
     assert backend.submitted == [("q/a", 1, ()), ("q/b", 1, ("q/a",)), ("q/b", 2, ())]
     assert _events(result, "q/b") == [("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
     assert _status(result, "q/b")["attempt"] == 2

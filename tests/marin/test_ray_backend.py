@@ -43,7 +43,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 def test_check_feasible_names_the_step_and_the_missing_resource() -> None:
     nodes = [{"CPU": 2.0, "memory": 4e9}, {"CPU": 1.0, "fake_gpu": 1.0}]
-    check_feasible([("ok/cpu", Resources(num_cpus=2)), ("ok/gpu", Resources(resources={"fake_gpu": 1}))], nodes,
+    check_feasible([("ok/cpu", Resources(num_cpus=2)), ("ok/gpu", Resources(resources={"fake_gpu": 1}))],
+                   nodes,
                    "add a node")
     with pytest.raises(InfeasibleResourcesError) as info:
         check_feasible([("train/big", Resources(num_cpus=1, resources={"TPU": 4})),
@@ -61,12 +62,16 @@ def test_ray_options_carry_resources_and_env() -> None:
                     "retry_exceptions": False, "runtime_env": {"env_vars": {"A": "b"}}}
 
 
-def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: Any, marin_prefix: str) -> None:
+def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(
+    ray_embedded: Any, marin_prefix: str
+) -> None:
     from marin import ExecutorMainConfig, run_experiment
 
-    numbers = Step(name="ray/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=5))
+    numbers = Step(name="ray/numbers", fn=write_numbers,
+                   config=WriteConfig(output_path=this_output_path(), n=5))
     total = Step(name="ray/total", fn=sum_numbers,
-                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"),
+                                  output_path=this_output_path()))
     env = Step(name="ray/env", fn=write_env, env={"MARIN_TEST_VAR": "from-step"},
                config=EnvConfig(output_path=this_output_path()))
     bad = Step(name="ray/bad", fn=fail, config=FailConfig(output_path=this_output_path(), message="ray boom"))
@@ -81,14 +86,15 @@ def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(ray_embedded: 
     assert "about to fail" in bad_log and "ValueError: ray boom" in bad_log
     [failure] = result.failures
     assert isinstance(failure, StepFailedError) and isinstance(failure.__cause__, ValueError)
-    assert failure.log_path and failure.log_path.endswith("ray/bad-" + failure.hash[:8] + "/.marin/logs/attempt-1.log")
+    assert failure.log_path
+    assert failure.log_path.endswith("ray/bad-" + failure.hash[:8] + "/.marin/logs/attempt-1.log")
     assert ray_embedded.is_initialized()  # the session's Ray is not shut down by a run that did not start it
 
 
 def test_every_attempt_is_a_ray_task_named_after_its_step_with_its_resources(ray_embedded: Any,
                                                                             marin_prefix: str) -> None:
-    """Options are validated once per resource set and later submissions skip `.options()`: names and resources
-    must still reach each task."""
+    """Options are validated once per resource set and later submissions skip `.options()`: names and
+    resources must still reach each task."""
     from marin import ExecutorMainConfig, run_experiment
 
     steps = [Step(name=f"ray/task{i}", fn=ray_task_info, resources=Resources(num_cpus=cpus),
@@ -133,7 +139,8 @@ def test_results_of_a_batch_come_back_once_each_with_ray_level_failures_as_error
 
 
 def _watch_one(fake_ray: Any) -> tuple[Any, Any]:
-    """Watch one reference ("ref-1" of "task-1") with a result watcher over `fake_ray`; (task, value) delivered."""
+    """Watch one reference ("ref-1" of "task-1") with a result watcher over `fake_ray`; (task, value)
+    delivered."""
     import queue
 
     from marin.execution.ray_backend import _ResultWatcher
@@ -156,7 +163,8 @@ def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
         def __init__(self) -> None:
             self.timeouts: list[float] = []
 
-        def wait(self, refs: list[Any], num_returns: int, timeout: float, fetch_local: bool) -> tuple[list, list]:
+        def wait(self, refs: list[Any], num_returns: int, timeout: float, fetch_local: bool) -> tuple[list,
+                                                                                                      list]:
             self.timeouts.append(timeout)
             start = time.thread_time()
             while time.thread_time() - start < 0.002:
@@ -173,7 +181,8 @@ def test_the_result_watcher_waits_longer_when_a_call_costs_more() -> None:
 
 
 class _FlakyWaitRay:
-    """A fake Ray whose `wait` raises on its first `failures` calls; `up` says whether Ray is still initialized."""
+    """A fake Ray whose `wait` raises on its first `failures` calls; `up` says whether Ray is still
+    initialized."""
 
     def __init__(self, up: bool, failures: int = 1) -> None:
         self.up = up
@@ -194,7 +203,9 @@ class _FlakyWaitRay:
 
 
 @pytest.mark.parametrize("ray_up", [True, False])
-def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_it_is_gone(ray_up: bool) -> None:
+def test_a_failing_wait_is_retried_while_ray_is_up_and_fails_the_attempts_once_it_is_gone(
+    ray_up: bool,
+) -> None:
     fake = _FlakyWaitRay(up=ray_up)
     task, value = _watch_one(fake)
     assert task == "task-1"
@@ -235,12 +246,14 @@ def _start_node(ray_bin: str, args: list[str], env: dict[str, str], log: Path) -
     """`ray start --block`: the node lives as long as this process, so teardown can stop exactly what this
     test started (`ray stop` would stop every Ray process on the machine, other users' included)."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen([ray_bin, "start", "--block", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([ray_bin, "start", "--block", *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     deadline = time.time() + 240
     while "Ray runtime started" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
-            raise RuntimeError(f"ray start {args} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(f"ray start {args} did not come "
+                               f"up:\n{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.2)
     return proc
 
@@ -261,8 +274,10 @@ def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     temp = tmp_path_factory.mktemp("ray-cluster")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    common = ["--num-cpus=1", "--memory=1000000000", "--object-store-memory=100000000", "--disable-usage-stats"]
-    head = _start_node(ray_bin, ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
+    common = ["--num-cpus=1", "--memory=1000000000", "--object-store-memory=100000000",
+              "--disable-usage-stats"]
+    head = _start_node(ray_bin,
+                       ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
                                  *common], {**env, "MARIN_NODE_TAG": "head"}, temp / "head.log")
     address = f"127.0.0.1:{port}"
     worker = None
@@ -282,8 +297,10 @@ def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
     env = {**os.environ, "RAY_AUTH_MODE": "disabled",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     deadline = time.time() + 240
-    out = subprocess.run([sys.executable, "-m", "tests.marin.ray_runner", two_node_cluster, str(tmp_path / "p")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(30, deadline - time.time()))
+    out = subprocess.run([sys.executable, "-m", "tests.marin.ray_runner", two_node_cluster,
+                          str(tmp_path / "p")],
+                         cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=max(30, deadline - time.time()))
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["status"] == "SUCCESS"
@@ -291,14 +308,17 @@ def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
     assert "writing 4 numbers" in report["log"]  # captured by the worker on the other node
 
 
-def test_a_script_that_defines_its_own_steps_runs_them_on_the_cluster(two_node_cluster: str, tmp_path: Path) -> None:
-    """hello_world.py defines its functions and config classes in `__main__`, which cluster workers cannot import:
-    they travel in the run's table of script objects (attempt_pickle), once, and every step runs."""
+def test_a_script_that_defines_its_own_steps_runs_them_on_the_cluster(two_node_cluster: str,
+                                                                      tmp_path: Path) -> None:
+    """hello_world.py defines its functions and config classes in `__main__`, which cluster workers cannot
+    import: they travel in the run's table of script objects (attempt_pickle), once, and every step runs."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     prefix = tmp_path / "p"
-    out = subprocess.run([sys.executable, "experiments/hello_world.py", "--prefix", str(prefix), "--backend", "ray",
-                          "--ray-address", two_node_cluster], cwd=ROOT, env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "experiments/hello_world.py", "--prefix", str(prefix), "--backend",
+                          "ray",
+                          "--ray-address", two_node_cluster], cwd=ROOT, env=env, capture_output=True,
+                          text=True,
                          timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     [total] = prefix.glob("demo/total-*/total.txt")
@@ -320,30 +340,34 @@ def _events(result: Any, name: str) -> list[tuple[str, int]]:
 
 def test_dependents_queued_behind_running_steps_start_only_after_them(ray_embedded: Any, marin_prefix: str,
                                                                        tmp_path: Path) -> None:
-    """On Ray a chain is submitted at once, each attempt queued behind its dependency's result: every step still
-    starts after its dependency ended, reads its output, and writes RUNNING only when it really runs."""
+    """On Ray a chain is submitted at once, each attempt queued behind its dependency's result: every step
+    still starts after its dependency ended, reads its output, and writes RUNNING only when it really runs."""
     from marin import ExecutorMainConfig, run_experiment
 
     counter = tmp_path / "ran.txt"
     first = Step(name="queue/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
-                                                                        counter_file=str(counter), sleep_s=0.5))
+                                                                        counter_file=str(counter),
+                                                                        sleep_s=0.5))
     second = Step(name="queue/b", fn=count_and_write, config=CountConfig(
         output_path=this_output_path(), counter_file=str(counter), sleep_s=0.2,
         inputs=(output_path_of(first, "done.txt"),)))
     third = Step(name="queue/c", fn=count_and_write, config=CountConfig(
-        output_path=this_output_path(), counter_file=str(counter), inputs=(output_path_of(second, "done.txt"),)))
+        output_path=this_output_path(), counter_file=str(counter),
+        inputs=(output_path_of(second, "done.txt"),)))
     result = run_experiment([third], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
                             script="tests/queue.py")
     assert result.status == "SUCCESS"
     a, b, c = (_status(result, n) for n in ("queue/a", "queue/b", "queue/c"))
     assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
-    assert [x["status"] for x in (a, b, c)] == ["SUCCESS"] * 3 and [x["attempt"] for x in (a, b, c)] == [1, 1, 1]
+    assert [x["status"] for x in (a, b, c)] == ["SUCCESS"] * 3 and [x["attempt"] for x in (a, b, c)] == [1, 1,
+                                                                                                         1]
     for name in ("queue/a", "queue/b", "queue/c"):
         assert _events(result, name) == [("RUNNING", 1), ("SUCCESS", 1)]
         info = json.loads(Path(result.output_path(name), ".marin/step.json").read_text())
         assert info["name"] == name and info["output_path"] == result.output_path(name)
         assert not Path(result.output_path(name), ".marin/lease.json").exists()
-    assert counter.read_text().splitlines() == [result.output_path(n) for n in ("queue/a", "queue/b", "queue/c")]
+    assert counter.read_text().splitlines() == [result.output_path(n) for n in ("queue/a", "queue/b",
+                                                                                "queue/c")]
 
 
 def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded: Any, marin_prefix: str,
@@ -370,7 +394,8 @@ def test_steps_queued_behind_a_failure_never_run_and_are_dep_failed(ray_embedded
         assert not Path(result.output_path(name), ".marin/lease.json").exists()
 
 
-def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_embedded: Any, marin_prefix: str,
+def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_embedded: Any,
+                                                                          marin_prefix: str,
                                                                           tmp_path: Path) -> None:
     from marin import ExecutorMainConfig, run_experiment
 
@@ -388,8 +413,9 @@ def test_a_step_queued_behind_a_retried_failure_runs_once_after_the_retry(ray_em
     assert counter.read_text().splitlines() == [result.output_path("qretry/after")]
 
 
-def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is_skipped(ray_embedded: Any,
-                                                                                         tmp_path: Path) -> None:
+def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is_skipped(
+    ray_embedded: Any, tmp_path: Path
+) -> None:
     import queue
     import threading
 
@@ -402,7 +428,8 @@ def test_an_attempt_that_cannot_be_pickled_fails_and_what_is_queued_behind_it_is
     backend = RayBackend(completions)
 
     def task(key: str, config: Any, after: tuple[str, ...] = ()) -> Task:
-        return Task(key=key, name=f"pickle/{key}", fn=noop, config=config, log_path=str(tmp_path / key / "a.log"),
+        return Task(key=key, name=f"pickle/{key}", fn=noop, config=config,
+                    log_path=str(tmp_path / key / "a.log"),
                     env={}, resources=Resources(), attempt=1, after=after)
 
     backend.submit(task("bad", threading.Lock()))  # a lock cannot be pickled

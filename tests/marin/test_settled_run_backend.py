@@ -14,9 +14,11 @@ from tests.marin.fns import SumConfig, WriteConfig, sum_numbers, write_numbers
 
 def test_fully_skipped_run_does_not_start_the_ray_backend(run_marin: Callable[..., Any],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    numbers = Step(name="settled/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))
+    numbers = Step(name="settled/numbers", fn=write_numbers,
+                   config=WriteConfig(output_path=this_output_path()))
     total = Step(name="settled/total", fn=sum_numbers,
-                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+                 config=SumConfig(input_path=output_path_of(numbers, "numbers.txt"),
+                                  output_path=this_output_path()))
     assert run_marin([total]).status == "SUCCESS"
 
     from marin.execution import ray_backend

@@ -59,7 +59,8 @@ def test_an_illegal_change_is_an_internal_error_and_changes_nothing(tmp_path: Pa
     st = board[key]
     st.phase = start  # the phase a step can reach; set directly to test every row
     for to in sorted(set(Phase) - TRANSITIONS[start], key=lambda p: p.name):
-        with pytest.raises(InternalError, match=rf"s/numbers .*illegal state change {start.name} -> {to.name}"):
+        illegal = rf"s/numbers .*illegal state change {start.name} -> {to.name}"
+        with pytest.raises(InternalError, match=illegal):
             board.move(key, to)
         assert st.phase is start and (key in board.running) is False
     for to in TRANSITIONS[start]:

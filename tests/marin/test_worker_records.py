@@ -22,7 +22,8 @@ from tests.marin.fns import WriteConfig, write_numbers
 
 def _numbers_attempt(out: Path, record: StepRecord, *dependencies: AttemptResult) -> AttemptResult:
     """Attempt 1 of a step writing three numbers to `out`, run in this process with `record`."""
-    return execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {}, record,
+    return execute_step(write_numbers, WriteConfig(output_path=str(out), n=3), sf.log_path(str(out), 1), {},
+                        record,
                         *dependencies)
 
 
@@ -46,7 +47,8 @@ def test_the_worker_writes_step_json_running_and_success_under_its_executors_lea
     result = _attempt_under_lease(tmp_path, out)
     assert result.ok and result.started is not None and result.ended is not None
     assert result.started <= result.ended
-    assert result.lease_released and not (out / ".marin/lease.json").exists()  # released once SUCCESS was written
+    # released once SUCCESS was written
+    assert result.lease_released and not (out / ".marin/lease.json").exists()
     status = json.loads((out / ".marin/status.json").read_text())
     assert (status["status"], status["attempt"], status["executor"]) == ("SUCCESS", 1, "exec-1")
     assert status["started"] == result.started and status["ended"] == result.ended
@@ -78,7 +80,9 @@ def test_a_worker_whose_executor_lost_the_lease_while_it_ran_does_not_write_succ
     assert LeaseInfo.parse((out / ".marin/lease.json").read_text()).owner == "exec-2"  # type: ignore[union-attr]
 
 
-def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_not_run(tmp_path: Path) -> None:
+def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_not_run(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "w" / "numbers-abababab"
     other = LeaseManager(storage_for(str(tmp_path)), "exec-2", 60)
     assert other.try_acquire(sf.lease_path(str(out)), attempt=1).ok  # e.g. taken over while it was queued
@@ -91,7 +95,9 @@ def test_an_attempt_whose_lease_went_to_another_executor_before_it_started_does_
     assert not (out / "numbers.txt").exists()
 
 
-def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_running(tmp_path: Path) -> None:
+def test_a_rerun_of_an_attempt_that_already_recorded_success_returns_it_without_running(
+    tmp_path: Path,
+) -> None:
     # Ray re-runs a task whose worker died after writing SUCCESS and releasing the lease, before its reply
     # reached the driver: the recorded result stands, fn is not called again and nothing is rewritten.
     out = tmp_path / "w" / "numbers-abababab"
@@ -166,7 +172,8 @@ def test_a_heartbeat_that_finds_the_lease_released_by_the_worker_is_not_a_lost_l
 
 def test_a_rerun_while_the_lease_is_still_held_returns_the_recorded_success_and_leaves_the_lease(
         tmp_path: Path) -> None:
-    # The worker wrote SUCCESS but died before releasing the lease (or a heartbeat had renewed it): Ray's re-run
+    # The worker wrote SUCCESS but died before releasing the lease (or a heartbeat had renewed it): Ray's
+    # re-run
     # must not run fn again nor overwrite SUCCESS with RUNNING; the executor releases the lease itself.
     out = tmp_path / "w" / "numbers-abababab"
     lease = sf.lease_path(str(out))
@@ -188,7 +195,8 @@ def test_a_rerun_while_the_lease_is_still_held_returns_the_recorded_success_and_
 
 
 def test_an_attempt_from_an_earlier_holding_of_the_lease_does_not_run(tmp_path: Path) -> None:
-    # The executor lost its lease and took it back (a new `acquired`): an attempt submitted under the old holding
+    # The executor lost its lease and took it back (a new `acquired`): an attempt submitted under the old
+    # holding
     # that starts late is not its agent any more.
     out = tmp_path / "w" / "numbers-abababab"
     lease = sf.lease_path(str(out))

@@ -1,4 +1,5 @@
-"""A step never sees the platform's own credentials (the tracker's GitHub token), unless its env passes one."""
+"""A step never sees the platform's own credentials (the tracker's GitHub token), unless its env passes
+one."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def _print_env(_: object) -> None:
     print("environment:", dict(os.environ))
 
 
-def test_platform_token_is_hidden_from_steps_and_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_platform_token_is_hidden_from_steps_and_restored(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_value_123")
     log = tmp_path / "attempt-1.log"
     result = execute_step(_print_env, None, str(log), env={})

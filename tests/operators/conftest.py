@@ -1,4 +1,5 @@
-"""Small real corpora for the data operator tests: a few stdlib modules (domain python) and pydoc topics (prose)."""
+"""Small real corpora for the data operator tests: a few stdlib modules (domain python) and pydoc topics
+(prose)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from operators.ingest import IngestConfig, Source, ingest
 from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer
 
-STDLIB_MODULES = ["bisect", "heapq", "colorsys", "keyword", "fnmatch", "shlex", "textwrap", "graphlib", "glob",
+STDLIB_MODULES = ["bisect", "heapq", "colorsys", "keyword", "fnmatch", "shlex", "textwrap", "graphlib",
+                  "glob",
                   "stat", "string", "numbers", "abc", "copy", "dataclasses", "functools", "operator", "queue",
                   "random", "statistics", "difflib", "pprint", "reprlib", "enum"]
 

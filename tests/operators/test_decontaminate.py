@@ -21,10 +21,13 @@ from operators.ingest import IngestConfig, Source, ingest
 from operators.ngrams import BloomFilter, ngram_hashes
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-            "How many clips did Natalia sell altogether in April and May? Natalia sold 48/2 = 24 clips in May. "
+            "How many clips did Natalia sell altogether in April and May? Natalia sold 48/2 = 24 clips in "
+            "May. "
             "Natalia sold 48+24 = 72 clips altogether in April and May.")
-OTHER_EVAL = ("Weng earns 12 dollars an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
-              "How much did she earn? Weng earns 12/60 = 0.2 dollars per minute. She earned 0.2 x 50 = 10 dollars.")
+OTHER_EVAL = ("Weng earns 12 dollars an hour for babysitting. Yesterday, she just did 50 minutes of "
+              "babysitting. "
+              "How much did she earn? Weng earns 12/60 = 0.2 dollars per minute. She earned 0.2 x 50 = 10 "
+              "dollars.")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,8 @@ def test_injected_leak_is_caught_reported_and_filtered(corpus: Path, eval_file: 
     leak = tmp_path / "mix" / "bundle_notes.txt"
     leak.parent.mkdir()
     # the leaked item sits inside a larger document, re-punctuated and re-cased: normalisation still finds it
-    leak.write_text("Some unrelated preface about arithmetic practice.\n\n" + QUESTION.upper().replace(",", ";")
+    leak.write_text("Some unrelated preface about arithmetic practice.\n\n" + QUESTION.upper().replace(",",
+                                                                                                       ";")
                     + "\n\nAnd an unrelated afterword.", encoding="utf-8")
     leaky = _ingest(corpus, tmp_path / "leaky", extra=leak)
     config = DecontaminateConfig(input_path=leaky, eval_sets=(EvalSet("gsm8k", eval_file),),
@@ -79,7 +83,8 @@ def test_injected_leak_is_caught_reported_and_filtered(corpus: Path, eval_file: 
     tolerant = decontaminate(DecontaminateConfig(**{**config.__dict__, "max_contamination": 0.5,
                                                     "output_path": str(tmp_path / "out2")}))
     assert tolerant["passed"] and tolerant["eval_sets"]["gsm8k"]["contamination"] == 0.5
-    assert read_manifest(str(tmp_path / "out2"))["removed_training_documents"] == [overlap["training_documents"][0]["id"]]
+    removed = read_manifest(str(tmp_path / "out2"))["removed_training_documents"]
+    assert removed == [overlap["training_documents"][0]["id"]]
 
 
 def test_bloom_filter_method_agrees_with_exact(corpus: Path, eval_file: str, tmp_path: Path) -> None:

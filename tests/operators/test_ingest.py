@@ -135,7 +135,8 @@ def test_tampered_shard_is_detected(tmp_path: Path, corpus: Path) -> None:
 
 
 def test_http_url_source(tmp_path: Path) -> None:
-    """A URL source read through fsspec's HTTP filesystem (a real server on loopback; https works the same)."""
+    """A URL source read through fsspec's HTTP filesystem (a real server on loopback; https works the
+    same)."""
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer

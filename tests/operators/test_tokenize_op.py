@@ -40,7 +40,8 @@ def _digests(root: str) -> dict[str, Any]:
     caches = {}
     for manifest in sorted(Path(root).rglob("manifest.json")):
         m = json.loads(manifest.read_text())
-        caches[str(manifest.parent.relative_to(root))] = [(s["name"], s["tokens_sha256"]) for s in m["shards"]]
+        caches[str(manifest.parent.relative_to(root))] = [(s["name"],
+                                                           s["tokens_sha256"]) for s in m["shards"]]
     return caches
 
 
@@ -66,13 +67,15 @@ def test_per_domain_validation_caches(dataset: str, tokenizer_dir: str, tokenize
     assert set(summary["validation"]) == set(val_domains)
     for dom, rel in summary["validation"].items():
         cache = TokenCache(f"{tokenized}/{rel}")
-        assert cache.read(0, cache.num_tokens).tolist() == _reference(dataset, tokenizer_dir, "validation", dom)
+        assert cache.read(0, cache.num_tokens).tolist() == _reference(dataset, tokenizer_dir, "validation",
+                                                                      dom)
         assert set(cache.domains) == {dom} and cache.num_bytes == val_domains[dom]["bytes"]
 
 
 def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokenizer_dir: str, tokenized: str,
                                                            tmp_path: Path) -> None:
-    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir,
+                                      output_path=str(tmp_path),
                                       num_workers=1, backend="processes"))
     assert _digests(str(tmp_path)) == _digests(tokenized)
     all_tokens = sum(TokenCache(str(p.parent)).num_tokens for p in tmp_path.rglob("manifest.json"))
@@ -84,7 +87,8 @@ def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokeniz
 
 def test_fork_server_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
                                             tmp_path: Path) -> None:
-    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must start its
+    # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must start
+    # its
     # workers from a fork server instead
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, daemon=True)

@@ -26,7 +26,8 @@ from operators.train import TrainConfig, train, trainer_config
 VOCAB, EOS = 64, 0
 TEXTS = {
     "alpha": ["def f(x):\n    return x + 1\n", "naïve café — ünïcode 🙂", "a", "    \n\t  spaces\n"],
-    "beta": ["The quick brown fox jumps over the lazy dog.", "日本語のテキスト", "x = [i * i for i in range(9)]"],
+    "beta": ["The quick brown fox jumps over the lazy dog.", "日本語のテキスト",
+             "x = [i * i for i in range(9)]"],
 }
 
 
@@ -143,7 +144,8 @@ def test_eval_finds_the_validation_caches_of_a_tokenize_step(caches: dict[str, s
     (tmp_path / "caches-alpha").symlink_to(caches["alpha"])
     cfg = toy_config()
     ckpt = save_checkpoint(tmp_path / "run", cfg, bigram_params(cfg))
-    result = evaluate(EvaluateConfig(output_path=str(tmp_path / "eval"), checkpoint=ckpt, tokenized=str(tokenized),
+    result = evaluate(EvaluateConfig(output_path=str(tmp_path / "eval"), checkpoint=ckpt,
+                                     tokenized=str(tokenized),
                                      validation={"beta": caches["beta"]}))
     assert sorted(result["domains"]) == ["alpha", "beta"]
     with pytest.raises(FileNotFoundError, match="tokenize.json is missing"):
@@ -162,11 +164,14 @@ def train_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def small_train(output: Path, train_cache: str, **changes: Any) -> TrainConfig:
     fields: dict[str, Any] = dict(
-        model={"vocab_size": VOCAB, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "head_dim": 8,
-               "d_ff": 32, "n_experts": 4, "top_k": 2, "expert_d_ff": 16, "n_shared_experts": 1, "shared_d_ff": 16},
+        model={"vocab_size": VOCAB, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
+               "head_dim": 8,
+               "d_ff": 32, "n_experts": 4, "top_k": 2, "expert_d_ff": 16, "n_shared_experts": 1,
+               "shared_d_ff": 16},
         overrides={"schedule.warmup_steps": 2, "matmul_precision": "highest"},
         num_steps=6, batch_size=2, seq_len=16, checkpoint_every=2, wandb_mode="disabled", progress_bar=False)
-    return TrainConfig(output_path=str(output), train_cache=train_cache, preset="tiny", **{**fields, **changes})
+    return TrainConfig(output_path=str(output), train_cache=train_cache, preset="tiny",
+                       **{**fields, **changes})
 
 
 def metrics_rows(output: Path) -> list[dict[str, Any]]:
@@ -212,12 +217,14 @@ def test_train_config_builds_from_preset_and_overrides(train_cache: str, tmp_pat
     heads = trainer_config(dataclasses.replace(small_train(tmp_path / "r3", train_cache),
                                                model={"n_heads": 3, "n_kv_heads": 1}))
     assert (heads.model.n_heads, heads.model.n_kv_heads) == (3, 1)
-    whole_model = trainer_config(dataclasses.replace(small_train(tmp_path / "r2", train_cache), model=toy_config()))
+    whole_model = trainer_config(dataclasses.replace(small_train(tmp_path / "r2", train_cache),
+                                                     model=toy_config()))
     assert whole_model.model.n_experts == 4 and whole_model.model.max_seq_len == 16
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"overrides": {"optimizer.learning_rate": 0.1}}, "OptimizerConfig has no field 'learning_rate'; valid fields"),
+    ({"overrides": {"optimizer.learning_rate": 0.1}},
+     "OptimizerConfig has no field 'learning_rate'; valid fields"),
     ({"overrides": {"num_steps.x": 1}}, "not a config with fields"),
     ({"model": {"n_expert": 3}}, "ModelConfig has no field 'n_expert'"),
     ({"preset": "no-such-preset"}, "unknown preset 'no-such-preset'; valid presets"),
@@ -253,10 +260,12 @@ def test_runtime_fields_do_not_change_the_step_identity(train_cache: str) -> Non
     assert step_hash(overrides={"optimizer.lr": 0.01}) != base
 
 
-def test_train_evaluates_during_training_when_given_validation_caches(train_cache: str, caches: dict[str, str],
+def test_train_evaluates_during_training_when_given_validation_caches(train_cache: str,
+                                                                      caches: dict[str, str],
                                                                      tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result = train(small_train(out, train_cache, num_steps=4, validation=caches, eval_every=2, eval_max_batches=1))
+    result = train(small_train(out, train_cache, num_steps=4, validation=caches, eval_every=2,
+                               eval_max_batches=1))
     evals = [r for r in metrics_rows(out) if "eval" in r]
     assert [r["step"] for r in evals] == [2, 4]
     assert sorted(evals[-1]["eval"]["domains"]) == ["alpha", "beta"]

@@ -1,4 +1,5 @@
-"""train_tokenizer: byte-level BPE that round-trips any text exactly; adopting tokenizer.json and SentencePiece."""
+"""train_tokenizer: byte-level BPE that round-trips any text exactly; adopting tokenizer.json and
+SentencePiece."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from operators.train_tokenizer import TrainTokenizerConfig, load_tokenizer, trai
 HARD_TEXTS = [
     "", " ", "  two leading spaces", "trailing spaces   ", "\t\ttabs\tand\r\nCRLF\n\n\nnewlines\r",
     "héllo wörld — naïve café", "日本語のテキストと中文", "emoji 😀👩‍👩‍👧‍👦🏳️‍🌈 flags 🇫🇷",
-    "zero\u200bwidth\ufeffBOM and combining e\u0301", "control \x00\x01\x1f chars", "<|endoftext|> is text here",
+    "zero\u200bwidth\ufeffBOM and combining e\u0301", "control \x00\x01\x1f chars",
+    "<|endoftext|> is text here",
     "def f(x):\n    return x ** 2  # comment\n", "Ünïcödé\u2028line\u2029separators", "a" * 500,
 ]
 
@@ -33,7 +35,8 @@ def test_trained_tokenizer_round_trips_exactly(tokenizer_dir: str) -> None:
 
 
 def test_training_is_deterministic(dataset: str, tokenizer_dir: str, tmp_path: Path) -> None:
-    again = train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path), input_path=dataset, vocab_size=1024))
+    again = train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path), input_path=dataset,
+                                                 vocab_size=1024))
     assert again["sha256"] == load_tokenizer(tokenizer_dir)[1]["sha256"]
     assert again["sample"]["documents"] > 0
 
@@ -77,7 +80,8 @@ def test_adopt_sentencepiece_model(tmp_path: Path) -> None:
         if model_type == "bpe":
             assert same == len(samples)
         else:
-            # Unigram: equal-score segmentations (runs like "****") may break ties differently; see spm_import.py
+            # Unigram: equal-score segmentations (runs like "****") may break ties differently; see
+            # spm_import.py
             assert same >= len(samples) - 3
         for s in samples:  # either way the ids decode to what sentencepiece decodes
             assert tok.decode(sp.encode(s)) == sp.decode(sp.encode(s))
@@ -90,9 +94,11 @@ def test_bad_inputs(tmp_path: Path) -> None:
         TrainTokenizerConfig(output_path="x", input_path="y", vocab_size=100)
     (tmp_path / "junk.model").write_bytes(b"\xff\xff\xff\xff\xff")
     with pytest.raises(ValueError, match="neither a tokenizer.json nor a SentencePiece"):
-        train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path / "o"), existing=str(tmp_path / "junk.model")))
+        train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path / "o"),
+                                             existing=str(tmp_path / "junk.model")))
     (tmp_path / "broken.json").write_text(json.dumps({"model": "nope"}))
     with pytest.raises(ValueError, match="not a valid tokenizer.json"):
-        train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path / "o"), existing=str(tmp_path / "broken.json")))
+        train_tokenizer(TrainTokenizerConfig(output_path=str(tmp_path / "o"),
+                                             existing=str(tmp_path / "broken.json")))
     with pytest.raises(FileNotFoundError, match="no tokenizer at"):
         load_tokenizer(str(tmp_path / "missing"))

@@ -40,4 +40,5 @@ def sleeps() -> SleepRecorder:
 @pytest.fixture
 def gh_tracker(fake_github: FakeGitHub, sleeps: SleepRecorder) -> GitHubTracker:
     policy = RetryPolicy(max_attempts=4, base_delay_s=0.5, max_rate_limit_wait_s=120, sleep=sleeps)
-    return GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, policy=policy, throttle=False, timeout_s=5)
+    return GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, policy=policy, throttle=False,
+                         timeout_s=5)

@@ -20,7 +20,8 @@ def train_like(cfg: TrainLikeConfig) -> None:
         for step in range(1, cfg.steps + 1):
             f.write(json.dumps({"step": step, "loss": 4.0 / step, "lr": 1e-3}) + "\n")
     with open(os.path.join(cfg.output_path, "wandb.json"), "w") as f:
-        json.dump({"project": "tiny", "run_id": "r123", "mode": "offline", "dir": cfg.output_path, "url": None}, f)
+        json.dump({"project": "tiny", "run_id": "r123", "mode": "offline", "dir": cfg.output_path,
+                   "url": None}, f)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,8 @@ def test_duration() -> None:
 
 
 def test_metrics_tail_of_a_large_file(tmp_path: Path) -> None:
-    rows = [{"step": i, "loss": 10.0 / i, "lr": 1e-3, "expert_load": [[0.25] * 4] * 8} for i in range(1, 2001)]
+    rows = [{"step": i, "loss": 10.0 / i, "lr": 1e-3, "expert_load": [[0.25] * 4] * 8} for i in range(1,
+                                                                                                      2001)]
     text = "\n".join(json.dumps(r) for r in rows) + "\n"
     assert len(text) > 4 * TAIL_BYTES  # only the tail is read
     (tmp_path / "metrics.jsonl").write_text(text + '{"step": 2001, "loss": 0.0')  # the trainer is mid-write
@@ -48,7 +49,8 @@ def test_metrics_tail_of_a_large_file(tmp_path: Path) -> None:
 
 def test_unreadable_outputs_are_reported_not_raised(tmp_path: Path) -> None:
     (tmp_path / "eval.json").write_text("{not json")
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\nbroken line\n{"step": 2, "loss": 0.5}\n')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\nbroken line\n{"step": 2, "loss": '
+                                            '0.5}\n')
     out = read_step_outputs(str(tmp_path))
     assert out.final_loss == 0.5  # a damaged line before the last good one does not matter
     assert out.problems == ("eval.json unreadable (JSONDecodeError)",)

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def _tracker_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("GITHUB_TOKEN", "GITHUB_API_URL", "MARIN_TRACKER", "MARIN_ISSUE_REPO", "MARIN_DASHBOARD_URL"):
+    for name in ("GITHUB_TOKEN", "GITHUB_API_URL", "MARIN_TRACKER", "MARIN_ISSUE_REPO",
+                 "MARIN_DASHBOARD_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MARIN_TRACKER_MIN_INTERVAL", "0.05")
 
@@ -41,8 +42,8 @@ def _tracker_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def pipeline(fail_eval: bool = False) -> list[Step]:
     train = Step(name="e2e/train", fn=train_like, config=TrainLikeConfig(output_path=this_output_path()))
     if fail_eval:
-        evaluation = Step(name="e2e/eval", fn=fail, config=FailConfig(output_path=this_output_path(),
-                                                                       message=f"bad {output_path_of(train)}"))
+        failing = FailConfig(output_path=this_output_path(), message=f"bad {output_path_of(train)}")
+        evaluation = Step(name="e2e/eval", fn=fail, config=failing)
     else:
         evaluation = Step(name="e2e/eval", fn=eval_like, config=EvalLikeConfig(
             model_path=output_path_of(train), output_path=this_output_path()))
@@ -67,7 +68,8 @@ def test_run_publishes_to_github_and_a_rerun_edits_the_same_comment(
         first = run_marin(pipeline(), issue=f"{REPO}#1", script="experiments/exp1_tiny.py", verbose=True)
         assert first.status == "SUCCESS" and first.publisher_errors == []
         comments = server.issue_comments(REPO, 1)
-        assert len(comments) == 1 and comments[0]["body"].startswith(marker(first.experiment_id, marin_prefix))
+        assert len(comments) == 1 and comments[0]["body"].startswith(marker(first.experiment_id,
+                                                                            marin_prefix))
         body = comments[0]["body"]
         assert f"Experiment `{first.experiment_id}` — SUCCESS" in body and "2 SUCCESS" in body
         assert "loss 0.8000 @ 5" in body and "`offline r123`" in body
@@ -136,12 +138,14 @@ def test_local_tracker_gets_a_live_status_comment(run_marin: Callable[..., Any],
 
 
 def test_issue_new_skeleton_runs_and_reports_to_its_issue(tmp_path: Path, marin_prefix: str) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib" / "moe_trainer" / "src")]),
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib" / "moe_trainer" / "src")]),
            "MARIN_PREFIX": marin_prefix}
     experiments = tmp_path / "experiments"
     made = subprocess.run([sys.executable, "-m", "marin", "issue", "new", "Tiny skeleton", "--body",
                            "Hypothesis: the skeleton runs as generated.", "--write", "--experiments-dir",
-                           str(experiments)], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                           str(experiments)], env=env, capture_output=True, text=True, cwd=tmp_path,
+                           timeout=120)
     assert made.returncode == 0, made.stderr
     script = experiments / "exp1_tiny_skeleton.py"
     ran = subprocess.run([sys.executable, str(script), "--backend", "local"], env=env, capture_output=True,
@@ -152,7 +156,8 @@ def test_issue_new_skeleton_runs_and_reports_to_its_issue(tmp_path: Path, marin_
 
 
 def test_local_issue_comment_is_live_while_the_run_goes_on(mixed_run: Any) -> None:
-    """A run in every state at once (exec's `mixed_run`, linked to openlab/demo#7, no token: local tracker)."""
+    """A run in every state at once (exec's `mixed_run`, linked to openlab/demo#7, no token: local
+    tracker)."""
     tracker = LocalTracker(mixed_run.prefix, repo="openlab/demo", readonly=True)
 
     def comment_body() -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.status.publisher import DEFAULT_PUBLISHER_FACTORIES, RunContext
+from marin.status.publisher import DEFAULT_PUBLISHER_FACTORIES, RunContext, registered_publisher_factories
 from marin.tracking import issue_publisher_factory
 from marin.tracking.base import TrackerAuthError
 from marin.tracking.factory import choose_backend, make_tracker
@@ -58,7 +58,9 @@ def test_make_tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_publisher_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert issue_publisher_factory in DEFAULT_PUBLISHER_FACTORIES  # registered by importing marin.tracking
+    # declared under the marin.publishers entry point (pyproject.toml), not registered by an import
+    assert issue_publisher_factory in registered_publisher_factories()[0]
+    assert issue_publisher_factory not in DEFAULT_PUBLISHER_FACTORIES
     ctx = RunContext(prefix=str(tmp_path), issue=None, experiment_id="e-1", script="s.py")
     assert issue_publisher_factory(ctx) is None
     monkeypatch.setenv("MARIN_DASHBOARD_URL", "http://127.0.0.1:8000")

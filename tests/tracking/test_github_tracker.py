@@ -41,13 +41,16 @@ def test_create_and_list_issues_and_paginated_comments(gh_tracker: GitHubTracker
     assert [c.body for c in gh_tracker.list_comments(2)] == [f"c{i}" for i in range(35)]
 
 
-def test_edit_of_a_comment_not_seen_before_fetches_it(gh_tracker: GitHubTracker, fake_github: FakeGitHub) -> None:
-    comment_id = GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False).create_comment(1, "a").id
+def test_edit_of_a_comment_not_seen_before_fetches_it(gh_tracker: GitHubTracker,
+                                                      fake_github: FakeGitHub) -> None:
+    comment_id = GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False).create_comment(1,
+                                                                                                         "a").id
     assert gh_tracker.edit_comment(1, comment_id, "b").body == "b"
     assert fake_github.issue_comments(REPO, 1)[0]["body"] == "b"
 
 
-@pytest.mark.parametrize("fault", [Fault("status", 502), Fault("status", 503), Fault("drop")], ids=["502", "503", "drop"])
+@pytest.mark.parametrize("fault", [Fault("status", 502), Fault("status", 503), Fault("drop")],
+                         ids=["502", "503", "drop"])
 def test_transient_failures_are_retried_with_backoff(gh_tracker: GitHubTracker, fake_github: FakeGitHub,
                                                      sleeps: SleepRecorder, fault: Fault) -> None:
     comment = gh_tracker.create_comment(1, "x")
@@ -61,7 +64,8 @@ def test_rate_limit_waits_for_the_reset_header(gh_tracker: GitHubTracker, fake_g
                                                sleeps: SleepRecorder) -> None:
     gh_tracker.get_issue(1)
     reset = int(time.time()) + 7
-    fake_github.inject(Fault("status", 403, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(reset)},
+    fake_github.inject(Fault("status", 403,
+                             headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(reset)},
                              message="API rate limit exceeded for user ID 1."))
     fake_github.inject(Fault("status", 429, headers={"Retry-After": "3"}, message="Too Many Requests"))
     fake_github.inject(Fault("status", 403, message="You have exceeded a secondary rate limit."))
@@ -82,14 +86,16 @@ def test_rate_limit_longer_than_the_cap_fails_at_once(gh_tracker: GitHubTracker,
     assert sleeps.waits == []
 
 
-def test_persistent_5xx_gives_up_with_a_clear_error(gh_tracker: GitHubTracker, fake_github: FakeGitHub) -> None:
+def test_persistent_5xx_gives_up_with_a_clear_error(gh_tracker: GitHubTracker,
+                                                    fake_github: FakeGitHub) -> None:
     gh_tracker.get_issue(1)
     fake_github.inject(Fault("status", 500, message="boom"), times=10)
     with pytest.raises(TrackerUnavailable, match=r"list comments of #1 .*HTTP 500.*gave up after 4 attempts"):
         gh_tracker.list_comments(1)
 
 
-def test_non_retryable_errors(gh_tracker: GitHubTracker, fake_github: FakeGitHub, sleeps: SleepRecorder) -> None:
+def test_non_retryable_errors(gh_tracker: GitHubTracker, fake_github: FakeGitHub,
+                              sleeps: SleepRecorder) -> None:
     with pytest.raises(TrackerNotFound, match="#99"):
         gh_tracker.get_issue(99)
     bad = GitHubTracker(REPO, "ghp_wrongwrongwrong0123456789", api_url=fake_github.base_url, throttle=False)

@@ -13,7 +13,8 @@ from marin.tracking.skeleton import slugify
 from tests.fakes.github_api import FakeGitHub
 from tests.tracking.conftest import REPO, TOKEN
 
-BODY = "Hypothesis: doubling the router width lowers the load imbalance\nwithout hurting loss.\n\nDetails follow."
+BODY = ("Hypothesis: doubling the router width lowers the load imbalance\nwithout hurting loss.\n\n"
+        "Details follow.")
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +24,8 @@ def _no_ambient_config(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_new_in_the_local_tracker_writes_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_new_in_the_local_tracker_writes_the_script(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     prefix, experiments = tmp_path / "out", tmp_path / "experiments"
     argv = ["new", "Wider router: 2x!", "--body", BODY, "--prefix", str(prefix), "--write",
             "--experiments-dir", str(experiments)]
@@ -50,7 +52,8 @@ def test_write_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[st
     experiments = tmp_path / "experiments"
     experiments.mkdir()
     (experiments / "exp1_x.py").write_text("mine")
-    assert main(["new", "x", "--prefix", str(tmp_path / "out"), "--write", "--experiments-dir", str(experiments)]) == 1
+    assert main(["new", "x", "--prefix", str(tmp_path / "out"), "--write", "--experiments-dir",
+                 str(experiments)]) == 1
     assert "already exists" in capsys.readouterr().err
     assert (experiments / "exp1_x.py").read_text() == "mine"
 
@@ -82,7 +85,8 @@ def test_new_on_github_then_show_and_list(tmp_path: Path, capsys: pytest.Capture
                                                         f"{REPO}#1\topen\tTry MoE 8x [experiment]"]
         assert main(["show", f"{REPO}#1"]) == 0
         shown = capsys.readouterr().out
-        assert shown.startswith(f"{REPO}#1 (open) [experiment]: Try MoE 8x") and "doubling the router" in shown
+        assert shown.startswith(f"{REPO}#1 (open) [experiment]: Try MoE 8x")
+        assert "doubling the router" in shown
         assert TOKEN not in out + shown
         assert not (tmp_path / ".marin-tracker").exists()  # nothing went to the local tracker
 

@@ -112,8 +112,9 @@ def test_object_store_prefix_syncs_through_fsspec(tmp_path: Path) -> None:
     assert [c.body for c in reader.list_comments(1)] == ["bob was here"]
 
 
-def test_object_store_write_reapplied_when_the_remote_changed_meanwhile(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_object_store_write_reapplied_when_the_remote_changed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prefix = "memory://bucket-race/prefix"
     alice = LocalTracker(prefix, cache_dir=tmp_path / "alice")
     bob = LocalTracker(prefix, cache_dir=tmp_path / "bob")
@@ -130,7 +131,8 @@ def test_object_store_write_reapplied_when_the_remote_changed_meanwhile(tmp_path
 
     monkeypatch.setattr(alice, "_transaction", racing_transaction)
     alice.create_comment(1, "alice's comment")
-    bodies = sorted(c.body for c in LocalTracker(prefix, readonly=True, cache_dir=tmp_path / "c").list_comments(1))
+    bodies = sorted(c.body for c in LocalTracker(prefix, readonly=True,
+                                                 cache_dir=tmp_path / "c").list_comments(1))
     assert bodies == ["alice's comment", "bob's comment"]
 
 

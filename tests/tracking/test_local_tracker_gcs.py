@@ -26,7 +26,8 @@ def gcs_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([EMULATOR, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
-                             "--default-bucket=tracker-test"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--default-bucket=tracker-test"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 30
         while True:

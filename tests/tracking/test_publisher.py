@@ -42,7 +42,8 @@ def test_one_comment_created_then_edited_with_labels(gh_tracker: GitHubTracker, 
                                                      tmp_path: Path) -> None:
     prefix = str(tmp_path)
     pub = publisher(gh_tracker, dashboard_url="http://dash.local:8000")
-    view = run(prefix, [step("demo/numbers", prefix, "RUNNING", started=time.time()), step("demo/total", prefix)])
+    view = run(prefix,
+               [step("demo/numbers", prefix, "RUNNING", started=time.time()), step("demo/total", prefix)])
     pub.publish(view, final=False)
     wait_for(lambda: len(fake_github.issue_comments(REPO, 1)) == 1 and fake_github.labels(REPO, 1))
     first = fake_github.issue_comments(REPO, 1)[0]
@@ -51,7 +52,8 @@ def test_one_comment_created_then_edited_with_labels(gh_tracker: GitHubTracker, 
     assert f"[dashboard](http://dash.local:8000/experiments/{EXP})" in first["body"]
     assert fake_github.labels(REPO, 1) == ["marin:running"]
 
-    done = run(prefix, [step("demo/numbers", prefix, "SUCCESS"), step("demo/total", prefix, "SUCCESS")], "SUCCESS")
+    done = run(prefix, [step("demo/numbers", prefix, "SUCCESS"), step("demo/total", prefix, "SUCCESS")],
+               "SUCCESS")
     pub.publish(done, final=True)
     comments = fake_github.issue_comments(REPO, 1)
     assert len(comments) == 1 and comments[0]["id"] == first["id"]
@@ -66,7 +68,8 @@ def test_failed_run_moves_the_label_and_lists_the_error(gh_tracker: GitHubTracke
                                                         tmp_path: Path) -> None:
     prefix = str(tmp_path)
     fake_github.repos[REPO]["issues"][1]["_labels"].update({"marin:running", "experiment"})
-    error = "Traceback (most recent call last):\n  File \"x.py\"\nValueError: lr must be positive\n" + "more\n" * 20
+    error = ('Traceback (most recent call last):\n  File "x.py"\nValueError: lr must be positive\n'
+             + "more\n" * 20)
     failed = run(prefix, [step("train/tiny", prefix, "FAILED", attempt=2, error=error),
                           step("eval/tiny", prefix, "DEP_FAILED")], "FAILED")
     publisher(gh_tracker).publish(failed, final=True)
@@ -108,7 +111,8 @@ def test_restarted_executor_edits_the_same_comment(fake_github: FakeGitHub, tmp_
         {"run_id": "run-2", "started": 1764000100.0, "status": "RUNNING"}]}))
     fake_github.add_issue(REPO, "unrelated")  # #2
     for _ in range(3):  # other people's comments first
-        GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False).create_comment(1, "nice idea")
+        GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False).create_comment(1,
+                                                                                                "nice idea")
 
     def fresh_tracker() -> GitHubTracker:  # a new process: nothing cached
         return GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False)
@@ -126,7 +130,8 @@ def test_restarted_executor_edits_the_same_comment(fake_github: FakeGitHub, tmp_
     assert "Earlier runs: `run-1` FAILED" in managed[0]["body"]
     assert "by `ada` · commit `0123456789ab`" in managed[0]["body"]
     # another prefix running the same DAG keeps its own comment
-    publisher(fresh_tracker()).publish(run(prefix + "-b", [step("a", prefix, "SUCCESS")], "SUCCESS"), final=True)
+    publisher(fresh_tracker()).publish(run(prefix + "-b", [step("a", prefix, "SUCCESS")], "SUCCESS"),
+                                       final=True)
     assert len(fake_github.issue_comments(REPO, 1)) == 5
 
 
@@ -134,7 +139,8 @@ def test_rate_limits_and_5xx_are_retried_then_published(gh_tracker: GitHubTracke
                                                         sleeps: SleepRecorder, tmp_path: Path) -> None:
     prefix = str(tmp_path)
     fake_github.inject(Fault("status", 502, path_regex=r"/comments$"))
-    fake_github.inject(Fault("status", 403, headers={"Retry-After": "2"}, message="You have exceeded a secondary "
+    fake_github.inject(Fault("status", 403, headers={"Retry-After": "2"},
+                             message="You have exceeded a secondary "
                              "rate limit", method="POST"))
     fake_github.inject(Fault("status", 429, headers={"X-RateLimit-Remaining": "0",
                                                      "X-RateLimit-Reset": str(int(time.time()) + 4)},
@@ -152,15 +158,18 @@ def test_rate_limits_and_5xx_are_retried_then_published(gh_tracker: GitHubTracke
     assert len(fake_github.issue_comments(REPO, 1)) == 1
 
 
-def test_dropped_create_answer_does_not_duplicate_the_comment(gh_tracker: GitHubTracker, fake_github: FakeGitHub,
+def test_dropped_create_answer_does_not_duplicate_the_comment(gh_tracker: GitHubTracker,
+                                                              fake_github: FakeGitHub,
                                                               tmp_path: Path) -> None:
     fake_github.inject(Fault("drop_after", method="POST", path_regex=r"/comments$"))
-    publisher(gh_tracker).publish(run(str(tmp_path), [step("a", str(tmp_path), "SUCCESS")], "SUCCESS"), final=True)
+    publisher(gh_tracker).publish(run(str(tmp_path), [step("a", str(tmp_path), "SUCCESS")], "SUCCESS"),
+                                  final=True)
     assert len(fake_github.issue_comments(REPO, 1)) == 1
     assert "— SUCCESS" in fake_github.issue_comments(REPO, 1)[0]["body"]
 
 
-def test_unreachable_tracker_is_reported_not_raised_into_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+def test_unreachable_tracker_is_reported_not_raised_into_the_run(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture,
                                                                  sleeps: SleepRecorder) -> None:
     with FakeGitHub(token=TOKEN) as server:
         url = server.base_url  # a port that nothing listens on once the server is gone
@@ -173,12 +182,14 @@ def test_unreachable_tracker_is_reported_not_raised_into_the_run(tmp_path: Path,
     with pytest.raises(PublishError) as info:
         pub.publish(run(prefix, [step("a", prefix, "SUCCESS")], "SUCCESS"), final=True)
     message = str(info.value)
-    assert "lab/experiments#1" in message and "network error" in message and "earlier failed updates" in message
+    assert "lab/experiments#1" in message and "network error" in message
+    assert "earlier failed updates" in message
     assert TOKEN not in message and all(TOKEN not in e for e in pub.errors)
     assert TOKEN not in caplog.text
 
 
-def test_deleted_comment_is_recreated(gh_tracker: GitHubTracker, fake_github: FakeGitHub, tmp_path: Path) -> None:
+def test_deleted_comment_is_recreated(gh_tracker: GitHubTracker, fake_github: FakeGitHub,
+                                      tmp_path: Path) -> None:
     prefix = str(tmp_path)
     pub = publisher(gh_tracker)
     pub.publish(run(prefix, [step("a", prefix, "RUNNING")]), final=False)
@@ -209,7 +220,8 @@ def test_comment_shows_wandb_link_loss_and_bpb(gh_tracker: GitHubTracker, fake_g
                                               "macro": {"bpb": 1.367}}))
     offline = step("train/offline", prefix, "SUCCESS")
     Path(offline.output_path).mkdir(parents=True)
-    (Path(offline.output_path) / "wandb.json").write_text(json.dumps({"run_id": "xyz", "mode": "offline", "url": None}))
+    (Path(offline.output_path) / "wandb.json").write_text(json.dumps({"run_id": "xyz", "mode": "offline",
+                                                                      "url": None}))
     publisher(gh_tracker).publish(run(prefix, [train, evaluation, offline], "SUCCESS"), final=True)
     body = fake_github.issue_comments(REPO, 1)[0]["body"]
     assert "[run](https://wandb.ai/lab/p/runs/abc)" in body
@@ -224,7 +236,8 @@ def test_local_tracker_gets_the_issue_comment_and_labels(tmp_path: Path) -> None
     pub = IssuePublisher(tracker, 4, min_interval_s=0)
     view = run(prefix, [step("a", prefix, "RUNNING")], issue="local/experiments#4")
     pub.publish(view, final=False)
-    pub.publish(run(prefix, [step("a", prefix, "SUCCESS")], "SUCCESS", issue="local/experiments#4"), final=True)
+    pub.publish(run(prefix, [step("a", prefix, "SUCCESS")], "SUCCESS", issue="local/experiments#4"),
+                final=True)
     reader = LocalTracker(prefix, readonly=True)
     issue = reader.get_issue(4)  # a fresh prefix lacked it: the publisher created it
     assert issue.title == "Does a wider router balance expert load?" and issue.labels == ("marin:succeeded",)
@@ -243,14 +256,16 @@ def test_markdown_cannot_be_broken_by_step_names_or_errors(gh_tracker: GitHubTra
     assert body.startswith(marker(EXP, prefix)) and body.count("<!-- marin-status:") == 2
 
 
-def test_token_never_leaves_the_process(fake_github: FakeGitHub, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+def test_token_never_leaves_the_process(fake_github: FakeGitHub, tmp_path: Path,
+                                        caplog: pytest.LogCaptureFixture,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     caplog.set_level(logging.DEBUG)  # PyGithub and urllib3 log requests at DEBUG
     tracker = GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False,
                             policy=RetryPolicy(max_attempts=2, sleep=lambda s: None))
     prefix = str(tmp_path)
-    leaky = step("a", prefix, "FAILED", error=f"RuntimeError: auth with {TOKEN} failed; header Authorization: "
+    leaky = step("a", prefix, "FAILED",
+                 error=f"RuntimeError: auth with {TOKEN} failed; header Authorization: "
                                               f"token {TOKEN}")
     fake_github.inject(Fault("status", 500, message=f"echo {TOKEN}"), times=4)
     pub = publisher(tracker)
@@ -266,7 +281,8 @@ def test_token_never_leaves_the_process(fake_github: FakeGitHub, tmp_path: Path,
 
 def test_bad_credentials_stop_background_updates_until_the_final_report(fake_github: FakeGitHub,
                                                                          tmp_path: Path) -> None:
-    tracker = GitHubTracker(REPO, "ghp_revokedtoken0123456789ab", api_url=fake_github.base_url, throttle=False)
+    tracker = GitHubTracker(REPO, "ghp_revokedtoken0123456789ab", api_url=fake_github.base_url,
+                            throttle=False)
     pub = publisher(tracker, interval=0.01)
     prefix = str(tmp_path)
     view = run(prefix, [step(f"s{i}", prefix) for i in range(50)])

@@ -6,8 +6,8 @@
 For each single-device backend ("dense" oracle, "ragged" with ragged_dot, with the blocked grouped matmul and
 with the slot tensors of expert_slots.py) it times the jitted forward and forward+backward (gradients with
 respect to tokens and expert weights) and reports seconds per call (wall and process CPU time) and the
-achieved expert FLOP rate (routed work only: 2 * 3 * tokens * top_k * d_model * d_ff FLOPs forward, 3x that for
-forward+backward).
+achieved expert FLOP rate (routed work only: 2 * 3 * tokens * top_k * d_model * d_ff FLOPs forward, 3x that
+for forward+backward).
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ class JaxStep:
         self.cfg = cfg
         self.mesh = build_mesh(cfg.mesh)
         self.shape = (cfg.data.batch_size, cfg.data.seq_len)
-        self.comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps,
+        self.comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps,
+                             cfg.num_steps,
                              cfg.seed, self.mesh, self.shape)
         self.state = self.comp.init()
         self.batches = [jax.device_put(_batch(cfg, i), self.comp.batch_sharding) for i in range(4)]
@@ -80,11 +81,13 @@ class TorchStep:
         torch.set_num_threads(os.cpu_count() or 1)
         hf = hf_config_of(model_cfg)
         hf["output_router_logits"] = True  # include the load-balancing loss, as our step does
-        self.model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{k: v for k, v in hf.items() if k != "architectures"}))
+        self.model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{k: v for k,
+                                                           v in hf.items() if k != "architectures"}))
         self.model.train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
         rng = np.random.default_rng(0)
-        self.data = [torch.from_numpy(rng.integers(0, model_cfg.vocab_size, (batch, seq + 1))) for _ in range(4)]
+        self.data = [torch.from_numpy(rng.integers(0, model_cfg.vocab_size,
+                                                   (batch, seq + 1))) for _ in range(4)]
         self.i = 0
         self.loss = float("nan")
         self.cpu: list[float] = []
@@ -103,7 +106,8 @@ class TorchStep:
         return time.perf_counter() - t
 
 
-def _summary(times: list[float], cpu: list[float], tokens: int, fpt: float, peak_total: float) -> dict[str, Any]:
+def _summary(times: list[float], cpu: list[float], tokens: int, fpt: float, peak_total: float) -> dict[str,
+                                                                                                       Any]:
     step_s = statistics.median(times)
     tps = tokens / step_s
     return {"tokens_per_s": tps, "step_time_s": step_s, "step_times_s": times, "mfu": tps * fpt / peak_total,
@@ -144,7 +148,8 @@ def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool, on
         "devices": n_dev, "compute_dtype": cfg.model.compute_dtype,
     }
     if ours is not None:
-        entry["jax"] = {**_summary(ours_t, ours.cpu, tokens, fpt, peak_total), "compile_and_warmup_s": compile_s,
+        entry["jax"] = {**_summary(ours_t, ours.cpu, tokens, fpt, peak_total),
+                        "compile_and_warmup_s": compile_s,
                         "final_loss": ours.loss}
     if ref is not None:
         import torch
@@ -153,7 +158,8 @@ def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool, on
                                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                                        "final_loss": ref.loss}
     if ours is not None and ref is not None:
-        entry["ratio_jax_over_torch"] = entry["jax"]["tokens_per_s"] / entry["torch_transformers"]["tokens_per_s"]
+        torch_tps = entry["torch_transformers"]["tokens_per_s"]
+        entry["ratio_jax_over_torch"] = entry["jax"]["tokens_per_s"] / torch_tps
         paired = [r / o for o, r in zip(ours_t, ref_t, strict=True)]
         entry["ratio_paired_median"] = statistics.median(paired)
     return entry

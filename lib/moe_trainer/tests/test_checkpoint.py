@@ -78,7 +78,8 @@ def test_interrupted_save_is_never_the_restore_point(tmp_path: Path) -> None:
     env = {**os.environ, "XLA_FLAGS": ""}
     subprocess.run([sys.executable, "-c", CRASHING_SAVER, str(directory)], check=True, env=env, timeout=120)
     leftovers = [p.name for p in directory.iterdir() if p.name.startswith("2")]
-    assert leftovers and all("tmp" in n for n in leftovers), f"the crash must leave a partial step 2: {leftovers}"
+    assert leftovers and all("tmp" in n for n in leftovers), (
+        f"the crash must leave a partial step 2: {leftovers}")
     ckpt = Checkpointer(str(directory), CheckpointConfig(keep=3, async_save=True))
     assert ckpt.latest_step() == 1 and ckpt.all_steps() == [1]
     abstract = {"w": jax.ShapeDtypeStruct((8,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}

@@ -1,6 +1,6 @@
-"""The fused, chunked output head + cross-entropy (chunked_loss.py) against the plain path: values and gradients
-(hidden states, head, loss weights), z-loss, masking, padding of uneven chunks, tied and untied heads, bf16,
-and the whole training loss on one device and on an 8-device mesh."""
+"""The fused, chunked output head + cross-entropy (chunked_loss.py) against the plain path: values and
+gradients (hidden states, head, loss weights), z-loss, masking, padding of uneven chunks, tied and untied
+heads, bf16, and the whole training loss on one device and on an 8-device mesh."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def _value_and_grads(fn: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("chunk_tokens", [1, 7, 9, 12, 30, 1000], ids=lambda c: f"chunk{c}")
 def test_values_and_gradients_equal_the_plain_path(inputs: tuple[jax.Array, ...], chunk_tokens: int) -> None:
-    """Chunks of 1 position, uneven chunks (the sequence is padded), one chunk, and one larger than the batch."""
+    """Chunks of 1 position, uneven chunks (the sequence is padded), one chunk, and one larger than the
+    batch."""
     fused = jax.jit(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=chunk_tokens))
     plain = jax.jit(functools.partial(_plain, z=Z))
     (f_out, f_grads), (p_out, p_grads) = _value_and_grads(fused, inputs), _value_and_grads(plain, inputs)
@@ -77,7 +78,8 @@ def test_statistics_carry_no_gradient_and_the_loss_scales_with_its_cotangent(inp
 def test_bf16_compute_matches_the_plain_path_to_bf16_precision(inputs: tuple[jax.Array, ...]) -> None:
     h, w, t, m = inputs
     hb, wb = h.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    f_out, f_grads = _value_and_grads(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7), (hb, wb, t, m))
+    f_out, f_grads = _value_and_grads(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7),
+                                      (hb, wb, t, m))
     p_out, p_grads = _value_and_grads(functools.partial(_plain, z=Z), (hb, wb, t, m))
     for a, b in zip(f_out, p_out, strict=True):
         assert a.dtype == jnp.float32
@@ -97,7 +99,8 @@ def test_chunk_plan_and_argument_errors() -> None:
     with pytest.raises(ValueError, match="chunk_tokens"):
         seq_chunks(4, 8, 0)
     with pytest.raises(ValueError, match=r"w \[d, vocab\]"):
-        chunked_lm_loss(jnp.zeros((2, 3, 4)), jnp.zeros((5, 6)), jnp.zeros((2, 3), jnp.int32), jnp.ones((2, 3)),
+        chunked_lm_loss(jnp.zeros((2, 3, 4)), jnp.zeros((5, 6)), jnp.zeros((2, 3), jnp.int32),
+                        jnp.ones((2, 3)),
                         z_coef=0.0, chunk_tokens=4)
     with pytest.raises(ValueError, match="loss_chunk_tokens"):
         ModelConfig(loss_chunk_tokens=-1)
@@ -164,6 +167,7 @@ def test_sharded_fused_loss_equals_the_sharded_plain_loss() -> None:
     assert params["lm_head"].sharding.spec == P("data", "model")
     batch = jax.device_put(_batch(1), NamedSharding(mesh, P(("data", "expert"))))
     plain = _loss_and_grads(cfg.replace(loss_chunk_tokens=0), params, batch, mesh=mesh)
-    fused = _loss_and_grads(cfg.replace(loss_chunk_tokens=8), params, batch, mesh=mesh)  # 4 chunks of 2 positions
+    # 4 chunks of 2 positions
+    fused = _loss_and_grads(cfg.replace(loss_chunk_tokens=8), params, batch, mesh=mesh)
     _assert_same(fused, plain)
     assert fused[2]["lm_head"].sharding.spec == plain[2]["lm_head"].sharding.spec

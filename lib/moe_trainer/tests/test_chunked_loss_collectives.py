@@ -52,7 +52,8 @@ def _compiled_loss_and_grad(cfg: ModelConfig, mesh: Any, head_spec: P | None = N
 
     def loss(p: dict, b: dict) -> jax.Array:
         if head_spec is not None:  # the negative control: force the head to another layout inside the step
-            p = {**p, "lm_head": jax.lax.with_sharding_constraint(p["lm_head"], NamedSharding(mesh, head_spec))}
+            p = {**p,
+                 "lm_head": jax.lax.with_sharding_constraint(p["lm_head"], NamedSharding(mesh, head_spec))}
         return loss_fn(p, b, jnp.float32(32.0), 1)[0]
 
     return jax.jit(jax.value_and_grad(loss)).lower(params, batch).compile().as_text()

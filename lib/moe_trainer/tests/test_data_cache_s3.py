@@ -40,7 +40,8 @@ def test_cache_round_trip_on_s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatc
     want = np.concatenate([np.append(ids, 0) for name in sorted(shards) for ids, _, _ in shards[name]])
     assert cache.num_tokens == want.size and cache.num_documents == 40
     assert np.array_equal(cache.read(0, cache.num_tokens), want)
-    assert np.array_equal(cache.read(want.size // 2 - 5, want.size // 2 + 5), want[want.size // 2 - 5: want.size // 2 + 5])
+    assert np.array_equal(cache.read(want.size // 2 - 5, want.size // 2 + 5),
+                          want[want.size // 2 - 5: want.size // 2 + 5])
     cache.verify()
     batch = TrainLoader(cache, batch_size=2, seq_len=16, seed=1).batch(3)
     assert batch["inputs"].shape == (2, 16)

@@ -1,4 +1,5 @@
-"""Every dispatch backend against the dense oracle: values, gradients, padding, capacity drops (8 CPU devices)."""
+"""Every dispatch backend against the dense oracle: values, gradients, padding, capacity drops (8 CPU
+devices)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def _value_and_grads(backend: str, capacity: int | None, mesh: jax.sharding.Mesh
 
     def run(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: dict, cot: jax.Array) -> tuple:
         def loss(x: jax.Array, w: jax.Array, ex: dict) -> tuple:
-            out, dropped = run_dispatch(name, x, ids, w, valid, ex, capacity=capacity, n_groups=GROUPS, mesh=mesh,
+            out, dropped = run_dispatch(name, x, ids, w, valid, ex, capacity=capacity, n_groups=GROUPS,
+                                        mesh=mesh,
                                         matmul=matmul or "auto")
             return jnp.sum(out * cot), (out, dropped)
 
@@ -82,14 +84,16 @@ def _expected_drops(ids: np.ndarray, valid: np.ndarray, capacity: int) -> int:
 
 @pytest.mark.parametrize("capacity", [None, 3, 1], ids=["dropless", "cap3", "cap1"])
 @pytest.mark.parametrize("name", BACKENDS)
-def test_backend_matches_oracle(name: str, capacity: int | None, mesh: jax.sharding.Mesh, inputs: dict) -> None:
+def test_backend_matches_oracle(name: str, capacity: int | None, mesh: jax.sharding.Mesh,
+                                inputs: dict) -> None:
     out_ref, drop_ref, g_ref = _call("dense", capacity, mesh, inputs)
     out, drop, g = _call(name, capacity, mesh, inputs)
     np.testing.assert_allclose(out, out_ref, rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert int(drop) == int(drop_ref)
-    expected = 0 if capacity is None else _expected_drops(np.asarray(inputs["ids"]), np.asarray(inputs["valid"]),
+    expected = 0 if capacity is None else _expected_drops(np.asarray(inputs["ids"]),
+                                                          np.asarray(inputs["valid"]),
                                                           capacity)
     assert int(drop_ref) == expected
     if capacity == 1:
@@ -97,7 +101,8 @@ def test_backend_matches_oracle(name: str, capacity: int | None, mesh: jax.shard
 
 
 @pytest.mark.parametrize("name", ["dense", *BACKENDS])
-def test_padding_tokens_give_zero_output_and_gradient(name: str, mesh: jax.sharding.Mesh, inputs: dict) -> None:
+def test_padding_tokens_give_zero_output_and_gradient(name: str, mesh: jax.sharding.Mesh,
+                                                      inputs: dict) -> None:
     out, _, (gx, gw, _) = _call(name, None, mesh, inputs)
     pad = ~np.asarray(inputs["valid"])
     assert np.all(np.asarray(out)[pad] == 0.0)
@@ -134,7 +139,8 @@ def test_queue_positions_follow_token_order() -> None:
 
 def test_ep_backend_without_mesh_is_refused(inputs: dict) -> None:
     with pytest.raises(ValueError, match="needs a mesh"):
-        run_dispatch("ep_alltoall", inputs["x"], inputs["ids"], inputs["w"], inputs["valid"], inputs["experts"],
+        run_dispatch("ep_alltoall", inputs["x"], inputs["ids"], inputs["w"], inputs["valid"],
+                     inputs["experts"],
                      capacity=None)
 
 
@@ -153,7 +159,8 @@ def test_blocked_grouped_matmul_equals_ragged_dot() -> None:
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert np.all(np.asarray(got)[33:] == 0.0)
     g_ref = jax.grad(lambda a, b: jnp.sum(jnp.sin(jax.lax.ragged_dot(a, b, sizes))), argnums=(0, 1))(xs, w)
-    g_got = jax.grad(lambda a, b: jnp.sum(jnp.sin(blocked_grouped_matmul(a, b, sizes))), argnums=(0, 1))(xs, w)
+    g_got = jax.grad(lambda a, b: jnp.sum(jnp.sin(blocked_grouped_matmul(a, b, sizes))), argnums=(0, 1))(xs,
+                                                                                                         w)
     for a, b in zip(g_got, g_ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -169,16 +176,17 @@ def test_slots_overflow_blocks_cover_every_overflow_slot_once() -> None:
     steps = int(_overflow_steps(jnp.asarray(counts), c0, c1, g))
     got = []
     for i in range(steps):
-        e, first, live = (np.asarray(a) for a in _overflow_blocks(jnp.asarray(counts), c0, c1, jnp.int32(i), g))
+        e, first, live = (np.asarray(a) for a in _overflow_blocks(jnp.asarray(counts), c0, c1, jnp.int32(i),
+                                                                  g))
         got += [(int(a), int(b)) for a, b, ok in zip(e, first, live, strict=True) if ok]
     assert got == want and steps == -(-len(want) // g)
 
 
 @pytest.mark.parametrize("skew", [0.0, 1.5, 50.0], ids=["random", "skewed", "one_expert"])
 def test_slots_handle_any_load(skew: float) -> None:
-    """The slot chunks are sized for the mean load: a skewed or fully collapsed routing (every token on expert 0,
-    several loop trips of overflow blocks) must still equal the oracle in values and gradients, at a shape where
-    the first chunk (16 slots per expert here, then overflow blocks of 8) is far from enough."""
+    """The slot chunks are sized for the mean load: a skewed or fully collapsed routing (every token on expert
+    0, several loop trips of overflow blocks) must still equal the oracle in values and gradients, at a shape
+    where the first chunk (16 slots per expert here, then overflow blocks of 8) is far from enough."""
     from moe_trainer.dispatch import dense_dispatch
     from moe_trainer.expert_slots import chunk_sizes, slots_expert_compute
 
@@ -200,7 +208,8 @@ def test_slots_handle_any_load(skew: float) -> None:
     def value_and_grads(fn: object) -> tuple:
         def loss(x: jax.Array, w: jax.Array, ex: dict) -> jax.Array:
             return jnp.sum(fn(x, ids, w, keep, ex) * cot)  # type: ignore[operator]
-        return jax.jit(lambda x, w, ex: (fn(x, ids, w, keep, ex), jax.grad(loss, (0, 1, 2))(x, w, ex)))(x, w, ex)  # type: ignore[operator]
+        return jax.jit(lambda x, w, ex: (fn(x, ids, w, keep, ex), jax.grad(loss, (0, 1, 2))(x, w, ex)))(x, w,
+                                                                                                        ex)  # type: ignore[operator]
 
     out_ref, g_ref = value_and_grads(dense_dispatch)
     out, g = value_and_grads(slots_expert_compute)

@@ -1,4 +1,5 @@
-"""Gradient clipping, update-norm clipping and skip-bad-step: windows, triggers, and untouched state on skip."""
+"""Gradient clipping, update-norm clipping and skip-bad-step: windows, triggers, and untouched state on
+skip."""
 
 from __future__ import annotations
 
@@ -138,7 +139,8 @@ def test_metrics_rows_keep_nonfinite_values_visible(tmp_path: Any) -> None:
                 "expert_load": np.array([[0.5, np.nan]]), "skipped": np.bool_(True)})
     writer.close()
     row = json.loads((tmp_path / "metrics.jsonl").read_text())
-    assert row == {"step": 1, "loss": "nan", "grad_norm": "inf", "expert_load": [[0.5, "nan"]], "skipped": True}
+    assert row == {"step": 1, "loss": "nan", "grad_norm": "inf", "expert_load": [[0.5, "nan"]],
+                   "skipped": True}
 
 
 def test_donated_step_copies_no_parameter_or_optimizer_state() -> None:
@@ -158,7 +160,8 @@ def test_donated_step_copies_no_parameter_or_optimizer_state() -> None:
     step = jax.jit(make_train_step(toy_loss, tx, sched, cfg), donate_argnums=0, keep_unused=True)
     hlo = step.lower(state, batch).compile().as_text()
     entry = hlo[hlo.index("\nENTRY"):]
-    number = {m.group(1): int(m.group(2)) for m in re.finditer(r"%([\w.\-]+) = \S+ parameter\((\d+)\)", entry)}
+    number = {m.group(1): int(m.group(2)) for m in re.finditer(r"%([\w.\-]+) = \S+ parameter\((\d+)\)",
+                                                               entry)}
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((state, batch))[0]]
     assert len(number) == len(paths), "every state and batch leaf is one entry parameter"
     copied = [paths[number[name]] for name in re.findall(r" copy\(%([\w.\-]+)\)", entry) if name in number]

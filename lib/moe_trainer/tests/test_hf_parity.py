@@ -18,9 +18,11 @@ from moe_trainer.hf import hf_config_of, load_hf, save_hf
 
 HF_CONFIGS = {
     # first layer dense, softmax top-2 renormalised, untied head, full attention
-    "renorm": dict(mlp_only_layers=[0], decoder_sparse_step=1, norm_topk_prob=True, tie_word_embeddings=False),
+    "renorm": dict(mlp_only_layers=[0], decoder_sparse_step=1, norm_topk_prob=True,
+                   tie_word_embeddings=False),
     # every 2nd layer MoE, no renormalisation, tied embeddings, sliding window on every layer
-    "window_tied": dict(mlp_only_layers=[], decoder_sparse_step=2, norm_topk_prob=False, tie_word_embeddings=True,
+    "window_tied": dict(mlp_only_layers=[], decoder_sparse_step=2, norm_topk_prob=False,
+                        tie_word_embeddings=True,
                         use_sliding_window=True, sliding_window=5),
 }
 
@@ -62,7 +64,8 @@ def test_load_hf_matches_transformers(hf_pair: tuple) -> None:
     ours = np.asarray(model.logits(tokens))
     theirs = out.logits.numpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(_per_token_ce(ours, tokens), _per_token_ce(theirs, tokens), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_per_token_ce(ours, tokens), _per_token_ce(theirs, tokens), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_aux_loss_matches_hf_load_balancing_loss(hf_pair: tuple) -> None:

@@ -23,7 +23,8 @@ from moe_trainer import (
 )
 from moe_trainer.params import is_axes_leaf
 
-# Every feature on at once: dense first layer, shared experts, latent, half-RoPE, NoPE, window, sigmoid, aux-free.
+# Every feature on at once: dense first layer, shared experts, latent, half-RoPE, NoPE, window, sigmoid,
+# aux-free.
 RICH = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
                    n_experts=8, top_k=2, expert_d_ff=16, first_k_dense=1, n_shared_experts=1, shared_d_ff=8,
                    latent_dim=16, rope_fraction=0.5, nope_every=2, sliding_window=4, score_fn="sigmoid",
@@ -68,7 +69,8 @@ def _jit_forward(cfg: ModelConfig, dispatch: str | None = None, cf: object = "co
     return jax.jit(functools.partial(forward, cfg=cfg, dispatch=dispatch, capacity_factor=cf))
 
 
-def _fwd(params: dict, tokens: jax.Array, cfg: ModelConfig, dispatch: str | None = None, cf: object = "config",
+def _fwd(params: dict, tokens: jax.Array, cfg: ModelConfig, dispatch: str | None = None,
+         cf: object = "config",
          segment_ids: jax.Array | None = None) -> tuple:
     """Jitted forward, compiled once per (config, backend, capacity, shape) across the module."""
     return _jit_forward(cfg, dispatch, cf)(params, tokens, segment_ids=segment_ids)
@@ -84,7 +86,7 @@ def _close(a: object, b: object, rtol: float = 1e-5, atol: float = 1e-6) -> None
         np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
 
 
-# ---- config and parameter tree --------------------------------------------------------------------------------
+# ---- config and parameter tree -----------------------------------------------------------------------------
 @pytest.mark.parametrize(("change", "field"), [
     (dict(n_kv_heads=3), "n_kv_heads"),
     (dict(rope_fraction=0.3), "rope_fraction"),
@@ -116,7 +118,7 @@ def test_logical_axes_match_params(params: dict, mesh: jax.sharding.Mesh) -> Non
     assert tuple(specs["embed"].spec) == ("model", "data")
 
 
-# ---- backends and sharding agree end to end ---------------------------------------------------------------------
+# ---- backends and sharding agree end to end ----------------------------------------------------------------
 @pytest.mark.parametrize("cf", [None, 0.5], ids=["dropless", "cf0.5"])
 def test_ragged_matches_dense_oracle(params: dict, tokens: jax.Array, cf: float | None) -> None:
     ref = _run(params, tokens, "dense", cf)
@@ -130,7 +132,8 @@ def test_ragged_matches_dense_oracle(params: dict, tokens: jax.Array, cf: float 
 @pytest.mark.parametrize("dispatch", ["ep_allgather", "ep_alltoall", "ragged"])
 def test_sharded_forward_matches_single_device(params: dict, tokens: jax.Array, mesh: jax.sharding.Mesh,
                                                dispatch: str) -> None:
-    """(data=2, expert=2, model=2) sharded params and EP dispatch equal the 1-device oracle, values and grads."""
+    """(data=2, expert=2, model=2) sharded params and EP dispatch equal the 1-device oracle, values and
+    grads."""
     ref = _run(params, tokens, "dense", None)
     got = _run(shard_params(params, RICH, mesh), tokens, dispatch, None, mesh)
     _close(got[:2], ref[:2])
@@ -149,7 +152,7 @@ def test_sharded_capacity_drops_match_grouped_oracle(params: dict, tokens: jax.A
     assert int(got[2].dropped) == int(ref[2].dropped) > 0
 
 
-# ---- masking and positions ------------------------------------------------------------------------------------------
+# ---- masking and positions ---------------------------------------------------------------------------------
 def test_documents_in_a_packed_row_do_not_see_each_other(params: dict, tokens: jax.Array) -> None:
     seg = jnp.array([[0] * 3 + [1] * 5] * B, jnp.int32)
     packed, _ = _fwd(params, tokens, RICH, "dense", None, seg)
@@ -198,7 +201,7 @@ def test_nope_layers_ignore_token_order_and_rope_fraction_zero_equals_nope(token
     np.testing.assert_allclose(e, a, rtol=1e-6, atol=1e-6)
 
 
-# ---- balancing, capacity, losses, dtype -------------------------------------------------------------------------
+# ---- balancing, capacity, losses, dtype --------------------------------------------------------------------
 def test_aux_free_bias_steers_selection_only(params: dict, tokens: jax.Array) -> None:
     _, _, stats, grads = _run(params, tokens, "dense", None)
     assert np.all(np.asarray(grads["layers"][1]["moe"]["router_bias"]) == 0.0)
@@ -242,15 +245,16 @@ def test_model_logits_and_bf16(params: dict, tokens: jax.Array) -> None:
 
 def test_remat_gives_the_same_gradients(params: dict, tokens: jax.Array) -> None:
     ref = _run(params, tokens, "ragged", None)
-    (loss, (logits, _)), grads = _value_and_grad(RICH.replace(remat=True), "ragged", None, None)(params, tokens)
+    (loss, (logits, _)), grads = _value_and_grad(RICH.replace(remat=True), "ragged", None, None)(params,
+                                                                                                 tokens)
     _close((loss, logits), ref[:2])
     _close(grads, ref[3], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("window", [None, 24], ids=["causal", "window24"])
 def test_causal_query_blocks_equal_one_block(window: int | None) -> None:
-    """Skipping the key blocks above the diagonal (2 and 4 query blocks) gives the one-block values and gradients,
-    with documents packed in a row (segment masking) and a sliding window."""
+    """Skipping the key blocks above the diagonal (2 and 4 query blocks) gives the one-block values and
+    gradients, with documents packed in a row (segment masking) and a sliding window."""
     from moe_trainer.attention import attention_mask, causal_attend
 
     b, n, g, s, hd = 2, 2, 2, 64, 8

@@ -1,4 +1,5 @@
-"""Analytic parameter and FLOP counts: exact against the real parameter tree, and the Marin 535B-A23B preset."""
+"""Analytic parameter and FLOP counts: exact against the real parameter tree, and the Marin 535B-A23B
+preset."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ def test_schedule_boundaries(kind: str) -> None:
         assert at(decay_start) == pytest.approx(1.0)  # stable right up to the decay
         assert at(decay_start + 12) == pytest.approx(1.0 - 0.9 * 12 / 25, abs=1e-6)
     values = [at(s) for s in range(10, 101)]
-    assert all(a >= b - 1e-7 for a, b in zip(values, values[1:], strict=False)), "must not increase after warmup"
+    assert all(a >= b - 1e-7 for a,
+               b in zip(values, values[1:], strict=False)), "must not increase after warmup"
 
 
 def test_schedule_rejects_bad_kind() -> None:
@@ -116,7 +117,8 @@ def test_muon_matrix_views_follow_logical_axes() -> None:
     # wo as one [heads*head_dim, embed] matrix: orthogonal over the merged rows, not per head.
     params = {"wo": jnp.zeros((4, 8, 32), jnp.float32)}
     axes = {"wo": ("heads", "head_dim", "embed")}
-    tx = optim.build_optimizer(optim.OptimizerConfig(name="muon", muon_lr=1.0, weight_decay=0.0), params, axes)
+    tx = optim.build_optimizer(optim.OptimizerConfig(name="muon", muon_lr=1.0, weight_decay=0.0), params,
+                               axes)
     g = {"wo": jax.random.normal(jax.random.key(3), (4, 8, 32), jnp.float32)}
     upd = np.asarray(tx.update(g, tx.init(params), params)[0]["wo"]).reshape(32, 32)
     s = np.linalg.svd(upd / (0.2 * np.sqrt(32)), compute_uv=False)

@@ -38,7 +38,8 @@ EOS = 0
 SEQ = 32
 BATCH = 8
 ROW_KEYS = {"step", "loss", "lr", "grad_norm", "update_norm", "skipped", "clipped", "tokens_per_s", "mfu",
-            "aux_loss", "router_z_loss", "logit_z_loss", "drop_rate", "expert_load", "routing_entropy", "time"}
+            "aux_loss", "router_z_loss", "logit_z_loss", "drop_rate", "expert_load", "routing_entropy",
+            "time"}
 
 MODEL = ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64,
                     max_seq_len=SEQ, n_experts=4, top_k=2, expert_d_ff=32, n_shared_experts=1,
@@ -136,7 +137,8 @@ def test_metrics_rows_wandb_reference_and_eval_outputs(learned: dict[str, Any]) 
     eval_rows = [r for r in rows if "eval" in r]
     assert [r["step"] for r in eval_rows] == [160]
     ev = eval_rows[0]["eval"]
-    assert set(ev["domains"]) == {"arith", "arith2"} and {"loss", "bpb", "tokens", "bytes"} <= set(ev["micro"])
+    assert set(ev["domains"]) == {"arith", "arith2"} and {"loss", "bpb", "tokens",
+                                                          "bytes"} <= set(ev["micro"])
     assert json.loads((out / "eval.json").read_text()) == ev
     ref = json.loads((out / "wandb.json").read_text())
     assert ref["mode"] == "offline" and ref["url"] is None and ref["project"] == "moe-trainer"
@@ -186,14 +188,16 @@ def test_resume_is_bit_exact(learned: dict[str, Any], caches: dict[str, Any], tm
 
 def test_injected_loss_spike_is_skipped_and_logged(caches: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "spike"
-    cfg = _config(caches, out, run_steps=40, data=dataclasses.replace(_config(caches, out).data, validation={}))
+    cfg = _config(caches, out, run_steps=40,
+                  data=dataclasses.replace(_config(caches, out).data, validation={}))
     loader = TrainLoader(TokenCache(caches["train"]), BATCH, SEQ, seed=1)
 
     class Spiky:
         def batch(self, step: int) -> dict[str, np.ndarray]:
             b = loader.batch(step)
             if step == 30:  # step index 30 -> row 31: uniformly random targets, ~4 nats above the trend
-                b["targets"] = np.random.default_rng(0).integers(1, VOCAB, b["targets"].shape).astype(np.int32)
+                b["targets"] = np.random.default_rng(0).integers(1, VOCAB,
+                                                                 b["targets"].shape).astype(np.int32)
             return b
 
     result = train(cfg, batch_source=Spiky())

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
 
 router = APIRouter()
@@ -92,7 +92,7 @@ def experiments_page(
     def page_url(new_offset: int) -> str:
         return "/?" + urlencode({**filters, "offset": new_offset, "limit": limit})
 
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request,
         "experiments.html",
         {
@@ -110,6 +110,6 @@ def experiments_page(
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse, include_in_schema=False)
 def experiment_page(experiment_id: str, request: Request, dash: Dash) -> HTMLResponse:
     detail = get_experiment(experiment_id, dash)
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "experiment.html", {"prefix": dash.prefix, "exp": detail}
     )

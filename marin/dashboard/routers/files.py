@@ -1,4 +1,5 @@
-"""Files: browse the prefix (listings and previews) and download a file as a stream. Never leaves the prefix."""
+"""Files: browse the prefix (listings and previews) and download a file as a stream. Never leaves the
+prefix."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.files import FileNotFound, browse
 from marin.dashboard.paths import clean_relpath
 from marin.dashboard.schemas import FileListing, FilePreview
@@ -53,6 +54,6 @@ def raw_file(file_path: str, dash: Dash) -> StreamingResponse:
 @router.get("/files/{file_path:path}", response_class=HTMLResponse, include_in_schema=False)
 def files_page(request: Request, dash: Dash, file_path: str = "") -> HTMLResponse:
     item = browse(dash.store, clean_relpath(file_path))
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "files.html", {"prefix": dash.prefix, "item": item}
     )

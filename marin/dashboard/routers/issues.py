@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.schemas import Issue, IssueList
 
 router = APIRouter()
@@ -31,7 +31,7 @@ def get_issue(owner: str, name: str, number: int, dash: Dash) -> Issue:
 
 @router.get("/issues", response_class=HTMLResponse, include_in_schema=False)
 def issues_page(request: Request, dash: Dash) -> HTMLResponse:
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "issues.html", {"prefix": dash.prefix, "issues": dash.issues.list()}
     )
 
@@ -39,6 +39,6 @@ def issues_page(request: Request, dash: Dash) -> HTMLResponse:
 @router.get("/issues/{owner}/{name}/{number}", response_class=HTMLResponse, include_in_schema=False)
 def issue_page(owner: str, name: str, number: int, request: Request, dash: Dash) -> HTMLResponse:
     issue = get_issue(owner, name, number, dash)
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "issue.html", {"prefix": dash.prefix, "issue": issue}
     )

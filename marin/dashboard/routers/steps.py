@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from marin.dashboard.context import Dashboard, get_dashboard
+from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
 from marin.dashboard.steps import log_tail, step_detail
+from marin.status import files as sf
 
 router = APIRouter()
 Dash = Annotated[Dashboard, Depends(get_dashboard)]
@@ -37,7 +38,7 @@ def get_log(
 ) -> LogTail:
     """The tail of a step's log: the last `max_bytes`, or what was appended after `offset`."""
     rel = clean_relpath(step_path)
-    if dash.store.read_json(f"{rel}/.marin/status.json") is None and dash.store.info(f"{rel}/.marin") is None:
+    if dash.store.read_json(sf.status_path(rel)) is None and dash.store.info(sf.meta_dir(rel)) is None:
         raise HTTPException(404, f"no step at {rel!r}")
     return log_tail(dash.store, rel, attempt, offset, max_bytes)
 
@@ -59,6 +60,6 @@ def get_metrics(
 @router.get("/steps/{step_path:path}", response_class=HTMLResponse, include_in_schema=False)
 def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
     step = get_step(step_path, dash)
-    return request.app.state.templates.TemplateResponse(
+    return page(
         request, "step.html", {"prefix": dash.prefix, "step": step}
     )

@@ -9,24 +9,36 @@ document.addEventListener("DOMContentLoaded", () => {
   const MAX_SHOWN = 256 * 1024;
   let logEnd = null;
   let shownFrom = 0;  // byte offset of the first byte on screen
+  let raw = "";  // the log text received since shownFrom, as written
+
+  // A carriage return (a tqdm progress bar) redraws its line, as in a terminal: each line shows the last of
+  // its redraws that is not empty ("\r\n" is a plain line end).
+  function latestState(text) {
+    return text.replace(/\r\n/g, "\n").split("\n").map((line) => {
+      const redraws = line.split("\r");
+      for (let i = redraws.length - 1; i >= 0; i--) if (redraws[i]) return redraws[i];
+      return "";
+    }).join("\n");
+  }
 
   async function loadLog(reset) {
-    if (reset) { logEnd = null; logEl.textContent = ""; }
+    if (reset) { logEnd = null; raw = ""; logEl.textContent = ""; }
     let url = marin.url("/api/logs/", path) + "?max_bytes=65536";
     if (attemptSel.value) url += "&attempt=" + encodeURIComponent(attemptSel.value);
     if (logEnd !== null) url += "&offset=" + logEnd;
     const tail = await marin.getJSON(url);
     if (!tail.path) { info.textContent = "no log yet"; return; }
     if (logEnd === null || tail.start !== logEnd) {  // first load, or fell behind: start from the tail
-      logEl.textContent = "";
+      raw = "";
       shownFrom = tail.start;
     }
     const atBottom = logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
-    logEl.textContent += tail.text;
-    if (logEl.textContent.length > MAX_SHOWN) {
-      logEl.textContent = logEl.textContent.slice(-MAX_SHOWN);
+    raw += tail.text;
+    if (raw.length > MAX_SHOWN) {
+      raw = raw.slice(-MAX_SHOWN);
       shownFrom = Math.max(shownFrom, tail.end - MAX_SHOWN);  // approximate: characters, not bytes
     }
+    logEl.textContent = latestState(raw);
     logEnd = tail.end;
     info.textContent = `${tail.size} bytes` + (shownFrom > 0 ? `, showing the end from byte ${shownFrom}` : "");
     if (atBottom || reset) logEl.scrollTop = logEl.scrollHeight;

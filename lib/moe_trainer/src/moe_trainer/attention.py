@@ -15,7 +15,8 @@ from moe_trainer.layers import Params, apply_rope, cast, linear, normal, rms_nor
 
 
 def init_attention(key: jax.Array, cfg: ModelConfig) -> Params:
-    """Parameters of one attention layer: wq [D,H,hd], wk/wv [D,KV,hd], wo [H,hd,D], optional q/k norm gains."""
+    """Parameters of one attention layer: wq [D,H,hd], wk/wv [D,KV,hd], wo [H,hd,D], optional q/k norm
+    gains."""
     kq, kk, kv, ko = jax.random.split(key, 4)
     d, h, kvh, hd, std = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.init_std
     p: Params = {
@@ -99,8 +100,8 @@ def query_blocks(seq: int) -> int:
 
 
 def causal_attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, blocks: int = 1) -> jax.Array:
-    """Causal attention core: q [B, KV, G*S, hd], keys [B, KV, hd, S], values [B, KV, S, hd], mask [B, 1, 1, S, S]
-    (bool, query x key; must be causal) -> [B, KV, G*S, hd] in q's dtype. Scores and softmax in float32.
+    """Causal attention core: q [B, KV, G*S, hd], keys [B, KV, hd, S], values [B, KV, S, hd], mask [B, 1, 1,
+    S, S] (bool, query x key; must be causal) -> [B, KV, G*S, hd] in q's dtype. Scores and softmax in float32.
 
     With `blocks` > 1 the queries are cut into that many position blocks; block i attends only to keys
     [0, (i+1) * S/blocks), since the mask hides every later key from it, so the fully masked blocks above the

@@ -74,10 +74,12 @@ class Checkpointer:
         )
 
     def restore(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
-        """Restore ``step`` onto the shardings/dtypes of ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves)."""
+        """Restore ``step`` onto the shardings/dtypes of ``abstract_state`` (``jax.ShapeDtypeStruct``
+        leaves)."""
         if step not in self._manager.all_steps():
             raise FileNotFoundError(
-                f"no complete checkpoint for step {step} under {self.directory}; complete steps: {self.all_steps()}"
+                f"no complete checkpoint for step {step} under {self.directory}; complete steps: "
+                f"{self.all_steps()}"
             )
         out = self._manager.restore(
             step,
@@ -130,7 +132,8 @@ def _restore_args(abstract: PyTree) -> PyTree:
 
 
 def _resolve(path: str) -> tuple[str, int | None]:
-    """Accept a run's output dir, its checkpoints dir, or one step's dir; return (manager dir, step or None)."""
+    """Accept a run's output dir, its checkpoints dir, or one step's dir; return (manager dir, step or
+    None)."""
     from etils import epath
 
     p = epath.Path(path)
@@ -157,7 +160,8 @@ def load_checkpoint(path: str) -> Model:
         step = ckpt.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(
-                f"no complete checkpoint under {directory}: pass a run output dir, its checkpoints/ dir or a step dir"
+                f"no complete checkpoint under {directory}: pass a run output dir, its checkpoints/ dir or a "
+                "step dir"
             )
         meta = ckpt.read_meta(step)
         model_cfg = draccus.decode(ModelConfig, meta["model_config"])

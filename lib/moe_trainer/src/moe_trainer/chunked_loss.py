@@ -6,9 +6,9 @@ plain path (``logits = h @ w`` then ``loss.token_nll``)::
     loss_sum = Σ_t m_t·(CE_t + z_coef·lse_t²),   ce_sum = Σ_t m_t·CE_t,   z_sum = Σ_t m_t·lse_t²
 
 with lse_t = logsumexp(logits_t) and m the per-token loss weights (the batch's ``loss_mask``). It walks the
-sequence in chunks of about ``chunk_tokens`` tokens (the idea of Levanter's blockwise cross-entropy and Liger's
-fused linear cross-entropy) and, for each chunk, computes the logits, their logsumexp, the loss terms and at
-once the gradient of ``loss_sum`` with respect to those logits::
+sequence in chunks of about ``chunk_tokens`` tokens (the idea of Levanter's blockwise cross-entropy and
+Liger's fused linear cross-entropy) and, for each chunk, computes the logits, their logsumexp, the loss terms
+and at once the gradient of ``loss_sum`` with respect to those logits::
 
     dL/dlogits_t = m_t·(softmax_t·(1 + 2·z_coef·lse_t) - onehot(target_t))
 
@@ -18,10 +18,11 @@ and a chunk's logits are consumed while still in cache. Only ``loss_sum`` is dif
 ``z_sum`` are statistics (their gradient is zero by construction, ``stop_gradient``).
 
 Numerics: the logits, softmax and every sum are float32 whatever the compute dtype of ``h``/``w`` (matmuls
-accumulate in float32); dL/dlogits is cast to the compute dtype for the two gradient matmuls, as mixed-precision
-training does. Chunks split the *sequence* axis, never the batch axis, so under a mesh every chunk keeps the
-batch sharding of ``h`` and the vocabulary sharding of ``w`` (the logsumexp over a vocab-sharded chunk is an
-all-reduce XLA inserts). The chunks run in a ``lax.scan``: compile time does not grow with the sequence length.
+accumulate in float32); dL/dlogits is cast to the compute dtype for the two gradient matmuls, as
+mixed-precision training does. Chunks split the *sequence* axis, never the batch axis, so under a mesh every
+chunk keeps the batch sharding of ``h`` and the vocabulary sharding of ``w`` (the logsumexp over a
+vocab-sharded chunk is an all-reduce XLA inserts). The chunks run in a ``lax.scan``: compile time does not
+grow with the sequence length.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax
     if w.dtype != h.dtype:
         w = w.astype(h.dtype)
     n, _ = seq_chunks(h.shape[0], h.shape[1], chunk_tokens)
-    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32), float(z_coef),
+    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32),
+                                     float(z_coef),
                                      n, mesh)
     return loss_sum, jax.lax.stop_gradient(ce_sum), jax.lax.stop_gradient(z_sum)

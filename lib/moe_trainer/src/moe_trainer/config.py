@@ -1,8 +1,8 @@
 """The model configuration: one frozen, draccus-parsable dataclass describing a decoder-only MoE transformer.
 
 Every architectural switch of the trainer lives here, each with its "off" setting reducing to the plain
-Qwen3-MoE architecture (full RoPE, no NoPE layers, no latent, no shared experts, softmax router), which is what
-`hf.py` can export. Validation happens in `__post_init__` and names the field and the fix.
+Qwen3-MoE architecture (full RoPE, no NoPE layers, no latent, no shared experts, softmax router), which is
+what `hf.py` can export. Validation happens in `__post_init__` and names the field and the fix.
 
 Layer schedule (0-based layer index `i`):
 - MoE layers: `i >= first_k_dense` and `(i - first_k_dense + 1) % moe_every == 0` (so `moe_every=2` makes
@@ -57,7 +57,8 @@ class ModelConfig:
     qk_norm: bool = True
     """RMS-normalise queries and keys per head (learned gain on head_dim), as Qwen3 does."""
     nope_every: int | None = None
-    """Every k-th layer (and always the last) is a global NoPE layer: no RoPE, no sliding window. None: off."""
+    """Every k-th layer (and always the last) is a global NoPE layer: no RoPE, no sliding window. None:
+    off."""
     sliding_window: int | None = None
     """Attention window (in tokens, the query included) of local layers. None: full causal attention."""
     d_ff: int = 128
@@ -91,7 +92,8 @@ class ModelConfig:
     shared_d_ff: int | None = None
     """Hidden width of one shared expert; None means expert_d_ff."""
     latent_dim: int | None = None
-    """Project routed tokens d_model -> latent_dim (then RMSNorm) before dispatch and back after. None: off."""
+    """Project routed tokens d_model -> latent_dim (then RMSNorm) before dispatch and back after. None:
+    off."""
     capacity_factor: float | None = None
     """Per-expert capacity = ceil(cf * tokens_per_group * top_k / n_experts); extra assignments are dropped.
     None: dropless."""
@@ -108,9 +110,9 @@ class ModelConfig:
     """Default dispatch backend: "dense" (oracle), "ragged", "ep_allgather", "ep_alltoall" (these two need a
     mesh with an "expert" axis)."""
     grouped_matmul: GroupedMatmul = "auto"
-    """Grouped matmul of "ragged"/"ep_allgather": "ragged_dot" (jax.lax.ragged_dot), "blocked" (padded blocks +
-    batched matmul), "slots" (per-expert slot tensors + batched GEMMs, the fastest on XLA:CPU) or "auto" (slots
-    on CPU, ragged_dot elsewhere)."""
+    """Grouped matmul of "ragged"/"ep_allgather": "ragged_dot" (jax.lax.ragged_dot), "blocked" (padded blocks
+    + batched matmul), "slots" (per-expert slot tensors + batched GEMMs, the fastest on XLA:CPU) or "auto"
+    (slots on CPU, ragged_dot elsewhere)."""
 
     # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
@@ -151,7 +153,8 @@ class ModelConfig:
         if self.shared_d_ff is not None and self.shared_d_ff < 1:
             _fail("shared_d_ff", self.shared_d_ff, "must be positive, or None to reuse expert_d_ff")
         if self.latent_dim is not None and self.latent_dim < 1:
-            _fail("latent_dim", self.latent_dim, "must be positive, or None to turn the latent projection off")
+            _fail("latent_dim", self.latent_dim,
+                  "must be positive, or None to turn the latent projection off")
         if self.capacity_factor is not None and self.capacity_factor <= 0:
             _fail("capacity_factor", self.capacity_factor, "must be > 0, or None for dropless routing")
         if self.score_fn not in ("softmax", "sigmoid"):
@@ -165,7 +168,8 @@ class ModelConfig:
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
-            _fail("loss_chunk_tokens", self.loss_chunk_tokens, "use a positive chunk size, 0 (off) or None (auto)")
+            _fail("loss_chunk_tokens", self.loss_chunk_tokens,
+                  "use a positive chunk size, 0 (off) or None (auto)")
         for name in ("aux_loss_coef", "router_z_loss_coef", "logit_z_loss_coef", "norm_eps", "init_std"):
             if getattr(self, name) < 0:
                 _fail(name, getattr(self, name), "must be >= 0")
@@ -188,7 +192,8 @@ class ModelConfig:
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer i routes through experts (see the module docstring for the schedule)."""
-        return self.n_experts > 0 and i >= self.first_k_dense and (i - self.first_k_dense + 1) % self.moe_every == 0
+        after_dense = i - self.first_k_dense + 1
+        return self.n_experts > 0 and i >= self.first_k_dense and after_dense % self.moe_every == 0
 
     def is_global_layer(self, i: int) -> bool:
         """Whether layer i is a global NoPE layer (no RoPE, no sliding window)."""

@@ -11,10 +11,10 @@ One interface, four backends (`run_dispatch(name, ...)`):
 - "ep_allgather" / "ep_alltoall": expert parallelism under `jax.shard_map` (see dispatch_ep.py).
 
 Capacity semantics, shared by every backend so they agree exactly even when dropping: the T tokens are split
-into `n_groups` contiguous groups (one per token shard of the mesh, 1 without a mesh). Within a group each expert
-accepts at most `capacity` assignments, first come first served in (token, k-slot) order; the rest are dropped
-(contribute nothing). `capacity=None` is dropless. Padding tokens (`valid=False`) are never routed: they neither
-take capacity nor count as assignments, and their output is zero.
+into `n_groups` contiguous groups (one per token shard of the mesh, 1 without a mesh). Within a group each
+expert accepts at most `capacity` assignments, first come first served in (token, k-slot) order; the rest are
+dropped (contribute nothing). `capacity=None` is dropless. Padding tokens (`valid=False`) are never routed:
+they neither take capacity nor count as assignments, and their output is zero.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _block_layout(group_sizes: jax.Array, m: int, b: int
 
 
 def blocked_grouped_matmul(xs: jax.Array, w: jax.Array, group_sizes: jax.Array) -> jax.Array:
-    """ragged_dot semantics (lhs [M, K] rows grouped by `group_sizes`, rhs [G, K, N]) with plain batched matmuls.
+    """ragged_dot semantics (lhs [M, K] rows grouped by `group_sizes`, rhs [G, K, N]) with plain batched
+    matmuls.
 
     Each group is padded to a multiple of a block of b rows; every block multiplies the weight of its group.
     Static shapes: at most ceil(M/b) + G blocks. Rows past sum(group_sizes) come out zero.
@@ -178,7 +179,8 @@ def blocked_expert_compute(
     slot_weight = jnp.where(used, weights.reshape(-1)[assignment], 0.0)
     dt = x.dtype
     w_gu = cast(jnp.concatenate([experts["w_gate"], experts["w_up"]], axis=-1), dt)[block_group]  # (n, D, 2F)
-    xp = jnp.take(x, slot_token, axis=0, mode="fill", fill_value=0).reshape(n_blocks, -1, x.shape[1])  # (n,b,D)
+    # (n,b,D)
+    xp = jnp.take(x, slot_token, axis=0, mode="fill", fill_value=0).reshape(n_blocks, -1, x.shape[1])
     gate, up = jnp.split(jnp.einsum("nbd,ndf->nbf", xp, w_gu), 2, axis=-1)
     yp = jnp.einsum("nbf,nfd->nbd", jax.nn.silu(gate) * up, cast(experts["w_down"], dt)[block_group])
     contrib = yp.reshape(slot_token.shape[0], -1).astype(jnp.float32) * slot_weight[:, None]

@@ -1,14 +1,16 @@
 """Sharded dispatch under `jax.shard_map` over the mesh axes ("data", "expert", "model").
 
 Layout inside the shard_map: tokens are split over ("data", "expert") (each device holds one token group),
-experts are split over "expert" (device i along that axis owns experts [i*E_l, (i+1)*E_l)), and when the expert
-hidden width divides the "model" axis each expert's hidden units are split over "model" too (tensor parallel
-inside the expert; the down projection is then summed over "model"). Each "data" row is an independent replica.
+experts are split over "expert" (device i along that axis owns experts [i*E_l, (i+1)*E_l)), and when the
+expert hidden width divides the "model" axis each expert's hidden units are split over "model" too (tensor
+parallel inside the expert; the down projection is then summed over "model"). Each "data" row is an
+independent replica.
 
 - "ep_allgather" (ring style): all-gather the tokens, expert ids and weights of the ep peers, keep only the
   assignments to local experts, run them with ragged_dot, then reduce-scatter (psum_scatter) the partial
   outputs back to their owners. Static shapes; traffic grows with the ep size.
-- "ep_alltoall": pack each assignment into a fixed [ep, E_l, capacity, D] send buffer (slot = its queue position
+- "ep_alltoall": pack each assignment into a fixed [ep, E_l, capacity, D] send buffer (slot = its queue
+position
   in its (group, expert) queue), exchange with `all_to_all`, run the experts as a batched matmul over the
   capacity slots, exchange back and gather each token's results. Dropless (capacity=None) uses capacity = all
   tokens of the group, correct but memory-hungry ([E, T_local, D] buffers). `jax.lax.ragged_all_to_all` would
@@ -36,7 +38,8 @@ TOKEN_AXES = ("data", "expert")
 
 
 def _expert_specs(experts: Params, mesh: Mesh, expert_axis: str | None) -> tuple[dict[str, P], bool]:
-    """PartitionSpecs of the expert weights inside the shard_map, and whether hidden units split over model."""
+    """PartitionSpecs of the expert weights inside the shard_map, and whether hidden units split over
+    model."""
     hidden = experts["w_gate"].shape[2]
     split = mesh.shape["model"] > 1 and hidden % mesh.shape["model"] == 0
     m = "model" if split else None
@@ -66,7 +69,8 @@ def _allgather_local(
     xg, idg, wg, vg = (jax.lax.all_gather(a, "expert", tiled=True) for a in (x, ids, w, valid))
     keep, _ = kept_assignments(idg, vg, n_experts, capacity, n_groups=ep)
     mine = (idg // n_local) == me
-    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts, matmul)  # (ep*T_l, D) partial
+    # (ep*T_l, D) partial
+    out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts, matmul)
     if split_model:
         out = jax.lax.psum(out, "model")
     out = jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
@@ -108,7 +112,8 @@ def ep_dispatch(
     name: str, x: jax.Array, expert_ids: jax.Array, weights: jax.Array, valid: jax.Array, experts: Params,
     *, capacity: int | None, mesh: Mesh, matmul: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
-    """Run a backend under shard_map; returns (float32 out [T, D], dropped int32). See the module docstring."""
+    """Run a backend under shard_map; returns (float32 out [T, D], dropped int32). See the module
+    docstring."""
     for axis in ("data", "expert", "model"):
         if axis not in mesh.shape:
             raise ValueError(f"dispatch={name!r} needs a mesh with axes data, expert, model (make_mesh); "
@@ -116,7 +121,8 @@ def ep_dispatch(
     n_experts = experts["w_gate"].shape[0]
     ep, shards = mesh.shape["expert"], mesh.shape["data"] * mesh.shape["expert"]
     if n_experts % ep and name != "ragged":
-        raise ValueError(f"n_experts={n_experts} must be divisible by the mesh's expert axis ({ep}) for {name}")
+        raise ValueError(f"n_experts={n_experts} must be divisible by the mesh's expert axis ({ep}) for "
+                         f"{name}")
     if x.shape[0] % shards:
         raise ValueError(f"{x.shape[0]} tokens cannot be split over data*expert={shards} shards for {name}: "
                          "make batch*seq divisible by it")

@@ -77,7 +77,8 @@ def evaluate(
     mesh: Mesh | None = None,
     dispatch: str | None = None,
 ) -> dict[str, Any]:
-    """Loss and bpb per domain plus micro/macro averages: ``{"domains": {...}, "micro": {...}, "macro": {...}}``.
+    """Loss and bpb per domain plus micro/macro averages: ``{"domains": {...}, "micro": {...}, "macro":
+    {...}}``.
 
     ``caches`` maps a domain name to its validation cache (path or opened ``TokenCache``). ``seq_len``
     defaults to the model's ``max_seq_len``. ``capacity_factor=None`` (default) is dropless; "config" uses the
@@ -95,7 +96,8 @@ def evaluate(
     for name, cache in caches.items():
         tc = cache if isinstance(cache, TokenCache) else TokenCache(cache)
         if tc.vocab_size > cfg.vocab_size:
-            raise ValueError(f"validation cache {tc.path} (domain {name!r}) has vocab_size {tc.vocab_size} but "
+            raise ValueError(f"validation cache {tc.path} (domain {name!r}) has vocab_size {tc.vocab_size} "
+                             "but "
                              f"the model has {cfg.vocab_size}: it was tokenized with another tokenizer")
         loader = EvalLoader(tc, batch_size=batch_size, seq_len=seq_len)
         n_batches = loader.num_batches if max_batches is None else min(max_batches, loader.num_batches)

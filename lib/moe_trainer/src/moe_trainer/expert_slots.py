@@ -1,9 +1,9 @@
 """Dropless expert compute as per-expert slot tensors: the grouped matmul "slots" (the CPU default).
 
 Assignments are sorted by expert and laid out as a slot tensor [E, C, D] (expert e's i-th assignment in slot
-(e, i)), so every expert matmul is one plain batched GEMM `[E, C, D] x [E, D, 2F]` against the stacked weights and
-every weight gradient is one batched GEMM `[E, D, C] x [E, C, 2F]`: no per-block copy of the weights and no
-scatter-add of per-block weight gradients (what the "blocked" grouped matmul pays). C must be static, yet
+(e, i)), so every expert matmul is one plain batched GEMM `[E, C, D] x [E, D, 2F]` against the stacked weights
+and every weight gradient is one batched GEMM `[E, D, C] x [E, C, 2F]`: no per-block copy of the weights and
+no scatter-add of per-block weight gradients (what the "blocked" grouped matmul pays). C must be static, yet
 routing is dropless, so the slots come in two parts: a first chunk of `c0` slots per expert (the mean load,
 rounded up; no weight copies) and then *overflow blocks* of `c1` slots, each belonging to one expert: expert e
 gets ceil((count_e - c0) / c1) of them. A `fori_loop` whose trip count is data dependent processes E blocks
@@ -81,15 +81,16 @@ def _overflow_blocks(counts: jax.Array, c0: int, c1: int, step: jax.Array, g: in
 
 
 def _overflow_steps(counts: jax.Array, c0: int, c1: int, g: int) -> jax.Array:
-    """Loop trips over the overflow blocks, g blocks per trip (0 when no expert has more than c0 assignments)."""
+    """Loop trips over the overflow blocks, g blocks per trip (0 when no expert has more than c0
+    assignments)."""
     total = jnp.sum(jnp.maximum(0, counts - c0 + c1 - 1) // c1)
     return (total + g - 1) // g
 
 
 def _forward_chunk(res: _Res, k: int, experts: jax.Array, offsets: jax.Array | int, c: int,
                    live: jax.Array | None, w_gu: jax.Array, w_down: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(token index [G*c], weighted expert output float32 [G*c, D]) of G blocks of c slots; w_gu [G, D, 2F] and
-    w_down [G, F, D] are the blocks' expert weights."""
+    """(token index [G*c], weighted expert output float32 [G*c, D]) of G blocks of c slots; w_gu [G, D, 2F]
+    and w_down [G, F, D] are the blocks' expert weights."""
     x, wflat = res[:2]
     used, a, tok = _slots(res, k, experts, offsets, c, live)
     xp = jnp.take(x, tok, axis=0, mode="fill", fill_value=0)  # (G, c, D)
@@ -141,7 +142,8 @@ def _expert_slots(x: jax.Array, wflat: jax.Array, w_gu: jax.Array, w_down: jax.A
 
 
 def _expert_slots_fwd(x: jax.Array, wflat: jax.Array, w_gu: jax.Array, w_down: jax.Array, order: jax.Array,
-                      counts: jax.Array, starts: jax.Array, k: int, c0: int, c1: int) -> tuple[jax.Array, _Res]:
+                      counts: jax.Array, starts: jax.Array, k: int, c0: int, c1: int) -> tuple[jax.Array,
+                                                                                               _Res]:
     res = (x, wflat, w_gu, w_down, order, counts, starts)
     return _expert_slots(*res, k, c0, c1), res
 

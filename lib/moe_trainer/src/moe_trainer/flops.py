@@ -41,7 +41,8 @@ def _model_config(config: object) -> ModelConfig:
     inner = getattr(config, "model", None)
     if isinstance(inner, ModelConfig):
         return inner
-    raise TypeError(f"expected a ModelConfig or a config with a .model ModelConfig, got {type(config).__name__}")
+    raise TypeError("expected a ModelConfig or a config with a .model ModelConfig, got "
+                    f"{type(config).__name__}")
 
 
 def _attention_params(c: ModelConfig) -> int:

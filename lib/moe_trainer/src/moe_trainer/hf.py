@@ -4,10 +4,11 @@ On disk the experts are stored per expert, `model.layers.{l}.mlp.experts.{e}.{ga
 ([out, in] like every torch Linear), which is what transformers 5 writes and reads (it fuses them into
 `gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I] in memory only); `load_hf` also accepts the fused keys.
 
-Mapping of the layer schedule: Qwen3-MoE marks dense layers with `mlp_only_layers` (plus `decoder_sparse_step`);
-we export our schedule as decoder_sparse_step=1 + the explicit list, and import any HF schedule that our
-(first_k_dense, moe_every) rule can express. Aux-loss coefficients differ by a factor top_k because HF measures
-expert fractions per token and we per assignment (see moe.py): router_aux_loss_coef = aux_loss_coef / top_k.
+Mapping of the layer schedule: Qwen3-MoE marks dense layers with `mlp_only_layers` (plus
+`decoder_sparse_step`); we export our schedule as decoder_sparse_step=1 + the explicit list, and import any HF
+schedule that our (first_k_dense, moe_every) rule can express. Aux-loss coefficients differ by a factor top_k
+because HF measures expert fractions per token and we per assignment (see moe.py): router_aux_loss_coef =
+aux_loss_coef / top_k.
 
 Features Qwen3-MoE cannot express are refused by `save_hf` with the list of offending fields.
 """
@@ -97,7 +98,8 @@ def _moe_schedule(n_layers: int, moe_layers: set[int], where: str) -> tuple[int,
             got = {i for i in range(n_layers) if i >= first_k and (i - first_k + 1) % every == 0}
             if got == moe_layers:
                 return first_k, every
-    raise ValueError(f"{where}: MoE layers {sorted(moe_layers)} of {n_layers} do not follow a 'first k dense, "
+    raise ValueError(f"{where}: MoE layers {sorted(moe_layers)} of {n_layers} do not follow a 'first k "
+                     "dense, "
                      "then every n-th layer' schedule, which is all ModelConfig can express")
 
 
@@ -253,7 +255,8 @@ def _hf_tensors(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
 
 
 def save_hf(model: Model, path: str) -> None:
-    """Write `model` as a Qwen3-MoE directory (config.json + model.safetensors, float32) transformers loads."""
+    """Write `model` as a Qwen3-MoE directory (config.json + model.safetensors, float32) transformers
+    loads."""
     from safetensors.numpy import save_file
 
     hf_cfg = hf_config_of(model.config)

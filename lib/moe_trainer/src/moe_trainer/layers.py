@@ -77,9 +77,9 @@ def rope_tables(positions: jax.Array, rope_dims: int, theta: float, max_position
     [max_position, rope_dims] constant computed on the host: the same float32 angles, their cos/sin taken in
     float64 and rounded to float32 (within 1 ulp of the device's float32 cos/sin). Why: XLA:CPU fuses the
     cos/sin of on-device tables into every consumer, so it evaluated two transcendental functions per element
-    of q and k in ~40 fusions of the forward and backward passes (tiny preset); a gather from a constant is two
-    loads (~5 ms, ~3% of the tiny train step on CPU, docs/benchmarks/trainer.md). A position outside the table
-    reads NaN (`jnp.take`'s fill mode), never a wrong angle.
+    of q and k in ~40 fusions of the forward and backward passes (tiny preset); a gather from a constant is
+    two loads (~5 ms, ~3% of the tiny train step on CPU, docs/benchmarks/trainer.md). A position outside the
+    table reads NaN (`jnp.take`'s fill mode), never a wrong angle.
     """
     if max_position is not None:
         inv = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, rope_dims, 2, dtype=np.float32)

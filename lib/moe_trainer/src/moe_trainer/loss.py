@@ -54,7 +54,8 @@ def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | 
             h, st = hidden_states(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
                                   dispatch=dispatch)
             token_sum, ce_sum, z_sum = chunked_lm_loss(h, output_head(params, cfg), batch["targets"], mask,
-                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk, mesh=mesh)
+                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk,
+                                                       mesh=mesh)
         else:
             logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
                                  dispatch=dispatch)

@@ -59,14 +59,16 @@ class MetricsConfig:
             raise ValueError(f"metrics.wandb_mode={self.wandb_mode!r} must be offline, online or disabled")
 
 
-def peak_flops_per_device(device: jax.Device | None = None, n_devices: int | None = None) -> tuple[float, str]:
+def peak_flops_per_device(device: jax.Device | None = None, n_devices: int | None = None) -> tuple[float,
+                                                                                                   str]:
     """(peak FLOP/s of one device, where the figure comes from) for MFU."""
     device = device or jax.devices()[0]
     kind = str(getattr(device, "device_kind", "")).lower()
     if device.platform == "cpu":
         n = n_devices or jax.device_count()
         cores = os.cpu_count() or 1
-        return CPU_FLOPS_PER_CORE * cores / n, f"cpu assumption: {cores} cores x 96 GFLOP/s fp32, over {n} devices"
+        note = f"cpu assumption: {cores} cores x 96 GFLOP/s fp32, over {n} devices"
+        return CPU_FLOPS_PER_CORE * cores / n, note
     for key, value in PEAK_FLOPS:
         if key in kind:
             return value, f"dense bf16 datasheet peak for {kind!r}"
@@ -139,7 +141,8 @@ class MetricsWriter:
         local_dir = self.output_dir if "://" not in self.output_dir else os.path.abspath("wandb-runs")
         os.makedirs(local_dir, exist_ok=True)
         mode: Any = self.cfg.wandb_mode  # validated in MetricsConfig
-        run = wandb.init(project=self.cfg.wandb_project, name=self.cfg.run_name or os.path.basename(self.root),
+        run = wandb.init(project=self.cfg.wandb_project,
+                         name=self.cfg.run_name or os.path.basename(self.root),
                          id=run_id, resume="allow", dir=local_dir, mode=mode, config=run_config,
                          settings=wandb.Settings(silent=True, console="off"))
         url = run.url if self.cfg.wandb_mode == "online" else None
@@ -164,7 +167,8 @@ class MetricsWriter:
             self._wandb.log(_flatten_for_wandb(row), step=int(row["step"]))
         if self._bar is not None and "loss" in row:
             self._bar.update(int(row["step"]) - self._bar.n)
-            self._bar.set_postfix(loss=f"{row['loss']:.4f}" if isinstance(row["loss"], float) else row["loss"],
+            self._bar.set_postfix(loss=f"{row['loss']:.4f}" if isinstance(row["loss"],
+                                                                          float) else row["loss"],
                                   tok_s=f"{row.get('tokens_per_s', 0):.0f}", refresh=False)
 
     def _flush(self) -> None:

@@ -1,8 +1,8 @@
 """The model: embedding -> n pre-norm blocks (attention, then dense or MoE MLP) -> final norm -> output head.
 
 `forward` is the one function the trainer differentiates. The residual stream is kept in float32; each block
-reads a normalised copy in the compute dtype (bfloat16 or float32) and its output is added back in float32; the
-router, norms, attention softmax and the logits are float32.
+reads a normalised copy in the compute dtype (bfloat16 or float32) and its output is added back in float32;
+the router, norms, attention softmax and the logits are float32.
 
 Padding convention: tokens whose `segment_ids` are negative are padding. They are never routed to experts and
 are excluded from the routing statistics (the trainer must also mask them out of its loss).
@@ -24,7 +24,8 @@ from moe_trainer.moe import LayerStats, moe_block
 from moe_trainer.params import init_params, param_logical_axes
 from moe_trainer.sharding import constrain
 
-__all__ = ["Model", "MoEStats", "forward", "hidden_states", "init_params", "output_head", "param_logical_axes",
+__all__ = ["Model", "MoEStats", "forward", "hidden_states", "init_params", "output_head",
+           "param_logical_axes",
            "update_router_bias"]
 
 
@@ -91,10 +92,12 @@ def forward(
     dispatch: str | None = None,
     capacity_factor: float | None | Literal["config"] = "config",
 ) -> tuple[jax.Array, MoEStats]:
-    """Logits float32 [B, S, V] and routing statistics for int32 tokens [B, S] (arguments: `hidden_states`)."""
+    """Logits float32 [B, S, V] and routing statistics for int32 tokens [B, S] (arguments:
+    `hidden_states`)."""
     h, stats = hidden_states(params, tokens, cfg, segment_ids=segment_ids, mesh=mesh, dispatch=dispatch,
                              capacity_factor=capacity_factor)
-    logits = linear(h, cast(output_head(params, cfg), h.dtype), preferred_element_type=jnp.float32)  # 2-D GEMM
+    # 2-D GEMM
+    logits = linear(h, cast(output_head(params, cfg), h.dtype), preferred_element_type=jnp.float32)
     return constrain(logits, ("batch", "seq", "act_vocab"), mesh), stats
 
 
@@ -115,11 +118,11 @@ def hidden_states(
 ) -> tuple[jax.Array, MoEStats]:
     """Final-normed hidden states [B, S, D] (compute dtype), the output head's input, and routing statistics.
 
-    segment_ids [B, S]: document ids of a packed batch (attention never crosses documents; negative = padding);
-    None means one document per row. mesh: shard activations by the rules table (needed by the EP backends).
-    dispatch: backend name (default cfg.dispatch). capacity_factor: "config" uses cfg.capacity_factor, None is
-    dropless (what evaluation should use), a float overrides. With a mesh, capacity applies per token shard
-    (data * expert groups), without one to the whole batch.
+    segment_ids [B, S]: document ids of a packed batch (attention never crosses documents; negative =
+    padding); None means one document per row. mesh: shard activations by the rules table (needed by the EP
+    backends). dispatch: backend name (default cfg.dispatch). capacity_factor: "config" uses
+    cfg.capacity_factor, None is dropless (what evaluation should use), a float overrides. With a mesh,
+    capacity applies per token shard (data * expert groups), without one to the whole batch.
     """
     backend = dispatch or cfg.dispatch
     cf = cfg.capacity_factor if capacity_factor == "config" else capacity_factor
@@ -132,7 +135,8 @@ def hidden_states(
     valid = (segment_ids >= 0).reshape(-1)
     act = ("batch", "seq", "act_embed")
 
-    # Gather the FSDP-sharded embed dim of the table first, so the lookup lands batch-sharded without a reshuffle.
+    # Gather the FSDP-sharded embed dim of the table first, so the lookup lands batch-sharded without a
+    # reshuffle.
     table = constrain(params["embed"], ("vocab", None), mesh)
     x = constrain(jnp.take(table, tokens, axis=0).astype(jnp.float32), act, mesh)
     layer_stats: list[LayerStats] = []
@@ -162,9 +166,9 @@ def hidden_states(
 def update_router_bias(params: Params, expert_load: jax.Array, rate: float | jax.Array) -> Params:
     """One aux-loss-free balancing step (DeepSeek-V3): bias_e += rate * sign(mean load - load_e), per layer.
 
-    expert_load is `MoEStats.expert_load` [n_moe_layers, E] (row j belongs to the j-th MoE layer). Returns a new
-    tree; leaves other than `router_bias` are shared, not copied. A model without `router_bias` leaves (balance
-    "aux_loss", or no MoE layers) is returned unchanged, so the trainer may call this every step.
+    expert_load is `MoEStats.expert_load` [n_moe_layers, E] (row j belongs to the j-th MoE layer). Returns a
+    new tree; leaves other than `router_bias` are shared, not copied. A model without `router_bias` leaves
+    (balance "aux_loss", or no MoE layers) is returned unchanged, so the trainer may call this every step.
     """
     moe_idx = [i for i, lp in enumerate(params["layers"]) if "router_bias" in lp.get("moe", {})]
     if not moe_idx:

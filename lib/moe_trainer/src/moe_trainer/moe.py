@@ -1,4 +1,5 @@
-"""The MoE layer: float32 router, load-balancing statistics, dispatch, shared experts and the latent projection.
+"""The MoE layer: float32 router, load-balancing statistics, dispatch, shared experts and the latent
+projection.
 
 Router: logits = x W_router in float32; scores = softmax(logits) or sigmoid(logits). Experts are selected by
 top-k of the scores (plus, with balance="aux_free", a per-expert bias that only affects the selection, as in
@@ -8,7 +9,8 @@ DeepSeek-V3); combine weights are the unbiased scores of the chosen experts, ren
 Statistics (per layer, over valid tokens; combined across layers by the model):
 - aux_loss = E * sum_e f_e * P_e with f_e the fraction of the T*k assignments that chose expert e and P_e the
   mean router probability of e (sigmoid scores are normalised per token first). Balanced routing gives 1.0.
-  Hugging Face's `load_balancing_loss_func` measures f_e per token instead of per assignment, i.e. k times this.
+  Hugging Face's `load_balancing_loss_func` measures f_e per token instead of per assignment, i.e. k times
+  this.
 - router_z_loss = mean(logsumexp(logits)^2).
 - expert_load = f_e (routing decisions before any capacity drop), routing_entropy = mean per-token entropy of
   the (normalised) router probabilities, dropped / assignments = counts of valid assignments.

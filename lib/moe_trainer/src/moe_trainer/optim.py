@@ -20,8 +20,8 @@ Parameter groups (chosen from the parameter path and rank, see :func:`param_labe
 
 Muon needs each tensor's matrix view. With the model's logical axes (``param_logical_axes``), leading
 ``experts`` axes are batch axes (one matrix per expert), and a rank-3 projection is split at its ``embed``
-axis: ``wq [embed, heads, head_dim]`` is the matrix [embed, heads·head_dim] and ``wo [heads, head_dim, embed]``
-is [heads·head_dim, embed]. Without logical axes, leading axes beyond the last two are batch axes.
+axis: ``wq [embed, heads, head_dim]`` is the matrix [embed, heads·head_dim] and ``wo [heads, head_dim,
+embed]`` is [heads·head_dim, embed]. Without logical axes, leading axes beyond the last two are batch axes.
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ def build_optimizer(cfg: OptimizerConfig, params: PyTree, logical_axes: PyTree |
     if cfg.name == "muon":
         views: dict[str, tuple[int, int]] = {}
         if logical_axes is not None:
-            flat_axes = jax.tree_util.tree_flatten_with_path(logical_axes, is_leaf=lambda x: isinstance(x, tuple))[0]
+            flat_axes = jax.tree_util.tree_flatten_with_path(logical_axes,
+                                                             is_leaf=lambda x: isinstance(x, tuple))[0]
             shapes = {_path_name(p): jnp.shape(x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
             for path, axes in flat_axes:
                 name = _path_name(path)

@@ -7,13 +7,15 @@ layers[i]        attn_norm [embed]; attn {wq [embed, heads, head_dim], wk/wv [em
                  wo [heads, head_dim, embed], q_norm/k_norm [head_dim]}; mlp_norm [embed];
                  dense layers: mlp {w_gate/w_up [embed, mlp], w_down [mlp, embed]}
                  MoE layers:   moe {router [embed, experts], router_bias [experts] (aux_free only),
-                                    w_gate/w_up [experts, expert_embed, expert_mlp], w_down [experts, expert_mlp,
-                                    expert_embed], shared {w_gate/w_up [embed, mlp], w_down [mlp, embed]},
-                                    latent_down [embed, latent], latent_norm [latent], latent_up [latent, embed]}
+                                    w_gate/w_up [experts, expert_embed, expert_mlp], w_down [experts,
+                                    expert_mlp, expert_embed], shared {w_gate/w_up [embed, mlp], w_down [mlp,
+                                    embed]}, latent_down [embed, latent], latent_norm [latent], latent_up
+                                    [latent, embed]}
 final_norm       [embed]
 lm_head          [embed, vocab] (absent when tie_embeddings)
 ```
-`router_bias` is a statistic updated by `update_router_bias`, not by gradients: optimizers must leave it alone.
+`router_bias` is a statistic updated by `update_router_bias`, not by gradients: optimizers must leave it
+alone.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ def make_mesh(data: int = 1, expert: int = 1, model: int = 1, devices: list | No
     n = data * expert * model
     if n > len(devs) or min(data, expert, model) < 1:
         raise ValueError(f"make_mesh(data={data}, expert={expert}, model={model}) needs {n} devices; "
-                         f"JAX sees {len(devs)} (on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+                         f"JAX sees {len(devs)} (on CPU set "
+                         "XLA_FLAGS=--xla_force_host_platform_device_count=N)")
     grid = np.array(devs[:n]).reshape(data, expert, model)
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
@@ -90,7 +91,8 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:
     shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     axes = param_logical_axes(cfg)
     return jax.tree_util.tree_map(
-        lambda a, s: NamedSharding(mesh, logical_to_spec(a, s.shape, mesh)), axes, shapes, is_leaf=is_axes_leaf
+        lambda a, s: NamedSharding(mesh, logical_to_spec(a, s.shape, mesh)), axes, shapes,
+        is_leaf=is_axes_leaf
     )
 
 

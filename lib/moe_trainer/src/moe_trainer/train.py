@@ -62,7 +62,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1:
-            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= 1")
+            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= "
+                             "1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +109,8 @@ class TrainConfig:
     seed: int = 0
     """Parameter-initialisation seed (also seeds the train state's RNG key)."""
     run_steps: int | None = None
-    """Stop this invocation after this many steps (a later call resumes); the schedule still spans num_steps."""
+    """Stop this invocation after this many steps (a later call resumes); the schedule still spans
+    num_steps."""
     matmul_precision: str = "default"
     """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
 
@@ -148,7 +150,8 @@ def build_mesh(cfg: MeshConfig) -> Mesh:
     n = jax.device_count()
     data = cfg.data if cfg.data > 0 else n // (cfg.expert * cfg.model)
     if data < 1:
-        raise ValueError(f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX sees")
+        raise ValueError(f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX "
+                         "sees")
     return make_mesh(data=data, expert=cfg.expert, model=cfg.model)
 
 
@@ -192,7 +195,8 @@ class _Compiled:
 
 
 # XLA:CPU options of the train step. By default XLA:CPU (jax 0.10) hands dots and some reductions to YNNPACK
-# fusions; at the trainer's shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's own
+# fusions; at the trainer's shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's
+# own
 # Eigen GEMMs run them ~1.3-2x faster (docs/benchmarks/trainer.md), so the step turns those fusions off.
 CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
@@ -203,8 +207,10 @@ def compiler_options(mesh: Mesh) -> dict[str, str] | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig, health: HealthConfig,
-             accum_steps: int, num_steps: int, seed: int, mesh: Mesh, batch_shape: tuple[int, int]) -> _Compiled:
+def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig,
+             health: HealthConfig,
+             accum_steps: int, num_steps: int, seed: int, mesh: Mesh,
+             batch_shape: tuple[int, int]) -> _Compiled:
     """The jitted init and train step for one configuration (cached so repeated ``train`` calls — resumes,
     tests — reuse the compiled executable)."""
     abstract_params = jax.eval_shape(lambda: init_params(model, jax.random.key(seed)))
@@ -233,7 +239,8 @@ def _open_source(config: TrainConfig) -> BatchSource:
         raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step")
     cache = TokenCache(config.data.train_cache)
     if cache.vocab_size > config.model.vocab_size:
-        raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
+        raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > "
+                         "model.vocab_size "
                          f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
     return TrainLoader(cache, config.data.batch_size, config.data.seq_len, config.data.seed)
 
@@ -288,7 +295,8 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
         state = _restore_or_init(comp, ckpt)
         start = int(state["step"])
-        end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+        end = config.num_steps if config.run_steps is None else min(config.num_steps,
+                                                                    start + config.run_steps)
         source = batch_source or _open_source(config)
         run_config = draccus.encode(config)
         meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
@@ -327,8 +335,9 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 done = step + 1
                 if done % config.checkpoint.every_steps == 0 or done == config.num_steps:
                     ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
+                every = config.eval.every_steps
                 evaluate_now = config.data.validation and (
-                    done == config.num_steps or (config.eval.every_steps and done % config.eval.every_steps == 0))
+                    done == config.num_steps or (every and done % every == 0))
                 if evaluate_now:
                     last_row = emit(pending)
                     pending = None
@@ -370,7 +379,8 @@ def _restore_or_init(comp: _Compiled, ckpt: Checkpointer) -> dict[str, Any]:
         state, _ = ckpt.restore(latest, abstract)
     except (ValueError, KeyError) as e:
         raise ValueError(
-            f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not match "
+            f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not "
+            "match "
             "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
             "changed configuration, or restore the original settings"
         ) from e

@@ -1,21 +1,22 @@
-"""The token cache: THE on-storage format the tokenize step writes and the trainer reads (docs/token-cache.md).
+"""The token cache: THE on-storage format the tokenize step writes and the trainer reads
+(docs/token-cache.md).
 
 A cache is a directory (local path, ``gs://``, ``s3://``: everything goes through fsspec)::
 
     {cache}/manifest.json              # format, tokenizer identity, dtype, eos id, shards, stats
-    {cache}/shards/{name}.tokens       # flat little-endian token ids (uint16 if vocab_size <= 65536, else uint32)
+    {cache}/shards/{name}.tokens   # flat little-endian token ids (uint16 if vocab_size <= 65536, else uint32)
     {cache}/shards/{name}.offsets      # little-endian int64 [num_documents + 1]: document i is
                                        #   tokens[offsets[i]:offsets[i+1]] and ends with eos_id
     {cache}/shards/{name}.json         # the shard's record (stats and digests); written LAST = commit marker
 
-Completion is per shard and atomic: the data files are written first (temporary name + rename locally; a single
-object PUT on object stores, which only becomes visible once complete) and the shard's ``.json`` record last, so a
-shard either has its record and complete data, or it does not count. A crashed writer resumes by skipping the
-shards that have a record. ``finalize`` gathers the records into ``manifest.json`` (shards in name order) and
-marks the cache finished; readers refuse an unfinished cache unless asked otherwise.
+Completion is per shard and atomic: the data files are written first (temporary name + rename locally; a
+single object PUT on object stores, which only becomes visible once complete) and the shard's ``.json`` record
+last, so a shard either has its record and complete data, or it does not count. A crashed writer resumes by
+skipping the shards that have a record. ``finalize`` gathers the records into ``manifest.json`` (shards in
+name order) and marks the cache finished; readers refuse an unfinished cache unless asked otherwise.
 
-Readers memory-map local shards and read byte ranges through fsspec for remote ones; ``read(start, stop)`` gives
-random access to the concatenated token stream of all shards.
+Readers memory-map local shards and read byte ranges through fsspec for remote ones; ``read(start, stop)``
+gives random access to the concatenated token stream of all shards.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def _write_atomic(fs: fsspec.AbstractFileSystem, path: str, chunks: Iterable[byt
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write a file through fsspec so no reader sees it half-written (temp + rename locally; one PUT elsewhere)."""
+    """Write a file through fsspec so no reader sees it half-written (temp + rename locally; one PUT
+    elsewhere)."""
     fs, p = _fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     _write_atomic(fs, p, [data])
@@ -178,10 +180,11 @@ class _ShardAccumulator:
 
 def write_shard(cache_path: str, name: str, header: CacheHeader,
                 documents: Iterable[tuple[Sequence[int] | np.ndarray, str, int]]) -> ShardRecord:
-    """Write one shard from ``(token_ids, domain, utf8_bytes)`` per document; EOS is appended to every document.
+    """Write one shard from ``(token_ids, domain, utf8_bytes)`` per document; EOS is appended to every
+    document.
 
-    Runs in any worker (Ray task, subprocess): it touches only this shard's files. The ``.json`` record is written
-    last; until it exists the shard is unfinished and a resumed run rewrites it from scratch.
+    Runs in any worker (Ray task, subprocess): it touches only this shard's files. The ``.json`` record is
+    written last; until it exists the shard is unfinished and a resumed run rewrites it from scratch.
     """
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"shard name must be a plain file name (no '/', no leading '.'), got {name!r}")
@@ -193,7 +196,8 @@ def write_shard(cache_path: str, name: str, header: CacheHeader,
     offsets_bytes = np.asarray(acc.offsets, dtype=_OFFSET_DTYPE).tobytes()
     _write_atomic(fs, _join(root, offsets_file), [offsets_bytes])
     record = ShardRecord(name=name, tokens_file=tokens_file, offsets_file=offsets_file,
-                         num_tokens=acc.offsets[-1], num_documents=len(acc.offsets) - 1, num_bytes=acc.num_bytes,
+                         num_tokens=acc.offsets[-1], num_documents=len(acc.offsets) - 1,
+                         num_bytes=acc.num_bytes,
                          tokens_sha256=acc.sha.hexdigest(),
                          offsets_sha256=hashlib.sha256(offsets_bytes).hexdigest(), domains=acc.domains)
     write_json_atomic(_join(cache_path.rstrip("/"), "shards", f"{name}.json"),
@@ -204,8 +208,8 @@ def write_shard(cache_path: str, name: str, header: CacheHeader,
 class CacheWriter:
     """Coordinates the shards of one cache: resume bookkeeping and the final manifest.
 
-    Shard contents are written by :func:`write_shard` (possibly in other processes); this object reads the shard
-    records back, checks they were made with the same header, and writes ``manifest.json``.
+    Shard contents are written by :func:`write_shard` (possibly in other processes); this object reads the
+    shard records back, checks they were made with the same header, and writes ``manifest.json``.
     """
 
     def __init__(self, path: str, header: CacheHeader, metadata: dict[str, Any] | None = None) -> None:
@@ -277,10 +281,13 @@ class TokenCache:
             self.manifest: dict[str, Any] = json.load(f)
         if self.manifest.get("format") != CACHE_FORMAT or self.manifest.get("version") != CACHE_VERSION:
             raise ValueError(f"{manifest_path} is not a {CACHE_FORMAT} v{CACHE_VERSION} manifest "
-                             f"(format={self.manifest.get('format')!r}, version={self.manifest.get('version')!r})")
+                             f"(format={self.manifest.get('format')!r}, "
+                             f"version={self.manifest.get('version')!r})")
         if not self.manifest["is_finished"] and not allow_unfinished:
-            missing = sorted(set(self.manifest["expected_shards"] or []) - set(self.manifest["finished_shards"]))
-            raise ValueError(f"token cache {self.path} is unfinished (missing shards {missing[:5]}...); re-run "
+            expected = set(self.manifest["expected_shards"] or [])
+            missing = sorted(expected - set(self.manifest["finished_shards"]))
+            raise ValueError(f"token cache {self.path} is unfinished (missing shards {missing[:5]}...); "
+                             "re-run "
                              "the tokenize step to complete it, or pass allow_unfinished=True")
         self.dtype = np.dtype(self.manifest["dtype"]).newbyteorder("<")
         self.eos_id: int = self.manifest["eos_id"]
@@ -295,15 +302,18 @@ class TokenCache:
             self._append_shard(rec)
         self.num_tokens = int(sum(r.num_tokens for r in self.shards))
         self.num_documents = int(sum(r.num_documents for r in self.shards))
-        self.doc_starts = np.concatenate([*starts, np.array([self.num_tokens], dtype=np.int64)]).astype(np.int64)
+        self.doc_starts = np.concatenate([*starts,
+                                          np.array([self.num_tokens], dtype=np.int64)]).astype(np.int64)
 
     def _append_shard(self, rec: ShardRecord) -> None:
         self._bases.append(self._bases[-1] + rec.num_tokens)
         path = _join(self.root, rec.tokens_file)
         size = self.fs.size(path)
         if size != rec.num_tokens * self.dtype.itemsize:
-            raise ValueError(f"token cache {self.path}: {rec.tokens_file} has {size} bytes, the manifest says "
-                             f"{rec.num_tokens} {self.dtype.name} tokens ({rec.num_tokens * self.dtype.itemsize} "
+            raise ValueError(f"token cache {self.path}: {rec.tokens_file} has {size} bytes, the manifest "
+                             "says "
+                             f"{rec.num_tokens} {self.dtype.name} tokens "
+                             f"({rec.num_tokens * self.dtype.itemsize} "
                              "bytes); the shard is truncated or corrupt, re-run tokenize")
         if self._local and rec.num_tokens:
             self._token_arrays.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(rec.num_tokens,)))
@@ -314,8 +324,10 @@ class TokenCache:
         with self.fs.open(_join(self.root, rec.offsets_file), "rb") as f:
             offsets = np.frombuffer(f.read(), dtype=_OFFSET_DTYPE).astype(np.int64)
         if offsets.size != rec.num_documents + 1 or offsets[-1] != rec.num_tokens:
-            raise ValueError(f"token cache {self.path}: {rec.offsets_file} holds {offsets.size} offsets ending at "
-                             f"{offsets[-1] if offsets.size else None}, but the manifest says {rec.num_documents} "
+            raise ValueError(f"token cache {self.path}: {rec.offsets_file} holds {offsets.size} offsets "
+                             "ending at "
+                             f"{offsets[-1] if offsets.size else None}, but the manifest says "
+                             f"{rec.num_documents} "
                              f"documents and {rec.num_tokens} tokens; the shard is corrupt, re-run tokenize")
         return offsets
 
@@ -365,5 +377,6 @@ class TokenCache:
                     while chunk := f.read(1 << 22):
                         sha.update(chunk)
                 if sha.hexdigest() != want:
-                    raise ValueError(f"token cache {self.path}: {file} has sha256 {sha.hexdigest()}, the manifest "
+                    raise ValueError(f"token cache {self.path}: {file} has sha256 {sha.hexdigest()}, the "
+                                     "manifest "
                                      f"records {want}; the file was modified or truncated, re-run tokenize")

@@ -1,27 +1,28 @@
 """Packed training batches in Feistel order, sequential evaluation batches, and a prefetching iterator.
 
 The stream. The loader reads the cache as one token stream with a virtual EOS in front: ``[eos] + tokens``.
-Every document in the cache ends with EOS, so every document in the stream is preceded by an EOS that serves as
-its beginning-of-document marker. Training sequence ``i`` is the window ``stream[i*S : i*S + S + 1]``:
-``inputs = window[:-1]``, ``targets = window[1:]``; there are ``num_tokens // S`` sequences (tail tokens that do
-not fill a window are not trained on in that epoch).
+Every document in the cache ends with EOS, so every document in the stream is preceded by an EOS that serves
+as its beginning-of-document marker. Training sequence ``i`` is the window ``stream[i*S : i*S + S + 1]``:
+``inputs = window[:-1]``, ``targets = window[1:]``; there are ``num_tokens // S`` sequences (tail tokens that
+do not fill a window are not trained on in that epoch).
 
 Document boundaries. ``segment_ids`` give each input position its document within the window (renumbered from
-0); the model must not attend across segments. An EOS *input* belongs to the document it begins (not the one it
-ends), so:
+0); the model must not attend across segments. An EOS *input* belongs to the document it begins (not the one
+it ends), so:
 
 * the last token of document d predicts d's EOS, conditioned on d only (the model learns where documents end);
 * an EOS input predicts the first token of the next document from nothing but that EOS (an unconditional
   "start of document" prediction; no information crosses the boundary).
 
-So every target is a legitimate prediction and ``loss_mask`` is 1 on every training position. In evaluation each
-token of the cache (EOS included) is a target exactly once, which is what bits-per-byte needs: the summed loss
-of all targets over the UTF-8 bytes of the original documents. Padding (only in the last evaluation batch) has
-``inputs = targets = eos``, ``segment_ids = -1`` and ``loss_mask = 0``.
+So every target is a legitimate prediction and ``loss_mask`` is 1 on every training position. In evaluation
+each token of the cache (EOS included) is a target exactly once, which is what bits-per-byte needs: the summed
+loss of all targets over the UTF-8 bytes of the original documents. Padding (only in the last evaluation
+batch) has ``inputs = targets = eos``, ``segment_ids = -1`` and ``loss_mask = 0``.
 
 Order. Global position ``j = step * B + row`` reads sequence ``perm_e(j mod num_sequences)`` of epoch
-``e = j // num_sequences``, where ``perm_e`` is the Feistel permutation keyed by ``(seed, e)``. ``batch(step)``
-depends on ``step`` alone, so a resumed run gets exactly the batches an uninterrupted one would.
+``e = j // num_sequences``, where ``perm_e`` is the Feistel permutation keyed by ``(seed, e)``.
+``batch(step)`` depends on ``step`` alone, so a resumed run gets exactly the batches an uninterrupted one
+would.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ Batch = dict[str, np.ndarray]
 
 
 def _window(cache: TokenCache, q0: int, length: int) -> np.ndarray:
-    """Stream positions [q0, q0 + length) as int32, where stream = [eos] + cache tokens (caller keeps it in range)."""
+    """Stream positions [q0, q0 + length) as int32, where stream = [eos] + cache tokens (caller keeps it in
+    range)."""
     out = np.empty(length, dtype=np.int32)
     if q0 == 0:
         out[0] = cache.eos_id
@@ -53,8 +55,8 @@ def _window(cache: TokenCache, q0: int, length: int) -> np.ndarray:
 def _segments(doc_starts: np.ndarray, q0: int, length: int) -> np.ndarray:
     """Document ids (from 0) of stream positions [q0, q0 + length).
 
-    Stream position q holds cache token q-1; the EOS at stream position doc_starts[k] (the end of document k-1)
-    begins document k, so a new segment starts at each doc_starts[k] >= 1 inside the range.
+    Stream position q holds cache token q-1; the EOS at stream position doc_starts[k] (the end of document
+    k-1) begins document k, so a new segment starts at each doc_starts[k] >= 1 inside the range.
     """
     lo = int(np.searchsorted(doc_starts, q0 + 1, side="left"))
     hi = int(np.searchsorted(doc_starts, q0 + length, side="left"))
@@ -64,10 +66,11 @@ def _segments(doc_starts: np.ndarray, q0: int, length: int) -> np.ndarray:
 
 
 class TrainLoader:
-    """Batches ``{"inputs", "targets", "segment_ids", "loss_mask"}`` of shape [B, S] for any step, statelessly.
+    """Batches ``{"inputs", "targets", "segment_ids", "loss_mask"}`` of shape [B, S] for any step,
+    statelessly.
 
-    With several data-parallel processes, each asks for its own rows: ``process_index``/``process_count`` split
-    the global batch of ``batch_size`` rows into equal contiguous parts.
+    With several data-parallel processes, each asks for its own rows: ``process_index``/``process_count``
+    split the global batch of ``batch_size`` rows into equal contiguous parts.
     """
 
     def __init__(self, cache: TokenCache, batch_size: int, seq_len: int, seed: int, *,
@@ -81,7 +84,8 @@ class TrainLoader:
         self.process_index, self.process_count = process_index, process_count
         self.num_sequences = cache.num_tokens // seq_len
         if self.num_sequences < 1:
-            raise ValueError(f"token cache {cache.path} holds {cache.num_tokens} tokens, fewer than one sequence "
+            raise ValueError(f"token cache {cache.path} holds {cache.num_tokens} tokens, fewer than one "
+                             "sequence "
                              f"of seq_len={seq_len}; tokenize more data or lower seq_len")
         self._perms: dict[int, FeistelPermutation] = {}
 
@@ -152,7 +156,8 @@ class EvalLoader:
 
     def batch(self, k: int) -> Batch:
         if not 0 <= k < self.num_batches:
-            raise IndexError(f"evaluation batch {k} outside [0, {self.num_batches}) for cache {self.cache.path}")
+            raise IndexError(f"evaluation batch {k} outside [0, {self.num_batches}) for cache "
+                             f"{self.cache.path}")
         b, s, eos = self.batch_size, self.seq_len, self.cache.eos_id
         out = {"inputs": np.full((b, s), eos, np.int32), "targets": np.full((b, s), eos, np.int32),
                "segment_ids": np.full((b, s), -1, np.int32), "loss_mask": np.zeros((b, s), np.float32)}
@@ -205,8 +210,9 @@ def _produce(fn: Callable[[int], Batch], start: int, stop: int | None, q: queue.
 class Prefetcher:
     """Calls ``fn(k)`` for k = start, start+1, ... (up to ``stop``) on a background thread, ``depth`` ahead.
 
-    Errors raised by ``fn`` are re-raised in the consuming thread at the batch where they happened. ``close()``,
-    leaving a ``with`` block, or dropping the iterator stops the thread (a daemon, so it never blocks exit).
+    Errors raised by ``fn`` are re-raised in the consuming thread at the batch where they happened.
+    ``close()``, leaving a ``with`` block, or dropping the iterator stops the thread (a daemon, so it never
+    blocks exit).
     """
 
     def __init__(self, fn: Callable[[int], Batch], start: int, stop: int | None, depth: int = 4) -> None:

@@ -5,7 +5,8 @@ The trainer never materialises a shuffled index array: the sequence read at glob
 ``k`` alone, so resume is exact) and a fresh key per epoch.
 
 ``feistel_permutation`` is a keyed Feistel network over the smallest power-of-two domain ``2**bits >= n``,
-with a splitmix64 finaliser as the round function and cycle-walking to land back in ``[0, n)``. Why these choices (see docs/data.md and the research note data-scaling-eval.md §1):
+with a splitmix64 finaliser as the round function and cycle-walking to land back in ``[0, n)``. Why these
+choices (see docs/data.md and the research note data-scaling-eval.md §1):
 
 * The round function must avalanche. Levanter's multiply-add round function leaves some input bits flipping
   only ~9% of output bits; the splitmix64 finaliser (two xor-shift-multiply stages) flips each output bit with
@@ -17,7 +18,8 @@ with a splitmix64 finaliser as the round function and cycle-walking to land back
   4x: at n = 2**24 + 1 that measured 8 M indices/s instead of > 20 M). With an odd bit count the two halves
   differ by one bit and swap widths every round (an alternating unbalanced Feistel network, still a bijection
   for any round function).
-* Every epoch derives its round keys from ``(seed, epoch)`` through splitmix64, so epochs get unrelated orders.
+* Every epoch derives its round keys from ``(seed, epoch)`` through splitmix64, so epochs get unrelated
+orders.
 
 ``lcg_permutation`` (``(a*x + b) mod n``) is the affine map Levanter used first. It is kept ONLY as the
 negative control of the statistical tests: every consecutive step has the same stride, which is why sorted
@@ -89,7 +91,8 @@ class FeistelPermutation:
         self.domain = 1 << bits
         self._keys = [np.uint64(k) for k in round_keys(self.seed, self.epoch, self.rounds)]
         # halves of bits//2 (left) and bits - bits//2 (right); they swap widths every round (unbalanced by at
-        # most one bit), which keeps the domain at the next power of two: fewer than 2 walks per index expected
+        # most one bit), which keeps the domain at the next power of two: fewer than 2 walks per index
+        # expected
         self._widths = (bits // 2, bits - bits // 2)
 
     def describe(self) -> dict[str, object]:
@@ -160,7 +163,8 @@ class LcgPermutation:
         a = stride if stride is not None else (int(rng.integers(1, n)) if n > 1 else 1)
         while math.gcd(a, n) != 1:
             if stride is not None:
-                raise ValueError(f"LCG stride {stride} shares a factor with n={n}; it would not be a bijection")
+                raise ValueError(f"LCG stride {stride} shares a factor with n={n}; it would not be a "
+                                 "bijection")
             a = int(rng.integers(1, n))
         self.a, self.b = a, int(rng.integers(0, n))
 

@@ -1,11 +1,11 @@
 """Statistical gates for a data order: would a permutation of *sorted* data look like a random shuffle?
 
-The data order is judged on a synthetic sorted corpus: ``n`` items in ``K`` contiguous strata (think "sorted by
-language"), read in batches of ``B`` consecutive positions of the permutation. The gates and their thresholds
-come from the research note data-scaling-eval.md §1.4; each threshold sits several standard deviations of the
-random-permutation null distribution away from its expected value at ``n ~ 1e6`` (the sigma of each statistic
-is noted next to its computation). A real shuffle passes all of them; the LCG fails the stride, runs,
-dispersion and autocorrelation gates by orders of magnitude.
+The data order is judged on a synthetic sorted corpus: ``n`` items in ``K`` contiguous strata (think "sorted
+by language"), read in batches of ``B`` consecutive positions of the permutation. The gates and their
+thresholds come from the research note data-scaling-eval.md §1.4; each threshold sits several standard
+deviations of the random-permutation null distribution away from its expected value at ``n ~ 1e6`` (the sigma
+of each statistic is noted next to its computation). A real shuffle passes all of them; the LCG fails the
+stride, runs, dispersion and autocorrelation gates by orders of magnitude.
 
 This module is library code (not only test code) so a researcher can gate any other order the same way.
 """
@@ -80,8 +80,8 @@ def runs_up_down_z(order: np.ndarray) -> float:
 
 def _flip_expectation(n: int, bits: int) -> np.ndarray:
     """P(output bit o differs) for two distinct uniform draws from [0, n): 2c(n-c)/(n(n-1)), c = #values with
-    bit o set. 0.5 for every bit when n is a power of two; lower for the top bits otherwise (at n = 600k the top
-    bit is set in only 13% of the values, so even a perfect shuffle flips it only 22% of the time)."""
+    bit o set. 0.5 for every bit when n is a power of two; lower for the top bits otherwise (at n = 600k the
+    top bit is set in only 13% of the values, so even a perfect shuffle flips it only 22% of the time)."""
     o = np.arange(bits)
     c = (n >> (o + 1)) * (1 << o) + np.maximum(0, n % (1 << (o + 1)) - (1 << o))
     return 2 * c * (n - c) / (n * max(n - 1, 1))
@@ -92,8 +92,8 @@ def avalanche(perm: Callable[[np.ndarray], np.ndarray], n: int, samples: int = 4
     """(mean, worst cell) of P(output bit o flips | input bit i flipped), over a sample of index pairs.
 
     Each cell is rescaled by ``0.5 / E[flip of bit o]`` under a uniformly random permutation of [0, n), so an
-    ideal shuffle scores 0.5 in every cell whatever n is (the research note's gates assume n just below a power
-    of two, where the rescaling is ~1).
+    ideal shuffle scores 0.5 in every cell whatever n is (the research note's gates assume n just below a
+    power of two, where the rescaling is ~1).
     """
     bits = max(1, math.ceil(math.log2(n)))
     rng = np.random.default_rng(seed)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 def preset_names() -> list[str]:
     """Names of the shipped presets."""
-    return sorted(p.name[: -len(".yaml")] for p in resources.files(__name__).iterdir() if p.name.endswith(".yaml"))
+    files = resources.files(__name__).iterdir()
+    return sorted(p.name[: -len(".yaml")] for p in files if p.name.endswith(".yaml"))
 
 
 def preset_path(name: str) -> str:

@@ -1,0 +1,73 @@
+"""The one interface the engine uses for the prefix's storage, whatever the store.
+
+Paths are absolute (local paths or URLs). Every store gives atomic writes for readers (a reader sees the old
+text or the new one, never a mix); the conditional operations (`create_exclusive`, `replace_if`, `delete_if`)
+are what leases are built on (marin/storage/lease.py), and each implementation says in `guarantees` how far
+they hold there. A refused condition is a `False` return, never an exception: losing a race is normal.
+
+Implementations, one module per store: `local.py` (the OS), `s3.py`, `gcs.py`, and `generic.py` for any other
+fsspec filesystem; `fs.storage_for` picks one for a prefix.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Versioned:
+    """A file's text plus an opaque token that changes whenever the file is rewritten."""
+
+    text: str
+    token: Any
+
+
+class Storage(abc.ABC):
+    """The operations the engine needs; paths are absolute (local paths or URLs)."""
+
+    is_local: bool = False
+    guarantees: str = ""
+
+    @abc.abstractmethod
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def write_text(self, path: str, text: str) -> None:
+        """Replace the file's text atomically (readers see the old or the new text)."""
+
+    @abc.abstractmethod
+    def append_text(self, path: str, text: str) -> None:
+        """Append `text` (one line of a JSONL file) to the file, creating it if absent."""
+
+    @abc.abstractmethod
+    def listdir(self, path: str) -> list[str] | None:
+        """Base names of the entries of a directory, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def makedirs(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def upload_file(self, local_path: str, path: str) -> None:
+        """Place the local file `local_path` at `path` (a move on local storage)."""
+
+    @abc.abstractmethod
+    def create_exclusive(self, path: str, text: str) -> bool:
+        """Create `path` with `text` only if it does not exist; False if it already exists."""
+
+    @abc.abstractmethod
+    def read_versioned(self, path: str) -> Versioned | None:
+        """The file's text and version token, read together; None when it does not exist."""
+
+    @abc.abstractmethod
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        """Overwrite `path` only if it still has version `token`; False if someone else changed it."""
+
+    @abc.abstractmethod
+    def delete_if(self, path: str, token: Any) -> bool:
+        """Delete `path` only if it still has version `token`; False if someone else changed it."""

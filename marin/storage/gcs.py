@@ -1,0 +1,100 @@
+"""Storage on Google Cloud Storage (gcsfs), with generation preconditions where they can be sent.
+
+Create is `ifGenerationMatch=0` (gcsfs `mode="create"`). The version token is the object's generation, and
+compare-and-swap and delete send `if_generation_match=<generation>` through google-cloud-storage, which gcsfs
+does not expose; a refused precondition is google-api-core's `PreconditionFailed` (or `NotFound` for an
+object deleted meanwhile). Without google-cloud-storage, or on a store that reports no generation (some
+emulators), the token is the text and the conditions are best effort, as in `generic.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from marin.errors import StorageError
+from marin.storage.base import Versioned
+from marin.storage.generic import FsspecStorage, split_bucket
+
+# One google-cloud-storage client per process (tests that point it at an emulator empty this:
+# tests/marin/gcs_env.py).
+_GCS_CLIENTS: dict[str, Any] = {}
+
+
+def gcs_blob(path: str) -> Any:
+    """The google-cloud-storage blob of a gs:// path, or None when that library is not installed."""
+    try:
+        from google.cloud import storage as gcs
+    except ImportError:  # gcsfs alone gives create-if-absent only; see the module docstring
+        return None
+    bucket, key = split_bucket(path)
+    client = _GCS_CLIENTS.get("client")
+    if client is None:
+        anonymous = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+        client = gcs.Client.create_anonymous_client() if anonymous else gcs.Client()
+        _GCS_CLIENTS["client"] = client
+    return client.bucket(bucket).blob(key)
+
+
+def gcs_get_versioned(blob: Any) -> tuple[bool, Versioned | None]:
+    """(True, the object's text and generation) in two requests - metadata, then the body of that very
+    generation - or (True, None) if it does not exist; (False, None) if the store reports no generation.
+    Retried if the object changed in between."""
+    from google.api_core import exceptions as gexc
+
+    for _ in range(5):
+        try:
+            blob.reload()
+        except gexc.NotFound:
+            return True, None
+        generation = blob.generation
+        if not isinstance(generation, int):
+            return False, None
+        try:
+            data: bytes = blob.download_as_bytes(if_generation_match=generation)
+        except (gexc.PreconditionFailed, gexc.NotFound):  # rewritten or deleted since the metadata was read
+            continue
+        return True, Versioned(data.decode("utf-8"), generation)
+    raise StorageError(f"{blob.name}: rewritten during every one of 5 reads; retry the operation")
+
+
+def _conditional(action: Callable[[], object]) -> bool:
+    from google.api_core import exceptions as gexc
+
+    try:
+        action()
+    except (gexc.PreconditionFailed, gexc.NotFound):
+        return False
+    return True
+
+
+class GcsStorage(FsspecStorage):
+    guarantees = (
+        "single-PUT writes; create ifGenerationMatch=0; compare-and-swap/delete on the generation "
+        "(needs google-cloud-storage)"
+    )
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        return self._create_if_absent(path, text)
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        blob = gcs_blob(path)
+        if blob is not None:
+            has_generations, found = gcs_get_versioned(blob)
+            if has_generations:
+                return found
+        # no google-cloud-storage, or no generation (an emulator that does not report it): compare contents
+        return super().read_versioned(path)
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        blob = gcs_blob(path) if isinstance(token, int) else None
+        if blob is None:
+            return super().replace_if(path, text, token)
+        return _conditional(lambda: blob.upload_from_string(text, if_generation_match=token))
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        blob = gcs_blob(path) if isinstance(token, int) else None
+        if blob is None:
+            return super().delete_if(path, token)
+        return _conditional(lambda: blob.delete(if_generation_match=token))

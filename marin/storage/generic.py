@@ -1,0 +1,95 @@
+"""Storage on any fsspec filesystem, with the conditional writes every store can give: check, then write.
+
+Writes are single-object PUTs (atomic for readers on object stores). The conditional operations here are best
+effort: two executors can both win a race, which docs/concepts.md ("Leases") says plainly. The object stores
+with real preconditions subclass this class and replace exactly those operations (`s3.py`, `gcs.py`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+import fsspec
+
+from marin.storage.base import Storage, Versioned
+
+
+def split_bucket(path: str) -> tuple[str, str]:
+    """("bucket", "key/of/object") of an object-store URL."""
+    bucket, _, key = path.split("://", 1)[-1].partition("/")
+    return bucket, key
+
+
+class FsspecStorage(Storage):
+    """Any fsspec filesystem; `protocol` is the URL scheme it was opened for."""
+
+    guarantees = "single-PUT writes; leases are best effort (check then write)"
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
+        self.fs = fs
+        self.protocol = protocol
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            data: bytes = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        return data.decode("utf-8")
+
+    def write_text(self, path: str, text: str) -> None:
+        self.fs.pipe_file(path, text.encode("utf-8"))
+
+    def append_text(self, path: str, text: str) -> None:
+        # Object stores have no append: rewrite the whole (small) object.
+        old = self.read_text(path) or ""
+        self.write_text(path, old + text)
+
+    def listdir(self, path: str) -> list[str] | None:
+        try:
+            entries = self.fs.ls(path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return None
+        except TypeError:  # a filesystem whose ls takes no `refresh`
+            entries = self.fs.ls(path, detail=False)
+        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        self.fs.put_file(local_path, path)
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        if self.fs.exists(path):
+            return False
+        self.fs.pipe_file(path, text.encode("utf-8"))
+        return True
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        text = self.read_text(path)
+        return None if text is None else Versioned(text, text)
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        if self.read_text(path) != token:
+            return False
+        self.write_text(path, text)
+        return True
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        if self.read_text(path) != token:
+            return False
+        self.fs.rm_file(path)
+        return True
+
+    def _create_if_absent(self, path: str, text: str) -> bool:
+        """Create through the store's own create-if-absent (`mode="create"`, s3fs and gcsfs): a lost race is
+        FileExistsError there, a clean refusal here."""
+        try:
+            self.fs.pipe_file(path, text.encode("utf-8"), mode="create")
+        except FileExistsError:
+            return False
+        return True

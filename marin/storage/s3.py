@@ -1,0 +1,77 @@
+"""Storage on S3 (s3fs), with conditional writes that S3 enforces.
+
+Create is `If-None-Match: *` (s3fs `mode="create"`, which maps a lost race to FileExistsError); the version
+token is the object's ETag, read in the same GetObject as the body; compare-and-swap and delete send
+`If-Match: <etag>`. A refused precondition is recognised by the error S3 returned (botocore's `ClientError`
+with code `PreconditionFailed`, HTTP 412, which s3fs keeps as the `__cause__` of the OSError it raises), not
+by the wording of a message; an object deleted meanwhile is a refusal too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin.storage.base import Versioned
+from marin.storage.generic import FsspecStorage, split_bucket
+
+
+def is_precondition_failure(error: BaseException) -> bool:
+    """Whether `error` (or the botocore error s3fs chained to it) is S3's answer to a failed precondition."""
+    from botocore.exceptions import ClientError
+
+    cause = error if isinstance(error, ClientError) else error.__cause__
+    if not isinstance(cause, ClientError):
+        return False
+    response: dict[str, Any] = cause.response
+    code = response.get("Error", {}).get("Code")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "412") or status == 412
+
+
+class S3Storage(FsspecStorage):
+    guarantees = "single-PUT writes; create If-None-Match; compare-and-swap/delete If-Match on the ETag"
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        return self._create_if_absent(path, text)
+
+    def read_versioned(self, path: str) -> Versioned | None:
+        """Body and ETag from one GetObject, so the token always belongs to the text (reading them with two
+        requests let a writer slip in between: a compare-and-swap on that ETag then overwrote a newer object
+        with an update computed from the older text)."""
+        from fsspec.asyn import sync
+
+        bucket, key = split_bucket(path)
+
+        async def get() -> tuple[bytes, Any]:
+            response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            body = response["Body"]
+            try:
+                return await body.read(), response.get("ETag")
+            finally:
+                body.close()
+
+        try:
+            data, etag = sync(self.fs.loop, get)
+        except FileNotFoundError:
+            return None
+        return Versioned(data.decode("utf-8"), etag)
+
+    def replace_if(self, path: str, text: str, token: Any) -> bool:
+        return self._if_match("put_object", path, token, Body=text.encode("utf-8"))
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        return self._if_match("delete_object", path, token)
+
+    def _if_match(self, operation: str, path: str, etag: Any, **kwargs: Any) -> bool:
+        """An S3 put/delete that applies only while the object's ETag is still `etag`; False if it changed."""
+        bucket, key = split_bucket(path)
+        try:
+            self.fs.call_s3(operation, Bucket=bucket, Key=key, IfMatch=etag, **kwargs)
+        except FileNotFoundError:  # the object is gone (e.g. a lease its worker released): not our version
+            return False
+        except OSError as e:
+            if is_precondition_failure(e):
+                return False
+            raise
+        self.fs.invalidate_cache(path)
+        return True
