@@ -132,14 +132,23 @@ def wait_for_run(jobs_client: Any, experiment_id: str, after: int, timeout_s: fl
 
 
 def follow_logs(jobs_client: Any, submission: str, write: Callable[[str], object] = sys.stdout.write) -> None:
-    """Stream a job's driver output until the job ends."""
+    """Stream a job's driver output until the job ends, then print whatever the stream missed (a job that
+    ended before the stream connected sends nothing over it)."""
+    shown: list[str] = []
 
     async def tail() -> None:
         async for chunk in jobs_client.tail_job_logs(submission):
+            shown.append(chunk)
             write(chunk)
             sys.stdout.flush()
 
     asyncio.run(tail())
+    streamed, full = "".join(shown), jobs_client.get_job_logs(submission)
+    if full.startswith(streamed):
+        write(full[len(streamed):])
+    elif not streamed:
+        write(full)
+    sys.stdout.flush()
 
 
 def exit_code(row: JobRow) -> int:
