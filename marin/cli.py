@@ -27,11 +27,15 @@ commands:
   status [SCRIPT] [flags] current status of a script's steps, or of every experiment under --prefix
   dashboard ...           the web dashboard (marin dashboard --help)
   issue ...               the experiment's issue tracker (marin issue --help)
+  submit SCRIPT [flags]   run the experiment's driver on a Ray cluster as a job (marin submit --help)
+  jobs list|logs|stop     the experiments' jobs on a Ray cluster (marin jobs --help)
 
 flags (also accepted by `python SCRIPT ...`):
 """
 
-DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli"}
+DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
+             "submit": "marin.cluster.submit",
+             "jobs": "marin.cluster.jobs_cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -105,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
-        print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue",
+        print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
+              "submit, jobs",
               file=sys.stderr)
         return 2
     if not rest and command == "status":
@@ -115,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if command == "status" and rest[0].startswith("--"):
         return _status_all(rest)
+    if command == "run":
+        from marin.cluster.job_env import apply_job_env
+
+        apply_job_env()  # a driver started by `marin submit`: its sealed credentials
     return _run_script(command, rest[0], rest[1:])
 
 

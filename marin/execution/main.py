@@ -264,6 +264,8 @@ def executor_main(
     mode = CLI_MODE.get()
     if mode in ("plan", "status"):
         return _report(steps, cfg, mode)
+    if mode == "describe":
+        return _describe(steps, cfg, issue)
     result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
                             description=description, publishers=publishers, args=args)
     if result.status == "FAILED":
@@ -271,6 +273,33 @@ def executor_main(
         first = result.failures[0] if result.failures else None
         raise error from first
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Described:
+    """What `marin submit` learns from a script without planning or touching storage."""
+
+    experiment_id: str
+    issue: str | None
+    prefix: str
+    steps: int
+
+
+DESCRIBED: contextvars.ContextVar[list[Described] | None] = contextvars.ContextVar(
+    "marin_described", default=None)
+
+
+def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None) -> RunResult:
+    graph = build_graph(steps)
+    script = script_path()
+    experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
+    ref = IssueRef.parse(issue) if issue else IssueRef.from_script(script)
+    sink = DESCRIBED.get()
+    if sink is not None:
+        sink.append(Described(experiment_id, str(ref) if ref else None, cfg.resolved_prefix(),
+                              len(graph.nodes)))
+    empty = Plan(cfg.resolved_prefix(), [], [], 0)
+    return RunResult("", experiment_id, cfg.resolved_prefix(), "DESCRIBE", empty, {}, [], [], "")
 
 
 def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunResult:

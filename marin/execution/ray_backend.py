@@ -46,6 +46,11 @@ def ensure_ray(address: str | None = None) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     pythonpath = os.pathsep.join([*_code_paths(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if os.environ.get("MARIN_SUBMITTED") and os.environ.get("RAY_ADDRESS"):
+        # A driver started by `marin submit`: the job's runtime env (working_dir, sealed environment) already
+        # reaches every worker; a runtime_env here would replace it.
+        ray.init(address=os.environ["RAY_ADDRESS"], namespace="marin", log_to_driver=False)
+        return True
     if address:
         # Workers of a cluster do not inherit this process's environment: ship the code paths with the job.
         ray.init(address=address, namespace="marin", runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
@@ -56,8 +61,8 @@ def ensure_ray(address: str | None = None) -> bool:
         os.environ["PYTHONPATH"] = pythonpath
         # address="local": without it ray.init joins whatever cluster `ray start` last recorded in
         # /tmp/ray/ray_current_cluster (a stale or someone else's), instead of starting the embedded one.
-        ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, namespace="marin",
-                 log_to_driver=False, configure_logging=False)
+        ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+                 namespace="marin", log_to_driver=False, configure_logging=False)
     return True
 
 

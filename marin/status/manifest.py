@@ -9,6 +9,7 @@ with conditional writes (local, s3://, gs:// with google-cloud-storage; see docs
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -62,10 +63,11 @@ def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str,
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})
-        data.setdefault("runs",
-                        []).append({"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
-                                             "user": provenance.get("user"), "args": args,
-                                             "publisher_errors": []})
+        run = {"run_id": run_id, "started": now, "ended": None, "status": "RUNNING",
+               "user": provenance.get("user"), "args": args, "publisher_errors": []}
+        if os.environ.get("MARIN_JOB_SUBMISSION_ID"):  # a driver started by `marin submit` (cluster-run.md)
+            run["job"] = os.environ["MARIN_JOB_SUBMISSION_ID"]
+        data.setdefault("runs", []).append(run)
         return data
 
     _update(storage, manifest_path(prefix, experiment_id), change)
@@ -83,6 +85,29 @@ def end_run(storage: Storage, prefix: str, experiment_id: str, run_id: str, stat
             if run.get("run_id") == run_id:
                 run.update({"ended": now, "status": status, "publisher_errors": publisher_errors})
                 break
+        return data
+
+    _update(storage, manifest_path(prefix, experiment_id), change)
+
+
+def record_driver_loss(storage: Storage, prefix: str, experiment_id: str, *, job: str, ended: float | None,
+                       message: str) -> None:
+    """A submitted driver was lost: its run ends DRIVER_LOST and the experiment's `interruptions` gains an
+    entry.
+
+    Idempotent per job (a restarted supervisor may record the same loss twice)."""
+    now = time.time()
+
+    def change(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {"id": experiment_id, "runs": []}
+        for run in data.get("runs", []):
+            if run.get("job") == job and run.get("status") == "RUNNING":
+                run.update({"ended": ended or now, "status": "DRIVER_LOST"})
+        entries = data.setdefault("interruptions", [])
+        if not any(e.get("job") == job for e in entries):
+            entries.append({"cause": "driver_lost", "job": job, "at": ended or now, "detected": now,
+                            "message": message})
+        data["updated"] = now
         return data
 
     _update(storage, manifest_path(prefix, experiment_id), change)

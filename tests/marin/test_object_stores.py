@@ -33,37 +33,6 @@ def _wait_port(port: int, timeout: float = 60) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
-@pytest.fixture(scope="module")
-def s3_bucket(moto_endpoint: str) -> Iterator[str]:
-    """A bucket on the session's moto server; fsspec's s3 defaults point at it for this module only."""
-    import fsspec
-
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                            "AWS_DEFAULT_REGION",
-                                            "FSSPEC_S3_ENDPOINT_URL", "AWS_EC2_METADATA_DISABLED")}
-    saved_conf = fsspec.config.conf.get("s3")
-    os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_DEFAULT_REGION": "us-east-1",
-                       "FSSPEC_S3_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
-    fsspec.config.conf["s3"] = {"endpoint_url": moto_endpoint}
-    try:
-        fs = fsspec.filesystem("s3", skip_instance_cache=True)
-        fs.mkdir("marin-test")
-        yield "s3://marin-test"
-    finally:
-        # fsspec's config is process-global: leaving this endpoint in it would send later tests' s3:// calls
-        # here
-        if saved_conf is None:
-            fsspec.config.conf.pop("s3", None)
-        else:
-            fsspec.config.conf["s3"] = saved_conf
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def test_s3_conditional_writes_back_leases(s3_bucket: str) -> None:
     storage = storage_for(s3_bucket)
     assert isinstance(storage, FsspecStorage) and storage.protocol == "s3"

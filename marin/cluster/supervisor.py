@@ -1,0 +1,167 @@
+"""The driver-loss supervisor: a detached Ray actor that keeps an experiment's driver alive across its loss.
+
+Ray Jobs never restart a driver: when the driver process or its node dies, the job is FAILED and the
+experiment stops until someone resubmits it. `marin submit --resubmit-on-driver-loss N` therefore submits this
+module as a small job of its own. Its driver creates (or finds, after a restart) the actor
+`marin-supervisor-{experiment}`: detached, `max_restarts=-1` (Ray restarts it elsewhere if its node dies),
+needing no CPU and pinned to the head node, which is the one node whose loss ends the cluster anyway. The
+actor submits the experiment's run job (`python -m marin run ...`, with the supervisor job's own `working_dir`
+and sealed environment, already uploaded, so nothing is uploaded again), and watches it:
+- the job SUCCEEDED, FAILED because a step failed (the driver exited 1 or 2), or was STOPPED: done;
+- the job FAILED because its driver was lost (killed by a signal, or Ray's job supervisor died with its node):
+  the loss is recorded in the experiment's manifest (`interruptions`, cause `driver_lost`) and a new run job
+  is submitted, up to N times. The new driver replans: finished steps are skipped, and the steps the lost
+  driver was running are taken over once their leases go stale (`--lease-timeout-s`) and re-run.
+The supervisor job exits with the last run job's exit code (see `jobs.exit_code`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from marin.cluster import jobs
+
+POLL_S = 1.0
+
+
+def _dashboard_url() -> str:
+    import ray._private.worker
+
+    url = ray._private.worker.get_dashboard_url()  # type: ignore[no-untyped-call]
+    return url if "://" in url else f"http://{url}"
+
+
+def _record_driver_loss(prefix: str, experiment_id: str, row: jobs.JobRow) -> None:
+    from marin.status import manifest
+    from marin.storage import storage_for
+
+    storage = storage_for(prefix)
+    manifest.record_driver_loss(
+        storage,
+        prefix,
+        experiment_id,
+        job=row.submission_id,
+        ended=row.end_time,
+        message=row.message.splitlines()[0] if row.message else "",
+    )
+
+
+class Supervisor:
+    """The loop, apart from Ray so that it can be read (and tested) on its own."""
+
+    def __init__(self, spec: dict[str, Any], client: Any, runtime_env: dict[str, Any]) -> None:
+        self.spec, self.client = spec, client
+        self.runtime_env = {k: v for k, v in runtime_env.items() if k != "excludes"}
+        self.experiment: str = spec["experiment"]
+        self.result: dict[str, Any] | None = None
+
+    def _current(self) -> jobs.JobRow | None:
+        runs = jobs.marin_jobs(self.client, self.experiment, jobs.RUN)
+        return runs[-1] if runs else None
+
+    def _submit(self, n: int) -> None:
+        sid = jobs.submission_id(self.experiment, n)
+        env = dict(self.runtime_env)
+        env["env_vars"] = {**env.get("env_vars", {}), "MARIN_JOB_SUBMISSION_ID": sid}
+        try:
+            self.client.submit_job(
+                entrypoint=self.spec["entrypoint"],
+                submission_id=sid,
+                runtime_env=env,
+                metadata=self.spec["metadata"],
+                **self.spec["options"],
+            )
+        except RuntimeError as e:
+            if "already exists" not in str(e):  # a restarted supervisor racing its own earlier submission
+                raise
+
+    def run(self) -> dict[str, Any]:
+        resubmits = 0
+        current = self._current()
+        if current is None:
+            self._submit(1)
+        while True:
+            current = self._current()
+            if current is None or current.live:
+                time.sleep(POLL_S)
+                continue
+            if not current.driver_lost:
+                self.result = {
+                    "job": current.submission_id,
+                    "status": current.status,
+                    "exit_code": jobs.exit_code(current),
+                    "resubmits": resubmits,
+                }
+                return self.result
+            lost_before = sum(
+                1 for r in jobs.marin_jobs(self.client, self.experiment, jobs.RUN) if r.driver_lost
+            )
+            _record_driver_loss(self.spec["metadata"]["marin_prefix"], self.experiment, current)
+            if lost_before > int(self.spec["max_resubmits"]):
+                self.result = {
+                    "job": current.submission_id,
+                    "status": "DRIVER_LOST",
+                    "exit_code": 3,
+                    "resubmits": resubmits,
+                }
+                return self.result
+            resubmits += 1
+            self._submit(current.number + 1)
+
+
+def _actor_class() -> Any:
+    import ray
+
+    remote: Any = ray.remote  # its overloads do not know actor options such as lifetime
+
+    @remote(
+        num_cpus=0,
+        max_restarts=-1,
+        max_task_retries=-1,
+        max_concurrency=4,
+        lifetime="detached",
+        resources={"node:__internal_head__": 0.001},
+    )
+    class SupervisorActor:
+        def __init__(self, spec: dict[str, Any]) -> None:
+            from ray.job_submission import JobSubmissionClient
+
+            runtime_env = dict(ray.get_runtime_context().runtime_env or {})
+            self.loop = Supervisor(spec, JobSubmissionClient(_dashboard_url()), runtime_env)
+            self.done = threading.Event()
+            threading.Thread(target=self._run, name="marin-supervisor", daemon=True).start()
+
+        def _run(self) -> None:
+            self.loop.run()
+            self.done.set()
+
+        def wait(self) -> dict[str, Any]:
+            self.done.wait()
+            return dict(self.loop.result or {})  # the supervisor job kills the actor once it has this
+
+    return SupervisorActor
+
+
+def main(argv: list[str]) -> int:
+    import ray
+
+    spec = json.loads(argv[0])
+    ray.init(address="auto", namespace="marin", log_to_driver=False)
+    name = f"marin-supervisor-{spec['experiment']}"
+    actor = _actor_class().options(name=name, get_if_exists=True).remote(spec)
+    result = ray.get(actor.wait.remote())
+    ray.kill(actor)
+    print(
+        f"marin supervisor: experiment {spec['experiment']}: last driver job {result.get('job')} ended "
+        f"{result.get('status')} after {result.get('resubmits')} resubmission(s)",
+        flush=True,
+    )
+    return int(result.get("exit_code", 3))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,241 @@
+"""`marin submit` and `marin jobs` against a real Ray head with its Jobs API, on loopback.
+
+One cluster for the module: a head with the dashboard and no CPUs (as infra/ configures it, so a driver that
+asks for a CPU cannot land there) and one worker node with two CPUs (the driver and one step). The experiment
+lives in a throw-away git repository next to its step module, which is installed nowhere: whatever the workers
+run came from the job's working_dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.fakes.ray_cluster import LocalRayCluster
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+DEMO = Path(__file__).parent / "demo_repo"
+SECRET = "ghp_" + "S3cr3tT0kenForTheSubmitTest0123456789"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
+    bin_dir = str(Path(sys.executable).parent)
+    c = LocalRayCluster(
+        tmp_path_factory.mktemp("submit-cluster"),
+        env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+    try:
+        c.head(num_cpus=0, dashboard=True)
+        c.add_node("worker", num_cpus=2)
+        yield c
+    finally:
+        c.shutdown()
+
+
+def make_repo(tmp: Path, version: str) -> Path:
+    repo = tmp / "repo"
+    shutil.copytree(DEMO, repo)
+    (repo / "demo_steps.py").write_text(
+        (repo / "demo_steps.py").read_text().replace('VERSION = "original"', f'VERSION = "{version}"')
+    )
+    (repo / ".gitignore").write_text("big/\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    return repo
+
+
+def marin(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marin", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def demo_env(tmp: Path, **extra: str) -> dict[str, str]:
+    counters = tmp / "counters"
+    counters.mkdir(exist_ok=True)
+    return {**os.environ, "DEMO_COUNTER_DIR": str(counters), "MARIN_TRACKER": "local", **extra}
+
+
+def calls(tmp: Path, step: str) -> int:
+    f = tmp / "counters" / f"{step}.calls"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_submit_runs_the_experiment_with_the_code_next_to_the_script(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    version = f"edited-{time.time_ns()}"
+    repo = make_repo(tmp_path, version)
+    prefix = tmp_path / "prefix"
+    env = demo_env(tmp_path, DEMO_SECRET=SECRET)
+    out = marin(
+        [
+            "submit",
+            str(repo / "exp14_submit_demo.py"),
+            "--prefix",
+            str(prefix),
+            "--cluster",
+            cluster.dashboard_url,
+            "--env",
+            "DEMO_COUNTER_DIR",
+            "--secret-env",
+            "DEMO_SECRET",
+        ],
+        env,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "submitted job marin-exp14_submit_demo-" in out.stdout
+    assert "issue:" in out.stdout and "status files:" in out.stdout
+    assert "Running entrypoint" in out.stdout  # the driver's own output, followed until the end
+    steps = sorted((prefix / "demo").iterdir())
+    assert [p.name.split("-")[0] for p in steps] == ["first", "last", "slow"]
+    for step in steps:
+        assert (step / "version.txt").read_text() == version  # the edited module, shipped as working_dir
+        assert json.loads((step / ".marin" / "status.json").read_text())["status"] == "SUCCESS"
+    assert (prefix / "experiments").is_dir()
+    # the sealed secret reached the driver, and is nowhere Ray or the platform shows or keeps
+    assert (tmp_path / "counters" / "secret-seen.txt").read_text() == hashlib.sha256(
+        SECRET.encode()
+    ).hexdigest()
+    for path in prefix.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    for job in client.list_jobs():
+        assert SECRET not in json.dumps(job.model_dump(mode="json"), default=str)
+        assert SECRET not in client.get_job_logs(job.submission_id)
+    assert SECRET not in out.stdout + out.stderr
+
+
+def test_a_second_submission_of_a_live_experiment_attaches(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, "attach")
+    prefix, gate = tmp_path / "prefix", tmp_path / "gate"
+    env = demo_env(tmp_path, DEMO_GATE=str(gate))
+    args = [
+        "submit",
+        str(repo / "exp14_submit_demo.py"),
+        "--prefix",
+        str(prefix),
+        "--cluster",
+        cluster.dashboard_url,
+        "--env",
+        "DEMO_COUNTER_DIR",
+        "--env",
+        "DEMO_GATE",
+        "--no-wait",
+    ]
+    first = marin(args, env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    wait_for(lambda: calls(tmp_path, "slow") == 1, 300, "the slow step to start")
+    second = marin(args, env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "attached to the live job" in second.stdout
+    job = first.stdout.split("submitted job ")[1].split()[0]
+    assert job in second.stdout
+    gate.write_text("go")
+    listing = marin(["jobs", "list", "--cluster", cluster.dashboard_url], env)
+    assert listing.returncode == 0 and job in listing.stdout
+    follow = marin(["jobs", "logs", job, "--follow", "--cluster", cluster.dashboard_url], env)
+    assert follow.returncode == 0
+    wait_for(lambda: calls(tmp_path, "last") == 1, 300, "the last step")
+    assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (1, 1, 1)
+    experiment = job.removeprefix("marin-").rsplit("-", 1)[0]
+    from ray.job_submission import JobSubmissionClient
+
+    runs = [
+        j
+        for j in JobSubmissionClient(cluster.dashboard_url).list_jobs()
+        if (j.metadata or {}).get("marin_experiment") == experiment
+    ]
+    assert len(runs) == 1
+
+
+def _driver_process(script_name: str) -> psutil.Process:
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "marin" in cmd and "run" in cmd and any(c.endswith(script_name) for c in cmd):
+            return proc
+    raise LookupError(f"no driver process running {script_name}")
+
+
+def test_a_killed_driver_is_replaced_and_only_the_interrupted_step_reruns(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path, "resubmit")
+    (repo / "exp14_submit_demo.py").rename(repo / "exp14_submit_resubmit.py")
+    prefix, gate = tmp_path / "prefix", tmp_path / "gate"
+    env = demo_env(tmp_path, DEMO_GATE=str(gate))
+    out = marin(
+        [
+            "submit",
+            str(repo / "exp14_submit_resubmit.py"),
+            "--prefix",
+            str(prefix),
+            "--lease-timeout-s",
+            "3",
+            "--cluster",
+            cluster.dashboard_url,
+            "--env",
+            "DEMO_COUNTER_DIR",
+            "--env",
+            "DEMO_GATE",
+            "--resubmit-on-driver-loss",
+            "2",
+            "--no-wait",
+        ],
+        env,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    wait_for(lambda: calls(tmp_path, "slow") == 1, 300, "the slow step to start")
+    driver = _driver_process("exp14_submit_resubmit.py")
+    driver.send_signal(signal.SIGKILL)
+    wait_for(lambda: calls(tmp_path, "slow") == 2, 300, "the replacement driver to re-run the slow step")
+    gate.write_text("go")
+    wait_for(lambda: calls(tmp_path, "last") == 1, 300, "the last step")
+    assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (1, 2, 1)
+    manifest_file = next((prefix / "experiments").glob("exp14_submit_resubmit-*.json"))
+    wait_for(
+        lambda: json.loads(manifest_file.read_text())["runs"][-1]["status"] == "SUCCESS",
+        120,
+        "the replacement run to end",
+    )
+    manifest = json.loads(manifest_file.read_text())
+    assert [i["cause"] for i in manifest["interruptions"]] == ["driver_lost"]
+    assert [r["status"] for r in manifest["runs"]] == ["DRIVER_LOST", "SUCCESS"]
+
+
+def test_a_working_tree_over_the_limit_is_refused_before_any_upload(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, "big")
+    (repo / "data.bin").write_bytes(os.urandom(3 * 2**20))
+    (repo / "big").mkdir()
+    (repo / "big" / "ignored.bin").write_bytes(os.urandom(3 * 2**20))  # .gitignore'd: not counted
+    env = demo_env(tmp_path, RAY_max_grpc_message_size=str(2 * 2**20))
+    out = marin(
+        ["submit", str(repo / "exp14_submit_demo.py"), "--cluster", "http://127.0.0.1:9"], env, timeout=120
+    )
+    assert out.returncode == 2
+    assert "over Ray's package limit of 2.0 MiB; nothing was uploaded" in out.stderr
+    assert "data.bin" in out.stderr and "ignored.bin" not in out.stderr
