@@ -179,14 +179,17 @@ def log_tail(
     if attempt is None:
         status = store.read_json(sf.status_path(rel))
         current = status.get("attempt") if isinstance(status, dict) else None
-        attempt = current if isinstance(current, int) and current in logs else max(logs, default=None)
+        live = isinstance(current, int) and store.read_log_range(sf.log_path(rel, current), 0, 0) is not None
+        attempt = current if isinstance(current, int) and (current in logs or live) else max(logs, default=None)
     if attempt is None:
         return LogTail(attempt=None, path=None, size=0, start=0, end=0, text="", truncated=False)
     path = sf.log_path(rel, attempt)
-    # A running attempt's log may be newer than the cached directory listing: ask storage directly.
-    if attempt not in logs and store.info(path) is None:
+    # A running attempt's log may be newer than the cached directory listing (or, on an object store, still a
+    # set of live chunks): ask storage directly.
+    read = store.read_log_range(path, offset, max_bytes)
+    if read is None:
         return LogTail(attempt=attempt, path=None, size=0, start=0, end=0, text="", truncated=False)
-    data, start, size = store.read_range(path, offset, max_bytes)
+    data, start, size = read
     text = data.decode("utf-8", errors="replace")
     return LogTail(
         attempt=attempt,

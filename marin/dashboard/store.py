@@ -26,6 +26,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from marin.dashboard.paths import UnsafePathError, join
+from marin.status.live_log import read_live_log
+from marin.storage.fs import storage_for
 
 MAX_JSON_BYTES = 16 << 20
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
@@ -42,6 +44,14 @@ class _Entry:
     value: Any
 
 
+def _window_start(size: int, offset: int | None, max_bytes: int, jump: bool) -> int:
+    """Where a read of at most `max_bytes` from `offset` starts (None: the last `max_bytes`); with `jump`, the
+    end of the file when more than `max_bytes` follow `offset`."""
+    if offset is None or offset < 0 or offset > size or (jump and size - offset > max_bytes):
+        return max(0, size - max_bytes)
+    return offset
+
+
 def signature(info: dict[str, Any]) -> tuple[Any, ...]:
     """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3
     ETag)."""
@@ -54,7 +64,12 @@ class PrefixStore:
     def __init__(
         self, prefix: str, *, ttl: float | None = None, storage_options: dict[str, Any] | None = None
     ):
-        fs, root = fsspec.core.url_to_fs(prefix, **(storage_options or {}))
+        options = dict(storage_options or {})
+        if "://" in prefix and not prefix.startswith("file://"):
+            # this class keeps its own short-lived caches; fsspec's listings cache would keep a directory's
+            # listing for the life of the process (a log created since would stay "not found")
+            options.setdefault("use_listings_cache", False)
+        fs, root = fsspec.core.url_to_fs(prefix, **options)
         self.fs: fsspec.AbstractFileSystem = fs
         self.is_local = isinstance(fs, LocalFileSystem)
         if self.is_local:
@@ -228,13 +243,24 @@ class PrefixStore:
         full = rel if absolute else self.check_inside(rel)
         with self.fs.open(full, "rb") as f:
             size = f.size if getattr(f, "size", None) is not None else self.fs.size(full)
-            if offset is None or offset < 0 or offset > size or (jump and size - offset > max_bytes):
-                start = max(0, size - max_bytes)
-            else:
-                start = offset
+            start = _window_start(size, offset, max_bytes, jump)
             f.seek(start)
             data = f.read(min(max_bytes, size - start))
         return data, start, size
+
+    def read_log_range(self, rel: str, offset: int | None, max_bytes: int) -> tuple[bytes, int, int] | None:
+        """`read_range` of an attempt log, live logs on object stores included (marin/status/live_log.py):
+        None when there is no such log yet."""
+        full = self.check_inside(rel)
+        url = None if self.is_local else self.fs.unstrip_protocol(full)
+        live = read_live_log(storage_for(url), url) if url else None
+        if live is not None:
+            data = live.encode("utf-8")
+            start = _window_start(len(data), offset, max_bytes, True)
+            return data[start:start + max_bytes], start, len(data)
+        if self.info(rel) is None:
+            return None
+        return self.read_range(rel, offset, max_bytes)
 
     def stream(self, rel: str, chunk: int = 1 << 16, limit: int | None = None) -> Iterator[bytes]:
         """Yield a file's bytes in chunks (at most `limit` bytes) without loading it whole."""

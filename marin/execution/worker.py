@@ -26,6 +26,7 @@ from typing import Any
 
 from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
 from marin.status import files as sf
+from marin.status.live_log import LogShipper
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 
@@ -194,6 +195,9 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
     else:
         local_log = log_path
     failure: BaseException | None = None
+    # On an object store the log is shipped in chunks while the step runs (readable live; kept up to the last
+    # chunk if this node vanishes): marin/status/live_log.py
+    shipper = LogShipper(storage_for(log_path), local_log, log_path).start() if remote_log else None
     with _step_environment(env), capture_output(local_log):
         try:
             fn(config)
@@ -201,8 +205,8 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
             traceback.print_exc()
             failure = exc
     ended = time.time()
-    if remote_log:
-        storage_for(log_path).upload_file(local_log, log_path)
+    if shipper is not None:
+        shipper.finish()
         os.unlink(local_log)
     if failure is not None:
         return AttemptResult.from_exception(failure, started=started, ended=ended)

@@ -139,12 +139,19 @@ class LogShipper:
 
 def read_log(storage: Storage, log_path: str) -> str | None:
     """The attempt log's text so far: whole once final (or on local storage), else base plus live chunks."""
+    live = read_live_log(storage, log_path)
+    return live if live is not None else storage.read_text(log_path)
+
+
+def read_live_log(storage: Storage, log_path: str) -> str | None:
+    """The text of a log that is still being shipped (base plus the current chunks); None for any other log
+    (local, finished, or never shipped), which is read as the plain file `log_path`."""
     raw = storage.read_text(_state_path(log_path)) if "://" in log_path else None
     if raw is None:
-        return storage.read_text(log_path)
+        return None
     state = json.loads(raw)
     if state.get("final"):
-        return storage.read_text(log_path)
+        return None
     base_bytes = int(state.get("base_bytes") or 0)
     base = (storage.read_text(log_path) or "") if base_bytes else ""
     base = base.encode("utf-8")[:base_bytes].decode("utf-8", errors="replace")

@@ -37,6 +37,10 @@ def storage_for(prefix: str) -> Storage:
         return _STORAGES.setdefault("file", LocalStorage())
     protocol = prefix.split("://", 1)[0]
     try:
+        # No listings cache: s3fs and gcsfs otherwise keep every listing for the life of the process and then
+        # answer `info`/`cat` of a file created since with "not found" (the engine re-reads on purpose).
+        fs, _ = fsspec.core.url_to_fs(prefix, use_listings_cache=False)
+    except TypeError:  # a filesystem that takes no such option
         fs, _ = fsspec.core.url_to_fs(prefix)
     except (ImportError, ValueError) as e:
         raise StorageError(

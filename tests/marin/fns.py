@@ -236,3 +236,33 @@ def rendezvous(cfg: RendezvousConfig) -> None:
             raise TimeoutError(f"the other steps never arrived: {cfg.others}")
         time.sleep(0.02)
     os.makedirs(cfg.output_path, exist_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TalkConfig:
+    output_path: str
+    gate: str
+    """A local file: the step prints its lines, then waits for it (and writes out.txt), or dies if it says
+    'die'."""
+    lines: int = 3
+
+
+def talk_then_wait(cfg: TalkConfig) -> None:
+    """Print numbered lines, wait for the gate; on 'die', SIGKILL this worker once the lines were shipped."""
+    import signal
+
+    from marin.status import files as sf
+    from marin.status.live_log import read_log
+    from marin.storage.fs import storage_for
+
+    for i in range(cfg.lines):
+        print(f"talking {i}", flush=True)
+    deadline = time.time() + 300
+    while not os.path.exists(cfg.gate) and time.time() < deadline:
+        time.sleep(0.1)
+    if Path(cfg.gate).read_text().strip() == "die":
+        log = sf.log_path(cfg.output_path, 1)
+        while f"talking {cfg.lines - 1}" not in (read_log(storage_for(log), log) or ""):
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    fs_write(FsWriteConfig(output_path=cfg.output_path, text="done"))

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from marin.status import files as sf
 from marin.status import live_log
 from marin.status.live_log import LogShipper, read_log
 from marin.storage.fs import storage_for
+from tests.marin.fns import TalkConfig, talk_then_wait
 
 
 def _append(path: Path, text: str) -> None:
@@ -87,6 +91,7 @@ SHIP_THEN_DIE = """
 import os, signal, sys, time
 from marin.status.live_log import LogShipper
 from marin.storage.fs import storage_for
+from tests.marin.fns import TalkConfig, talk_then_wait
 local, log = sys.argv[1], sys.argv[2]
 open(local, "w").close()
 shipper = LogShipper(storage_for(log), local, log, interval_s=0.1).start()
@@ -106,3 +111,66 @@ def test_a_killed_worker_leaves_its_log_up_to_the_last_chunk(s3_bucket: str, tmp
     )
     assert proc.returncode == -9, proc.stderr
     assert read_log(storage_for(log), log) == "".join(f"line {i}\n" for i in range(5))
+
+
+def _run_in_thread(step: Step, prefix: str) -> tuple[threading.Thread, dict[str, object]]:
+    out: dict[str, object] = {}
+
+    def go() -> None:
+        out["result"] = run_experiment([step], ExecutorMainConfig(prefix=prefix, backend="local"),
+                                       verbose=False, script="live.py")
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread, out
+
+
+def test_a_running_steps_log_on_s3_shows_its_lines_while_it_runs(s3_bucket: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    step = Step(name="live/talk", fn=talk_then_wait, config=TalkConfig(output_path=this_output_path(),
+                                                                         gate=str(gate)))
+    prefix = f"{s3_bucket}/runs/live-{time.time_ns()}"
+    thread, out = _run_in_thread(step, prefix)
+    storage = storage_for(prefix)
+    log = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = storage.listdir(f"{prefix}/live") or []
+        if found:
+            log = sf.log_path(f"{prefix}/live/{found[0]}", 1)
+            if "talking 2" in (read_log(storage, log) or ""):
+                break
+        time.sleep(0.2)
+    assert log is not None and read_log(storage, log) == "talking 0\ntalking 1\ntalking 2\n"
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard import create_app
+
+    with TestClient(create_app(prefix, cache_ttl=0)) as client:  # the dashboard's log tail reads it live too
+        step_path = log.removeprefix(prefix + "/").split("/.marin/")[0]
+        tail = client.get(f"/api/logs/{step_path}").json()
+    assert tail["text"] == "talking 0\ntalking 1\ntalking 2\n" and tail["attempt"] == 1, (tail, step_path)
+    assert thread.is_alive()  # the step is still running: the lines were read live
+    gate.write_text("go")
+    thread.join(120)
+    assert out["result"].status == "SUCCESS"  # type: ignore[attr-defined]
+    final = storage.read_text(log) or ""  # the final, whole log
+    assert final.startswith("talking 0\ntalking 1\ntalking 2\nwrote s3://")
+    assert read_log(storage, log) == final
+
+
+def test_a_worker_killed_mid_step_leaves_its_log_up_to_the_last_chunk(s3_bucket: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    gate.write_text("die")
+    step = Step(name="live/die", fn=talk_then_wait, config=TalkConfig(output_path=this_output_path(),
+                                                                        gate=str(gate)))
+    prefix = f"{s3_bucket}/runs/dead-{time.time_ns()}"
+    thread, out = _run_in_thread(step, prefix)
+    thread.join(180)
+    result = out["result"]
+    assert result.status == "FAILED"  # type: ignore[attr-defined]
+    storage = storage_for(prefix)
+    [name] = storage.listdir(f"{prefix}/live") or []
+    log = sf.log_path(f"{prefix}/live/{name}", 1)
+    assert storage.read_text(log) is None  # never finished: only the shipped chunks exist
+    assert read_log(storage, log) == "talking 0\ntalking 1\ntalking 2\n"
