@@ -1,0 +1,332 @@
+"""Gang steps on Ray: one attempt runs the step's function on several hosts at once, all or none.
+
+An attempt of a gang step is one small **supervisor** task (no CPU, pinned to the driver's node, so it lives
+as long as the executor does) that:
+
+1. reserves the hosts in one placement group - all of them or none, so no host sits idle holding half a
+   gang: `Resources(hosts=N)` is a STRICT_SPREAD group of N bundles (distinct nodes, each with the per-host
+   resources); `Resources(tpu=..., slices=K)` goes through Ray's own `ray.util.tpu.slice_placement_group`,
+   which first reserves each slice's `TPU-<type>-head` (worker 0) and then binds one bundle per host to that
+   slice's name label. We use Ray's utility rather than Levanter's slice actor (an actor holding the head
+   resource that starts one task per host through the slice-name resource) because it is the same
+   placement-group path as `hosts=N` - one launch, one teardown (`remove_placement_group` frees every
+   host), no long-lived actor to restart - and it already does multislice;
+2. orders the members: slice, then the node's `ray.io/tpu-worker-id` label when it has one, then bundle,
+   and asks rank 0's host for a free port (a probe task in rank 0's bundle);
+3. starts one member task per bundle with `max_calls=1` (a process that initialised JAX's distributed
+   runtime cannot do it again, and libtpu allows one process per host) and `max_retries=0` (the executor
+   owns every retry), with `MARIN_GANG_SIZE`, `MARIN_GANG_RANK`, `MARIN_COORDINATOR` (`ip:port` of rank 0)
+   and, for multislice, `MEGASCALE_COORDINATOR_ADDRESS`, `MEGASCALE_PORT`, `MEGASCALE_NUM_SLICES`,
+   `MEGASCALE_SLICE_ID`. Only rank 0 gets the attempt's status record: it writes RUNNING and SUCCESS, and its
+   log is `attempt-N.log`; rank k logs to `attempt-N.rank-k.log`;
+4. waits. Rank 0 succeeding ends the attempt with success (members still running are cancelled). The first
+   member that fails, or whose node dies, ends it: every other member is cancelled at once, then the
+   supervisor lets the picture settle (every member's result in, every node reported dead that a member
+   died with, at most `MARIN_GANG_SETTLE_S`) and classifies the end from node liveness (`causes.classify`);
+5. removes the placement group, whatever happened (also when the executor cancels the attempt: a
+   non-forced cancel raises KeyboardInterrupt here, and the `finally` tears the gang down).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from typing import Any
+
+from marin.definition.step import Resources
+from marin.definition.tpu import slice_shape
+from marin.execution import causes
+from marin.execution.resources import requested
+from marin.execution.worker import error_record, execute_step
+
+GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
+MEGASCALE_PORT = "8081"
+SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
+TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+
+
+@dataclasses.dataclass(frozen=True)
+class GangPlan:
+    """How one gang step is laid out: per-member resources, how many, and the TPU slice shape if any."""
+
+    size: int
+    bundle: dict[str, float]  # one member's resources in Ray's names (CPU, GPU, memory, custom, TPU)
+    tpu: str | None = None
+    slices: int = 1
+
+    @classmethod
+    def of(cls, resources: Resources) -> GangPlan:
+        return cls(size=resources.gang_size, bundle=requested(resources), tpu=resources.tpu, slices=resources.slices)
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.size // self.slices
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    rank: int
+    bundle: int
+    node_id: str
+    ip: str
+    slice_id: int = 0
+
+
+def member_env(member: Member, size: int, coordinator: str, slices: int) -> dict[str, str]:
+    env = {GANG_SIZE_ENV: str(size), GANG_RANK_ENV: str(member.rank), COORDINATOR_ENV: coordinator}
+    if slices > 1:
+        env.update({"MEGASCALE_COORDINATOR_ADDRESS": coordinator.rsplit(":", 1)[0], "MEGASCALE_PORT": MEGASCALE_PORT,
+                    "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(member.slice_id)})
+    return env
+
+
+def rank_log_path(log_path: str, rank: int) -> str:
+    """Rank 0 logs to the attempt's log; rank k to `attempt-N.rank-k.log` beside it."""
+    return log_path if rank == 0 else f"{log_path[:-4] if log_path.endswith('.log') else log_path}.rank-{rank}.log"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _reserve(ray: Any, plan: GangPlan, name: str) -> tuple[Any, Any]:
+    """(placement group, object to shut down): all the gang's hosts, reserved together."""
+    if plan.tpu is None:
+        from ray.util.placement_group import placement_group
+
+        bundles = [{k: v for k, v in plan.bundle.items()} for _ in range(plan.size)]
+        pg = placement_group(bundles, strategy="STRICT_SPREAD", name=name)
+        return pg, pg
+    from ray.util.tpu import slice_placement_group
+
+    shape = slice_shape(plan.tpu)
+    handle = slice_placement_group(shape.topology, shape.generation, resources_per_bundle=dict(plan.bundle),
+                                   num_slices=plan.slices, strategy="STRICT_SPREAD", name=name)
+    return handle.placement_group, handle
+
+
+def _release(ray: Any, owner: Any) -> None:
+    if owner is None:
+        return
+    with contextlib.suppress(Exception):
+        if hasattr(owner, "shutdown"):
+            owner.shutdown()
+        else:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(owner)
+
+
+def _members(ray: Any, pg: Any, plan: GangPlan) -> list[Member]:
+    from ray.util.placement_group import placement_group_table
+
+    table = placement_group_table(pg)["bundles_to_node_id"]
+    nodes = {n["NodeID"]: n for n in ray.nodes()}
+    rows = []
+    for bundle in range(plan.size):
+        node = nodes.get(table[bundle], {})
+        worker_id = (node.get("Labels") or {}).get(TPU_WORKER_ID_LABEL)
+        order = int(worker_id) if worker_id is not None and str(worker_id).isdigit() else bundle
+        rows.append((bundle // plan.hosts_per_slice, order, bundle, table[bundle], node.get("NodeManagerAddress", "")))
+    rows.sort()
+    return [Member(rank, bundle, node_id, ip, slice_id)
+            for rank, (slice_id, _, bundle, node_id, ip) in enumerate(rows)]
+
+
+def _strategy(pg: Any, bundle: int) -> Any:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle)
+
+
+def member_options(plan: GangPlan, pg: Any, bundle: int, step_env: dict[str, str]) -> dict[str, Any]:
+    custom = {k: v for k, v in plan.bundle.items() if k not in ("CPU", "GPU", "memory")}
+    options: dict[str, Any] = {"num_cpus": plan.bundle.get("CPU", 0.0), "max_retries": 0,
+                               "retry_exceptions": False, "scheduling_strategy": _strategy(pg, bundle)}
+    if plan.bundle.get("GPU"):
+        options["num_gpus"] = plan.bundle["GPU"]
+    if plan.bundle.get("memory"):
+        options["memory"] = plan.bundle["memory"]
+    if custom:
+        options["resources"] = custom
+    if step_env:
+        options["runtime_env"] = {"env_vars": dict(step_env)}
+    return options
+
+
+def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
+    """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind (causes.error_kind)."""
+    try:
+        value = ray.get(ref)
+    except Exception as exc:
+        return causes.error_kind(exc), exc
+    if value.get("ok"):
+        return "ok", value
+    return ("oom" if value.get("type") == "MemoryError" else "app"), value
+
+
+def run_member(payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str],
+               log_path: str) -> dict[str, Any]:
+    """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status."""
+    from marin.execution.attempt_pickle import load_attempt
+
+    try:
+        fn, config, _, env, record = load_attempt(payload, shared)
+    except Exception as exc:  # e.g. the step's module is not importable on this node: a failure
+        failure = error_record(exc)
+        failure["message"] = f"gang member {rank} cannot load the step's function and config: {failure['message']}"
+        return failure
+    return execute_step(fn, config, rank_log_path(log_path, rank), {**env, **gang_env},
+                        record if rank == 0 else None)
+
+
+def free_port_task() -> int:
+    """A Ray task run in rank 0's bundle: a port that is free on rank 0's host (JAX's coordinator binds it)."""
+    return _free_port()
+
+
+_REMOTES: dict[str, Any] = {}
+
+
+def _remote(fn: Any) -> Any:
+    """The Ray remote function of `fn`, made once per process. Members are `max_calls=1`, which Ray accepts
+    only in `ray.remote(...)`, not in `.options()`."""
+    if fn.__name__ not in _REMOTES:
+        import ray
+
+        _REMOTES[fn.__name__] = ray.remote(max_calls=1)(fn) if fn is run_member else ray.remote(fn)
+    return _REMOTES[fn.__name__]
+
+
+def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, name: str, log_path: str,
+              env: dict[str, str], *dependencies: dict[str, Any] | None) -> dict[str, Any]:
+    """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
+    returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`."""
+    not_ok = [d or {} for d in dependencies if not (d or {}).get("ok")]
+    if not_ok:
+        return {"ok": False, "skipped": True, "type": "DependencyNotSucceeded", "traceback": "", "exception": None,
+                "message": f"a dependency's attempt did not succeed: {not_ok[0].get('message')}"}
+    import ray
+
+    owner = None
+    refs: dict[Any, Member] = {}
+    try:
+        pg, owner = _reserve(ray, plan, name)
+        ray.get(pg.ready())
+        members = _members(ray, pg, plan)
+        port = ray.get(_remote(free_port_task).options(
+            num_cpus=0, max_retries=0, scheduling_strategy=_strategy(pg, members[0].bundle)).remote())
+        coordinator = f"{members[0].ip}:{port}"
+        started = time.time()
+        for m in members:
+            options = member_options(plan, pg, m.bundle, env)
+            options["name"] = f"{name}:rank-{m.rank}"
+            ref = _remote(run_member).options(**options).remote(
+                payload, shared, m.rank, member_env(m, plan.size, coordinator, plan.slices), log_path)
+            refs[ref] = m
+        return _watch(ray, refs, members, started)
+    except Exception as exc:  # reserving or launching failed: a node lost meanwhile is an interruption
+        kind = causes.error_kind(exc)
+        cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED if kind in ("crash", "other") and (
+            type(exc).__module__.startswith("ray")) else causes.FAILED
+        failure = error_record(exc)
+        failure.update({"message": f"could not start the gang: {failure['message']}", "cause": cause,
+                        "preempted": causes.is_interruption(cause), "hosts": []})
+        return failure
+    finally:
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        _release(ray, owner)
+
+
+def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> dict[str, Any]:
+    """Wait for rank 0's success or the first member's failure; on failure, settle and classify."""
+    pending = dict(refs)
+    outcomes: dict[int, tuple[str, Any]] = {}
+    first: Member | None = None
+    while pending and first is None:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            m = pending.pop(ref)
+            outcomes[m.rank] = _outcome(ray, ref)
+            if outcomes[m.rank][0] == "ok" and m.rank == 0:
+                return dict(outcomes[m.rank][1])
+            if outcomes[m.rank][0] != "ok" and first is None:
+                first = m
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    states = _settle(ray, pending, outcomes, members)
+    cause = causes.classify([kind for kind, _ in outcomes.values()], states)
+    return _failure(cause, first or members[0], outcomes, states, members, started)
+
+
+def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str, Any]],
+            members: list[Member]) -> dict[str, causes.NodeState]:
+    """Collect the cancelled members' ends and wait until every node a member died with is reported dead
+    (its death reason says whether it was drained for preemption), for at most SETTLE_S. A member that never
+    answers its cancellation is on a node that cannot be reached: it counts as a node death."""
+    deadline = time.time() + SETTLE_S
+    while True:
+        if pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.2)
+            for ref in ready:
+                outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
+        states = causes.node_states(ray.nodes(), [m.node_id for m in members])
+        died_with = [m for m in members if outcomes.get(m.rank, ("",))[0] == "node"]
+        settled = not pending and all(not states[m.node_id].alive for m in died_with)
+        if settled or time.time() >= deadline:
+            break
+        if not pending:
+            time.sleep(0.2)
+    for m in pending.values():
+        outcomes[m.rank] = ("node", None)
+    return states
+
+
+def _failure(cause: str, first: Member, outcomes: dict[int, tuple[str, Any]], states: dict[str, causes.NodeState],
+             members: list[Member], started: float) -> dict[str, Any]:
+    """The attempt's failure record: the member error that explains it, the hosts involved, the cause."""
+    dead = [m for m in members if not states[m.node_id].alive or outcomes.get(m.rank, ("",))[0] == "node"]
+    record: dict[str, Any]
+    if causes.is_interruption(cause) and dead:
+        hosts = [m.ip for m in dead]
+        what = "was drained for preemption" if cause == causes.PREEMPTED and any(
+            states[m.node_id].preempted for m in dead) else "died"
+        record = {"ok": False, "type": "NodeDied" if cause == causes.NODE_DIED else "Preempted", "traceback": "",
+                  "exception": None, "message": f"gang of {len(members)}: node {', '.join(hosts)} {what} "
+                                                f"(rank {', '.join(str(m.rank) for m in dead)})"}
+    else:
+        wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
+        culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
+        kind, value = outcomes.get(culprit.rank, ("other", None))
+        record = dict(value) if isinstance(value, dict) else error_record(
+            value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}"))
+        hosts = [culprit.ip]
+        oom = " (out of memory: lower the batch or ask for more memory per host)" if cause == causes.OOM else ""
+        record["message"] = f"gang rank {culprit.rank} on {culprit.ip}: {record.get('message')}{oom}"
+    rank0 = outcomes.get(0, ("", None))[1]
+    record.update({"cause": cause, "preempted": causes.is_interruption(cause), "hosts": hosts,
+                   "started": rank0.get("started", started) if isinstance(rank0, dict) else started,
+                   "ended": time.time(),
+                   "gang": [{"rank": m.rank, "ip": m.ip, "node_id": m.node_id, "slice": m.slice_id,
+                             "outcome": outcomes.get(m.rank, ("unknown",))[0]} for m in members]})
+    return record
+
+
+def submit_gang(ray: Any, plan: GangPlan, payload: bytes, shared: tuple[Any, str] | None, *, name: str,
+                log_path: str, env: dict[str, str], after: list[Any]) -> Any:
+    """Start a gang attempt's supervisor on the driver's node; its reference resolves to the attempt's result."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return _remote(supervise).options(
+        num_cpus=0, max_retries=0, retry_exceptions=False, name=f"{name}:gang",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+    ).remote(payload, shared, plan, name, log_path, env, *after)
