@@ -26,6 +26,12 @@ def gang_member(config: GangConfig) -> None:
                                "node": os.environ.get("MARIN_NODE_TAG", ""),
                                "megascale": {k: v for k, v in os.environ.items() if k.startswith("MEGASCALE_")},
                                "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS")}
+    try:
+        import ray
+
+        info["node_id"] = ray.get_runtime_context().get_node_id()
+    except Exception:  # not inside a Ray worker
+        info["node_id"] = None
     if config.use_jax:
         import jax
         import numpy as np

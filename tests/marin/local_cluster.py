@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--memory=800000000", "--object-store-memory=80000000", "--disable-usage-stats"]
@@ -62,10 +63,13 @@ class Node:
 
     def kill(self) -> None:
         """SIGKILL every process of this node's session at once: a hard node death."""
+        self.kill_session()
+        self.proc.wait(30)
+
+    def kill_session(self) -> None:
         for pid in _session_pids(self.proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        self.proc.wait(30)
 
     def stop(self) -> None:
         if self.proc.poll() is not None:
@@ -86,23 +90,31 @@ class LocalCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: dict[str, Node] = {}
+        self.specs: dict[str, dict[str, Any]] = {}
         self.ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
 
-    def _start(self, name: str, args: list[str], env: dict[str, str]) -> Node:
-        log = self.temp / f"{name}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([self.ray_bin, "start", "--block", *args, *COMMON], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        node = Node(name, proc, log)
-        deadline = time.time() + 240
-        while "Ray runtime started" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.time() > deadline:
-                if proc.poll() is None:
-                    node.kill()
-                raise RuntimeError(f"ray start {name} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-        self.nodes[name] = node
-        return node
+    def _start(self, name: str, args: list[str], env: dict[str, str], tries: int = 3) -> Node:
+        """Start a node, again if it timed out: on a loaded machine a raylet can miss Ray's fixed 30 s window
+        to register with the GCS."""
+        for attempt in range(tries):
+            log = self.temp / f"{name}.{attempt}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen([self.ray_bin, "start", "--block", *args, *COMMON], env=env, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            node = Node(name, proc, log)
+            deadline = time.time() + 240
+            while "Ray runtime started" not in log.read_text(errors="replace"):
+                if proc.poll() is not None or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            else:
+                self.nodes[name] = node
+                return node
+            if proc.poll() is None:
+                node.kill()
+            else:
+                node.kill_session()
+        raise RuntimeError(f"ray start {name} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
 
     def head(self, resources: dict[str, float] | None = None) -> Node:
         return self._start("head", ["--head", f"--port={self.port}", "--include-dashboard=false",
@@ -112,12 +124,29 @@ class LocalCluster:
 
     def add(self, name: str, *, cpus: int = 1, gpus: int = 0, resources: dict[str, float] | None = None,
             labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Node:
+        self.specs[name] = {"cpus": cpus, "gpus": gpus, "resources": resources, "labels": labels, "env": env}
         args = [f"--address={self.address}", f"--num-cpus={cpus}", f"--resources={json.dumps(resources or {})}"]
         if gpus:
             args.append(f"--num-gpus={gpus}")
         if labels:
             args.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
         return self._start(name, args, {**node_env(), "MARIN_NODE_TAG": name, **(env or {})})
+
+    def replace(self, name: str) -> Node:
+        """Start a fresh node like `name` (after it was killed), as an autoscaler would."""
+        self.nodes.pop(name, None)
+        return self.add(name, **self.specs[name])
+
+    def drain(self, node_id: str, reason: str = "DRAIN_NODE_REASON_PREEMPTION", deadline_s: float = 30) -> None:
+        """Ask the GCS to drain a node (as a cloud's preemption notice does through the autoscaler)."""
+        from ray._raylet import GcsClient
+        from ray.core.generated import autoscaler_pb2
+
+        accepted, message = GcsClient(address=self.address).drain_node(
+            node_id, autoscaler_pb2.DrainNodeReason.Value(reason), "preemption notice (test)",
+            int((time.time() + deadline_s) * 1000))
+        if not accepted:
+            raise RuntimeError(f"drain of {node_id} rejected: {message}")
 
     def close(self) -> None:
         for name in [n for n in self.nodes if n != "head"] + (["head"] if "head" in self.nodes else []):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,3 +76,45 @@ def test_a_gang_brings_up_jax_distributed_across_distinct_nodes(cluster: LocalCl
         assert ranks[0]["node"] == "w1"  # rank 0 is the slice's worker 0, the coordinator's host
         assert all(r["tpu_visible_chips"] == "0,1,2,3" for r in ranks)
     assert (out / ".marin/logs/attempt-1.log").exists() and (out / f".marin/logs/attempt-1.rank-{size - 1}.log").exists()
+
+
+def _wait_for_ranks(out: Path, size: int, proc: subprocess.Popen[str], timeout: float = 240) -> list[dict[str, Any]]:
+    deadline = time.time() + timeout
+    while len(list(out.glob("rank-*.json"))) < size:
+        if proc.poll() is not None or time.time() > deadline:
+            why = proc.communicate()[1][-3000:] if proc.poll() is not None else "timeout"
+            raise AssertionError(f"the gang did not start: {why}")
+        time.sleep(0.2)
+    return _ranks(out)
+
+
+def test_one_member_raising_fails_the_gang_at_once_and_cancels_the_others(cluster: LocalCluster,
+                                                                          tmp_path: Path) -> None:
+    out = tmp_path / "gang"
+    begun = time.time()
+    result = _result(_start_gang(cluster, out, {"num_cpus": 0, "hosts": 2, "resources": {"gang_slot": 1}},
+                                 fail_rank=1, sleep_s=600))
+    assert not result["ok"] and result["cause"] == "failed" and not result["preempted"]
+    assert result["type"] == "ValueError" and "gang rank 1 on 127.0.0.1: rank 1 fails on purpose" in result["message"]
+    assert {m["rank"]: m["outcome"] for m in result["gang"]} == {0: "cancelled", 1: "app"}
+    assert time.time() - begun < 300  # rank 0 (sleeping 600 s) was cancelled, not waited for
+
+
+@pytest.mark.parametrize("drained", [False, True], ids=["hard-kill", "drain-then-kill"])
+def test_a_node_lost_under_a_gang_ends_it_as_an_interruption(cluster: LocalCluster, tmp_path: Path,
+                                                             drained: bool) -> None:
+    out = tmp_path / "gang"
+    proc = _start_gang(cluster, out, {"num_cpus": 0, "hosts": 2, "resources": {"gang_slot": 1}}, sleep_s=600)
+    ranks = _wait_for_ranks(out, 2, proc)
+    victim = ranks[1]
+    if drained:
+        cluster.drain(victim["node_id"])
+    cluster.nodes[victim["node"]].kill()
+    try:
+        result = _result(proc)
+    finally:
+        cluster.replace(victim["node"])  # the cluster gets its node back, as an autoscaler would
+    assert not result["ok"] and result["preempted"]
+    assert result["cause"] == ("preempted" if drained else "node_died"), result
+    assert result["hosts"] == ["127.0.0.1"]
+    assert {m["rank"]: m["outcome"] for m in result["gang"]}[1] == "node"
