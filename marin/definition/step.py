@@ -187,8 +187,10 @@ class Step:
     """One node of an experiment's DAG: `fn(config)` writing under the step's output path.
 
     Identity (and so the output path `{prefix}/{name}-{hash8}`) covers the name, `version`, every config
-    field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries` and
-    `env` do not count. Steps compare by object identity; equal-by-identity steps are merged by the graph.
+    field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries`,
+    `max_preemptions` and `env` do not count. Two budgets: `retries` further attempts after failures (the
+    function raised, or was killed for memory), `max_preemptions` after interruptions (a node preempted or
+    lost); see marin/execution/causes.py. Steps compare by object identity; equal-by-identity steps are merged by the graph.
     """
 
     name: str
@@ -199,6 +201,7 @@ class Step:
     resources: Resources | Mapping[str, Any] | None = None
     version: str | None = None
     retries: int = 0
+    max_preemptions: int = 100
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     output_path_override: str | None = None
 
@@ -228,6 +231,11 @@ class Step:
                                       f"{self.version!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise StepDefinitionError(f"step {self.name}: retries must be an int >= 0, got {self.retries!r}")
+        if isinstance(self.max_preemptions, bool) or not isinstance(self.max_preemptions, int) or \
+                self.max_preemptions < 0:
+            raise StepDefinitionError(
+                f"step {self.name}: max_preemptions must be an int >= 0 (attempts re-run after an interruption), "
+                f"got {self.max_preemptions!r}")
         for key, value in dict(self.env).items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: "

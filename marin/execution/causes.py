@@ -45,25 +45,33 @@ class NodeState:
     alive: bool
     death_reason: str = "UNSPECIFIED"  # a DEATH_REASONS value, meaningful once the node is dead
     death_message: str = ""
+    drained: bool = False  # seen draining (a preemption notice) while the attempt ran on it
 
     @property
     def preempted(self) -> bool:
-        return self.death_reason == "AUTOSCALER_DRAIN_PREEMPTED"
+        """Drained for preemption: Ray's death reason says so, or the node was seen draining while busy (Ray
+        accepts only preemption drains for busy nodes, and a drained node killed before its deadline is
+        reported as an unexpected termination)."""
+        return self.death_reason == "AUTOSCALER_DRAIN_PREEMPTED" or self.drained
 
 
-def node_states(nodes: list[dict[str, Any]], node_ids: list[str]) -> dict[str, NodeState]:
-    """The states of `node_ids` read from `ray.nodes()`; a node Ray no longer lists counts as dead."""
+def node_states(nodes: list[dict[str, Any]], node_ids: list[str],
+                drained: frozenset[str] | set[str] = frozenset()) -> dict[str, NodeState]:
+    """The states of `node_ids` read from `ray.nodes()` (and the ids seen draining); a node Ray no longer
+    lists counts as dead."""
     by_id = {n.get("NodeID"): n for n in nodes}
     out = {}
     for node_id in node_ids:
         n = by_id.get(node_id)
         if n is None:
-            out[node_id] = NodeState(node_id, "", alive=False, death_message="not listed by the cluster")
+            out[node_id] = NodeState(node_id, "", alive=False, death_message="not listed by the cluster",
+                                     drained=node_id in drained)
             continue
         reason = n.get("DeathReason", 0)
         out[node_id] = NodeState(node_id, str(n.get("NodeManagerAddress", "")), alive=bool(n.get("Alive")),
                                  death_reason=DEATH_REASONS.get(reason, str(reason)) if isinstance(reason, int)
-                                 else str(reason), death_message=str(n.get("DeathReasonMessage", "")))
+                                 else str(reason), death_message=str(n.get("DeathReasonMessage", "")),
+                                 drained=node_id in drained)
     return out
 
 

@@ -19,7 +19,9 @@ as long as the executor does) that:
    and, for multislice, `MEGASCALE_COORDINATOR_ADDRESS`, `MEGASCALE_PORT`, `MEGASCALE_NUM_SLICES`,
    `MEGASCALE_SLICE_ID`. Only rank 0 gets the attempt's status record: it writes RUNNING and SUCCESS, and its
    log is `attempt-N.log`; rank k logs to `attempt-N.rank-k.log`;
-4. waits. Rank 0 succeeding ends the attempt with success (members still running are cancelled). The first
+4. waits, asking the GCS every second which member nodes are draining (a preemption notice; Ray reports a
+   drained node killed before its deadline as an unexpected death, so this is remembered). Rank 0
+   succeeding ends the attempt with success (members still running are cancelled). The first
    member that fails, or whose node dies, ends it: every other member is cancelled at once, then the
    supervisor lets the picture settle (every member's result in, every node reported dead that a member
    died with, at most `MARIN_GANG_SETTLE_S`) and classifies the end from node liveness (`causes.classify`);
@@ -45,6 +47,7 @@ from marin.execution.worker import error_record, execute_step
 GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
 MEGASCALE_PORT = "8081"
 SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
+DRAIN_POLL_S = 1.0  # how often a running gang asks the GCS which nodes are draining
 TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 
 
@@ -159,6 +162,27 @@ def member_options(plan: GangPlan, pg: Any, bundle: int, step_env: dict[str, str
     return options
 
 
+class _DrainWatch:
+    """The member nodes seen draining (the GCS's list of nodes with a drain request), polled while the gang
+    runs: a drained node that is then killed before its deadline is reported by Ray as an unexpected death."""
+
+    def __init__(self, ray: Any, node_ids: list[str]) -> None:
+        self.node_ids = set(node_ids)
+        self.seen: set[str] = set()
+        try:
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+            self._client: Any = GcsClient(address=ray.get_runtime_context().gcs_address)
+        except Exception:  # no GCS client here: fall back to Ray's death reasons alone
+            self._client = None
+
+    def poll(self) -> set[str]:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self.seen |= self.node_ids & set(self._client.get_draining_nodes(timeout=5))
+        return self.seen
+
+
 def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
     """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind (causes.error_kind)."""
     try:
@@ -250,8 +274,10 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
     pending = dict(refs)
     outcomes: dict[int, tuple[str, Any]] = {}
     first: Member | None = None
+    drains = _DrainWatch(ray, [m.node_id for m in members])
     while pending and first is None:
-        ready, _ = ray.wait(list(pending), num_returns=1)
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=DRAIN_POLL_S)
+        drains.poll()
         for ref in ready:
             m = pending.pop(ref)
             outcomes[m.rank] = _outcome(ray, ref)
@@ -262,13 +288,13 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
     for ref in pending:
         with contextlib.suppress(Exception):
             ray.cancel(ref, force=True)
-    states = _settle(ray, pending, outcomes, members)
+    states = _settle(ray, pending, outcomes, members, drains)
     cause = causes.classify([kind for kind, _ in outcomes.values()], states)
     return _failure(cause, first or members[0], outcomes, states, members, started)
 
 
-def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str, Any]],
-            members: list[Member]) -> dict[str, causes.NodeState]:
+def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str, Any]], members: list[Member],
+            drains: _DrainWatch) -> dict[str, causes.NodeState]:
     """Collect the cancelled members' ends and wait until every node a member died with is reported dead
     (its death reason says whether it was drained for preemption), for at most SETTLE_S. A member that never
     answers its cancellation is on a node that cannot be reached: it counts as a node death."""
@@ -278,7 +304,7 @@ def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str,
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.2)
             for ref in ready:
                 outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
-        states = causes.node_states(ray.nodes(), [m.node_id for m in members])
+        states = causes.node_states(ray.nodes(), [m.node_id for m in members], drains.poll())
         died_with = [m for m in members if outcomes.get(m.rank, ("",))[0] == "node"]
         settled = not pending and all(not states[m.node_id].alive for m in died_with)
         if settled or time.time() >= deadline:

@@ -37,8 +37,7 @@ from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
-from marin.status import interruptions
-from marin.status import manifest
+from marin.status import interruptions, manifest
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
 from marin.storage.fs import Storage, normalize_prefix, storage_for

@@ -109,8 +109,10 @@ DRAINED = {**ALIVE, "b": NodeState("b", "10.0.0.2", False, "AUTOSCALER_DRAIN_PRE
     (["cancelled", "node"], ALIVE, causes.NODE_DIED),  # the member's node is not yet reported dead
     (["oom", "cancelled"], ALIVE, causes.OOM),
     (["crash", "cancelled"], ALIVE, causes.PREEMPTED),  # a worker killed by the system on a live node
+    (["cancelled", "node"], {**DEAD, "b": NodeState("b", "10.0.0.2", False, "UNEXPECTED_TERMINATION", drained=True)},
+     causes.PREEMPTED),  # seen draining, then killed before its deadline: Ray says "unexpected"
 ], ids=["raised", "raised-then-survivor-crashed", "collective-error-first", "dead-node", "drained",
-        "node-error-before-death-report", "oom", "killed-worker"])
+        "node-error-before-death-report", "oom", "killed-worker", "seen-draining"])
 def test_an_end_is_classified_from_node_liveness_first(outcomes: list[str], nodes: dict[str, NodeState],
                                                        cause: str) -> None:
     assert causes.classify(outcomes, nodes) == cause
