@@ -37,12 +37,13 @@ def _report_progress() -> None:
 
 
 def gang_member(config: GangConfig) -> None:
+    entered = time.time()
     rank, size = int(os.environ["MARIN_GANG_RANK"]), int(os.environ["MARIN_GANG_SIZE"])
     coordinator = os.environ["MARIN_COORDINATOR"]
     info: dict[str, object] = {"rank": rank, "size": size, "coordinator": coordinator, "pid": os.getpid(),
                                "node": os.environ.get("MARIN_NODE_TAG", ""),
                                "megascale": {k: v for k, v in os.environ.items() if k.startswith("MEGASCALE_")},
-                               "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS")}
+                               "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS"), "entered": entered}
     try:
         import ray
 
@@ -58,6 +59,7 @@ def gang_member(config: GangConfig) -> None:
         info["process_count"] = jax.process_count()
         info["global_devices"] = jax.device_count()
         info["ranks_seen"] = sorted(int(r) for r in multihost_utils.process_allgather(np.array(rank)))
+        info["jax_up"] = time.time()
     out = Path(config.output_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{rank}.json").write_text(json.dumps(info))

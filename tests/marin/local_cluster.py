@@ -93,7 +93,7 @@ class LocalCluster:
         self.specs: dict[str, dict[str, Any]] = {}
         self.ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
 
-    def _start(self, name: str, args: list[str], env: dict[str, str], tries: int = 3) -> Node:
+    def _start(self, name: str, args: list[str], env: dict[str, str], tries: int = 5) -> Node:
         """Start a node, again if it timed out: on a loaded machine a raylet can miss Ray's fixed 30 s window
         to register with the GCS."""
         for attempt in range(tries):
