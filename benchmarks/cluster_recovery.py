@@ -60,7 +60,7 @@ def _start_overhead(ray: Any, work: Path, repeats: int) -> dict[str, float]:
         t0 = time.perf_counter()
         result = ray.get(_submit(ray, work / f"noop-gang-{i}", size=2, sleep_s=0, use_jax=False, release=None))
         gang_s.append(time.perf_counter() - t0)
-        assert result["ok"], result
+        assert result.ok, result
         t0 = time.perf_counter()
         ray.get(single.remote(PidConfig(output_path=str(work / f"noop-task-{i}"))))
         task_s.append(time.perf_counter() - t0)
@@ -95,9 +95,9 @@ def _recovery(ray: Any, cluster: LocalCluster, work: Path, i: int, use_jax: bool
     ranks2 = _wait_ranks(second, 2)
     running = max(r["entered"] for r in ranks2)
     release.write_text("go")
-    ok = ray.get(ref2)["ok"]
+    ok = ray.get(ref2).ok
     cluster.replace(victim["node"])
-    row = {"cause": result.get("cause"), "hosts": result.get("hosts"), "retry_ok": ok,
+    row = {"cause": result.cause, "hosts": list(result.hosts), "retry_ok": ok,
            "detection_s": t_detect - t_kill, "rescheduling_s": running - t_detect}
     if use_jax:
         row["jax_start_s"] = max(r["jax_up"] for r in ranks2) - running

@@ -41,8 +41,9 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.definition.tpu import slice_shape
 from marin.execution import causes
+from marin.execution.attempt import HOST, AttemptResult, Outcome
 from marin.execution.resources import requested
-from marin.execution.worker import error_record, execute_step
+from marin.execution.worker import execute_step
 
 GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
 MEGASCALE_PORT = "8081"
@@ -189,22 +190,23 @@ def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
         value = ray.get(ref)
     except Exception as exc:
         return causes.error_kind(exc), exc
-    if value.get("ok"):
+    if value.ok:
         return "ok", value
-    return ("oom" if value.get("type") == "MemoryError" else "app"), value
+    if value.outcome is Outcome.LEASE_LOST:
+        return "lease_lost", value
+    return ("oom" if value.cause == causes.OOM else "app"), value
 
 
 def run_member(payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str],
-               log_path: str) -> dict[str, Any]:
+               log_path: str) -> AttemptResult:
     """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status."""
     from marin.execution.attempt_pickle import load_attempt
 
     try:
         fn, config, _, env, record = load_attempt(payload, shared)
     except Exception as exc:  # e.g. the step's module is not importable on this node: a failure
-        failure = error_record(exc)
-        failure["message"] = f"gang member {rank} cannot load the step's function and config: {failure['message']}"
-        return failure
+        return AttemptResult.from_exception(
+            exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST)
     return execute_step(fn, config, rank_log_path(log_path, rank), {**env, **gang_env},
                         record if rank == 0 else None)
 
@@ -228,13 +230,13 @@ def _remote(fn: Any) -> Any:
 
 
 def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, name: str, log_path: str,
-              env: dict[str, str], *dependencies: dict[str, Any] | None) -> dict[str, Any]:
+              env: dict[str, str], *dependencies: AttemptResult | None) -> AttemptResult:
     """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
     returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`."""
-    not_ok = [d or {} for d in dependencies if not (d or {}).get("ok")]
+    not_ok = [d for d in dependencies if d is None or not d.ok]
     if not_ok:
-        return {"ok": False, "skipped": True, "type": "DependencyNotSucceeded", "traceback": "", "exception": None,
-                "message": f"a dependency's attempt did not succeed: {not_ok[0].get('message')}"}
+        return AttemptResult(Outcome.SKIPPED, error_type="DependencyNotSucceeded", log_path=log_path,
+                             message=f"a dependency's attempt did not succeed: {not_ok[0] and not_ok[0].message}")
     import ray
 
     owner = None
@@ -258,10 +260,9 @@ def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, na
         kind = causes.error_kind(exc)
         cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED if kind in ("crash", "other") and (
             type(exc).__module__.startswith("ray")) else causes.FAILED
-        failure = error_record(exc)
-        failure.update({"message": f"could not start the gang: {failure['message']}", "cause": cause,
-                        "preempted": causes.is_interruption(cause), "hosts": []})
-        return failure
+        return AttemptResult.from_exception(
+            exc, outcome=Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED,
+            context="could not start the gang", cause=cause, log_path=log_path)
     finally:
         for ref in refs:
             with contextlib.suppress(Exception):
@@ -269,7 +270,7 @@ def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, na
         _release(ray, owner)
 
 
-def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> dict[str, Any]:
+def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> AttemptResult:
     """Wait for rank 0's success or the first member's failure; on failure, settle and classify."""
     pending = dict(refs)
     outcomes: dict[int, tuple[str, Any]] = {}
@@ -281,8 +282,8 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
         for ref in ready:
             m = pending.pop(ref)
             outcomes[m.rank] = _outcome(ray, ref)
-            if outcomes[m.rank][0] == "ok" and m.rank == 0:
-                return dict(outcomes[m.rank][1])
+            if outcomes[m.rank][0] in ("ok", "lease_lost") and m.rank == 0:
+                return outcomes[m.rank][1]  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
             if outcomes[m.rank][0] != "ok" and first is None:
                 first = m
     for ref in pending:
@@ -317,33 +318,30 @@ def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str,
 
 
 def _failure(cause: str, first: Member, outcomes: dict[int, tuple[str, Any]], states: dict[str, causes.NodeState],
-             members: list[Member], started: float) -> dict[str, Any]:
-    """The attempt's failure record: the member error that explains it, the hosts involved, the cause."""
+             members: list[Member], started: float) -> AttemptResult:
+    """The attempt's end: the member error that explains it, the hosts involved, the cause."""
     dead = [m for m in members if not states[m.node_id].alive or outcomes.get(m.rank, ("",))[0] == "node"]
-    record: dict[str, Any]
+    outcome = Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED
+    rank0 = outcomes.get(0, ("", None))[1]
+    begun = rank0.started if isinstance(rank0, AttemptResult) and rank0.started else started
     if causes.is_interruption(cause) and dead:
-        hosts = [m.ip for m in dead]
+        hosts = tuple(m.ip for m in dead)
         what = "was drained for preemption" if cause == causes.PREEMPTED and any(
             states[m.node_id].preempted for m in dead) else "died"
-        record = {"ok": False, "type": "NodeDied" if cause == causes.NODE_DIED else "Preempted", "traceback": "",
-                  "exception": None, "message": f"gang of {len(members)}: node {', '.join(hosts)} {what} "
-                                                f"(rank {', '.join(str(m.rank) for m in dead)})"}
-    else:
-        wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
-        culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
-        kind, value = outcomes.get(culprit.rank, ("other", None))
-        record = dict(value) if isinstance(value, dict) else error_record(
+        return AttemptResult(outcome, started=begun, ended=time.time(), cause=cause, hosts=hosts, host=HOST,
+                             error_type="NodeDied" if cause == causes.NODE_DIED else "Preempted",
+                             message=f"gang of {len(members)}: node {', '.join(hosts)} {what} "
+                                     f"(rank {', '.join(str(m.rank) for m in dead)})")
+    wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
+    culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
+    kind, value = outcomes.get(culprit.rank, ("other", None))
+    if not isinstance(value, AttemptResult):
+        value = AttemptResult.from_exception(
             value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}"))
-        hosts = [culprit.ip]
-        oom = " (out of memory: lower the batch or ask for more memory per host)" if cause == causes.OOM else ""
-        record["message"] = f"gang rank {culprit.rank} on {culprit.ip}: {record.get('message')}{oom}"
-    rank0 = outcomes.get(0, ("", None))[1]
-    record.update({"cause": cause, "preempted": causes.is_interruption(cause), "hosts": hosts,
-                   "started": rank0.get("started", started) if isinstance(rank0, dict) else started,
-                   "ended": time.time(),
-                   "gang": [{"rank": m.rank, "ip": m.ip, "node_id": m.node_id, "slice": m.slice_id,
-                             "outcome": outcomes.get(m.rank, ("unknown",))[0]} for m in members]})
-    return record
+    oom = " (out of memory: lower the batch or ask for more memory per host)" if cause == causes.OOM else ""
+    return dataclasses.replace(value, outcome=outcome, cause=cause, hosts=(culprit.ip,), started=begun,
+                               ended=time.time(), host=HOST,
+                               message=f"gang rank {culprit.rank} on {culprit.ip}: {value.message}{oom}")
 
 
 def submit_gang(ray: Any, plan: GangPlan, payload: bytes, shared: tuple[Any, str] | None, *, name: str,

@@ -1,5 +1,6 @@
 """The interruption ledger: every attempt cut short by something other than the step's own code, with what it
-cost, in `{output_path}/.marin/interruptions.json` (and an `INTERRUPTED` line in `events.jsonl`).
+cost, in `{output_path}/.marin/interruptions.json`; the attempt's PREEMPTED line in `events.jsonl` carries
+the same cause, hosts and progress (the executor writes both).
 
 An entry is written by the executor when an attempt ends as an interruption (`preempted`, `node_died`,
 `driver_lost`; see marin/execution/causes.py) and completed when the next attempt of the step ends, whatever
@@ -30,7 +31,6 @@ from marin.definition.placeholders import join
 from marin.status import files as sf
 from marin.storage.fs import Storage
 
-INTERRUPTED = "INTERRUPTED"
 PROGRESS_ENV = "MARIN_PROGRESS_FILE"
 
 
@@ -66,9 +66,10 @@ def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
 
 
 def record_interruption(storage: Storage, output_path: str, *, name: str, attempt: int, run_id: str,
-                        executor: str, cause: str, hosts: list[str], started: float | None, ended: float,
+                        cause: str, hosts: list[str], started: float | None, ended: float,
                         message: str = "") -> dict[str, Any]:
-    """Append an open entry for an interrupted attempt (and its INTERRUPTED event); returns the entry."""
+    """Append an open entry for an interrupted attempt; returns the entry (its fields go on the attempt's
+    PREEMPTED event too, see `event_fields`)."""
     progress = sf.read_json(storage, progress_path(output_path)) or {}
     entry: dict[str, Any] = {
         "attempt": attempt, "run_id": run_id, "cause": cause, "hosts": list(hosts), "when": ended,
@@ -76,14 +77,16 @@ def record_interruption(storage: Storage, output_path: str, *, name: str, attemp
         "checkpoint_step": progress.get("checkpoint_step"), "checkpoint_time": progress.get("checkpoint_time"),
         "resumed_from": None, "resumed_attempt": None, "steps_redone": None, "restart_gap_s": None,
         "time_lost_s": None, "message": message}
-    sf.append_event(storage, output_path, INTERRUPTED, attempt=attempt, run_id=run_id, executor=executor,
-                    message=message, cause=cause, hosts=list(hosts), step_reached=entry["step_reached"],
-                    checkpoint_step=entry["checkpoint_step"])
     ledger = read_ledger(storage, output_path)
     ledger.update({"name": name, "output_path": output_path})
     ledger["interruptions"].append(entry)
     _write(storage, output_path, ledger)
     return entry
+
+
+def event_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """What the attempt's PREEMPTED event carries of its ledger entry."""
+    return {k: entry[k] for k in ("cause", "hosts", "step_reached", "checkpoint_step")}
 
 
 def record_resume(storage: Storage, output_path: str, *, attempt: int, started: float | None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from marin import Resources, Step, run_experiment, this_output_path
+from marin.execution.argv import ExecutorMainConfig
 from tests.marin.gang_fns import GangConfig, PidConfig, gang_member, write_pid
 
 
@@ -30,8 +31,8 @@ def _read(path: Path) -> Any:
 
 def main(address: str, prefix: str, steps_json: str) -> int:
     steps = [_step(s) for s in json.loads(steps_json)]
-    result = run_experiment(steps, prefix=prefix, backend="ray", ray_address=address, verbose=False,
-                            script="tests/gang_run.py")
+    result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
+                            verbose=False, script="tests/gang_run.py")
     report: dict[str, Any] = {"status": result.status, "steps": {}}
     for step in steps:
         meta = Path(result.output_path(step.name), ".marin")

@@ -6,6 +6,7 @@ process: one Ray per process) and prints its result as one JSON line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -26,8 +27,8 @@ def main(address: str, output: str, resources_json: str, config_json: str) -> in
     ref = submit_gang(ray, GangPlan.of(resources), payload, None, name="test/gang:attempt-1", log_path=log_path,
                       env={}, after=[])
     result = ray.get(ref)
-    result.pop("exception", None)
-    print(json.dumps(result, default=str))
+    fields = {k: v for k, v in dataclasses.asdict(result).items() if k != "exception"}
+    print(json.dumps({**fields, "ok": result.ok, "outcome": result.outcome.value}, default=str))
     return 0
 
 

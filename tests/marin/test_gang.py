@@ -97,7 +97,7 @@ def _wait_for(what: str, check: Any, proc: subprocess.Popen[str], timeout: float
 
 
 def _interrupted(prefix: Path) -> bool:
-    return any('"INTERRUPTED"' in p.read_text() for p in prefix.glob("g/*/.marin/events.jsonl"))
+    return any('"PREEMPTED"' in p.read_text() for p in prefix.glob("g/*/.marin/events.jsonl"))
 
 
 GANG_OF_2 = {"num_cpus": 0, "hosts": 2, "resources": {"gang_slot": 1}}
@@ -124,7 +124,8 @@ def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(cluster
     assert report["status"] == "SUCCESS"
     step = report["steps"]["g/lost"]
     assert [(e["event"], e["attempt"]) for e in step["events"]] == [
-        ("RUNNING", 1), ("INTERRUPTED", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+        ("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert step["events"][1]["cause"] == ("preempted" if drained else "node_died")
     [entry] = step["ledger"]["interruptions"]
     assert entry["cause"] == ("preempted" if drained else "node_died")
     assert entry["hosts"] == ["127.0.0.1"] and entry["resumed_attempt"] == 2

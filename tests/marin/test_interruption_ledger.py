@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from marin.status import files as sf
 from marin.status import interruptions as il
 from marin.storage.fs import storage_for
 
-RUN = {"run_id": "run-1", "executor": "host:1:abcd"}
+RUN = {"run_id": "run-1"}
 
 
 def _progress(path: Path, **fields: object) -> None:
@@ -22,7 +21,6 @@ def test_an_interruption_of_a_training_step_records_the_checkpoint_the_redone_st
         tmp_path: Path) -> None:
     out = tmp_path / "train-12345678"
     storage = storage_for(str(out))
-    sf.append_event(storage, str(out), sf.RUNNING, attempt=1, **RUN)
     _progress(out, step=130, checkpoint_step=100, checkpoint_time=1000.0, resumed_from=None, updated=1040.0)
     il.record_interruption(storage, str(out), name="train", attempt=1, cause="node_died", hosts=["10.0.0.2"],
                            started=900.0, ended=1050.0, message="node died", **RUN)
@@ -30,8 +28,8 @@ def test_an_interruption_of_a_training_step_records_the_checkpoint_the_redone_st
     [entry] = ledger["interruptions"]
     assert entry["cause"] == "node_died" and entry["hosts"] == ["10.0.0.2"] and entry["step_reached"] == 130
     assert entry["time_lost_s"] is None  # open until the next attempt ends
-    [event] = [e for e in sf.read_events(storage, str(out)) if e["event"] == il.INTERRUPTED]
-    assert event["cause"] == "node_died" and event["checkpoint_step"] == 100
+    assert il.event_fields(entry) == {"cause": "node_died", "hosts": ["10.0.0.2"], "step_reached": 130,
+                                      "checkpoint_step": 100}
     # the next attempt restored step 100 and completed its first step at t=1070
     _progress(out, step=150, checkpoint_step=100, checkpoint_time=1000.0, resumed_from=100,
               first_step_time=1070.0, updated=1090.0)

@@ -19,10 +19,12 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 def _run(marin_prefix: str, tmp_path: Path, plan: tuple[str, ...], **step: Any) -> tuple[Any, str]:
     from marin import run_experiment
+    from marin.execution.argv import ExecutorMainConfig
 
     s = Step(name="budget/step", fn=scripted, config=ScriptedConfig(output_path=this_output_path(),
              counter_file=str(tmp_path / "attempts"), plan=plan), **step)
-    result = run_experiment([s], prefix=marin_prefix, backend="ray", verbose=False, script="tests/budget.py")
+    result = run_experiment([s], ExecutorMainConfig(prefix=marin_prefix, backend="ray"), verbose=False,
+                            script="tests/budget.py")
     return result, result.output_path("budget/step")
 
 
@@ -39,8 +41,8 @@ def test_interruptions_are_retried_apart_from_failures(ray_embedded: Any, marin_
     # killed twice, then it raises: retries=0 still allows no failure, whatever the preemptions were
     result, path = _run(marin_prefix, tmp_path, ("kill", "kill", "raise"), max_preemptions=5)
     assert result.status_of("budget/step") == "FAILED"
-    assert _events(path) == [("RUNNING", 1), ("INTERRUPTED", 1), ("PREEMPTED", 1), ("RUNNING", 2),
-                             ("INTERRUPTED", 2), ("PREEMPTED", 2), ("RUNNING", 3), ("FAILED", 3)]
+    assert _events(path) == [("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("PREEMPTED", 2), ("RUNNING", 3),
+                             ("FAILED", 3)]
     ledger = _ledger(path)
     assert [e["cause"] for e in ledger["interruptions"]] == ["preempted", "preempted"]
     assert [e["resumed_attempt"] for e in ledger["interruptions"]] == [2, 3]
