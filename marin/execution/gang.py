@@ -24,7 +24,10 @@ as long as the executor does) that:
    succeeding ends the attempt with success (members still running are cancelled). The first
    member that fails, or whose node dies, ends it: every other member is cancelled at once, then the
    supervisor lets the picture settle (every member's result in, every node reported dead that a member
-   died with, at most `MARIN_GANG_SETTLE_S`) and classifies the end from node liveness (`causes.classify`);
+   died with, at most `MARIN_GANG_SETTLE_S`; a member whose worker crashed gives its node
+   `MARIN_GANG_CRASH_SETTLE_S` to be reported dead, since a hard-killed host's worker is reported crashed
+   seconds before the GCS's health check declares the node dead) and classifies the end from node
+   liveness (`causes.classify`);
 5. removes the placement group, whatever happened (also when the executor cancels the attempt: a
    non-forced cancel raises KeyboardInterrupt here, and the `finally` tears the gang down).
 """
@@ -48,6 +51,7 @@ from marin.execution.worker import execute_step
 GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
 MEGASCALE_PORT = "8081"
 SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
+CRASH_SETTLE_S = float(os.environ.get("MARIN_GANG_CRASH_SETTLE_S", "30"))
 DRAIN_POLL_S = 1.0  # how often a running gang asks the GCS which nodes are draining
 TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 
@@ -297,18 +301,22 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
 def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str, Any]], members: list[Member],
             drains: _DrainWatch) -> dict[str, causes.NodeState]:
     """Collect the cancelled members' ends and wait until every node a member died with is reported dead
-    (its death reason says whether it was drained for preemption), for at most SETTLE_S. A member that never
-    answers its cancellation is on a node that cannot be reached: it counts as a node death."""
-    deadline = time.time() + SETTLE_S
+    (its death reason, or the GCS's draining list, says whether it was drained for preemption), for at most
+    SETTLE_S. A member whose worker crashed may have lost its node too (a hard-killed host's worker is
+    reported crashed before the GCS's health check declares the node dead): its node gets CRASH_SETTLE_S to
+    be reported dead. A member that never answers its cancellation is on a node that cannot be reached: it
+    counts as a node death."""
+    begun = time.time()
     while True:
         if pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.2)
             for ref in ready:
                 outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
         states = causes.node_states(ray.nodes(), [m.node_id for m in members], drains.poll())
-        died_with = [m for m in members if outcomes.get(m.rank, ("",))[0] == "node"]
-        settled = not pending and all(not states[m.node_id].alive for m in died_with)
-        if settled or time.time() >= deadline:
+        kind = {m.rank: outcomes.get(m.rank, ("",))[0] for m in members}
+        unsure = [m for m in members if states[m.node_id].alive and (
+            kind[m.rank] == "node" or (kind[m.rank] == "crash" and time.time() - begun < CRASH_SETTLE_S))]
+        if (not pending and not unsure) or time.time() - begun >= SETTLE_S:
             break
         if not pending:
             time.sleep(0.2)
