@@ -1,4 +1,4 @@
-"""Gang start overhead and recovery from a killed node, on a local 3-node Ray cluster (run inside scripts/netns).
+"""Gang start overhead and recovery from a killed node, on a local 3-node Ray cluster (inside scripts/netns).
 
     scripts/netns .venv/bin/python benchmarks/cluster_recovery.py [--repeats 3] [--jax]
 
@@ -43,12 +43,15 @@ def _submit(ray: Any, out: Path, *, size: int, sleep_s: float, use_jax: bool, re
     from marin.execution.gang import GangPlan, submit_gang
     from tests.marin.gang_fns import GangConfig, gang_member
 
-    config = GangConfig(output_path=str(out), use_jax=use_jax, sleep_s=sleep_s,
-                        release_file=str(release) if release else "")
+    config = GangConfig(
+        output_path=str(out), use_jax=use_jax, sleep_s=sleep_s, release_file=str(release) if release else ""
+    )
     log_path = str(out / ".marin/logs/attempt-1.log")
     payload = ray.cloudpickle.dumps((gang_member, config, log_path, {}, None))
     plan = GangPlan.of(Resources(num_cpus=0, hosts=size, resources={"gang_slot": 1}))
-    return submit_gang(ray, plan, payload, None, name=f"bench/{out.name}", log_path=log_path, env={}, after=[])
+    return submit_gang(
+        ray, plan, payload, None, name=f"bench/{out.name}", log_path=log_path, env={}, after=[]
+    )
 
 
 def _start_overhead(ray: Any, work: Path, repeats: int) -> dict[str, float]:
@@ -58,14 +61,19 @@ def _start_overhead(ray: Any, work: Path, repeats: int) -> dict[str, float]:
     gang_s, task_s = [], []
     for i in range(repeats):
         t0 = time.perf_counter()
-        result = ray.get(_submit(ray, work / f"noop-gang-{i}", size=2, sleep_s=0, use_jax=False, release=None))
+        result = ray.get(
+            _submit(ray, work / f"noop-gang-{i}", size=2, sleep_s=0, use_jax=False, release=None)
+        )
         gang_s.append(time.perf_counter() - t0)
         assert result.ok, result
         t0 = time.perf_counter()
         ray.get(single.remote(PidConfig(output_path=str(work / f"noop-task-{i}"))))
         task_s.append(time.perf_counter() - t0)
-    return {"gang_of_2_s": statistics.median(gang_s), "single_task_s": statistics.median(task_s),
-            "gang_start_overhead_s": statistics.median(gang_s) - statistics.median(task_s)}
+    return {
+        "gang_of_2_s": statistics.median(gang_s),
+        "single_task_s": statistics.median(task_s),
+        "gang_start_overhead_s": statistics.median(gang_s) - statistics.median(task_s),
+    }
 
 
 def _wait_ranks(out: Path, size: int, timeout: float = 300) -> list[dict[str, Any]]:
@@ -97,8 +105,13 @@ def _recovery(ray: Any, cluster: LocalCluster, work: Path, i: int, use_jax: bool
     release.write_text("go")
     ok = ray.get(ref2).ok
     cluster.replace(victim["node"])
-    row = {"cause": result.cause, "hosts": list(result.hosts), "retry_ok": ok,
-           "detection_s": t_detect - t_kill, "rescheduling_s": running - t_detect}
+    row = {
+        "cause": result.cause,
+        "hosts": list(result.hosts),
+        "retry_ok": ok,
+        "detection_s": t_detect - t_kill,
+        "rescheduling_s": running - t_detect,
+    }
     if use_jax:
         row["jax_start_s"] = max(r["jax_up"] for r in ranks2) - running
     return row
@@ -127,8 +140,18 @@ def main() -> int:
     keys = ["detection_s", "rescheduling_s"] + (["jax_start_s"] if args.jax else [])
     summary = {k: statistics.median(r[k] for r in rows) for k in keys}
     summary["detection_plus_rescheduling_s"] = summary["detection_s"] + summary["rescheduling_s"]
-    print(json.dumps({"start": start, "recovery": summary, "runs": rows, "repeats": args.repeats,
-                      "not_measured": ["restore", "first_step_after_restore", "steps_redone", "goodput"]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "start": start,
+                "recovery": summary,
+                "runs": rows,
+                "repeats": args.repeats,
+                "not_measured": ["restore", "first_step_after_restore", "steps_redone", "goodput"],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -50,7 +50,7 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
     name = _str(step.get("name")) or status.name or rel
     lease = store.read_json(sf.lease_path(rel))
     wandb = store.read_json(f"{rel}/wandb.json")
-    ledger = store.read_json(f"{meta}/interruptions.json")
+    ledger = store.read_json(f"{sf.meta_dir(rel)}/interruptions.json")
     return StepDetail(
         path=rel,
         name=name,

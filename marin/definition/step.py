@@ -76,7 +76,8 @@ class Resources:
                 f"drop hosts={self.hosts} (use slices=K for several slices)")
         if self.num_gpus or "TPU" in self.resources:
             raise StepDefinitionError(
-                f"Resources(tpu={self.tpu!r}) already asks for {shape.chips_per_host} TPU chips per host; drop "
+                f"Resources(tpu={self.tpu!r}) already asks for {shape.chips_per_host} TPU chips per host; "
+                "drop "
                 "num_gpus and resources['TPU']")
 
     @property
@@ -88,7 +89,8 @@ class Resources:
 
     @property
     def is_gang(self) -> bool:
-        """True when the step runs on several hosts (a single-host TPU slice is an ordinary task with its chips)."""
+        """True when the step runs on several hosts (a single-host TPU slice is an ordinary task with its
+        chips)."""
         return self.gang_size > 1
 
     def per_host(self) -> Resources:
@@ -190,7 +192,8 @@ class Step:
     field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries`,
     `max_preemptions` and `env` do not count. Two budgets: `retries` further attempts after failures (the
     function raised, or was killed for memory), `max_preemptions` after interruptions (a node preempted or
-    lost); see marin/execution/causes.py. Steps compare by object identity; equal-by-identity steps are merged by the graph.
+    lost); see marin/execution/causes.py. Steps compare by object identity; equal-by-identity steps are
+    merged by the graph.
     """
 
     name: str
@@ -234,7 +237,8 @@ class Step:
         if isinstance(self.max_preemptions, bool) or not isinstance(self.max_preemptions, int) or \
                 self.max_preemptions < 0:
             raise StepDefinitionError(
-                f"step {self.name}: max_preemptions must be an int >= 0 (attempts re-run after an interruption), "
+                f"step {self.name}: max_preemptions must be an int >= 0 (attempts re-run after an "
+                "interruption), "
                 f"got {self.max_preemptions!r}")
         for key, value in dict(self.env).items():
             if not isinstance(key, str) or not isinstance(value, str):

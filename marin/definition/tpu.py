@@ -17,7 +17,8 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class SliceShape:
-    """One TPU slice type: `name` (e.g. "v5p-64"), `generation` ("v5p"), `topology` ("2x4x4"), chips, hosts."""
+    """One TPU slice type: `name` (e.g. "v5p-64"), `generation` ("v5p"), `topology` ("2x4x4"), chips,
+    hosts."""
 
     name: str
     generation: str
@@ -37,22 +38,49 @@ class SliceShape:
 
 # (name, topology, chips, hosts)
 _ROWS: tuple[tuple[str, str, int, int], ...] = (
-    ("v4-8", "2x2x1", 4, 1), ("v4-16", "2x2x2", 8, 2), ("v4-32", "2x2x4", 16, 4), ("v4-64", "2x4x4", 32, 8),
-    ("v4-128", "4x4x4", 64, 16), ("v4-256", "4x4x8", 128, 32), ("v4-512", "4x8x8", 256, 64),
-    ("v4-1024", "8x8x8", 512, 128), ("v4-2048", "8x8x16", 1024, 256), ("v4-4096", "8x16x16", 2048, 512),
-    ("v5p-8", "2x2x1", 4, 1), ("v5p-16", "2x2x2", 8, 2), ("v5p-32", "2x2x4", 16, 4), ("v5p-64", "2x4x4", 32, 8),
-    ("v5p-128", "4x4x4", 64, 16), ("v5p-256", "4x4x8", 128, 32), ("v5p-512", "4x8x8", 256, 64),
-    ("v5p-1024", "8x8x8", 512, 128), ("v5p-2048", "8x8x16", 1024, 256), ("v5p-4096", "8x16x16", 2048, 512),
-    ("v5p-8192", "16x16x16", 4096, 1024), ("v5p-12288", "16x16x24", 6144, 1536),
-    ("v5litepod-1", "1x1", 1, 1), ("v5litepod-4", "2x2", 4, 1), ("v5litepod-8", "2x4", 8, 1),
-    ("v5litepod-16", "4x4", 16, 4), ("v5litepod-32", "4x8", 32, 8), ("v5litepod-64", "8x8", 64, 16),
-    ("v5litepod-128", "8x16", 128, 32), ("v5litepod-256", "16x16", 256, 64),
-    ("v6e-1", "1x1", 1, 1), ("v6e-4", "2x2", 4, 1), ("v6e-8", "2x4", 8, 1), ("v6e-16", "4x4", 16, 4),
-    ("v6e-32", "4x8", 32, 8), ("v6e-64", "8x8", 64, 16), ("v6e-128", "8x16", 128, 32), ("v6e-256", "16x16", 256, 64),
+    ("v4-8", "2x2x1", 4, 1),
+    ("v4-16", "2x2x2", 8, 2),
+    ("v4-32", "2x2x4", 16, 4),
+    ("v4-64", "2x4x4", 32, 8),
+    ("v4-128", "4x4x4", 64, 16),
+    ("v4-256", "4x4x8", 128, 32),
+    ("v4-512", "4x8x8", 256, 64),
+    ("v4-1024", "8x8x8", 512, 128),
+    ("v4-2048", "8x8x16", 1024, 256),
+    ("v4-4096", "8x16x16", 2048, 512),
+    ("v5p-8", "2x2x1", 4, 1),
+    ("v5p-16", "2x2x2", 8, 2),
+    ("v5p-32", "2x2x4", 16, 4),
+    ("v5p-64", "2x4x4", 32, 8),
+    ("v5p-128", "4x4x4", 64, 16),
+    ("v5p-256", "4x4x8", 128, 32),
+    ("v5p-512", "4x8x8", 256, 64),
+    ("v5p-1024", "8x8x8", 512, 128),
+    ("v5p-2048", "8x8x16", 1024, 256),
+    ("v5p-4096", "8x16x16", 2048, 512),
+    ("v5p-8192", "16x16x16", 4096, 1024),
+    ("v5p-12288", "16x16x24", 6144, 1536),
+    ("v5litepod-1", "1x1", 1, 1),
+    ("v5litepod-4", "2x2", 4, 1),
+    ("v5litepod-8", "2x4", 8, 1),
+    ("v5litepod-16", "4x4", 16, 4),
+    ("v5litepod-32", "4x8", 32, 8),
+    ("v5litepod-64", "8x8", 64, 16),
+    ("v5litepod-128", "8x16", 128, 32),
+    ("v5litepod-256", "16x16", 256, 64),
+    ("v6e-1", "1x1", 1, 1),
+    ("v6e-4", "2x2", 4, 1),
+    ("v6e-8", "2x4", 8, 1),
+    ("v6e-16", "4x4", 16, 4),
+    ("v6e-32", "4x8", 32, 8),
+    ("v6e-64", "8x8", 64, 16),
+    ("v6e-128", "8x16", 128, 32),
+    ("v6e-256", "16x16", 256, 64),
 )
 
 SLICES: dict[str, SliceShape] = {
-    name: SliceShape(name, name.split("-")[0], topology, chips, hosts) for name, topology, chips, hosts in _ROWS
+    name: SliceShape(name, name.split("-")[0], topology, chips, hosts)
+    for name, topology, chips, hosts in _ROWS
 }
 
 
@@ -63,6 +91,9 @@ def slice_shape(name: str) -> SliceShape:
         return shape
     generation = name.split("-")[0] if isinstance(name, str) else ""
     same = [n for n in SLICES if n.split("-")[0] == generation]
-    hint = f"valid {generation} slices: {', '.join(same)}" if same else (
-        "valid generations: v4-*, v5p-*, v5litepod-* (v5e), v6e-*")
+    hint = (
+        f"valid {generation} slices: {', '.join(same)}"
+        if same
+        else ("valid generations: v4-*, v5p-*, v5litepod-* (v5e), v6e-*")
+    )
     raise KeyError(f"unknown TPU slice type {name!r}; {hint}")

@@ -28,8 +28,13 @@ CAUSES = (PREEMPTED, NODE_DIED, DRIVER_LOST, OOM, FAILED)
 INTERRUPTIONS = (PREEMPTED, NODE_DIED, DRIVER_LOST)  # not the step's fault: retried under max_preemptions
 
 # Ray's NodeDeathInfo.Reason values as `ray.nodes()` reports them in "DeathReason"
-DEATH_REASONS = {0: "UNSPECIFIED", 1: "EXPECTED_TERMINATION", 2: "UNEXPECTED_TERMINATION",
-                 3: "AUTOSCALER_DRAIN_PREEMPTED", 4: "AUTOSCALER_DRAIN_IDLE"}
+DEATH_REASONS = {
+    0: "UNSPECIFIED",
+    1: "EXPECTED_TERMINATION",
+    2: "UNEXPECTED_TERMINATION",
+    3: "AUTOSCALER_DRAIN_PREEMPTED",
+    4: "AUTOSCALER_DRAIN_IDLE",
+}
 
 
 def is_interruption(cause: str | None) -> bool:
@@ -55,8 +60,9 @@ class NodeState:
         return self.death_reason == "AUTOSCALER_DRAIN_PREEMPTED" or self.drained
 
 
-def node_states(nodes: list[dict[str, Any]], node_ids: list[str],
-                drained: frozenset[str] | set[str] = frozenset()) -> dict[str, NodeState]:
+def node_states(
+    nodes: list[dict[str, Any]], node_ids: list[str], drained: frozenset[str] | set[str] = frozenset()
+) -> dict[str, NodeState]:
     """The states of `node_ids` read from `ray.nodes()` (and the ids seen draining); a node Ray no longer
     lists counts as dead."""
     by_id = {n.get("NodeID"): n for n in nodes}
@@ -64,20 +70,30 @@ def node_states(nodes: list[dict[str, Any]], node_ids: list[str],
     for node_id in node_ids:
         n = by_id.get(node_id)
         if n is None:
-            out[node_id] = NodeState(node_id, "", alive=False, death_message="not listed by the cluster",
-                                     drained=node_id in drained)
+            out[node_id] = NodeState(
+                node_id,
+                "",
+                alive=False,
+                death_message="not listed by the cluster",
+                drained=node_id in drained,
+            )
             continue
         reason = n.get("DeathReason", 0)
-        out[node_id] = NodeState(node_id, str(n.get("NodeManagerAddress", "")), alive=bool(n.get("Alive")),
-                                 death_reason=DEATH_REASONS.get(reason, str(reason)) if isinstance(reason, int)
-                                 else str(reason), death_message=str(n.get("DeathReasonMessage", "")),
-                                 drained=node_id in drained)
+        out[node_id] = NodeState(
+            node_id,
+            str(n.get("NodeManagerAddress", "")),
+            alive=bool(n.get("Alive")),
+            death_reason=DEATH_REASONS.get(reason, str(reason)) if isinstance(reason, int) else str(reason),
+            death_message=str(n.get("DeathReasonMessage", "")),
+            drained=node_id in drained,
+        )
     return out
 
 
 def error_kind(error: BaseException) -> str:
     """One member's Ray-level outcome: `app` (fn raised), `oom`, `node` (its node died), `crash` (its worker
-    process died), `cancelled` (we cancelled it), or `other`. Matches by class name so no Ray import is needed."""
+    process died), `cancelled` (we cancelled it), or `other`. Matches by class name so no Ray import is
+    needed."""
     names = {c.__name__ for c in type(error).__mro__}
     if "OutOfMemoryError" in names:
         return "oom"

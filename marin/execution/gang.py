@@ -67,7 +67,9 @@ class GangPlan:
 
     @classmethod
     def of(cls, resources: Resources) -> GangPlan:
-        return cls(size=resources.gang_size, bundle=requested(resources), tpu=resources.tpu, slices=resources.slices)
+        return cls(
+            size=resources.gang_size, bundle=requested(resources), tpu=resources.tpu, slices=resources.slices
+        )
 
     @property
     def hosts_per_slice(self) -> int:
@@ -86,14 +88,24 @@ class Member:
 def member_env(member: Member, size: int, coordinator: str, slices: int) -> dict[str, str]:
     env = {GANG_SIZE_ENV: str(size), GANG_RANK_ENV: str(member.rank), COORDINATOR_ENV: coordinator}
     if slices > 1:
-        env.update({"MEGASCALE_COORDINATOR_ADDRESS": coordinator.rsplit(":", 1)[0], "MEGASCALE_PORT": MEGASCALE_PORT,
-                    "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(member.slice_id)})
+        env.update(
+            {
+                "MEGASCALE_COORDINATOR_ADDRESS": coordinator.rsplit(":", 1)[0],
+                "MEGASCALE_PORT": MEGASCALE_PORT,
+                "MEGASCALE_NUM_SLICES": str(slices),
+                "MEGASCALE_SLICE_ID": str(member.slice_id),
+            }
+        )
     return env
 
 
 def rank_log_path(log_path: str, rank: int) -> str:
     """Rank 0 logs to the attempt's log; rank k to `attempt-N.rank-k.log` beside it."""
-    return log_path if rank == 0 else f"{log_path[:-4] if log_path.endswith('.log') else log_path}.rank-{rank}.log"
+    return (
+        log_path
+        if rank == 0
+        else f"{log_path[:-4] if log_path.endswith('.log') else log_path}.rank-{rank}.log"
+    )
 
 
 def _free_port() -> int:
@@ -113,8 +125,14 @@ def _reserve(ray: Any, plan: GangPlan, name: str) -> tuple[Any, Any]:
     from ray.util.tpu import slice_placement_group
 
     shape = slice_shape(plan.tpu)
-    handle = slice_placement_group(shape.topology, shape.generation, resources_per_bundle=dict(plan.bundle),
-                                   num_slices=plan.slices, strategy="STRICT_SPREAD", name=name)
+    handle = slice_placement_group(
+        shape.topology,
+        shape.generation,
+        resources_per_bundle=dict(plan.bundle),
+        num_slices=plan.slices,
+        strategy="STRICT_SPREAD",
+        name=name,
+    )
     return handle.placement_group, handle
 
 
@@ -140,10 +158,14 @@ def _members(ray: Any, pg: Any, plan: GangPlan) -> list[Member]:
         node = nodes.get(table[bundle], {})
         worker_id = (node.get("Labels") or {}).get(TPU_WORKER_ID_LABEL)
         order = int(worker_id) if worker_id is not None and str(worker_id).isdigit() else bundle
-        rows.append((bundle // plan.hosts_per_slice, order, bundle, table[bundle], node.get("NodeManagerAddress", "")))
+        rows.append(
+            (bundle // plan.hosts_per_slice, order, bundle, table[bundle], node.get("NodeManagerAddress", ""))
+        )
     rows.sort()
-    return [Member(rank, bundle, node_id, ip, slice_id)
-            for rank, (slice_id, _, bundle, node_id, ip) in enumerate(rows)]
+    return [
+        Member(rank, bundle, node_id, ip, slice_id)
+        for rank, (slice_id, _, bundle, node_id, ip) in enumerate(rows)
+    ]
 
 
 def _strategy(pg: Any, bundle: int) -> Any:
@@ -154,8 +176,12 @@ def _strategy(pg: Any, bundle: int) -> Any:
 
 def member_options(plan: GangPlan, pg: Any, bundle: int, step_env: dict[str, str]) -> dict[str, Any]:
     custom = {k: v for k, v in plan.bundle.items() if k not in ("CPU", "GPU", "memory")}
-    options: dict[str, Any] = {"num_cpus": plan.bundle.get("CPU", 0.0), "max_retries": 0,
-                               "retry_exceptions": False, "scheduling_strategy": _strategy(pg, bundle)}
+    options: dict[str, Any] = {
+        "num_cpus": plan.bundle.get("CPU", 0.0),
+        "max_retries": 0,
+        "retry_exceptions": False,
+        "scheduling_strategy": _strategy(pg, bundle),
+    }
     if plan.bundle.get("GPU"):
         options["num_gpus"] = plan.bundle["GPU"]
     if plan.bundle.get("memory"):
@@ -189,7 +215,8 @@ class _DrainWatch:
 
 
 def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
-    """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind (causes.error_kind)."""
+    """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind
+    (causes.error_kind)."""
     try:
         value = ray.get(ref)
     except Exception as exc:
@@ -201,8 +228,9 @@ def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
     return ("oom" if value.cause == causes.OOM else "app"), value
 
 
-def run_member(payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str],
-               log_path: str) -> AttemptResult:
+def run_member(
+    payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str], log_path: str
+) -> AttemptResult:
     """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status."""
     from marin.execution.attempt_pickle import load_attempt
 
@@ -210,13 +238,16 @@ def run_member(payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_e
         fn, config, _, env, record = load_attempt(payload, shared)
     except Exception as exc:  # e.g. the step's module is not importable on this node: a failure
         return AttemptResult.from_exception(
-            exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST)
-    return execute_step(fn, config, rank_log_path(log_path, rank), {**env, **gang_env},
-                        record if rank == 0 else None)
+            exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST
+        )
+    return execute_step(
+        fn, config, rank_log_path(log_path, rank), {**env, **gang_env}, record if rank == 0 else None
+    )
 
 
 def free_port_task() -> int:
-    """A Ray task run in rank 0's bundle: a port that is free on rank 0's host (JAX's coordinator binds it)."""
+    """A Ray task run in rank 0's bundle: a port that is free on rank 0's host (JAX's coordinator binds
+    it)."""
     return _free_port()
 
 
@@ -233,14 +264,25 @@ def _remote(fn: Any) -> Any:
     return _REMOTES[fn.__name__]
 
 
-def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, name: str, log_path: str,
-              env: dict[str, str], *dependencies: AttemptResult | None) -> AttemptResult:
+def supervise(
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    plan: GangPlan,
+    name: str,
+    log_path: str,
+    env: dict[str, str],
+    *dependencies: AttemptResult | None,
+) -> AttemptResult:
     """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
     returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`."""
     not_ok = [d for d in dependencies if d is None or not d.ok]
     if not_ok:
-        return AttemptResult(Outcome.SKIPPED, error_type="DependencyNotSucceeded", log_path=log_path,
-                             message=f"a dependency's attempt did not succeed: {not_ok[0] and not_ok[0].message}")
+        return AttemptResult(
+            Outcome.SKIPPED,
+            error_type="DependencyNotSucceeded",
+            log_path=log_path,
+            message=f"a dependency's attempt did not succeed: {not_ok[0] and not_ok[0].message}",
+        )
     import ray
 
     owner = None
@@ -249,24 +291,39 @@ def supervise(payload: bytes, shared: tuple[Any, str] | None, plan: GangPlan, na
         pg, owner = _reserve(ray, plan, name)
         ray.get(pg.ready())
         members = _members(ray, pg, plan)
-        port = ray.get(_remote(free_port_task).options(
-            num_cpus=0, max_retries=0, scheduling_strategy=_strategy(pg, members[0].bundle)).remote())
+        port = ray.get(
+            _remote(free_port_task)
+            .options(num_cpus=0, max_retries=0, scheduling_strategy=_strategy(pg, members[0].bundle))
+            .remote()
+        )
         coordinator = f"{members[0].ip}:{port}"
         started = time.time()
         for m in members:
             options = member_options(plan, pg, m.bundle, env)
             options["name"] = f"{name}:rank-{m.rank}"
-            ref = _remote(run_member).options(**options).remote(
-                payload, shared, m.rank, member_env(m, plan.size, coordinator, plan.slices), log_path)
+            ref = (
+                _remote(run_member)
+                .options(**options)
+                .remote(payload, shared, m.rank, member_env(m, plan.size, coordinator, plan.slices), log_path)
+            )
             refs[ref] = m
         return _watch(ray, refs, members, started)
     except Exception as exc:  # reserving or launching failed: a node lost meanwhile is an interruption
         kind = causes.error_kind(exc)
-        cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED if kind in ("crash", "other") and (
-            type(exc).__module__.startswith("ray")) else causes.FAILED
+        cause = (
+            causes.NODE_DIED
+            if kind == "node"
+            else causes.PREEMPTED
+            if kind in ("crash", "other") and (type(exc).__module__.startswith("ray"))
+            else causes.FAILED
+        )
         return AttemptResult.from_exception(
-            exc, outcome=Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED,
-            context="could not start the gang", cause=cause, log_path=log_path)
+            exc,
+            outcome=Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED,
+            context="could not start the gang",
+            cause=cause,
+            log_path=log_path,
+        )
     finally:
         for ref in refs:
             with contextlib.suppress(Exception):
@@ -286,8 +343,9 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
         for ref in ready:
             m = pending.pop(ref)
             outcomes[m.rank] = _outcome(ray, ref)
-            if outcomes[m.rank][0] in ("ok", "lease_lost") and m.rank == 0:
-                return outcomes[m.rank][1]  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
+            kind, value = outcomes[m.rank]
+            if kind in ("ok", "lease_lost") and m.rank == 0 and isinstance(value, AttemptResult):
+                return value  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
             if outcomes[m.rank][0] != "ok" and first is None:
                 first = m
     for ref in pending:
@@ -298,8 +356,13 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
     return _failure(cause, first or members[0], outcomes, states, members, started)
 
 
-def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str, Any]], members: list[Member],
-            drains: _DrainWatch) -> dict[str, causes.NodeState]:
+def _settle(
+    ray: Any,
+    pending: dict[Any, Member],
+    outcomes: dict[int, tuple[str, Any]],
+    members: list[Member],
+    drains: _DrainWatch,
+) -> dict[str, causes.NodeState]:
     """Collect the cancelled members' ends and wait until every node a member died with is reported dead
     (its death reason, or the GCS's draining list, says whether it was drained for preemption), for at most
     SETTLE_S. A member whose worker crashed may have lost its node too (a hard-killed host's worker is
@@ -314,8 +377,12 @@ def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str,
                 outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
         states = causes.node_states(ray.nodes(), [m.node_id for m in members], drains.poll())
         kind = {m.rank: outcomes.get(m.rank, ("",))[0] for m in members}
-        unsure = [m for m in members if states[m.node_id].alive and (
-            kind[m.rank] == "node" or (kind[m.rank] == "crash" and time.time() - begun < CRASH_SETTLE_S))]
+        unsure = [
+            m
+            for m in members
+            if states[m.node_id].alive
+            and (kind[m.rank] == "node" or (kind[m.rank] == "crash" and time.time() - begun < CRASH_SETTLE_S))
+        ]
         if (not pending and not unsure) or time.time() - begun >= SETTLE_S:
             break
         if not pending:
@@ -325,8 +392,14 @@ def _settle(ray: Any, pending: dict[Any, Member], outcomes: dict[int, tuple[str,
     return states
 
 
-def _failure(cause: str, first: Member, outcomes: dict[int, tuple[str, Any]], states: dict[str, causes.NodeState],
-             members: list[Member], started: float) -> AttemptResult:
+def _failure(
+    cause: str,
+    first: Member,
+    outcomes: dict[int, tuple[str, Any]],
+    states: dict[str, causes.NodeState],
+    members: list[Member],
+    started: float,
+) -> AttemptResult:
     """The attempt's end: the member error that explains it, the hosts involved, the cause."""
     dead = [m for m in members if not states[m.node_id].alive or outcomes.get(m.rank, ("",))[0] == "node"]
     outcome = Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED
@@ -334,31 +407,66 @@ def _failure(cause: str, first: Member, outcomes: dict[int, tuple[str, Any]], st
     begun = rank0.started if isinstance(rank0, AttemptResult) and rank0.started else started
     if causes.is_interruption(cause) and dead:
         hosts = tuple(m.ip for m in dead)
-        what = "was drained for preemption" if cause == causes.PREEMPTED and any(
-            states[m.node_id].preempted for m in dead) else "died"
-        return AttemptResult(outcome, started=begun, ended=time.time(), cause=cause, hosts=hosts, host=HOST,
-                             error_type="NodeDied" if cause == causes.NODE_DIED else "Preempted",
-                             message=f"gang of {len(members)}: node {', '.join(hosts)} {what} "
-                                     f"(rank {', '.join(str(m.rank) for m in dead)})")
+        what = (
+            "was drained for preemption"
+            if cause == causes.PREEMPTED and any(states[m.node_id].preempted for m in dead)
+            else "died"
+        )
+        return AttemptResult(
+            outcome,
+            started=begun,
+            ended=time.time(),
+            cause=cause,
+            hosts=hosts,
+            host=HOST,
+            error_type="NodeDied" if cause == causes.NODE_DIED else "Preempted",
+            message=f"gang of {len(members)}: node {', '.join(hosts)} {what} "
+            f"(rank {', '.join(str(m.rank) for m in dead)})",
+        )
     wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
     culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
     kind, value = outcomes.get(culprit.rank, ("other", None))
     if not isinstance(value, AttemptResult):
         value = AttemptResult.from_exception(
-            value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}"))
+            value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}")
+        )
     oom = " (out of memory: lower the batch or ask for more memory per host)" if cause == causes.OOM else ""
-    return dataclasses.replace(value, outcome=outcome, cause=cause, hosts=(culprit.ip,), started=begun,
-                               ended=time.time(), host=HOST,
-                               message=f"gang rank {culprit.rank} on {culprit.ip}: {value.message}{oom}")
+    return dataclasses.replace(
+        value,
+        outcome=outcome,
+        cause=cause,
+        hosts=(culprit.ip,),
+        started=begun,
+        ended=time.time(),
+        host=HOST,
+        message=f"gang rank {culprit.rank} on {culprit.ip}: {value.message}{oom}",
+    )
 
 
-def submit_gang(ray: Any, plan: GangPlan, payload: bytes, shared: tuple[Any, str] | None, *, name: str,
-                log_path: str, env: dict[str, str], after: list[Any]) -> Any:
-    """Start a gang attempt's supervisor on the driver's node; its reference resolves to the attempt's result."""
+def submit_gang(
+    ray: Any,
+    plan: GangPlan,
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    *,
+    name: str,
+    log_path: str,
+    env: dict[str, str],
+    after: list[Any],
+) -> Any:
+    """Start a gang attempt's supervisor on the driver's node; its reference resolves to the attempt's
+    result."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()
-    return _remote(supervise).options(
-        num_cpus=0, max_retries=0, retry_exceptions=False, name=f"{name}:gang",
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-    ).remote(payload, shared, plan, name, log_path, env, *after)
+    return (
+        _remote(supervise)
+        .options(
+            num_cpus=0,
+            max_retries=0,
+            retry_exceptions=False,
+            name=f"{name}:gang",
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        )
+        .remote(payload, shared, plan, name, log_path, env, *after)
+    )

@@ -316,8 +316,10 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunRes
         spans = []
         for e in plan.entries:
             current = sf.read_status(storage, e.output_path) or {}
-            ledger = interruptions.read_ledger(storage, e.output_path) if interruptions.was_interrupted(current) \
-                else {"interruptions": []}
+            interrupted = interruptions.was_interrupted(current)
+            ledger: dict[str, Any] = {"interruptions": []}
+            if interrupted:
+                ledger = interruptions.read_ledger(storage, e.output_path)
             spans.append(interruptions.step_wall_and_lost(current, ledger))
             rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,
                          "status": current.get("status"), "attempt": current.get("attempt"),
@@ -325,8 +327,8 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunRes
                          "interruptions": ledger["interruptions"]})
         goodput = interruptions.experiment_goodput(spans)
         if cfg.format == "json":
-            print(json.dumps({"experiment": experiment_id, "prefix": prefix, "steps": rows, "goodput": goodput},
-                             indent=1))
+            doc = {"experiment": experiment_id, "prefix": prefix, "steps": rows, "goodput": goodput}
+            print(json.dumps(doc, indent=1))
         else:
             print(f"experiment {experiment_id} under {prefix}:")
             for r in rows:

@@ -1,4 +1,5 @@
-"""Where a gang step can go: the feasibility check for `Resources(hosts=N)` and `Resources(tpu=..., slices=K)`,
+"""Where a gang step can go: the feasibility check for `Resources(hosts=N)` and
+`Resources(tpu=..., slices=K)`,
 without Ray (it reads the node list the backend passes in, as `resources.check_feasible` does).
 
 A gang of N hosts needs N distinct alive nodes that each fit the per-host request (the launcher places it
@@ -22,21 +23,27 @@ def _describe(want: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in sorted(want.items()))
 
 
-def gang_problem(name: str, resources: Resources, want: dict[str, float], nodes: list[dict[str, float]]) -> str | None:
+def gang_problem(
+    name: str, resources: Resources, want: dict[str, float], nodes: list[dict[str, float]]
+) -> str | None:
     """None if the gang can be placed on `nodes`; otherwise a sentence naming the step, the request and what
     the cluster has. `want` is the per-host request in Ray's names (see resources.requested)."""
     fitting = sum(1 for n in nodes if _fits(n, want))
     if resources.tpu is None:
         if fitting >= resources.hosts:
             return None
-        return (f"step {name} asks for hosts={resources.hosts} x {{{_describe(want)}}} on distinct nodes; the "
-                f"cluster has {fitting} node(s) that fit, of {len(nodes)} alive")
+        return (
+            f"step {name} asks for hosts={resources.hosts} x {{{_describe(want)}}} on distinct nodes; the "
+            f"cluster has {fitting} node(s) that fit, of {len(nodes)} alive"
+        )
     shape = slice_shape(resources.tpu)
     heads = sum(int(n.get(shape.head_resource, 0.0)) for n in nodes)
     needed = shape.hosts * resources.slices
     if heads >= resources.slices and fitting >= needed:
         return None
     slices = f" x {resources.slices} slices" if resources.slices > 1 else ""
-    return (f"step {name} asks for tpu={shape.name}{slices} ({shape.hosts} host(s) x {{{_describe(want)}}} per "
-            f"slice); the cluster has {heads} {shape.head_resource} (one per slice of that type) and {fitting} "
-            f"host(s) that fit, of {len(nodes)} alive")
+    return (
+        f"step {name} asks for tpu={shape.name}{slices} ({shape.hosts} host(s) x {{{_describe(want)}}} per "
+        f"slice); the cluster has {heads} {shape.head_resource} (one per slice of that type) and {fitting} "
+        f"host(s) that fit, of {len(nodes)} alive"
+    )

@@ -245,8 +245,10 @@ def ray_failure(error: BaseException, log_path: str) -> AttemptResult:
     memory monitor killed, which is an `oom` failure (causes.py)."""
     kind = causes.error_kind(error)
     if kind == "oom":
-        result = AttemptResult.from_exception(error, outcome=Outcome.FAILED, log_path=log_path, cause=causes.OOM)
-        return dataclasses.replace(result, message=f"killed for running out of memory: {result.message}. Fix: "
+        result = AttemptResult.from_exception(error, outcome=Outcome.FAILED, log_path=log_path,
+                                              cause=causes.OOM)
+        return dataclasses.replace(result, message=f"killed for running out of memory: {result.message}. "
+                                   "Fix: "
                                    "ask for more memory (Resources(memory=...)) or use less")
     cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED
     return AttemptResult.from_exception(error, outcome=Outcome.PREEMPTED, log_path=log_path, cause=cause)
@@ -299,8 +301,8 @@ class RayBackend:
             # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
             # a worker fetches the table only the first time it sees it.
             if task.resources.is_gang:  # several hosts at once: a gang supervisor (gang.py)
-                ref = submit_gang(self.ray, GangPlan.of(task.resources), payload, shared, name=options["name"],
-                                  log_path=task.log_path, env=task.env, after=after)
+                ref = submit_gang(self.ray, GangPlan.of(task.resources), payload, shared,
+                                  name=options["name"], log_path=task.log_path, env=task.env, after=after)
                 self._gangs.add(task.key)
             else:
                 function = "plain" if shared is None else "script"

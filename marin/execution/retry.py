@@ -52,4 +52,4 @@ class RetryPolicy:
         """How long to wait before the next attempt: 0 after a failure, growing with the preemptions."""
         if outcome is not Outcome.PREEMPTED:
             return 0.0
-        return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, ended[Outcome.PREEMPTED] - 1))
+        return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** max(0, ended[Outcome.PREEMPTED] - 1)))

@@ -54,9 +54,12 @@ def _totals(entries: list[dict[str, Any]]) -> dict[str, Any]:
     by_cause: dict[str, int] = {}
     for e in entries:
         by_cause[e["cause"]] = by_cause.get(e["cause"], 0) + 1
-    return {"count": len(entries), "by_cause": by_cause,
-            "time_lost_s": sum(e.get("time_lost_s") or 0.0 for e in entries),
-            "steps_redone": sum(e.get("steps_redone") or 0 for e in entries)}
+    return {
+        "count": len(entries),
+        "by_cause": by_cause,
+        "time_lost_s": sum(e.get("time_lost_s") or 0.0 for e in entries),
+        "steps_redone": sum(e.get("steps_redone") or 0 for e in entries),
+    }
 
 
 def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
@@ -65,18 +68,39 @@ def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
     sf.write_json(storage, ledger_path(output_path), ledger)
 
 
-def record_interruption(storage: Storage, output_path: str, *, name: str, attempt: int, run_id: str,
-                        cause: str, hosts: list[str], started: float | None, ended: float,
-                        message: str = "") -> dict[str, Any]:
+def record_interruption(
+    storage: Storage,
+    output_path: str,
+    *,
+    name: str,
+    attempt: int,
+    run_id: str,
+    cause: str,
+    hosts: list[str],
+    started: float | None,
+    ended: float,
+    message: str = "",
+) -> dict[str, Any]:
     """Append an open entry for an interrupted attempt; returns the entry (its fields go on the attempt's
     PREEMPTED event too, see `event_fields`)."""
     progress = sf.read_json(storage, progress_path(output_path)) or {}
     entry: dict[str, Any] = {
-        "attempt": attempt, "run_id": run_id, "cause": cause, "hosts": list(hosts), "when": ended,
-        "attempt_started": started, "step_reached": progress.get("step"),
-        "checkpoint_step": progress.get("checkpoint_step"), "checkpoint_time": progress.get("checkpoint_time"),
-        "resumed_from": None, "resumed_attempt": None, "steps_redone": None, "restart_gap_s": None,
-        "time_lost_s": None, "message": message}
+        "attempt": attempt,
+        "run_id": run_id,
+        "cause": cause,
+        "hosts": list(hosts),
+        "when": ended,
+        "attempt_started": started,
+        "step_reached": progress.get("step"),
+        "checkpoint_step": progress.get("checkpoint_step"),
+        "checkpoint_time": progress.get("checkpoint_time"),
+        "resumed_from": None,
+        "resumed_attempt": None,
+        "steps_redone": None,
+        "restart_gap_s": None,
+        "time_lost_s": None,
+        "message": message,
+    }
     ledger = read_ledger(storage, output_path)
     ledger.update({"name": name, "output_path": output_path})
     ledger["interruptions"].append(entry)
@@ -89,14 +113,18 @@ def event_fields(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: entry[k] for k in ("cause", "hosts", "step_reached", "checkpoint_step")}
 
 
-def record_resume(storage: Storage, output_path: str, *, attempt: int, started: float | None) -> dict[str, Any] | None:
+def record_resume(
+    storage: Storage, output_path: str, *, attempt: int, started: float | None
+) -> dict[str, Any] | None:
     """Complete the open entry (if any) from the attempt after it, which has now ended: where it resumed,
     the restart gap, the steps redone and the time lost. Returns the completed entry, or None."""
     ledger = read_ledger(storage, output_path)
-    open_entries = [e for e in ledger["interruptions"] if e.get("resumed_attempt") is None and e["attempt"] < attempt]
+    open_entries = [
+        e for e in ledger["interruptions"] if e.get("resumed_attempt") is None and e["attempt"] < attempt
+    ]
     if not open_entries:
         return None
-    entry = open_entries[-1]
+    entry: dict[str, Any] = open_entries[-1]
     progress = sf.read_json(storage, progress_path(output_path)) or {}
     fresh = progress.get("updated") is not None and (_number(progress.get("updated")) or 0.0) > entry["when"]
     resumed_from = progress.get("resumed_from") if fresh else None
@@ -109,7 +137,11 @@ def record_resume(storage: Storage, output_path: str, *, attempt: int, started: 
     if isinstance(reached, int) and isinstance(resumed, int):
         entry["steps_redone"] = max(0, reached - resumed)
     checkpoint_time = _number(entry.get("checkpoint_time"))
-    since = checkpoint_time if resumed_from is not None and checkpoint_time is not None else entry["attempt_started"]
+    since = (
+        checkpoint_time
+        if resumed_from is not None and checkpoint_time is not None
+        else entry["attempt_started"]
+    )
     worked = entry["when"] - since if since is not None else 0.0
     entry["time_lost_s"] = max(0.0, worked) + entry["restart_gap_s"]
     _write(storage, output_path, ledger)
@@ -152,6 +184,8 @@ def ledger_lines(ledger: dict[str, Any]) -> list[str]:
         if e.get("resumed_attempt") is not None:
             start = "from scratch" if e.get("resumed_from") is None else f"from step {e['resumed_from']}"
             redone = f", {e['steps_redone']} steps redone" if e.get("steps_redone") is not None else ""
-            resumed = f", attempt {e['resumed_attempt']} {start}{redone}, {e.get('time_lost_s') or 0.0:.1f} s lost"
+            resumed = (
+                f", attempt {e['resumed_attempt']} {start}{redone}, {e.get('time_lost_s') or 0.0:.1f} s lost"
+            )
         lines.append(f"interrupted {when} UTC: attempt {e['attempt']} {e['cause']}{hosts}{resumed}")
     return lines

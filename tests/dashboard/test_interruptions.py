@@ -16,11 +16,22 @@ from tests.marin.fns import WriteConfig, write_numbers
 
 
 def test_a_steps_ledger_is_in_its_json_and_on_its_page(run_marin: Any, marin_prefix: str) -> None:
-    result = run_marin([Step(name="led/x", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))])
+    result = run_marin(
+        [Step(name="led/x", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))]
+    )
     out = result.output_path("led/x")
     storage = storage_for(out)
-    record_interruption(storage, out, name="led/x", attempt=1, run_id="r", cause="node_died", hosts=["10.0.0.7"],
-                        started=0.0, ended=30.0)
+    record_interruption(
+        storage,
+        out,
+        name="led/x",
+        attempt=1,
+        run_id="r",
+        cause="node_died",
+        hosts=["10.0.0.7"],
+        started=0.0,
+        ended=30.0,
+    )
     record_resume(storage, out, attempt=2, started=45.0)
     rel = quote(str(Path(out).relative_to(marin_prefix)))
     with TestClient(create_app(marin_prefix, cache_ttl=0)) as client:

@@ -61,7 +61,8 @@ def tpu_config_problems(config: dict) -> list[str]:
             continue
         resources = node.get("resources", {})
         if resources.get("TPU") != SLICES[accel].chips_per_host:
-            problems.append(f"{name}: resources.TPU must be the chips of one host ({SLICES[accel].chips_per_host})")
+            chips = SLICES[accel].chips_per_host
+            problems.append(f"{name}: resources.TPU must be the chips of one host ({chips})")
         problems += [f"{name}: {key} is hand-written; Ray adds it to worker 0 of each slice"
                      for key in resources if key.startswith("TPU-") and key.endswith("-head")]
     return problems

@@ -27,11 +27,23 @@ def _report_progress() -> None:
     before = json.loads(path.read_text()) if path.exists() else None
     now = time.time()
     if before is None:
-        progress = {"step": 7, "checkpoint_step": 5, "checkpoint_time": now, "resumed_from": None,
-                    "first_step_time": now, "updated": now}
+        progress = {
+            "step": 7,
+            "checkpoint_step": 5,
+            "checkpoint_time": now,
+            "resumed_from": None,
+            "first_step_time": now,
+            "updated": now,
+        }
     else:
-        progress = {"step": 8, "checkpoint_step": before["checkpoint_step"], "resumed_from": before["checkpoint_step"],
-                    "checkpoint_time": before["checkpoint_time"], "first_step_time": now, "updated": now}
+        progress = {
+            "step": 8,
+            "checkpoint_step": before["checkpoint_step"],
+            "resumed_from": before["checkpoint_step"],
+            "checkpoint_time": before["checkpoint_time"],
+            "first_step_time": now,
+            "updated": now,
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(progress))
 
@@ -40,10 +52,16 @@ def gang_member(config: GangConfig) -> None:
     entered = time.time()
     rank, size = int(os.environ["MARIN_GANG_RANK"]), int(os.environ["MARIN_GANG_SIZE"])
     coordinator = os.environ["MARIN_COORDINATOR"]
-    info: dict[str, object] = {"rank": rank, "size": size, "coordinator": coordinator, "pid": os.getpid(),
-                               "node": os.environ.get("MARIN_NODE_TAG", ""),
-                               "megascale": {k: v for k, v in os.environ.items() if k.startswith("MEGASCALE_")},
-                               "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS"), "entered": entered}
+    info: dict[str, object] = {
+        "rank": rank,
+        "size": size,
+        "coordinator": coordinator,
+        "pid": os.getpid(),
+        "node": os.environ.get("MARIN_NODE_TAG", ""),
+        "megascale": {k: v for k, v in os.environ.items() if k.startswith("MEGASCALE_")},
+        "tpu_visible_chips": os.environ.get("TPU_VISIBLE_CHIPS"),
+        "entered": entered,
+    }
     try:
         import ray
 
@@ -55,7 +73,9 @@ def gang_member(config: GangConfig) -> None:
         import numpy as np
         from jax.experimental import multihost_utils
 
-        jax.distributed.initialize(coordinator, num_processes=size, process_id=rank, initialization_timeout=120)
+        jax.distributed.initialize(
+            coordinator, num_processes=size, process_id=rank, initialization_timeout=120
+        )
         info["process_count"] = jax.process_count()
         info["global_devices"] = jax.device_count()
         info["ranks_seen"] = sorted(int(r) for r in multihost_utils.process_allgather(np.array(rank)))

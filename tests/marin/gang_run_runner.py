@@ -19,10 +19,19 @@ from tests.marin.gang_fns import GangConfig, PidConfig, gang_member, write_pid
 
 
 def _step(spec: dict[str, Any]) -> Step:
-    fn, config = (gang_member, GangConfig(output_path=this_output_path(), **spec.get("config", {}))) \
-        if spec["fn"] == "gang" else (write_pid, PidConfig(output_path=this_output_path()))
-    return Step(name=spec["name"], fn=fn, config=config, resources=Resources.coerce(spec.get("resources")),
-                retries=spec.get("retries", 0), max_preemptions=spec.get("max_preemptions", 100))
+    fn, config = (
+        (gang_member, GangConfig(output_path=this_output_path(), **spec.get("config", {})))
+        if spec["fn"] == "gang"
+        else (write_pid, PidConfig(output_path=this_output_path()))
+    )
+    return Step(
+        name=spec["name"],
+        fn=fn,
+        config=config,
+        resources=Resources.coerce(spec.get("resources")),
+        retries=spec.get("retries", 0),
+        max_preemptions=spec.get("max_preemptions", 100),
+    )
 
 
 def _read(path: Path) -> Any:
@@ -31,16 +40,26 @@ def _read(path: Path) -> Any:
 
 def main(address: str, prefix: str, steps_json: str) -> int:
     steps = [_step(s) for s in json.loads(steps_json)]
-    result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
-                            verbose=False, script="tests/gang_run.py")
+    result = run_experiment(
+        steps,
+        ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
+        verbose=False,
+        script="tests/gang_run.py",
+    )
     report: dict[str, Any] = {"status": result.status, "steps": {}}
     for step in steps:
         meta = Path(result.output_path(step.name), ".marin")
-        events = [json.loads(line) for line in (meta / "events.jsonl").read_text().splitlines()] \
-            if (meta / "events.jsonl").exists() else []
-        report["steps"][step.name] = {"output_path": result.output_path(step.name),
-                                      "status": _read(meta / "status.json"), "events": events,
-                                      "ledger": _read(meta / "interruptions.json")}
+        events = (
+            [json.loads(line) for line in (meta / "events.jsonl").read_text().splitlines()]
+            if (meta / "events.jsonl").exists()
+            else []
+        )
+        report["steps"][step.name] = {
+            "output_path": result.output_path(step.name),
+            "status": _read(meta / "status.json"),
+            "events": events,
+            "ledger": _read(meta / "interruptions.json"),
+        }
     print(json.dumps(report))
     return 0
 

@@ -24,8 +24,16 @@ def main(address: str, output: str, resources_json: str, config_json: str) -> in
     config = GangConfig(output_path=output, **json.loads(config_json))
     log_path = str(Path(output, ".marin/logs/attempt-1.log"))
     payload = ray.cloudpickle.dumps((gang_member, config, log_path, {}, None))
-    ref = submit_gang(ray, GangPlan.of(resources), payload, None, name="test/gang:attempt-1", log_path=log_path,
-                      env={}, after=[])
+    ref = submit_gang(
+        ray,
+        GangPlan.of(resources),
+        payload,
+        None,
+        name="test/gang:attempt-1",
+        log_path=log_path,
+        env={},
+        after=[],
+    )
     result = ray.get(ref)
     fields = {k: v for k, v in dataclasses.asdict(result).items() if k != "exception"}
     print(json.dumps({**fields, "ok": result.ok, "outcome": result.outcome.value}, default=str))

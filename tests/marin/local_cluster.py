@@ -35,9 +35,14 @@ def free_port() -> int:
 
 
 def node_env() -> dict[str, str]:
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -49,7 +54,7 @@ def _session_pids(sid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
             out.append(int(entry))
     return out
@@ -99,8 +104,13 @@ class LocalCluster:
         for attempt in range(tries):
             log = self.temp / f"{name}.{attempt}.log"
             with open(log, "wb") as out:
-                proc = subprocess.Popen([self.ray_bin, "start", "--block", *args, *COMMON], env=env, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    [self.ray_bin, "start", "--block", *args, *COMMON],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             node = Node(name, proc, log)
             deadline = time.time() + 240
             while "Ray runtime started" not in log.read_text(errors="replace"):
@@ -117,15 +127,35 @@ class LocalCluster:
         raise RuntimeError(f"ray start {name} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
 
     def head(self, resources: dict[str, float] | None = None) -> Node:
-        return self._start("head", ["--head", f"--port={self.port}", "--include-dashboard=false",
-                                    f"--temp-dir={self.ray_temp}", "--num-cpus=1",
-                                    f"--resources={json.dumps(resources or {})}"],
-                           {**node_env(), "MARIN_NODE_TAG": "head"})
+        return self._start(
+            "head",
+            [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.ray_temp}",
+                "--num-cpus=1",
+                f"--resources={json.dumps(resources or {})}",
+            ],
+            {**node_env(), "MARIN_NODE_TAG": "head"},
+        )
 
-    def add(self, name: str, *, cpus: int = 1, gpus: int = 0, resources: dict[str, float] | None = None,
-            labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Node:
+    def add(
+        self,
+        name: str,
+        *,
+        cpus: int = 1,
+        gpus: int = 0,
+        resources: dict[str, float] | None = None,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Node:
         self.specs[name] = {"cpus": cpus, "gpus": gpus, "resources": resources, "labels": labels, "env": env}
-        args = [f"--address={self.address}", f"--num-cpus={cpus}", f"--resources={json.dumps(resources or {})}"]
+        args = [
+            f"--address={self.address}",
+            f"--num-cpus={cpus}",
+            f"--resources={json.dumps(resources or {})}",
+        ]
         if gpus:
             args.append(f"--num-gpus={gpus}")
         if labels:
@@ -137,14 +167,19 @@ class LocalCluster:
         self.nodes.pop(name, None)
         return self.add(name, **self.specs[name])
 
-    def drain(self, node_id: str, reason: str = "DRAIN_NODE_REASON_PREEMPTION", deadline_s: float = 30) -> None:
+    def drain(
+        self, node_id: str, reason: str = "DRAIN_NODE_REASON_PREEMPTION", deadline_s: float = 30
+    ) -> None:
         """Ask the GCS to drain a node (as a cloud's preemption notice does through the autoscaler)."""
         from ray._raylet import GcsClient
         from ray.core.generated import autoscaler_pb2
 
         accepted, message = GcsClient(address=self.address).drain_node(
-            node_id, autoscaler_pb2.DrainNodeReason.Value(reason), "preemption notice (test)",
-            int((time.time() + deadline_s) * 1000))
+            node_id,
+            autoscaler_pb2.DrainNodeReason.Value(reason),
+            "preemption notice (test)",
+            int((time.time() + deadline_s) * 1000),
+        )
         if not accepted:
             raise RuntimeError(f"drain of {node_id} rejected: {message}")
 
@@ -159,6 +194,12 @@ def tpu_host(slice_name: str, pod_type: str, worker_id: int, chips: int = 4) -> 
     resources: dict[str, float] = {"TPU": chips, slice_name: 1}
     if worker_id == 0:
         resources[f"TPU-{pod_type}-head"] = 1
-    return {"resources": resources, "env": {"TPU_NAME": slice_name, "TPU_WORKER_ID": str(worker_id)},
-            "labels": {"ray.io/tpu-slice-name": slice_name, "ray.io/tpu-worker-id": str(worker_id),
-                       "ray.io/tpu-pod-type": pod_type}}
+    return {
+        "resources": resources,
+        "env": {"TPU_NAME": slice_name, "TPU_WORKER_ID": str(worker_id)},
+        "labels": {
+            "ray.io/tpu-slice-name": slice_name,
+            "ray.io/tpu-worker-id": str(worker_id),
+            "ray.io/tpu-pod-type": pod_type,
+        },
+    }

@@ -32,20 +32,41 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     try:
         c.head(resources={"any_slot": 1})
         for i in (0, 1):
-            c.add(f"w{i + 1}", resources={**tpu_host("fake-slice-A", "v4-16", i)["resources"],  # type: ignore[dict-item]
-                                          "any_slot": 1, "gang_slot": 1},
-                  labels=tpu_host("fake-slice-A", "v4-16", i)["labels"],  # type: ignore[arg-type]
-                  env=tpu_host("fake-slice-A", "v4-16", i)["env"])  # type: ignore[arg-type]
+            c.add(
+                f"w{i + 1}",
+                resources={
+                    **tpu_host("fake-slice-A", "v4-16", i)["resources"],  # type: ignore[dict-item]
+                    "any_slot": 1,
+                    "gang_slot": 1,
+                },
+                labels=tpu_host("fake-slice-A", "v4-16", i)["labels"],  # type: ignore[arg-type]
+                env=tpu_host("fake-slice-A", "v4-16", i)["env"],
+            )  # type: ignore[arg-type]
         c.add("w3", gpus=1, resources={"any_slot": 1, "gang_slot": 1})
         yield c
     finally:
         c.close()
 
 
-def _start_gang(cluster: LocalCluster, out: Path, resources: dict[str, Any], **config: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.marin.gang_runner", cluster.address, str(out),
-                             json.dumps(resources), json.dumps(config)], cwd=ROOT, env=node_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start_gang(
+    cluster: LocalCluster, out: Path, resources: dict[str, Any], **config: Any
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.marin.gang_runner",
+            cluster.address,
+            str(out),
+            json.dumps(resources),
+            json.dumps(config),
+        ],
+        cwd=ROOT,
+        env=node_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _result(proc: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
@@ -58,12 +79,17 @@ def _ranks(out: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
 
 
-@pytest.mark.parametrize(("resources", "size"), [
-    ({"num_cpus": 0, "tpu": "v4-16"}, 2),
-    ({"num_cpus": 0, "hosts": 4, "resources": {"any_slot": 1}}, 4),
-], ids=["tpu-v4-16-slice-of-2", "hosts-4"])
-def test_a_gang_brings_up_jax_distributed_across_distinct_nodes(cluster: LocalCluster, tmp_path: Path,
-                                                               resources: dict[str, Any], size: int) -> None:
+@pytest.mark.parametrize(
+    ("resources", "size"),
+    [
+        ({"num_cpus": 0, "tpu": "v4-16"}, 2),
+        ({"num_cpus": 0, "hosts": 4, "resources": {"any_slot": 1}}, 4),
+    ],
+    ids=["tpu-v4-16-slice-of-2", "hosts-4"],
+)
+def test_a_gang_brings_up_jax_distributed_across_distinct_nodes(
+    cluster: LocalCluster, tmp_path: Path, resources: dict[str, Any], size: int
+) -> None:
     out = tmp_path / "gang"
     result = _result(_start_gang(cluster, out, resources, use_jax=True))
     assert result["ok"], result
@@ -77,13 +103,27 @@ def test_a_gang_brings_up_jax_distributed_across_distinct_nodes(cluster: LocalCl
         assert {r["node"] for r in ranks} == {"w1", "w2"}
         assert ranks[0]["node"] == "w1"  # rank 0 is the slice's worker 0, the coordinator's host
         assert all(r["tpu_visible_chips"] == "0,1,2,3" for r in ranks)
-    assert (out / ".marin/logs/attempt-1.log").exists() and (out / f".marin/logs/attempt-1.rank-{size - 1}.log").exists()
+    assert (out / ".marin/logs/attempt-1.log").exists() and (
+        out / f".marin/logs/attempt-1.rank-{size - 1}.log"
+    ).exists()
 
 
 def _start_run(cluster: LocalCluster, prefix: Path, steps: list[dict[str, Any]]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.marin.gang_run_runner", cluster.address, str(prefix),
-                             json.dumps(steps)], cwd=ROOT, env=node_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.marin.gang_run_runner",
+            cluster.address,
+            str(prefix),
+            json.dumps(steps),
+        ],
+        cwd=ROOT,
+        env=node_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(what: str, check: Any, proc: subprocess.Popen[str], timeout: float = 300) -> Any:
@@ -104,13 +144,30 @@ GANG_OF_2 = {"num_cpus": 0, "hosts": 2, "resources": {"gang_slot": 1}}
 
 
 @pytest.mark.parametrize("drained", [False, True], ids=["hard-kill", "drain-then-kill"])
-def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(cluster: LocalCluster, tmp_path: Path,
-                                                                        drained: bool) -> None:
+def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(
+    cluster: LocalCluster, tmp_path: Path, drained: bool
+) -> None:
     prefix, release = tmp_path / "p", tmp_path / "release"
-    proc = _start_run(cluster, prefix, [{"name": "g/lost", "fn": "gang", "resources": GANG_OF_2, "config": {
-        "sleep_s": 600, "release_file": str(release), "report_progress": True}}])
-    files = _wait_for("the gang's start", lambda: len(list(prefix.glob("g/lost-*/rank-*.json"))) == 2 and sorted(
-        prefix.glob("g/lost-*/rank-*.json")), proc)
+    proc = _start_run(
+        cluster,
+        prefix,
+        [
+            {
+                "name": "g/lost",
+                "fn": "gang",
+                "resources": GANG_OF_2,
+                "config": {"sleep_s": 600, "release_file": str(release), "report_progress": True},
+            }
+        ],
+    )
+    files = _wait_for(
+        "the gang's start",
+        lambda: (
+            len(list(prefix.glob("g/lost-*/rank-*.json"))) == 2
+            and sorted(prefix.glob("g/lost-*/rank-*.json"))
+        ),
+        proc,
+    )
     victim = json.loads(files[1].read_text())
     if drained:
         cluster.drain(victim["node_id"])
@@ -124,7 +181,11 @@ def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(cluster
     assert report["status"] == "SUCCESS"
     step = report["steps"]["g/lost"]
     assert [(e["event"], e["attempt"]) for e in step["events"]] == [
-        ("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+        ("RUNNING", 1),
+        ("PREEMPTED", 1),
+        ("RUNNING", 2),
+        ("SUCCESS", 2),
+    ]
     assert step["events"][1]["cause"] == ("preempted" if drained else "node_died")
     [entry] = step["ledger"]["interruptions"]
     assert entry["cause"] == ("preempted" if drained else "node_died")
@@ -135,8 +196,20 @@ def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(cluster
 
 
 def test_a_member_raising_fails_the_step_without_a_retry(cluster: LocalCluster, tmp_path: Path) -> None:
-    report = _result(_start_run(cluster, tmp_path / "p", [{"name": "g/raises", "fn": "gang", "resources": GANG_OF_2,
-                                                             "config": {"fail_rank": 1, "sleep_s": 600}}]))
+    report = _result(
+        _start_run(
+            cluster,
+            tmp_path / "p",
+            [
+                {
+                    "name": "g/raises",
+                    "fn": "gang",
+                    "resources": GANG_OF_2,
+                    "config": {"fail_rank": 1, "sleep_s": 600},
+                }
+            ],
+        )
+    )
     assert report["status"] == "FAILED"
     step = report["steps"]["g/raises"]
     assert [(e["event"], e["attempt"]) for e in step["events"]] == [("RUNNING", 1), ("FAILED", 1)]
