@@ -30,6 +30,9 @@ as long as the executor does) that:
    liveness (`causes.classify`);
 5. removes the placement group, whatever happened (also when the executor cancels the attempt: a
    non-forced cancel raises KeyboardInterrupt here, and the `finally` tears the gang down).
+
+The whole protocol (supervisor, members, settling, the failure record) is one module, longer than most
+(~470 lines), so that the failure semantics read in one place.
 """
 
 from __future__ import annotations
