@@ -202,6 +202,8 @@ class StepDetail(BaseModel):
     lease: dict[str, Any] | None = None
     changes: StepChanges
     wandb: dict[str, Any] | None = None
+    interruptions: dict[str, Any] | None = Field(
+        default=None, description="the step's interruption ledger (.marin/interruptions.json), if it has one")
     has_metrics: bool = False
     has_eval: bool = False
     active: bool = False

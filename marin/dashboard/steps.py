@@ -50,6 +50,7 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
     name = _str(step.get("name")) or status.name or rel
     lease = store.read_json(sf.lease_path(rel))
     wandb = store.read_json(f"{rel}/wandb.json")
+    ledger = store.read_json(f"{sf.meta_dir(rel)}/interruptions.json")
     return StepDetail(
         path=rel,
         name=name,
@@ -83,6 +84,7 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
         experiments=experiments,
         recorded=recorded,
         wandb=wandb if isinstance(wandb, dict) else None,
+        interruptions=ledger if isinstance(ledger, dict) else None,
         has_metrics=store.info(f"{rel}/metrics.jsonl") is not None,
         has_eval=store.info(f"{rel}/eval.json") is not None,
         active=status.status in ("WAITING", "RUNNING"),

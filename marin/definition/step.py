@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from marin.definition.tpu import slice_shape
 from marin.errors import StepDefinitionError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
@@ -26,13 +27,20 @@ class Resources:
     """What one attempt of a step needs from a worker. Never part of identity.
 
     `resources` holds custom and accelerator resources by name (e.g. `{"TPU": 4}`, `{"fake_gpu": 1}`);
-    `memory` is in bytes.
+    `memory` is in bytes. A **gang** step runs its function on several hosts at once, all or none:
+    `hosts=N` asks for N workers on distinct nodes, each with the resources above; `tpu="v5p-64"` asks for a
+    whole TPU slice (its hosts and chips per host come from the table in `marin/definition/tpu.py`), and
+    `slices=K` for K such slices (multislice). The per-host fields then describe one host of the slice
+    (CPUs, memory, custom resources); the TPU chips are added from the table.
     """
 
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     memory: int | None = None
     resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    hosts: int = 1
+    tpu: str | None = None
+    slices: int = 1
 
     def __post_init__(self) -> None:
         for label, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
@@ -46,6 +54,50 @@ class Resources:
                 raise StepDefinitionError(f"Resources.resources[{key!r}] must map a name to a number > 0, "
                                           f"got {value!r}")
         object.__setattr__(self, "resources", MappingProxyType(dict(self.resources)))
+        self._check_gang()
+
+    def _check_gang(self) -> None:
+        for label, value in (("hosts", self.hosts), ("slices", self.slices)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StepDefinitionError(f"Resources.{label} must be an int >= 1, got {value!r}")
+        if self.tpu is None:
+            if self.slices != 1:
+                raise StepDefinitionError(
+                    f"Resources.slices={self.slices} needs a TPU slice type: add tpu=..., e.g. "
+                    f"Resources(tpu='v5p-64', slices={self.slices})")
+            return
+        try:
+            shape = slice_shape(self.tpu)
+        except KeyError as e:
+            raise StepDefinitionError(f"Resources.tpu: {e.args[0]}") from None
+        if self.hosts != 1:
+            raise StepDefinitionError(
+                f"Resources(tpu={self.tpu!r}) takes its host count from the slice ({shape.hosts}); "
+                f"drop hosts={self.hosts} (use slices=K for several slices)")
+        if self.num_gpus or "TPU" in self.resources:
+            raise StepDefinitionError(
+                f"Resources(tpu={self.tpu!r}) already asks for {shape.chips_per_host} TPU chips per host; "
+                "drop "
+                "num_gpus and resources['TPU']")
+
+    @property
+    def gang_size(self) -> int:
+        """How many hosts run the step's function at once (1 for an ordinary step)."""
+        if self.tpu is not None:
+            return slice_shape(self.tpu).hosts * self.slices
+        return self.hosts
+
+    @property
+    def is_gang(self) -> bool:
+        """True when the step runs on several hosts (a single-host TPU slice is an ordinary task with its
+        chips)."""
+        return self.gang_size > 1
+
+    def per_host(self) -> Resources:
+        """What one gang member needs on its host: these resources with the slice's TPU chips added."""
+        extra = {"TPU": float(slice_shape(self.tpu).chips_per_host)} if self.tpu is not None else {}
+        return Resources(num_cpus=self.num_cpus, num_gpus=self.num_gpus, memory=self.memory,
+                         resources={**self.resources, **extra})
 
     @classmethod
     def coerce(cls, value: Resources | Mapping[str, Any] | None) -> Resources:
@@ -73,6 +125,12 @@ class Resources:
             out["memory"] = self.memory
         if self.resources:
             out["resources"] = dict(self.resources)
+        if self.hosts != 1:
+            out["hosts"] = self.hosts
+        if self.tpu is not None:
+            out["tpu"] = self.tpu
+        if self.slices != 1:
+            out["slices"] = self.slices
         return out
 
 
@@ -131,8 +189,11 @@ class Step:
     """One node of an experiment's DAG: `fn(config)` writing under the step's output path.
 
     Identity (and so the output path `{prefix}/{name}-{hash8}`) covers the name, `version`, every config
-    field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries` and
-    `env` do not count. Steps compare by object identity; equal-by-identity steps are merged by the graph.
+    field except runtime fields, and the dependencies' hashes; `description`, `resources`, `retries`,
+    `max_preemptions` and `env` do not count. Two budgets: `retries` further attempts after failures (the
+    function raised, or was killed for memory), `max_preemptions` after interruptions (a node preempted or
+    lost); see marin/execution/causes.py. Steps compare by object identity; equal-by-identity steps are
+    merged by the graph.
     """
 
     name: str
@@ -143,6 +204,7 @@ class Step:
     resources: Resources | Mapping[str, Any] | None = None
     version: str | None = None
     retries: int = 0
+    max_preemptions: int = 100
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     output_path_override: str | None = None
 
@@ -172,6 +234,12 @@ class Step:
                                       f"{self.version!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise StepDefinitionError(f"step {self.name}: retries must be an int >= 0, got {self.retries!r}")
+        if isinstance(self.max_preemptions, bool) or not isinstance(self.max_preemptions, int) or \
+                self.max_preemptions < 0:
+            raise StepDefinitionError(
+                f"step {self.name}: max_preemptions must be an int >= 0 (attempts re-run after an "
+                "interruption), "
+                f"got {self.max_preemptions!r}")
         for key, value in dict(self.env).items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: "

@@ -51,6 +51,8 @@ class AttemptResult:
     log_path: str | None = None
     host: str | None = None  # None when the backend reports for a worker it lost
     lease_released: bool = False  # SUCCESS only: the worker released the lease after writing SUCCESS
+    cause: str = ""  # FAILED or PREEMPTED: why, one of marin.execution.causes.CAUSES ("" for the others)
+    hosts: tuple[str, ...] = ()  # the hosts the cause concerns (a gang's dead nodes, its failing member)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +73,8 @@ class AttemptResult:
         except Exception:  # unpicklable exception types still report type, message and traceback
             pickled = None
         message = f"{context}: {exc}" if context else str(exc)
+        if "cause" not in fields and outcome is Outcome.FAILED:
+            fields["cause"] = "oom" if isinstance(exc, MemoryError) else "failed"
         return cls(outcome, error_type=type(exc).__name__, message=message,
                    traceback="".join(traceback.format_exception(exc)), exception=pickled, **fields)
 

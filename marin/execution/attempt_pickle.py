@@ -79,3 +79,14 @@ def table_for(key: str, fetch: Any) -> dict[str, Any]:
             _TABLES.pop(next(iter(_TABLES)))
         _TABLES[key] = table
     return table
+
+
+def load_attempt(payload: bytes, shared: tuple[Any, str] | None) -> Any:
+    """The attempt tuple a Ray task received: plain pickle, or through the run's table of script objects
+    (`shared` = (the table's object reference, its key)), fetched from Ray's object store once per process."""
+    if shared is None:
+        return pickle.loads(payload)
+    import ray
+
+    table_ref, key = shared
+    return loads_with_table(payload, table_for(key, lambda: ray.get(table_ref)))

@@ -17,6 +17,7 @@ attempt is retried (retry.py), the leases by step (step_leases.py) and the recor
 
 from __future__ import annotations
 
+import heapq
 import pickle
 import queue
 import time
@@ -74,6 +75,8 @@ class Executor:
         self._ready: deque[str] = deque()  # PENDING steps whose dependencies all succeeded
         self._eager: deque[str] = deque()  # launched steps whose dependents may be queued behind them
         self._resume: deque[tuple[str, int, AttemptResult, bool]] = deque()  # deferred results now to handle
+        self._backoff: list[tuple[float, str, int]] = []  # (when, key, attempt): preempted, re-launched then
+        self._ledger_open: set[str] = set()  # steps whose last interruption waits for the next attempt's end
 
     @property
     def states(self) -> dict[str, StepState]:
@@ -128,6 +131,9 @@ class Executor:
             timeout = None
             if waiting:
                 timeout = max(0.0, min(self.board[k].next_poll for k in waiting) - time.time())
+            if self._backoff:
+                due = max(0.0, self._backoff[0][0] - time.time())
+                timeout = due if timeout is None else min(timeout, due)
             again = self.on_idle() if self.completions.empty() else None
             if again is not None:
                 timeout = again if timeout is None else min(timeout, again)
@@ -140,6 +146,10 @@ class Executor:
             now = time.time()
             for key in [k for k in waiting if self.board[k].next_poll <= now]:
                 self._poll_waiting(key)
+            while self._backoff and self._backoff[0][0] <= time.time():
+                _, key, attempt = heapq.heappop(self._backoff)
+                if key in running and self.board[key].attempt == attempt:  # still ours, not handled otherwise
+                    self._launch(key)
 
     def _has_room(self) -> bool:
         return len(self.board.running) < self.max_concurrent
@@ -208,6 +218,8 @@ class Executor:
             return
         st.previous, st.attempt = current, recorded_attempt(current)
         st.ended_attempts.clear()
+        if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
+            self._ledger_open.add(key)  # is completed when this run's first attempt ends
         if acquired.previous_owner:
             self.records.takeover(st, acquired.previous_owner)
         st.config = self.records.resolve_config(st)
@@ -290,6 +302,7 @@ class Executor:
         if not result.ok:
             self._ended_badly(key, result)
             return
+        self._close_ledger(key, result)
         st.ended = result.ended or time.time()  # the worker wrote SUCCESS (status and event) under our lease
         if result.lease_released:  # ... and then released the lease for us
             self.leases.released_by_worker(st)
@@ -299,19 +312,40 @@ class Executor:
 
     def _ended_badly(self, key: str, result: AttemptResult) -> None:
         """A FAILED or PREEMPTED attempt: retried under the same lease, as a new attempt with its own log, if
-        the step's policy allows; otherwise the step's final status."""
+        the step's policy allows (a preempted one after a back-off); otherwise the step's final status. An
+        interruption is written to the step's ledger first."""
         st = self.board[key]
         error = result.error
         status = sf.PREEMPTED if result.outcome is Outcome.PREEMPTED else sf.FAILED
-        self.records.attempt_ended(st, status, error)
+        self._close_ledger(key, result)
+        fields: dict[str, Any] = {"cause": result.cause} if result.cause else {}
+        if result.outcome is Outcome.PREEMPTED:
+            fields = self.records.interruption(st, result.cause or "preempted", result.hosts,
+                                               f"{error['type']}: {error['message']}")
+            self._ledger_open.add(key)
+        self.records.attempt_ended(st, status, error, **fields)
         st.ended_attempts[result.outcome] += 1
-        if RetryPolicy.for_step(st.node.step).retry(st.ended_attempts):
-            self._launch(key)
+        policy = RetryPolicy.for_step(st.node.step)
+        if policy.retry(st.ended_attempts):
+            wait_s = policy.backoff_s(st.ended_attempts, result.outcome)
+            if wait_s > 0:
+                st.note = f"interrupted ({result.cause or 'preempted'}); next attempt in {wait_s:g} s"
+                heapq.heappush(self._backoff, (time.time() + wait_s, key, st.attempt))
+            else:
+                self._launch(key)
             return
         st.ended = time.time()
+        if exhausted := policy.exhausted(st.ended_attempts):
+            error = {**error, "message": f"{error['message']} ({exhausted})"}
         self.records.final(st, status, error)
         self.leases.release(st)
         self._failed(key, error, status=status, exc_pickle=result.exception)
+
+    def _close_ledger(self, key: str, result: AttemptResult) -> None:
+        """The attempt after an interruption ended (whatever its outcome): complete the ledger entry."""
+        if key in self._ledger_open:
+            self._ledger_open.discard(key)
+            self.records.resumed(self.board[key], result.started)
 
     def _succeeded(self, key: str, note: str) -> None:
         st = self.board.move(key, Phase.SUCCESS)
@@ -377,7 +411,12 @@ class Executor:
                 self.board.move(key, Phase.PENDING)
                 continue
             if self.leases.holds(st):
-                self.records.interrupted(st)
+                fields: dict[str, Any] = {"cause": "driver_lost"}
+                try:
+                    fields = self.records.interruption(st, "driver_lost", (), "the executor was interrupted")
+                except Exception as exc:  # the ledger must not stop the leases from being released
+                    print(f"marin: could not write the interruption ledger of {st.node.name}: {exc}")
+                self.records.interrupted(st, **fields)
                 self.leases.release(st)
             self.board.move(key, Phase.PREEMPTED)
 

@@ -37,7 +37,7 @@ from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
-from marin.status import manifest
+from marin.status import interruptions, manifest
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
 from marin.storage.fs import Storage, normalize_prefix, storage_for
@@ -313,17 +313,30 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunRes
               else plan.table())
     else:
         rows: list[dict[str, Any]] = []
+        spans = []
         for e in plan.entries:
             current = sf.read_status(storage, e.output_path) or {}
+            interrupted = interruptions.was_interrupted(current)
+            ledger: dict[str, Any] = {"interruptions": []}
+            if interrupted:
+                ledger = interruptions.read_ledger(storage, e.output_path)
+            spans.append(interruptions.step_wall_and_lost(current, ledger))
             rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,
                          "status": current.get("status"), "attempt": current.get("attempt"),
-                         "updated": current.get("updated"), "error": current.get("error")})
+                         "updated": current.get("updated"), "error": current.get("error"),
+                         "interruptions": ledger["interruptions"]})
+        goodput = interruptions.experiment_goodput(spans)
         if cfg.format == "json":
-            print(json.dumps({"experiment": experiment_id, "prefix": prefix, "steps": rows}, indent=1))
+            doc = {"experiment": experiment_id, "prefix": prefix, "steps": rows, "goodput": goodput}
+            print(json.dumps(doc, indent=1))
         else:
             print(f"experiment {experiment_id} under {prefix}:")
             for r in rows:
                 err = r["error"] or {}
                 extra = f"  {err.get('type')}: {err.get('message')}" if err else ""
                 print(f"  {str(r['status'] or 'NOT RUN'):<10} {r['name']} {r['hash'][:8]}{extra}")
+                for line in interruptions.ledger_lines({"interruptions": r["interruptions"]}):
+                    print(f"             {line}")
+            print(f"goodput {goodput['goodput']:.3f} ({goodput['time_lost_s']:.1f} s lost to interruptions "
+                  f"of {goodput['wall_s']:.1f} s)")
     return RunResult("", experiment_id, prefix, f"{mode.upper()}", plan, {}, [], [], "")

@@ -18,9 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin.definition.step import Resources
+from marin.execution import causes
 from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
 from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
 from marin.execution.backend import AttemptDone, Completions
+from marin.execution.gang import GangPlan, submit_gang
 from marin.execution.resources import check_feasible
 from marin.execution.worker import execute_step
 
@@ -66,8 +68,23 @@ def ensure_ray(address: str | None = None) -> bool:
     return True
 
 
+ACCELERATORS = ("GPU", "TPU")
+
+
+def uses_accelerator(resources: Resources) -> bool:
+    """A GPU or TPU request: its worker process must not be reused for another step (`max_calls=1`), since
+    JAX in it already holds the device (and a process cannot initialise jax.distributed twice)."""
+    return bool(resources.num_gpus or resources.tpu) or any(
+        k in ACCELERATORS or k.startswith("accelerator_type:") for k in resources.resources)
+
+
 def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": resources.num_cpus, "max_retries": 3, "retry_exceptions": False}
+    """A step task's options. `max_retries=0`: the executor owns every retry, so a task cut short by a lost
+    node comes back as an interruption it records and re-submits as a new attempt (Ray's default of 3
+    retries re-ran it silently, under the same attempt number)."""
+    if resources.tpu is not None:  # a single-host slice: one task with the slice's chips
+        resources = resources.per_host()
+    options: dict[str, Any] = {"num_cpus": resources.num_cpus, "max_retries": 0, "retry_exceptions": False}
     if resources.num_gpus:
         options["num_gpus"] = resources.num_gpus
     if resources.memory:
@@ -117,12 +134,15 @@ _REMOTES: dict[str, Any] = {}
 
 
 def _remote_function(name: str) -> Any:
+    """`plain` / `script`, and their `-once` variants for accelerator tasks: `max_calls=1` is accepted only
+    by `ray.remote(...)`, not by `.options()`."""
     if name not in _REMOTES:
         import ray
 
         functions: dict[str, Callable[..., AttemptResult]] = {"plain": _run_attempt,
                                                               "script": _run_script_attempt}
-        _REMOTES[name] = ray.remote(functions[name])
+        base, _, once = name.partition("-")
+        _REMOTES[name] = ray.remote(max_calls=1)(functions[base]) if once else ray.remote(functions[base])
     return _REMOTES[name]
 
 
@@ -220,6 +240,20 @@ class _ResultWatcher:
             return values
 
 
+def ray_failure(error: BaseException, log_path: str) -> AttemptResult:
+    """A task that Ray reports as failed (its worker or node went away): an interruption, except a worker the
+    memory monitor killed, which is an `oom` failure (causes.py)."""
+    kind = causes.error_kind(error)
+    if kind == "oom":
+        result = AttemptResult.from_exception(error, outcome=Outcome.FAILED, log_path=log_path,
+                                              cause=causes.OOM)
+        return dataclasses.replace(result, message=f"killed for running out of memory: {result.message}. "
+                                   "Fix: "
+                                   "ask for more memory (Resources(memory=...)) or use less")
+    cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED
+    return AttemptResult.from_exception(error, outcome=Outcome.PREEMPTED, log_path=log_path, cause=cause)
+
+
 class RayBackend:
     name = "ray"
     queues_behind_dependencies = True  # an attempt may be submitted with its dependencies' results as args
@@ -239,6 +273,7 @@ class RayBackend:
         self._table_ref: tuple[Any, str] | None = None
         self._table_size = 0
         self._results = _ResultWatcher(ray, self._done)
+        self._gangs: set[str] = set()  # keys whose attempt is a gang supervisor
 
     def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
         nodes = [
@@ -265,10 +300,16 @@ class RayBackend:
         else:
             # `shared` holds the table's reference inside a tuple, so Ray does not resolve it for every task:
             # a worker fetches the table only the first time it sees it.
-            if shared is None:
-                ref = self._submit("plain", options, (payload, *after))
+            if task.resources.is_gang:  # several hosts at once: a gang supervisor (gang.py)
+                ref = submit_gang(self.ray, GangPlan.of(task.resources), payload, shared,
+                                  name=options["name"], log_path=task.log_path, env=task.env, after=after)
+                self._gangs.add(task.key)
             else:
-                ref = self._submit("script", options, (payload, shared, *after))
+                function = "plain" if shared is None else "script"
+                if uses_accelerator(task.resources):
+                    function += "-once"
+                ref = self._submit(function, options, (payload, *after) if shared is None
+                                   else (payload, shared, *after))
         self._refs[task.key] = ref
         self._results.watch(ref, task)
 
@@ -312,16 +353,17 @@ class RayBackend:
         self._refs.pop(key, None)
 
     def _done(self, task: Task, value: Any) -> None:
-        if isinstance(value, BaseException):  # Ray-level failure (node died, task cancelled): not finished
-            result = AttemptResult.from_exception(value, outcome=Outcome.PREEMPTED, log_path=task.log_path)
-        else:
-            result = value
+        # a Ray-level failure (node died, task cancelled) means the attempt did not finish
+        result = ray_failure(value, task.log_path) if isinstance(value, BaseException) else value
+        self._gangs.discard(task.key)
         self.completions.put(AttemptDone(task.key, task.attempt, result))
 
     def cancel(self, key: str) -> None:
         ref = self._refs.get(key)
         if ref is not None:
-            self.ray.cancel(ref, force=True)
+            # a gang's supervisor is cancelled gently (KeyboardInterrupt): its `finally` cancels the members
+            # and removes the placement group; a forced cancel would kill it before that
+            self.ray.cancel(ref, force=key not in self._gangs)
 
     def shutdown(self) -> None:
         for key in list(self._refs):

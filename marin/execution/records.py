@@ -21,6 +21,7 @@ from marin.execution.attempt import StepRecord
 from marin.execution.state import StepState
 from marin.graph.dag import Graph, Node
 from marin.status import files as sf
+from marin.status import interruptions
 from marin.status.stepinfo import step_info
 from marin.storage.fs import Storage
 
@@ -85,19 +86,34 @@ class StepRecords:
         self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=previous_owner,
                     message=f"took over the stale lease of {previous_owner}")
 
-    def attempt_ended(self, st: StepState, status: str, error: dict[str, Any]) -> None:
-        self._event(st, status, st.attempt, message=f"{error['type']}: {error['message']}")
+    def attempt_ended(self, st: StepState, status: str, error: dict[str, Any], **fields: Any) -> None:
+        """The attempt's FAILED or PREEMPTED event; `fields`: its cause (and for an interruption, the ledger
+        entry's hosts and progress)."""
+        self._event(st, status, st.attempt, message=f"{error['type']}: {error['message']}", **fields)
+
+    def interruption(self, st: StepState, cause: str, hosts: tuple[str, ...], message: str) -> dict[str, Any]:
+        """An interrupted attempt's ledger entry (status/interruptions.py); returns the fields its PREEMPTED
+        event carries."""
+        entry = interruptions.record_interruption(
+            self.storage, st.path, name=st.node.name, attempt=st.attempt, run_id=self.ctx.run_id, cause=cause,
+            hosts=list(hosts), started=st.started, ended=time.time(), message=message)
+        return interruptions.event_fields(entry)
+
+    def resumed(self, st: StepState, started: float | None) -> None:
+        """The attempt after an interruption ended: complete the ledger's open entry from it."""
+        interruptions.record_resume(self.storage, st.path, attempt=st.attempt, started=started)
 
     def final(self, st: StepState, status: str, error: dict[str, Any]) -> None:
         """The final FAILED or PREEMPTED status of the step in this run."""
         self._status(st, status, st.attempt, started=st.started, ended=st.ended, error=error)
 
-    def interrupted(self, st: StepState) -> None:
-        """The executor was interrupted while `st`'s attempt ran: PREEMPTED, status and event."""
+    def interrupted(self, st: StepState, **fields: Any) -> None:
+        """The executor was interrupted while `st`'s attempt ran: PREEMPTED, status and event (`fields`: the
+        ledger entry's, see `interruption`)."""
         self._status(st, sf.PREEMPTED, st.attempt, started=st.started, ended=time.time(),
                      error={"type": "Interrupted", "message": "the executor was interrupted",
                             "traceback": ""})
-        self._event(st, sf.PREEMPTED, st.attempt, message="executor interrupted")
+        self._event(st, sf.PREEMPTED, st.attempt, message="executor interrupted", **fields)
 
     def dep_failed(self, st: StepState, attempt: int) -> None:
         """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what

@@ -15,11 +15,15 @@ from collections.abc import Sequence
 
 from marin.definition.step import Resources
 from marin.errors import InfeasibleResourcesError
+from marin.execution.placement import gang_problem
 
 LOCAL_RESOURCES_ENV = "MARIN_LOCAL_RESOURCES"
 
 
 def requested(resources: Resources) -> dict[str, float]:
+    """One worker's request (one host's, for a gang step: TPU chips of the slice included)."""
+    if resources.tpu is not None:
+        resources = resources.per_host()
     out = {"CPU": float(resources.num_cpus)}
     if resources.num_gpus:
         out["GPU"] = float(resources.num_gpus)
@@ -35,6 +39,11 @@ def check_feasible(requests: Sequence[tuple[str, Resources]], nodes: list[dict[s
     problems = []
     for name, res in requests:
         want = requested(res)
+        if res.is_gang:
+            problem = gang_problem(name, res, want, nodes)
+            if problem:
+                problems.append(problem)
+            continue
         if any(all(node.get(k, 0.0) >= v for k, v in want.items()) for node in nodes):
             continue
         missing = sorted(k for k, v in want.items() if not any(node.get(k, 0.0) >= v for node in nodes))

@@ -26,6 +26,8 @@ from typing import Any
 
 from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
 from marin.status import files as sf
+from marin.status import interruptions
+from marin.status.interruptions import PROGRESS_ENV
 from marin.status.live_log import LogShipper
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
@@ -170,7 +172,8 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
         except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
             return AttemptResult.from_exception(exc, context="cannot write the step's RUNNING status",
                                                 started=started, ended=time.time())  # it started: a failure
-    result = _call_capturing_output(fn, config, log_path, env, started)
+    progress = interruptions.progress_path(record.output_path) if record is not None else None
+    result = _call_capturing_output(fn, config, log_path, env, started, progress)
     if record is None or not result.ok:
         return result
     try:
@@ -185,7 +188,7 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
 
 
 def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
-                           started: float) -> AttemptResult:
+                           started: float, progress_file: str | None = None) -> AttemptResult:
     """Call `fn(config)` with the step's env and output captured into the attempt's log; FAILED if it
     raised."""
     remote_log = "://" in log_path and not log_path.startswith("file://")
@@ -198,7 +201,7 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
     # On an object store the log is shipped in chunks while the step runs (readable live; kept up to the last
     # chunk if this node vanishes): marin/status/live_log.py
     shipper = LogShipper(storage_for(log_path), local_log, log_path).start() if remote_log else None
-    with _step_environment(env), capture_output(local_log):
+    with _step_environment(env, progress_file), capture_output(local_log):
         try:
             fn(config)
         except BaseException as exc:  # reported to the executor, which writes FAILED and re-raises there
@@ -214,8 +217,11 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
 
 
 @contextlib.contextmanager
-def _step_environment(env: Mapping[str, str]) -> Iterator[None]:
-    """The step's own variables set and the platform's secrets hidden while it runs; restored afterwards."""
+def _step_environment(env: Mapping[str, str], progress_file: str | None = None) -> Iterator[None]:
+    """The step's own variables set and the platform's secrets hidden while it runs; restored afterwards.
+    The attempt that writes the step's records also gets MARIN_PROGRESS_FILE (status/interruptions.py)."""
+    if progress_file is not None:
+        env = {PROGRESS_ENV: progress_file, **env}
     hidden = [k for k in PLATFORM_SECRETS if k not in env and k in os.environ]
     saved_env = {k: os.environ.get(k) for k in (*env, *hidden)}
     for k in hidden:

@@ -154,6 +154,12 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
                       fence("\n".join(error + ([f"raised at {where}"] if where else [])))]
         if len(failed) > MAX_FAILED_SHOWN:
             lines.append(f"… and {len(failed) - MAX_FAILED_SHOWN} more failed steps (see the dashboard)")
+    interrupted = [(step, outputs(step).interruptions) for step in shown]
+    interrupted = [(step, found) for step, found in interrupted if found]
+    if interrupted:
+        lines += ["", f"#### Interruptions ({sum(len(found) for _, found in interrupted)})"]
+        for step, found in interrupted[:MAX_FAILED_SHOWN]:
+            lines += ["", f"**{cell(step.name)}**", fence("\n".join(found[-ERROR_LINES:]))]
     earlier = [r for r in history if r.get("run_id") != run.run_id][-5:]
     if earlier:
         lines += ["", "Earlier runs: " + " · ".join(

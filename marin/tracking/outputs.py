@@ -14,6 +14,8 @@ from typing import Any
 
 import fsspec
 
+from marin.status.interruptions import ledger_lines
+
 TAIL_BYTES = 64 * 1024
 
 
@@ -30,6 +32,8 @@ class StepOutputs:
     """For a FAILED step: the innermost frame of the traceback in its status.json (``File ..., line N, in f``
     and the source line), i.e. where the error was raised."""
     problems: tuple[str, ...] = ()
+    interruptions: tuple[str, ...] = ()
+    """The step's interruption ledger, one line per interruption (marin/status/interruptions.py)."""
 
 
 def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
@@ -106,6 +110,13 @@ def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
         pass
     except (OSError, ValueError, AttributeError) as exc:
         problems.append(f"eval.json unreadable ({type(exc).__name__})")
+    try:
+        ledger = _read_json(fs, f"{root}/.marin/interruptions.json")
+        values["interruptions"] = tuple(ledger_lines(ledger if isinstance(ledger, dict) else {}))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
+        problems.append(f".marin/interruptions.json unreadable ({type(exc).__name__})")
     if failed:
         try:
             status = _read_json(fs, f"{root}/.marin/status.json")

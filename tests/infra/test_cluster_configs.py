@@ -40,3 +40,47 @@ def test_misspelt_key_is_rejected(path: Path) -> None:
     node["resourcez"] = node.pop("resources")
     with pytest.raises(Exception, match="resourcez"):
         validate_config(prepare_config(config))
+
+
+def _tpu_types(config: dict) -> dict[str, dict]:
+    return {name: node for name, node in config["available_node_types"].items()
+            if "acceleratorType" in node.get("node_config", {}) and "machineType" not in node["node_config"]}
+
+
+def tpu_config_problems(config: dict) -> list[str]:
+    """What is wrong with a launcher config's TPU node types, the way Ray's TPU scheduling expects them:
+    a slice type from marin's table, one host's chips as the node's TPU resource, and no hand-written
+    `TPU-<type>-head` (Ray gives it to worker 0 of each slice; written here, every host would carry it)."""
+    from marin.definition.tpu import SLICES
+
+    problems = []
+    for name, node in _tpu_types(config).items():
+        accel = node["node_config"]["acceleratorType"]
+        if accel not in SLICES:
+            problems.append(f"{name}: acceleratorType {accel!r} is not a slice type marin knows")
+            continue
+        resources = node.get("resources", {})
+        if resources.get("TPU") != SLICES[accel].chips_per_host:
+            chips = SLICES[accel].chips_per_host
+            problems.append(f"{name}: resources.TPU must be the chips of one host ({chips})")
+        problems += [f"{name}: {key} is hand-written; Ray adds it to worker 0 of each slice"
+                     for key in resources if key.startswith("TPU-") and key.endswith("-head")]
+    return problems
+
+
+def test_tpu_slices_are_declared_the_way_ray_expects() -> None:
+    config = _load(INFRA / "ray-cluster-gcp-tpu.yaml")
+    slices = {node["node_config"]["acceleratorType"] for node in _tpu_types(config).values()}
+    assert {"v5p-64", "v4-64", "v5litepod-16", "v6e-32"} <= slices  # multi-host slices, not only single hosts
+    assert tpu_config_problems(config) == []
+
+
+def test_a_hand_written_head_resource_or_a_wrong_chip_count_is_caught() -> None:
+    config = copy.deepcopy(_load(INFRA / "ray-cluster-gcp-tpu.yaml"))
+    config["available_node_types"]["tpu_v5p_64"]["resources"]["TPU-v5p-64-head"] = 1
+    config["available_node_types"]["tpu_v6e_32"]["resources"]["TPU"] = 32
+    config["available_node_types"]["tpu_v4_8"]["node_config"]["acceleratorType"] = "v4-9"
+    assert tpu_config_problems(config) == [
+        "tpu_v4_8: acceleratorType 'v4-9' is not a slice type marin knows",
+        "tpu_v5p_64: TPU-v5p-64-head is hand-written; Ray adds it to worker 0 of each slice",
+        "tpu_v6e_32: resources.TPU must be the chips of one host (4)"]

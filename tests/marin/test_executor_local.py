@@ -317,7 +317,9 @@ def test_deleting_an_output_directory_reruns_that_step(run_marin: Run, tmp_path:
 def test_a_dying_worker_is_reported_and_replaced(run_marin: Run) -> None:
     from tests.marin.fns import DieConfig, die
 
-    killed = Step(name="die/killed", fn=die, config=DieConfig(output_path=this_output_path(), how="kill"))
+    # max_preemptions=0: a worker killed by a signal is an interruption, re-run up to 100 times by default
+    killed = Step(name="die/killed", fn=die, config=DieConfig(output_path=this_output_path(), how="kill"),
+                  max_preemptions=0)
     exited = Step(name="die/exited", fn=die, config=DieConfig(output_path=this_output_path(), how="exit"))
     after = [Step(name=f"die/after{i}", fn=write_numbers,
                   config=WriteConfig(output_path=this_output_path(), n=i))

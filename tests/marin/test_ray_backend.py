@@ -58,7 +58,7 @@ def test_check_feasible_names_the_step_and_the_missing_resource() -> None:
 
 def test_ray_options_carry_resources_and_env() -> None:
     opts = ray_options(Resources(num_cpus=2, num_gpus=1, memory=2**30, resources={"TPU": 4}), {"A": "b"})
-    assert opts == {"num_cpus": 2, "num_gpus": 1, "memory": 2**30, "resources": {"TPU": 4}, "max_retries": 3,
+    assert opts == {"num_cpus": 2, "num_gpus": 1, "memory": 2**30, "resources": {"TPU": 4}, "max_retries": 0,
                     "retry_exceptions": False, "runtime_env": {"env_vars": {"A": "b"}}}
 
 

@@ -77,9 +77,19 @@ def test_a_final_step_cannot_run_again(tmp_path: Path) -> None:
         board.move(key, Phase.RUNNING)
 
 
-@pytest.mark.parametrize("outcome", [Outcome.FAILED, Outcome.PREEMPTED], ids=lambda o: o.name)
-def test_one_budget_covers_failed_and_preempted_attempts(outcome: Outcome) -> None:
-    assert not RetryPolicy(failures=0).retry(Counter({outcome: 1}))
-    assert RetryPolicy(failures=1).retry(Counter({outcome: 1}))
-    assert not RetryPolicy(failures=1).retry(Counter([outcome, Outcome.FAILED]))
-    assert RetryPolicy(failures=2).retry(Counter({Outcome.FAILED: 1, Outcome.PREEMPTED: 1}))
+def test_failures_and_preemptions_have_a_budget_each() -> None:
+    """Issue 13 replaced the single budget: `retries` counts FAILED attempts, `max_preemptions` PREEMPTED."""
+    assert not RetryPolicy(failures=0, preemptions=5).retry(Counter({Outcome.FAILED: 1}))
+    assert RetryPolicy(failures=1, preemptions=0).retry(Counter({Outcome.FAILED: 1}))
+    assert not RetryPolicy(failures=1, preemptions=0).retry(Counter({Outcome.FAILED: 2}))
+    assert not RetryPolicy(failures=5, preemptions=0).retry(Counter({Outcome.PREEMPTED: 1}))
+    assert RetryPolicy(failures=0, preemptions=2).retry(Counter({Outcome.PREEMPTED: 2}))
+    # preemptions do not use up the failure budget, nor the reverse
+    assert RetryPolicy(failures=1, preemptions=3).retry(Counter({Outcome.FAILED: 1, Outcome.PREEMPTED: 3}))
+    policy = RetryPolicy(failures=0, preemptions=1)
+    assert "preemption budget exhausted (max_preemptions=1): interrupted 2 times" in policy.exhausted(
+        Counter({Outcome.PREEMPTED: 2}))
+    assert policy.exhausted(Counter({Outcome.FAILED: 1})) == ""
+    waits = [RetryPolicy.backoff_s(Counter({Outcome.PREEMPTED: n}), Outcome.PREEMPTED) for n in (1, 2, 3, 9)]
+    assert waits == [1.0, 2.0, 4.0, 30.0]
+    assert RetryPolicy.backoff_s(Counter({Outcome.FAILED: 1}), Outcome.FAILED) == 0.0

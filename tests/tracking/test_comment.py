@@ -62,3 +62,34 @@ def test_innermost_frame() -> None:
           '  File "/a/ops.py", line 9, in train\n    raise ValueError("x")\nValueError: x\n')
     assert innermost_frame(tb) == 'File "/a/ops.py", line 9, in train\n    raise ValueError("x")'
     assert innermost_frame("ValueError: x") is None
+
+
+def test_the_status_comment_has_an_interruptions_section_from_the_ledger(tmp_path: Path) -> None:
+    from marin.status.interruptions import record_interruption, record_resume
+    from marin.status.publisher import RunView, StepView
+    from marin.storage.fs import storage_for
+    from marin.tracking.comment import render
+    from marin.tracking.outputs import read_step_outputs
+
+    out = str(tmp_path / "train-1a2b3c4d")
+    storage = storage_for(out)
+    record_interruption(storage, out, name="train", attempt=1, run_id="r", cause="node_died",
+                        hosts=["10.0.0.7"], started=0.0, ended=30.0)
+    record_resume(storage, out, attempt=2, started=40.0)
+    step = StepView(name="train", hash="1a2b3c4d" * 8, output_path=out, status="SUCCESS", attempt=2,
+                    started=0.0, ended=90.0, error_summary=None, log_path=None, dependencies=())
+    quiet = StepView(name="other", hash="5e6f7a8b" * 8, output_path=str(tmp_path / "other"),
+                     status="SUCCESS", attempt=1, started=0.0, ended=1.0, error_summary=None, log_path=None,
+                     dependencies=())
+
+    def body(steps: tuple[StepView, ...]) -> str:
+        run = RunView("exp-1", "r", "s.py", "", None, str(tmp_path), "SUCCESS", 0.0, 90.0, steps)
+        return render(run, issue_ref="local/x#1", outputs=lambda s: read_step_outputs(s.output_path),
+                      now=100.0)
+
+    full = body((step, quiet))
+    section = full[full.index("#### Interruptions (1)"):]
+    assert "**`train`**" in section
+    assert "attempt 1 node_died hosts=10.0.0.7, attempt 2 from scratch, 40.0 s lost" in section
+    assert "`other`" not in section
+    assert "#### Interruptions" not in body((quiet,))

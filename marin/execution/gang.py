@@ -1,0 +1,475 @@
+"""Gang steps on Ray: one attempt runs the step's function on several hosts at once, all or none.
+
+An attempt of a gang step is one small **supervisor** task (no CPU, pinned to the driver's node, so it lives
+as long as the executor does) that:
+
+1. reserves the hosts in one placement group - all of them or none, so no host sits idle holding half a
+   gang: `Resources(hosts=N)` is a STRICT_SPREAD group of N bundles (distinct nodes, each with the per-host
+   resources); `Resources(tpu=..., slices=K)` goes through Ray's own `ray.util.tpu.slice_placement_group`,
+   which first reserves each slice's `TPU-<type>-head` (worker 0) and then binds one bundle per host to that
+   slice's name label. We use Ray's utility rather than Levanter's slice actor (an actor holding the head
+   resource that starts one task per host through the slice-name resource) because it is the same
+   placement-group path as `hosts=N` - one launch, one teardown (`remove_placement_group` frees every
+   host), no long-lived actor to restart - and it already does multislice;
+2. orders the members: slice, then the node's `ray.io/tpu-worker-id` label when it has one, then bundle,
+   and asks rank 0's host for a free port (a probe task in rank 0's bundle);
+3. starts one member task per bundle with `max_calls=1` (a process that initialised JAX's distributed
+   runtime cannot do it again, and libtpu allows one process per host) and `max_retries=0` (the executor
+   owns every retry), with `MARIN_GANG_SIZE`, `MARIN_GANG_RANK`, `MARIN_COORDINATOR` (`ip:port` of rank 0)
+   and, for multislice, `MEGASCALE_COORDINATOR_ADDRESS`, `MEGASCALE_PORT`, `MEGASCALE_NUM_SLICES`,
+   `MEGASCALE_SLICE_ID`. Only rank 0 gets the attempt's status record: it writes RUNNING and SUCCESS, and its
+   log is `attempt-N.log`; rank k logs to `attempt-N.rank-k.log`;
+4. waits, asking the GCS every second which member nodes are draining (a preemption notice; Ray reports a
+   drained node killed before its deadline as an unexpected death, so this is remembered). Rank 0
+   succeeding ends the attempt with success (members still running are cancelled). The first
+   member that fails, or whose node dies, ends it: every other member is cancelled at once, then the
+   supervisor lets the picture settle (every member's result in, every node reported dead that a member
+   died with, at most `MARIN_GANG_SETTLE_S`; a member whose worker crashed gives its node
+   `MARIN_GANG_CRASH_SETTLE_S` to be reported dead, since a hard-killed host's worker is reported crashed
+   seconds before the GCS's health check declares the node dead) and classifies the end from node
+   liveness (`causes.classify`);
+5. removes the placement group, whatever happened (also when the executor cancels the attempt: a
+   non-forced cancel raises KeyboardInterrupt here, and the `finally` tears the gang down).
+
+The whole protocol (supervisor, members, settling, the failure record) is one module, longer than most
+(~470 lines), so that the failure semantics read in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from typing import Any
+
+from marin.definition.step import Resources
+from marin.definition.tpu import slice_shape
+from marin.execution import causes
+from marin.execution.attempt import HOST, AttemptResult, Outcome
+from marin.execution.resources import requested
+from marin.execution.worker import execute_step
+
+GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
+MEGASCALE_PORT = "8081"
+SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
+CRASH_SETTLE_S = float(os.environ.get("MARIN_GANG_CRASH_SETTLE_S", "30"))
+DRAIN_POLL_S = 1.0  # how often a running gang asks the GCS which nodes are draining
+TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+
+
+@dataclasses.dataclass(frozen=True)
+class GangPlan:
+    """How one gang step is laid out: per-member resources, how many, and the TPU slice shape if any."""
+
+    size: int
+    bundle: dict[str, float]  # one member's resources in Ray's names (CPU, GPU, memory, custom, TPU)
+    tpu: str | None = None
+    slices: int = 1
+
+    @classmethod
+    def of(cls, resources: Resources) -> GangPlan:
+        return cls(
+            size=resources.gang_size, bundle=requested(resources), tpu=resources.tpu, slices=resources.slices
+        )
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.size // self.slices
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    rank: int
+    bundle: int
+    node_id: str
+    ip: str
+    slice_id: int = 0
+
+
+def member_env(member: Member, size: int, coordinator: str, slices: int) -> dict[str, str]:
+    env = {GANG_SIZE_ENV: str(size), GANG_RANK_ENV: str(member.rank), COORDINATOR_ENV: coordinator}
+    if slices > 1:
+        env.update(
+            {
+                "MEGASCALE_COORDINATOR_ADDRESS": coordinator.rsplit(":", 1)[0],
+                "MEGASCALE_PORT": MEGASCALE_PORT,
+                "MEGASCALE_NUM_SLICES": str(slices),
+                "MEGASCALE_SLICE_ID": str(member.slice_id),
+            }
+        )
+    return env
+
+
+def rank_log_path(log_path: str, rank: int) -> str:
+    """Rank 0 logs to the attempt's log; rank k to `attempt-N.rank-k.log` beside it."""
+    return (
+        log_path
+        if rank == 0
+        else f"{log_path[:-4] if log_path.endswith('.log') else log_path}.rank-{rank}.log"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _reserve(ray: Any, plan: GangPlan, name: str) -> tuple[Any, Any]:
+    """(placement group, object to shut down): all the gang's hosts, reserved together."""
+    if plan.tpu is None:
+        from ray.util.placement_group import placement_group
+
+        bundles = [{k: v for k, v in plan.bundle.items()} for _ in range(plan.size)]
+        pg = placement_group(bundles, strategy="STRICT_SPREAD", name=name)
+        return pg, pg
+    from ray.util.tpu import slice_placement_group
+
+    shape = slice_shape(plan.tpu)
+    handle = slice_placement_group(
+        shape.topology,
+        shape.generation,
+        resources_per_bundle=dict(plan.bundle),
+        num_slices=plan.slices,
+        strategy="STRICT_SPREAD",
+        name=name,
+    )
+    return handle.placement_group, handle
+
+
+def _release(ray: Any, owner: Any) -> None:
+    if owner is None:
+        return
+    with contextlib.suppress(Exception):
+        if hasattr(owner, "shutdown"):
+            owner.shutdown()
+        else:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(owner)
+
+
+def _members(ray: Any, pg: Any, plan: GangPlan) -> list[Member]:
+    from ray.util.placement_group import placement_group_table
+
+    table = placement_group_table(pg)["bundles_to_node_id"]
+    nodes = {n["NodeID"]: n for n in ray.nodes()}
+    rows = []
+    for bundle in range(plan.size):
+        node = nodes.get(table[bundle], {})
+        worker_id = (node.get("Labels") or {}).get(TPU_WORKER_ID_LABEL)
+        order = int(worker_id) if worker_id is not None and str(worker_id).isdigit() else bundle
+        rows.append(
+            (bundle // plan.hosts_per_slice, order, bundle, table[bundle], node.get("NodeManagerAddress", ""))
+        )
+    rows.sort()
+    return [
+        Member(rank, bundle, node_id, ip, slice_id)
+        for rank, (slice_id, _, bundle, node_id, ip) in enumerate(rows)
+    ]
+
+
+def _strategy(pg: Any, bundle: int) -> Any:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle)
+
+
+def member_options(plan: GangPlan, pg: Any, bundle: int, step_env: dict[str, str]) -> dict[str, Any]:
+    custom = {k: v for k, v in plan.bundle.items() if k not in ("CPU", "GPU", "memory")}
+    options: dict[str, Any] = {
+        "num_cpus": plan.bundle.get("CPU", 0.0),
+        "max_retries": 0,
+        "retry_exceptions": False,
+        "scheduling_strategy": _strategy(pg, bundle),
+    }
+    if plan.bundle.get("GPU"):
+        options["num_gpus"] = plan.bundle["GPU"]
+    if plan.bundle.get("memory"):
+        options["memory"] = plan.bundle["memory"]
+    if custom:
+        options["resources"] = custom
+    if step_env:
+        options["runtime_env"] = {"env_vars": dict(step_env)}
+    return options
+
+
+class _DrainWatch:
+    """The member nodes seen draining (the GCS's list of nodes with a drain request), polled while the gang
+    runs: a drained node that is then killed before its deadline is reported by Ray as an unexpected death."""
+
+    def __init__(self, ray: Any, node_ids: list[str]) -> None:
+        self.node_ids = set(node_ids)
+        self.seen: set[str] = set()
+        try:
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+            self._client: Any = GcsClient(address=ray.get_runtime_context().gcs_address)
+        except Exception:  # no GCS client here: fall back to Ray's death reasons alone
+            self._client = None
+
+    def poll(self) -> set[str]:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self.seen |= self.node_ids & set(self._client.get_draining_nodes(timeout=5))
+        return self.seen
+
+
+def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
+    """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind
+    (causes.error_kind)."""
+    try:
+        value = ray.get(ref)
+    except Exception as exc:
+        return causes.error_kind(exc), exc
+    if value.ok:
+        return "ok", value
+    if value.outcome is Outcome.LEASE_LOST:
+        return "lease_lost", value
+    return ("oom" if value.cause == causes.OOM else "app"), value
+
+
+def run_member(
+    payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str], log_path: str
+) -> AttemptResult:
+    """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status."""
+    from marin.execution.attempt_pickle import load_attempt
+
+    try:
+        fn, config, _, env, record = load_attempt(payload, shared)
+    except Exception as exc:  # e.g. the step's module is not importable on this node: a failure
+        return AttemptResult.from_exception(
+            exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST
+        )
+    return execute_step(
+        fn, config, rank_log_path(log_path, rank), {**env, **gang_env}, record if rank == 0 else None
+    )
+
+
+def free_port_task() -> int:
+    """A Ray task run in rank 0's bundle: a port that is free on rank 0's host (JAX's coordinator binds
+    it)."""
+    return _free_port()
+
+
+_REMOTES: dict[str, Any] = {}
+
+
+def _remote(fn: Any) -> Any:
+    """The Ray remote function of `fn`, made once per process. Members are `max_calls=1`, which Ray accepts
+    only in `ray.remote(...)`, not in `.options()`."""
+    if fn.__name__ not in _REMOTES:
+        import ray
+
+        _REMOTES[fn.__name__] = ray.remote(max_calls=1)(fn) if fn is run_member else ray.remote(fn)
+    return _REMOTES[fn.__name__]
+
+
+def supervise(
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    plan: GangPlan,
+    name: str,
+    log_path: str,
+    env: dict[str, str],
+    *dependencies: AttemptResult | None,
+) -> AttemptResult:
+    """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
+    returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`."""
+    not_ok = [d for d in dependencies if d is None or not d.ok]
+    if not_ok:
+        return AttemptResult(
+            Outcome.SKIPPED,
+            error_type="DependencyNotSucceeded",
+            log_path=log_path,
+            message=f"a dependency's attempt did not succeed: {not_ok[0] and not_ok[0].message}",
+        )
+    import ray
+
+    owner = None
+    refs: dict[Any, Member] = {}
+    try:
+        pg, owner = _reserve(ray, plan, name)
+        ray.get(pg.ready())
+        members = _members(ray, pg, plan)
+        port = ray.get(
+            _remote(free_port_task)
+            .options(num_cpus=0, max_retries=0, scheduling_strategy=_strategy(pg, members[0].bundle))
+            .remote()
+        )
+        coordinator = f"{members[0].ip}:{port}"
+        started = time.time()
+        for m in members:
+            options = member_options(plan, pg, m.bundle, env)
+            options["name"] = f"{name}:rank-{m.rank}"
+            ref = (
+                _remote(run_member)
+                .options(**options)
+                .remote(payload, shared, m.rank, member_env(m, plan.size, coordinator, plan.slices), log_path)
+            )
+            refs[ref] = m
+        return _watch(ray, refs, members, started)
+    except Exception as exc:  # reserving or launching failed: a node lost meanwhile is an interruption
+        kind = causes.error_kind(exc)
+        cause = (
+            causes.NODE_DIED
+            if kind == "node"
+            else causes.PREEMPTED
+            if kind in ("crash", "other") and (type(exc).__module__.startswith("ray"))
+            else causes.FAILED
+        )
+        return AttemptResult.from_exception(
+            exc,
+            outcome=Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED,
+            context="could not start the gang",
+            cause=cause,
+            log_path=log_path,
+        )
+    finally:
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        _release(ray, owner)
+
+
+def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> AttemptResult:
+    """Wait for rank 0's success or the first member's failure; on failure, settle and classify."""
+    pending = dict(refs)
+    outcomes: dict[int, tuple[str, Any]] = {}
+    first: Member | None = None
+    drains = _DrainWatch(ray, [m.node_id for m in members])
+    while pending and first is None:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=DRAIN_POLL_S)
+        drains.poll()
+        for ref in ready:
+            m = pending.pop(ref)
+            outcomes[m.rank] = _outcome(ray, ref)
+            kind, value = outcomes[m.rank]
+            if kind in ("ok", "lease_lost") and m.rank == 0 and isinstance(value, AttemptResult):
+                return value  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
+            if outcomes[m.rank][0] != "ok" and first is None:
+                first = m
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    states = _settle(ray, pending, outcomes, members, drains)
+    cause = causes.classify([kind for kind, _ in outcomes.values()], states)
+    return _failure(cause, first or members[0], outcomes, states, members, started)
+
+
+def _settle(
+    ray: Any,
+    pending: dict[Any, Member],
+    outcomes: dict[int, tuple[str, Any]],
+    members: list[Member],
+    drains: _DrainWatch,
+) -> dict[str, causes.NodeState]:
+    """Collect the cancelled members' ends and wait until every node a member died with is reported dead
+    (its death reason, or the GCS's draining list, says whether it was drained for preemption), for at most
+    SETTLE_S. A member whose worker crashed may have lost its node too (a hard-killed host's worker is
+    reported crashed before the GCS's health check declares the node dead): its node gets CRASH_SETTLE_S to
+    be reported dead. A member that never answers its cancellation is on a node that cannot be reached: it
+    counts as a node death."""
+    begun = time.time()
+    while True:
+        if pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.2)
+            for ref in ready:
+                outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
+        states = causes.node_states(ray.nodes(), [m.node_id for m in members], drains.poll())
+        kind = {m.rank: outcomes.get(m.rank, ("",))[0] for m in members}
+        unsure = [
+            m
+            for m in members
+            if states[m.node_id].alive
+            and (kind[m.rank] == "node" or (kind[m.rank] == "crash" and time.time() - begun < CRASH_SETTLE_S))
+        ]
+        if (not pending and not unsure) or time.time() - begun >= SETTLE_S:
+            break
+        if not pending:
+            time.sleep(0.2)
+    for m in pending.values():
+        outcomes[m.rank] = ("node", None)
+    return states
+
+
+def _failure(
+    cause: str,
+    first: Member,
+    outcomes: dict[int, tuple[str, Any]],
+    states: dict[str, causes.NodeState],
+    members: list[Member],
+    started: float,
+) -> AttemptResult:
+    """The attempt's end: the member error that explains it, the hosts involved, the cause."""
+    dead = [m for m in members if not states[m.node_id].alive or outcomes.get(m.rank, ("",))[0] == "node"]
+    outcome = Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED
+    rank0 = outcomes.get(0, ("", None))[1]
+    begun = rank0.started if isinstance(rank0, AttemptResult) and rank0.started else started
+    if causes.is_interruption(cause) and dead:
+        hosts = tuple(m.ip for m in dead)
+        what = (
+            "was drained for preemption"
+            if cause == causes.PREEMPTED and any(states[m.node_id].preempted for m in dead)
+            else "died"
+        )
+        return AttemptResult(
+            outcome,
+            started=begun,
+            ended=time.time(),
+            cause=cause,
+            hosts=hosts,
+            host=HOST,
+            error_type="NodeDied" if cause == causes.NODE_DIED else "Preempted",
+            message=f"gang of {len(members)}: node {', '.join(hosts)} {what} "
+            f"(rank {', '.join(str(m.rank) for m in dead)})",
+        )
+    wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
+    culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
+    kind, value = outcomes.get(culprit.rank, ("other", None))
+    if not isinstance(value, AttemptResult):
+        value = AttemptResult.from_exception(
+            value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}")
+        )
+    oom = " (out of memory: lower the batch or ask for more memory per host)" if cause == causes.OOM else ""
+    return dataclasses.replace(
+        value,
+        outcome=outcome,
+        cause=cause,
+        hosts=(culprit.ip,),
+        started=begun,
+        ended=time.time(),
+        host=HOST,
+        message=f"gang rank {culprit.rank} on {culprit.ip}: {value.message}{oom}",
+    )
+
+
+def submit_gang(
+    ray: Any,
+    plan: GangPlan,
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    *,
+    name: str,
+    log_path: str,
+    env: dict[str, str],
+    after: list[Any],
+) -> Any:
+    """Start a gang attempt's supervisor on the driver's node; its reference resolves to the attempt's
+    result."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return (
+        _remote(supervise)
+        .options(
+            num_cpus=0,
+            max_retries=0,
+            retry_exceptions=False,
+            name=f"{name}:gang",
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        )
+        .remote(payload, shared, plan, name, log_path, env, *after)
+    )

@@ -1,0 +1,191 @@
+"""The interruption ledger: every attempt cut short by something other than the step's own code, with what it
+cost, in `{output_path}/.marin/interruptions.json`; the attempt's PREEMPTED line in `events.jsonl` carries
+the same cause, hosts and progress (the executor writes both).
+
+An entry is written by the executor when an attempt ends as an interruption (`preempted`, `node_died`,
+`driver_lost`; see marin/execution/causes.py) and completed when the next attempt of the step ends, whatever
+its outcome: by then it is known where the step resumed and how long the restart took. What a step had
+achieved comes from its **progress file**, `{output_path}/.marin/progress.json`, which a long-running step
+(the trainer) may write - the engine knows no training, only this small protocol (docs/formats.md):
+
+    {"step": 1200, "checkpoint_step": 1000, "checkpoint_time": 1764000900.0,
+     "resumed_from": 1000, "first_step_time": 1764001030.0, "updated": 1764001100.0}
+
+`step` is the last completed step, `checkpoint_step`/`checkpoint_time` the latest complete checkpoint,
+`resumed_from` the checkpoint step this attempt restored (null when it started fresh) and `first_step_time`
+when it completed its first step after starting. The path is in `MARIN_PROGRESS_FILE` while the step runs.
+
+Time lost to one interruption = (interruption - last checkpoint, or - the attempt's start when there is
+none: all its work is redone) + the restart gap (interruption -> the next attempt's first step, or its start
+for a step that reports no progress). Goodput of a step = (its wall time - time lost) / its wall time, wall
+time running from its first record (`created` in status.json) to its last end; of an experiment, the same
+summed over its steps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from marin.definition.placeholders import join
+from marin.status import files as sf
+from marin.storage.fs import Storage
+
+PROGRESS_ENV = "MARIN_PROGRESS_FILE"
+
+
+def ledger_path(output_path: str) -> str:
+    return join(output_path, ".marin/interruptions.json")
+
+
+def progress_path(output_path: str) -> str:
+    return join(output_path, ".marin/progress.json")
+
+
+def read_ledger(storage: Storage, output_path: str) -> dict[str, Any]:
+    return sf.read_json(storage, ledger_path(output_path)) or {"interruptions": []}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _totals(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    by_cause: dict[str, int] = {}
+    for e in entries:
+        by_cause[e["cause"]] = by_cause.get(e["cause"], 0) + 1
+    return {
+        "count": len(entries),
+        "by_cause": by_cause,
+        "time_lost_s": sum(e.get("time_lost_s") or 0.0 for e in entries),
+        "steps_redone": sum(e.get("steps_redone") or 0 for e in entries),
+    }
+
+
+def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
+    ledger["totals"] = _totals(ledger["interruptions"])
+    ledger["updated"] = time.time()
+    sf.write_json(storage, ledger_path(output_path), ledger)
+
+
+def record_interruption(
+    storage: Storage,
+    output_path: str,
+    *,
+    name: str,
+    attempt: int,
+    run_id: str,
+    cause: str,
+    hosts: list[str],
+    started: float | None,
+    ended: float,
+    message: str = "",
+) -> dict[str, Any]:
+    """Append an open entry for an interrupted attempt; returns the entry (its fields go on the attempt's
+    PREEMPTED event too, see `event_fields`)."""
+    progress = sf.read_json(storage, progress_path(output_path)) or {}
+    entry: dict[str, Any] = {
+        "attempt": attempt,
+        "run_id": run_id,
+        "cause": cause,
+        "hosts": list(hosts),
+        "when": ended,
+        "attempt_started": started,
+        "step_reached": progress.get("step"),
+        "checkpoint_step": progress.get("checkpoint_step"),
+        "checkpoint_time": progress.get("checkpoint_time"),
+        "resumed_from": None,
+        "resumed_attempt": None,
+        "steps_redone": None,
+        "restart_gap_s": None,
+        "time_lost_s": None,
+        "message": message,
+    }
+    ledger = read_ledger(storage, output_path)
+    ledger.update({"name": name, "output_path": output_path})
+    ledger["interruptions"].append(entry)
+    _write(storage, output_path, ledger)
+    return entry
+
+
+def event_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """What the attempt's PREEMPTED event carries of its ledger entry."""
+    return {k: entry[k] for k in ("cause", "hosts", "step_reached", "checkpoint_step")}
+
+
+def record_resume(
+    storage: Storage, output_path: str, *, attempt: int, started: float | None
+) -> dict[str, Any] | None:
+    """Complete the open entry (if any) from the attempt after it, which has now ended: where it resumed,
+    the restart gap, the steps redone and the time lost. Returns the completed entry, or None."""
+    ledger = read_ledger(storage, output_path)
+    open_entries = [
+        e for e in ledger["interruptions"] if e.get("resumed_attempt") is None and e["attempt"] < attempt
+    ]
+    if not open_entries:
+        return None
+    entry: dict[str, Any] = open_entries[-1]
+    progress = sf.read_json(storage, progress_path(output_path)) or {}
+    fresh = progress.get("updated") is not None and (_number(progress.get("updated")) or 0.0) > entry["when"]
+    resumed_from = progress.get("resumed_from") if fresh else None
+    first_step = _number(progress.get("first_step_time")) if fresh else None
+    restart_at = first_step or started or time.time()
+    entry["resumed_attempt"] = attempt
+    entry["resumed_from"] = resumed_from
+    entry["restart_gap_s"] = max(0.0, restart_at - entry["when"])
+    reached, resumed = entry.get("step_reached"), resumed_from if resumed_from is not None else 0
+    if isinstance(reached, int) and isinstance(resumed, int):
+        entry["steps_redone"] = max(0, reached - resumed)
+    checkpoint_time = _number(entry.get("checkpoint_time"))
+    since = (
+        checkpoint_time
+        if resumed_from is not None and checkpoint_time is not None
+        else entry["attempt_started"]
+    )
+    worked = entry["when"] - since if since is not None else 0.0
+    entry["time_lost_s"] = max(0.0, worked) + entry["restart_gap_s"]
+    _write(storage, output_path, ledger)
+    return entry
+
+
+def step_wall_and_lost(status: dict[str, Any] | None, ledger: dict[str, Any] | None) -> tuple[float, float]:
+    """(wall time, time lost) of one step: wall from its first record (`created` in status.json) to its last
+    end (`ended`, or `updated` while it runs); lost from its ledger (never more than the wall time)."""
+    status = status or {}
+    created, last = _number(status.get("created")), _number(status.get("ended") or status.get("updated"))
+    if created is None or last is None or status.get("status") in (None, sf.DEP_FAILED):
+        return 0.0, 0.0
+    wall = max(0.0, last - created)
+    lost = sum(e.get("time_lost_s") or 0.0 for e in (ledger or {}).get("interruptions", []))
+    return wall, min(lost, wall)
+
+
+def was_interrupted(status: dict[str, Any] | None) -> bool:
+    """Whether a step may have a ledger, judged from its status.json (saves a read per step that has none)."""
+    status = status or {}
+    return status.get("status") == sf.PREEMPTED or int(status.get("attempt") or 0) > 1
+
+
+def experiment_goodput(spans: list[tuple[float, float]]) -> dict[str, Any]:
+    """Goodput over an experiment's steps, from each step's (wall, lost): (sum wall - sum lost) / sum wall;
+    1.0 when nothing ran."""
+    wall = sum(w for w, _ in spans)
+    lost = sum(lo for _, lo in spans)
+    return {"wall_s": wall, "time_lost_s": lost, "goodput": (wall - lost) / wall if wall else 1.0}
+
+
+def ledger_lines(ledger: dict[str, Any]) -> list[str]:
+    """The ledger as `marin status` prints it under its step: one line per interruption."""
+    lines = []
+    for e in ledger.get("interruptions", []):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["when"]))
+        hosts = f" hosts={','.join(e['hosts'])}" if e.get("hosts") else ""
+        resumed = ""
+        if e.get("resumed_attempt") is not None:
+            start = "from scratch" if e.get("resumed_from") is None else f"from step {e['resumed_from']}"
+            redone = f", {e['steps_redone']} steps redone" if e.get("steps_redone") is not None else ""
+            resumed = (
+                f", attempt {e['resumed_attempt']} {start}{redone}, {e.get('time_lost_s') or 0.0:.1f} s lost"
+            )
+        lines.append(f"interrupted {when} UTC: attempt {e['attempt']} {e['cause']}{hosts}{resumed}")
+    return lines

@@ -1,0 +1,104 @@
+"""The interruption ledger on a local prefix: entries opened at an interruption and completed by the next
+attempt from the step's progress file, totals, and goodput per step and per experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from marin.status import interruptions as il
+from marin.storage.fs import storage_for
+
+RUN = {"run_id": "run-1"}
+
+
+def _progress(path: Path, **fields: object) -> None:
+    (path / ".marin").mkdir(parents=True, exist_ok=True)
+    (path / ".marin/progress.json").write_text(json.dumps(fields))
+
+
+def test_an_interruption_of_a_training_step_records_the_checkpoint_the_redone_steps_and_the_time_lost(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "train-12345678"
+    storage = storage_for(str(out))
+    _progress(out, step=130, checkpoint_step=100, checkpoint_time=1000.0, resumed_from=None, updated=1040.0)
+    il.record_interruption(
+        storage,
+        str(out),
+        name="train",
+        attempt=1,
+        cause="node_died",
+        hosts=["10.0.0.2"],
+        started=900.0,
+        ended=1050.0,
+        message="node died",
+        **RUN,
+    )
+    ledger = il.read_ledger(storage, str(out))
+    [entry] = ledger["interruptions"]
+    assert entry["cause"] == "node_died" and entry["hosts"] == ["10.0.0.2"] and entry["step_reached"] == 130
+    assert entry["time_lost_s"] is None  # open until the next attempt ends
+    assert il.event_fields(entry) == {
+        "cause": "node_died",
+        "hosts": ["10.0.0.2"],
+        "step_reached": 130,
+        "checkpoint_step": 100,
+    }
+    # the next attempt restored step 100 and completed its first step at t=1070
+    _progress(
+        out,
+        step=150,
+        checkpoint_step=100,
+        checkpoint_time=1000.0,
+        resumed_from=100,
+        first_step_time=1070.0,
+        updated=1090.0,
+    )
+    done = il.record_resume(storage, str(out), attempt=2, started=1060.0)
+    assert done is not None and done["resumed_from"] == 100 and done["steps_redone"] == 30
+    assert done["restart_gap_s"] == 20.0 and done["time_lost_s"] == 50.0 + 20.0
+    assert il.record_resume(storage, str(out), attempt=3, started=2000.0) is None  # nothing open any more
+    totals = il.read_ledger(storage, str(out))["totals"]
+    assert totals == {"count": 1, "by_cause": {"node_died": 1}, "time_lost_s": 70.0, "steps_redone": 30}
+
+
+def test_a_step_without_progress_loses_its_whole_attempt_and_the_gap(tmp_path: Path) -> None:
+    out = tmp_path / "work-12345678"
+    storage = storage_for(str(out))
+    il.record_interruption(
+        storage,
+        str(out),
+        name="work",
+        attempt=1,
+        cause="preempted",
+        hosts=[],
+        started=100.0,
+        ended=160.0,
+        **RUN,
+    )
+    done = il.record_resume(storage, str(out), attempt=2, started=165.0)
+    assert done is not None and done["resumed_from"] is None and done["steps_redone"] is None
+    assert done["time_lost_s"] == 60.0 + 5.0
+
+
+def test_goodput_is_productive_time_over_wall_time_per_step_and_per_experiment(tmp_path: Path) -> None:
+    storage = storage_for(str(tmp_path))
+    a = str(tmp_path / "a")
+    il.record_interruption(
+        storage, a, name="a", attempt=1, cause="preempted", hosts=[], started=0.0, ended=30.0, **RUN
+    )
+    il.record_resume(storage, a, attempt=2, started=40.0)  # lost: 30 s of work + 10 s gap
+    ledger = il.read_ledger(storage, a)
+    status_a = {"status": "SUCCESS", "attempt": 2, "created": 0.0, "ended": 100.0}
+    status_b = {"status": "SUCCESS", "attempt": 1, "created": 10.0, "ended": 60.0}
+    assert il.was_interrupted(status_a) and not il.was_interrupted(status_b)
+    assert il.was_interrupted({"status": "PREEMPTED", "attempt": 1})
+    spans = [il.step_wall_and_lost(status_a, ledger), il.step_wall_and_lost(status_b, None)]
+    assert spans == [(100.0, 40.0), (50.0, 0.0)]
+    assert il.experiment_goodput(spans) == {"wall_s": 150.0, "time_lost_s": 40.0, "goodput": 110.0 / 150.0}
+    assert il.step_wall_and_lost({"status": "DEP_FAILED", "created": 0.0, "ended": 5.0}, None) == (0.0, 0.0)
+    assert il.experiment_goodput([])["goodput"] == 1.0
+    assert il.ledger_lines(ledger) == [
+        "interrupted 1970-01-01 00:00:30 UTC: attempt 1 preempted, attempt 2 from scratch, 40.0 s lost"
+    ]
