@@ -93,9 +93,16 @@ class MetricsWriter:
     """Appends rows to ``{output_dir}/metrics.jsonl`` and mirrors them to W&B and a progress bar."""
 
     def __init__(self, output_dir: str, cfg: MetricsConfig, *, run_config: dict[str, Any], total_steps: int,
-                 start_step: int) -> None:
+                 start_step: int, enabled: bool = True) -> None:
+        """``enabled=False`` (every process of a multi-host run but process 0) writes nothing at all: no file,
+        no W&B run, no progress bar; ``log`` and ``close`` do nothing."""
         self.output_dir = output_dir.rstrip("/")
         self.cfg = cfg
+        self.enabled = enabled
+        self._wandb: Any = None
+        self._bar: Any = None
+        if not enabled:
+            return
         self.fs, self.root = fsspec.core.url_to_fs(self.output_dir)
         self.fs.makedirs(self.root, exist_ok=True)
         self.path = f"{self.root}/metrics.jsonl"
@@ -150,6 +157,8 @@ class MetricsWriter:
         return run
 
     def log(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         row = _jsonable(row)
         line = json.dumps(row) + "\n"
         if self._local:
@@ -173,7 +182,7 @@ class MetricsWriter:
         self._dirty = 0
 
     def close(self) -> None:
-        if not self._local and self._dirty:
+        if self.enabled and not self._local and self._dirty:
             self._flush()
         if self._bar is not None:
             self._bar.close()
