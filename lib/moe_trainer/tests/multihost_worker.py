@@ -3,10 +3,10 @@
     python multihost_worker.py '<json spec>'
 
 The spec names the run: ``out`` (output dir), ``train``/``val`` (token caches), ``num_steps``, ``every``
-(checkpoint interval), ``run_steps``; ``die_at`` makes the process SIGKILL itself (a hard kill, no cleanup) when
-its loader is asked for that step index once the checkpoint of ``die_at`` steps is complete on disk, so the
-gang dies in the middle of the next step. The gang comes from the MARIN_GANG_* variables set by the test; the
-device count from XLA_FLAGS. Prints one JSON line: the TrainResult, the process index/count, the devices.
+(checkpoint interval), ``run_steps``; ``die_at`` makes the process SIGKILL itself (a hard kill, no cleanup)
+when its loader is asked for that step index once the checkpoint of ``die_at`` steps is complete on disk, so
+the gang dies in the middle of the next step. The gang comes from the MARIN_GANG_* variables set by the test;
+the device count from XLA_FLAGS. Prints one JSON line: the TrainResult, the process index/count, the devices.
 
 ``write_cache`` (used by the test) builds the synthetic token caches: arithmetic progressions mod 63 with 3%
 noise, the same data family as test_train.py.
@@ -61,8 +61,8 @@ def config(spec: dict[str, Any]) -> Any:
     return dataclasses.replace(
         tc,
         model=tc.model.replace(max_seq_len=64),
-        data=dataclasses.replace(tc.data, train_cache=spec["train"], validation=spec.get("val", {}), seq_len=64,
-                                 batch_size=8, seed=1, prefetch=1),
+        data=dataclasses.replace(tc.data, train_cache=spec["train"], validation=spec.get("val", {}),
+                                 seq_len=64, batch_size=8, seed=1, prefetch=1),
         schedule=dataclasses.replace(tc.schedule, warmup_steps=2),
         checkpoint=CheckpointConfig(every_steps=spec["every"], keep=3),
         eval=EvalConfig(every_steps=0, batch_size=8, max_batches=2),

@@ -7,8 +7,8 @@ member three environment variables and nothing else (it stays free of ML code):
     MARIN_GANG_RANK     this process's rank in [0, N)
     MARIN_COORDINATOR   host:port of rank 0's coordination service (a free port on that host)
 
-``initialize(cfg)`` turns them into ``jax.distributed.initialize(coordinator, N, rank)`` before anything touches
-a JAX backend; ``train`` calls it first. Without the variables it does nothing (one process), unless
+``initialize(cfg)`` turns them into ``jax.distributed.initialize(coordinator, N, rank)`` before anything
+touches a JAX backend; ``train`` calls it first. Without the variables it does nothing (one process), unless
 ``cfg.auto_detect`` asks JAX to find the cluster itself (a Cloud TPU slice, SLURM, Open MPI: JAX's own
 detection). It is idempotent: a second call in the same process (a resumed ``train``, an operator that
 already initialised) checks that the running runtime matches and returns.
@@ -95,13 +95,15 @@ def gang_from_env(environ: Mapping[str, str] | None = None) -> Gang | None:
         return None
     missing = [k for k, v in raw.items() if not v]
     if missing:
-        raise ValueError(f"gang environment incomplete: {', '.join(missing)} unset while "
-                         f"{', '.join(k for k in raw if k not in missing)} set; a gang member needs all three "
-                         f"({ENV_SIZE}=N, {ENV_RANK}=0..N-1, {ENV_COORDINATOR}=host:port of rank 0)")
+        present = ", ".join(k for k in raw if k not in missing)
+        raise ValueError(f"gang environment incomplete: {', '.join(missing)} unset while {present} set; a "
+                         f"gang member needs all three ({ENV_SIZE}=N, {ENV_RANK}=0..N-1, "
+                         f"{ENV_COORDINATOR}=host:port of rank 0)")
     try:
         size, rank = int(raw[ENV_SIZE]), int(raw[ENV_RANK])
     except ValueError:
-        raise ValueError(f"{ENV_SIZE}={raw[ENV_SIZE]!r} and {ENV_RANK}={raw[ENV_RANK]!r} must be integers") from None
+        raise ValueError(f"{ENV_SIZE}={raw[ENV_SIZE]!r} and {ENV_RANK}={raw[ENV_RANK]!r} must be "
+                         "integers") from None
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"{ENV_RANK}={rank} must lie in [0, {ENV_SIZE}={size}) and {ENV_SIZE} must be >= 1")
     host, sep, port = raw[ENV_COORDINATOR].rpartition(":")
@@ -133,9 +135,10 @@ def wait_for_coordinator(gang: Gang, timeout_s: float) -> None:
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise RuntimeError(
-                    f"gang rank {gang.rank}/{gang.size}: no coordinator at {ENV_COORDINATOR}={gang.coordinator} "
-                    f"after {timeout_s:g} s ({e}); rank 0 must be running and reachable on that port "
-                    f"(raise distributed.initialization_timeout_s or {ENV_INIT_TIMEOUT} if it starts slowly)"
+                    f"gang rank {gang.rank}/{gang.size}: no coordinator at "
+                    f"{ENV_COORDINATOR}={gang.coordinator} after {timeout_s:g} s ({e}); rank 0 must be "
+                    "running and reachable on that port (raise distributed.initialization_timeout_s or "
+                    f"{ENV_INIT_TIMEOUT} if it starts slowly)"
                 ) from e
             time.sleep(0.05)
 
@@ -147,13 +150,15 @@ def initialize(cfg: DistributedConfig | None = None) -> Gang | None:
     if jax.distributed.is_initialized():
         if gang is not None and (jax.process_count(), jax.process_index()) != (gang.size, gang.rank):
             raise RuntimeError(f"jax.distributed already runs as process {jax.process_index()} of "
-                               f"{jax.process_count()}, but the environment says rank {gang.rank} of {gang.size}")
+                               f"{jax.process_count()}, but the environment says rank {gang.rank} of "
+                               f"{gang.size}")
         return gang
     init_timeout = init_timeout_s(cfg)
     heartbeat = _timeout(cfg.heartbeat_timeout_s, ENV_HEARTBEAT_TIMEOUT, JAX_HEARTBEAT_TIMEOUT_S)
     if gang is None:
         if cfg.auto_detect:
-            jax.distributed.initialize(initialization_timeout=init_timeout, heartbeat_timeout_seconds=heartbeat)
+            jax.distributed.initialize(initialization_timeout=init_timeout,
+                                       heartbeat_timeout_seconds=heartbeat)
         return None
     if gang.size == 1:
         return gang
@@ -203,7 +208,7 @@ def is_primary() -> bool:
 
 
 def process_rows(sharding: Sharding, global_shape: tuple[int, ...]) -> tuple[int, int]:
-    """The rows ``[lo, hi)`` of a global batch (dimension 0) that this process's devices hold under ``sharding``.
+    """The rows ``[lo, hi)`` of a global batch (dimension 0) this process's devices hold under ``sharding``.
 
     One process: all rows. Several: the union of the row slices of the process's addressable devices, which
     for the trainer's mesh (devices ordered by process, the batch split over the leading mesh axes) is one
@@ -216,7 +221,8 @@ def process_rows(sharding: Sharding, global_shape: tuple[int, ...]) -> tuple[int
     lo, hi = int(rows[0]), int(rows[-1]) + 1
     if len(rows) != hi - lo:
         raise ValueError(f"process {jax.process_index()} holds rows {rows.tolist()} of the batch: not one "
-                         "contiguous block; order the mesh's devices by process so the batch splits in blocks")
+                         "contiguous block; order the mesh's devices by process so the batch splits in "
+                         "blocks")
     return lo, hi
 
 
@@ -226,5 +232,6 @@ def global_batch(local: Mapping[str, np.ndarray], sharding: Sharding,
 
     Each process passes only the data its devices hold (``jax.make_array_from_process_local_data``); on one
     process this is a plain sharded ``device_put``."""
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v), (*global_shape[:1], *v.shape[1:]))
+    b = global_shape[0]
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v), (b, *v.shape[1:]))
             for k, v in local.items()}

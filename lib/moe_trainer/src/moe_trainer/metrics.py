@@ -7,7 +7,8 @@ flags), and evaluation rows carrying ``"eval"`` (and ``"eval_capacity"`` for a c
 
 W&B runs in ``offline`` mode unless the config says ``online``: the run files stay under the output
 directory (``wandb sync`` uploads them later) and ``wandb.json`` records ``{project, run_id, mode, dir,
-url}``. A resumed run reuses the run id from ``wandb.json``.
+url}``. A resumed run reuses the run id from ``wandb.json``. In a multi-host run only process 0 writes any of
+this (the other processes' writers are disabled).
 
 MFU = model FLOPs per token (forward + backward, ``flops.flops_per_token``) × tokens/s ÷ (peak FLOP/s per
 device × devices). Peaks are dense bf16 datasheet figures (never the sparse ones). On CPU there is no
@@ -181,9 +182,13 @@ class MetricsWriter:
             f.writelines(self._rows)
         self._dirty = 0
 
-    def close(self) -> None:
+    def flush(self) -> None:
+        """Make every logged row durable (object stores buffer up to 50 rows); called before a checkpoint."""
         if self.enabled and not self._local and self._dirty:
             self._flush()
+
+    def close(self) -> None:
+        self.flush()
         if self._bar is not None:
             self._bar.close()
         if self._wandb is not None:

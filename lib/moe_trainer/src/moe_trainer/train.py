@@ -344,28 +344,34 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                     last_row = emit(pending)
                 pending = (step + 1, m)  # rows are numbered by completed steps: row k = after k updates
                 done = step + 1
-                if done % config.checkpoint.every_steps == 0 or done == config.num_steps:
-                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
-                evaluate_now = config.data.validation and (
+                checkpoint_now = done % config.checkpoint.every_steps == 0 or done == config.num_steps
+                evaluate_now = bool(config.data.validation) and (
                     done == config.num_steps or (config.eval.every_steps and done % config.eval.every_steps == 0))
-                if evaluate_now:
+                if checkpoint_now or evaluate_now:
+                    # a step's rows (and eval.json) are written before its checkpoint: a run killed right after
+                    # the checkpoint and resumed from it never lacks them
                     last_row = emit(pending)
                     pending = None
+                if evaluate_now:
                     evals = _evaluate(config, state["params"], mesh)
                     writer.log({"step": done, **evals, "time": time.time()})
                     final_eval = evals["eval"]
+                    if done == config.num_steps and primary:
+                        _write_json(f"{out}/eval.json", final_eval)
                     t_prev = time.perf_counter()
+                if checkpoint_now:
+                    writer.flush()
+                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
             if pending is not None:
                 last_row = emit(pending)
             if end > start and end % config.checkpoint.every_steps and end != config.num_steps:
                 # an invocation cut short by run_steps leaves a checkpoint where the next one resumes
+                writer.flush()
                 ckpt.save(end, state, {**meta, "step": end, "time": time.time()})
         finally:
             batches.close()
             writer.close()
             ckpt.close()
-    if final_eval is not None and start < config.num_steps and primary:
-        _write_json(f"{out}/eval.json", final_eval)
     if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
         last_row = _last_train_row(f"{out}/metrics.jsonl")
         final_eval = _read_json(f"{out}/eval.json")
@@ -383,7 +389,8 @@ def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedCo
     only once every process has compiled it (see ``distributed.barrier``)."""
     if jax.process_count() == 1:
         return comp.step
-    compiled = comp.step.lower(state, batch).compile()
+    jitted: Any = comp.step  # a jax.jit function (typed as a plain callable in _Compiled)
+    compiled = jitted.lower(state, batch).compile()
     distributed.barrier("train_step_compiled", distributed.init_timeout_s(cfg))
     return compiled
 
