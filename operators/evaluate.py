@@ -12,6 +12,9 @@ the tokenize step recorded for the documents. ``micro`` pools the sums of all do
 unweighted mean of the per-domain figures. The numbers come from ``moe_trainer.evaluate.evaluate``; routing is
 dropless (no expert capacity), so a token's score never depends on which other tokens share its batch.
 
+In a gang step every member evaluates the whole checkpoint on its own devices (no ``jax.distributed``: the
+figures do not depend on the process count) and only rank 0 writes the outputs.
+
 The validation caches are given explicitly by domain (``validation``), or found in a tokenize step's output
 (``tokenized``: every cache its ``tokenize.json`` lists under ``validation``), or both (explicit ones win).
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 import fsspec
 
+from moe_trainer import distributed
 from moe_trainer.checkpoint import load_checkpoint
 from moe_trainer.data.cache import write_json_atomic
 from moe_trainer.evaluate import evaluate as evaluate_model
@@ -97,11 +101,11 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     result = evaluate_model(model, caches, seq_len=seq_len, batch_size=config.batch_size,
                             max_batches=config.max_batches, capacity_factor=None)
     out = config.output_path.rstrip("/")
-    write_json_atomic(f"{out}/eval.json", result)
-    write_json_atomic(f"{out}/eval_info.json", {
-        "checkpoint": config.checkpoint, "caches": caches, "seq_len": seq_len,
-        "max_batches": config.max_batches,
-        "dropless": True, "wall_s": time.time() - t0})
+    if distributed.is_primary():
+        write_json_atomic(f"{out}/eval.json", result)
+        write_json_atomic(f"{out}/eval_info.json", {
+            "checkpoint": config.checkpoint, "caches": caches, "seq_len": seq_len,
+            "max_batches": config.max_batches, "dropless": True, "wall_s": time.time() - t0})
     for domain, row in result["domains"].items():
         print(f"[evaluate] {domain}: {row['bpb']:.4f} bits/byte, {row['loss']:.4f} nats/token over "
               f"{row['tokens']} tokens / {row['bytes']} bytes", file=sys.stderr)

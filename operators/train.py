@@ -18,6 +18,11 @@ by the executor after a failure or a preemption has the same output path, so it 
 attempt's checkpoint left it instead of starting over, and its batches are exactly those an uninterrupted run
 would have seen (the Feistel data order is a function of the step index alone).
 
+Multi-host. Run as a gang step (the engine sets MARIN_GANG_SIZE/RANK and MARIN_COORDINATOR on every member),
+the function runs on every host; the trainer joins the members with ``jax.distributed`` and trains on a mesh
+of all their devices (docs/trainer.md "Multi-host"). Only rank 0 writes ``train_config.json``,
+``train_result.json``, metrics and W&B; every member returns the same summary.
+
 Runtime fields. Knobs that cannot change results (checkpoint interval, W&B mode, progress bar) are marked
 with the dataclass field metadata ``{"marin.runtime": True}``, which the executor reads to leave them out of
 the step's identity (it is how ``marin.runtime_field`` works); operators never import ``marin``, so they
@@ -36,6 +41,7 @@ from typing import Any
 
 import draccus
 
+from moe_trainer import distributed
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache, write_json_atomic
 from moe_trainer.presets import load_preset, preset_path
@@ -186,7 +192,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
     tc = trainer_config(config)
     _check_vocab(tc)
     out = config.output_path.rstrip("/")
-    write_json_atomic(f"{out}/train_config.json", draccus.encode(tc))
+    primary = distributed.is_primary()  # rank 0 of a gang (from MARIN_GANG_RANK), or the only process
+    if primary:
+        write_json_atomic(f"{out}/train_config.json", draccus.encode(tc))
     t0 = time.time()
     print(f"[train] {tc.num_steps} steps of {tc.data.batch_size} x {tc.data.seq_len} tokens, model "
           f"d_model={tc.model.d_model} layers={tc.model.n_layers} experts={tc.model.n_experts} "
@@ -196,7 +204,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         raise RuntimeError(f"train: the trainer stopped at step {result.step} of {tc.num_steps} in {out}; "
                            "re-run the step to resume from its latest checkpoint")
     summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0}
-    write_json_atomic(f"{out}/train_result.json", summary)
+    if primary:
+        write_json_atomic(f"{out}/train_result.json", summary)
     print(f"[train] done: step {result.step}, loss {result.loss:.4f}, {result.tokens_per_s:.0f} tokens/s, "
           f"{result.skipped_steps} skipped steps", file=sys.stderr, flush=True)
     return json.loads(json.dumps(summary, default=str))

@@ -8,6 +8,15 @@ Complete-or-ignored: orbax writes a step into ``{step}.orbax-checkpoint-tmp*`` a
 writes ``commit_success.txt`` (object stores) only after every array and the metadata are durable. The
 manager lists only finalized steps, so a save interrupted by a crash or preemption never becomes the restore
 point; ``cleanup_tmp_directories`` removes its leftovers when the next run opens the directory.
+
+Multi-host: every process of the run calls ``save`` and ``restore`` with the same global arrays; orbax writes
+each process's shards itself (tensorstore, per-process OCDBT files merged at commit) and process 0 writes the
+metadata and commits the step only after a barrier that every process reaches once its writes are durable.
+A gang killed in the middle of a save therefore leaves an uncommitted temporary directory that is never
+listed, whichever member died first. The layout does not depend on the process count: a checkpoint written by
+N processes restores in one and the reverse (onto whatever shardings the restoring mesh asks for).
+``latest_step`` is process 0's answer broadcast to all, so every member restores the same step even if a
+listing raced with a straggler's commit.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 if TYPE_CHECKING:
@@ -59,8 +69,14 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
 
     def latest_step(self) -> int | None:
-        """The newest *complete* checkpoint's step, or None."""
-        return self._manager.latest_step()
+        """The newest *complete* checkpoint's step, or None (in a multi-host run: process 0's, for all)."""
+        step = self._manager.latest_step()
+        if jax.process_count() == 1:
+            return step
+        from jax.experimental import multihost_utils
+
+        agreed = int(multihost_utils.broadcast_one_to_all(np.int32(-1 if step is None else step)))
+        return None if agreed < 0 else agreed
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -125,7 +141,7 @@ def _restore_args(abstract: PyTree) -> PyTree:
     def one(leaf: Any) -> ocp.RestoreArgs:
         sharding = getattr(leaf, "sharding", None)
         if sharding is None:
-            sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return ocp.ArrayRestoreArgs(sharding=sharding, dtype=leaf.dtype, global_shape=leaf.shape)
 
     return jax.tree.map(one, abstract)

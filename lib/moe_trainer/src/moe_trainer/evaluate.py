@@ -10,6 +10,11 @@ library's ``EvalLoader``: non-overlapping windows, documents kept apart by segme
 Paloma and Marin report as ``macro_loss``/``macro_bpb``). The result has the ``eval.json`` shape of
 docs/formats.md. Evaluation is dropless by default (``capacity_factor=None``): a capacity-limited model would
 otherwise be scored on the luck of its batch composition.
+
+On a mesh, each batch is placed with the trainer's batch sharding (rows over data x expert). In a multi-host
+run every process reads the same evaluation batch and keeps the rows of its own devices; the sums come back
+replicated, so every process returns the same figures, equal to one process's up to the order of the
+reductions (only process 0 writes them anywhere; see train.py).
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.loader import EvalLoader
 from moe_trainer.loss import token_nll
 from moe_trainer.model import Model, forward
+from moe_trainer.sharding import logical_to_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +65,15 @@ def _batch_nll(params: Any, batch: dict[str, jax.Array], cfg: ModelConfig, mesh:
     nll, _ = token_nll(logits, batch["targets"])
     mask = batch["loss_mask"]
     return jnp.sum(nll * mask), jnp.sum(mask)
+
+
+def _place(batch: dict[str, np.ndarray], mesh: Mesh | None) -> dict[str, jax.Array]:
+    """The batch on the default device, or on ``mesh`` split by rows (global arrays in a multi-host run)."""
+    if mesh is None:
+        return {key: jnp.asarray(v) for key, v in batch.items()}
+    shape = batch["inputs"].shape
+    sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), shape, mesh))
+    return {key: jax.device_put(v, sharding) for key, v in batch.items()}
 
 
 def _summary(nll: float, tokens: float, nbytes: float) -> dict[str, float]:
@@ -103,7 +118,7 @@ def evaluate(
         n_batches = loader.num_batches if max_batches is None else min(max_batches, loader.num_batches)
         nll_sum, tok_sum = 0.0, 0.0
         for k in range(n_batches):
-            batch = {key: jnp.asarray(v) for key, v in loader.batch(k).items()}
+            batch = _place(loader.batch(k), mesh)
             nll, tok = _batch_nll(model.params, batch, cfg, mesh, dispatch, capacity_factor)
             nll_sum += float(nll)
             tok_sum += float(tok)

@@ -7,7 +7,8 @@ flags), and evaluation rows carrying ``"eval"`` (and ``"eval_capacity"`` for a c
 
 W&B runs in ``offline`` mode unless the config says ``online``: the run files stay under the output
 directory (``wandb sync`` uploads them later) and ``wandb.json`` records ``{project, run_id, mode, dir,
-url}``. A resumed run reuses the run id from ``wandb.json``.
+url}``. A resumed run reuses the run id from ``wandb.json``. In a multi-host run only process 0 writes any of
+this (the other processes' writers are disabled).
 
 MFU = model FLOPs per token (forward + backward, ``flops.flops_per_token``) × tokens/s ÷ (peak FLOP/s per
 device × devices). Peaks are dense bf16 datasheet figures (never the sparse ones). On CPU there is no
@@ -95,9 +96,16 @@ class MetricsWriter:
     """Appends rows to ``{output_dir}/metrics.jsonl`` and mirrors them to W&B and a progress bar."""
 
     def __init__(self, output_dir: str, cfg: MetricsConfig, *, run_config: dict[str, Any], total_steps: int,
-                 start_step: int) -> None:
+                 start_step: int, enabled: bool = True) -> None:
+        """``enabled=False`` (every process of a multi-host run but process 0) writes nothing at all: no file,
+        no W&B run, no progress bar; ``log`` and ``close`` do nothing."""
         self.output_dir = output_dir.rstrip("/")
         self.cfg = cfg
+        self.enabled = enabled
+        self._wandb: Any = None
+        self._bar: Any = None
+        if not enabled:
+            return
         self.fs, self.root = fsspec.core.url_to_fs(self.output_dir)
         self.fs.makedirs(self.root, exist_ok=True)
         self.path = f"{self.root}/metrics.jsonl"
@@ -153,6 +161,8 @@ class MetricsWriter:
         return run
 
     def log(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         row = _jsonable(row)
         line = json.dumps(row) + "\n"
         if self._local:
@@ -176,9 +186,13 @@ class MetricsWriter:
             f.writelines(self._rows)
         self._dirty = 0
 
-    def close(self) -> None:
-        if not self._local and self._dirty:
+    def flush(self) -> None:
+        """Make every logged row durable (object stores buffer up to 50 rows); called before a checkpoint."""
+        if self.enabled and not self._local and self._dirty:
             self._flush()
+
+    def close(self) -> None:
+        self.flush()
         if self._bar is not None:
             self._bar.close()
         if self._wandb is not None:

@@ -8,7 +8,13 @@ and runs the jitted step of ``step.py`` over batches that the data library's ``T
 step index alone, so a run resumes exactly: on start it restores the newest *complete* checkpoint under
 ``{output_dir}/checkpoints`` (parameters, optimizer state, step, data position, RNG, health windows) and
 continues; metrics.jsonl is cut back to that step. The loop overlaps host and device by reading step t's
-metrics after step t+1 has been dispatched.
+metrics after step t+1 has been dispatched (except at checkpoint and evaluation steps, whose rows are written
+before the checkpoint so that a resumed run never lacks them).
+
+Multi-host (docs/trainer.md): with the gang's MARIN_GANG_* variables set, ``train`` joins ``jax.distributed``
+first (``distributed.py``), builds the mesh over every process's devices, has each process read only its rows
+of every global batch, and writes metrics, W&B and eval.json from process 0 only; checkpoints are written and
+restored by all processes together.
 
 Mixed precision: parameters and optimizer state are float32 (master weights); the model computes in
 ``model.compute_dtype`` (bfloat16 on accelerators) with float32 router, norms, logits and loss.
@@ -31,9 +37,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from moe_trainer import optim
+from moe_trainer import distributed, optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.config import ModelConfig
+from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import EvalConfig, evaluate
 from moe_trainer.health import HealthConfig
 from moe_trainer.loss import make_lm_loss, make_router_bias_update
@@ -99,7 +106,9 @@ class TrainConfig:
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     """metrics.jsonl, W&B and progress-bar settings."""
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-    """Device mesh shape."""
+    """Device mesh shape (over the devices of every process of a multi-host run)."""
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+    """Multi-host runs: timeouts of jax.distributed (the gang comes from MARIN_GANG_* variables)."""
     num_steps: int = 1000
     """Total optimizer steps of the run (the schedule spans them)."""
     accum_steps: int = 1
@@ -226,12 +235,15 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
     abstract = jax.eval_shape(init)
     shardings = state_shardings(abstract, param_shardings(model, mesh), mesh)
     batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
-    jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
+    # metrics replicated: every process of a multi-host run can read them (they are a few scalars and vectors)
+    jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding),
+                       out_shardings=(shardings, NamedSharding(mesh, P())),
                        donate_argnums=0, compiler_options=compiler_options(mesh))
     return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
 
 
-def _open_source(config: TrainConfig) -> BatchSource:
+def _open_source(config: TrainConfig, rows: tuple[int, int]) -> BatchSource:
+    """The token-cache loader of this process's rows ``[lo, hi)`` of every global batch."""
     from moe_trainer.data.cache import TokenCache
     from moe_trainer.data.loader import TrainLoader
 
@@ -242,7 +254,13 @@ def _open_source(config: TrainConfig) -> BatchSource:
         raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > "
                          "model.vocab_size "
                          f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
-    return TrainLoader(cache, config.data.batch_size, config.data.seq_len, config.data.seed)
+    lo, hi = rows
+    b = config.data.batch_size
+    if lo % (hi - lo) or b % (hi - lo):
+        raise ValueError(f"process {jax.process_index()} holds batch rows [{lo}, {hi}) of {b}: not an aligned "
+                         "equal block; choose data.batch_size and mesh so the batch splits evenly by process")
+    return TrainLoader(cache, b, config.data.seq_len, config.data.seed, process_index=lo // (hi - lo),
+                       process_count=b // (hi - lo))
 
 
 def _metrics_row(step: int, m: dict[str, Any], lr_peak: float, tokens: int, dt: float | None,
@@ -281,10 +299,14 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
     """Train (or resume) the run described by ``config``; see the module docstring.
 
     ``batch_source`` replaces the token-cache loader (anything with ``batch(step) -> dict`` of numpy arrays
-    shaped like the loader's); notebooks and tests use it.
+    shaped like the loader's global batch; in a multi-host run each process keeps its own rows); notebooks and
+    tests use it. With MARIN_GANG_* set (a gang step), ``jax.distributed`` is initialised first and the mesh
+    spans every process's devices (docs/trainer.md "Multi-host").
     """
     from moe_trainer.data.loader import Prefetcher
 
+    distributed.initialize(config.distributed)
+    primary = distributed.is_primary()
     mesh = build_mesh(config.mesh)
     out = config.output_dir.rstrip("/")
     ckpt_dir = config.checkpoint.dir or f"{out}/checkpoints"
@@ -295,13 +317,13 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
         state = _restore_or_init(comp, ckpt)
         start = int(state["step"])
-        end = config.num_steps if config.run_steps is None else min(config.num_steps,
-                                                                    start + config.run_steps)
-        source = batch_source or _open_source(config)
+        end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+        rows = distributed.process_rows(comp.batch_sharding, batch_shape)
+        fetch = _open_source(config, rows).batch if batch_source is None else _rows_of(batch_source, rows)
         run_config = draccus.encode(config)
         meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
         writer = MetricsWriter(out, config.metrics, run_config=run_config, total_steps=config.num_steps,
-                               start_step=start)
+                               start_step=start, enabled=primary)
         tokens = batch_shape[0] * batch_shape[1]
         fpt = train_flops_per_token(config.model, config.data.seq_len)
         peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
@@ -310,10 +332,11 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         last_row: dict[str, Any] | None = None
         final_eval: dict[str, Any] | None = None
         data_position = int(state["data_position"])
-        batches = Prefetcher(source.batch, data_position, data_position + (end - start),
+        batches = Prefetcher(fetch, data_position, data_position + (end - start),
                              depth=config.data.prefetch)
         try:
             pending: tuple[int, Any] | None = None
+            run_step: Callable[..., Any] | None = None
             t_prev = time.perf_counter()
 
             def emit(p: tuple[int, Any]) -> dict[str, Any]:
@@ -327,35 +350,41 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 return row
 
             for step in range(start, end):
-                batch = jax.device_put(next(batches), comp.batch_sharding)
-                state, m = comp.step(state, batch)
+                batch = distributed.global_batch(next(batches), comp.batch_sharding, batch_shape)
+                run_step = run_step or _step_executable(comp, state, batch, config.distributed)
+                state, m = run_step(state, batch)
                 if pending is not None:
                     last_row = emit(pending)
                 pending = (step + 1, m)  # rows are numbered by completed steps: row k = after k updates
                 done = step + 1
-                if done % config.checkpoint.every_steps == 0 or done == config.num_steps:
-                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
-                every = config.eval.every_steps
-                evaluate_now = config.data.validation and (
-                    done == config.num_steps or (every and done % every == 0))
-                if evaluate_now:
+                checkpoint_now = done % config.checkpoint.every_steps == 0 or done == config.num_steps
+                evaluate_now = bool(config.data.validation) and (
+                    done == config.num_steps or (config.eval.every_steps and done % config.eval.every_steps == 0))
+                if checkpoint_now or evaluate_now:
+                    # a step's rows (and eval.json) are written before its checkpoint: a run killed right after
+                    # the checkpoint and resumed from it never lacks them
                     last_row = emit(pending)
                     pending = None
+                if evaluate_now:
                     evals = _evaluate(config, state["params"], mesh)
                     writer.log({"step": done, **evals, "time": time.time()})
                     final_eval = evals["eval"]
+                    if done == config.num_steps and primary:
+                        _write_json(f"{out}/eval.json", final_eval)
                     t_prev = time.perf_counter()
+                if checkpoint_now:
+                    writer.flush()
+                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
             if pending is not None:
                 last_row = emit(pending)
             if end > start and end % config.checkpoint.every_steps and end != config.num_steps:
                 # an invocation cut short by run_steps leaves a checkpoint where the next one resumes
+                writer.flush()
                 ckpt.save(end, state, {**meta, "step": end, "time": time.time()})
         finally:
             batches.close()
             writer.close()
             ckpt.close()
-    if final_eval is not None and start < config.num_steps:
-        _write_json(f"{out}/eval.json", final_eval)
     if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
         last_row = _last_train_row(f"{out}/metrics.jsonl")
         final_eval = _read_json(f"{out}/eval.json")
@@ -366,6 +395,23 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         skipped_steps=int(state["health"]["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
     )
+
+
+def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedConfig) -> Callable[..., Any]:
+    """The train step to call: the cached jit on one process; on several, compiled ahead of time and started
+    only once every process has compiled it (see ``distributed.barrier``)."""
+    if jax.process_count() == 1:
+        return comp.step
+    jitted: Any = comp.step  # a jax.jit function (typed as a plain callable in _Compiled)
+    compiled = jitted.lower(state, batch).compile()
+    distributed.barrier("train_step_compiled", distributed.init_timeout_s(cfg))
+    return compiled
+
+
+def _rows_of(source: BatchSource, rows: tuple[int, int]) -> Callable[[int], dict[str, np.ndarray]]:
+    """``source``'s global batches cut to this process's rows ``[lo, hi)``."""
+    lo, hi = rows
+    return lambda step: {k: v[lo:hi] for k, v in source.batch(step).items()}
 
 
 def _restore_or_init(comp: _Compiled, ckpt: Checkpointer) -> dict[str, Any]:
