@@ -81,6 +81,10 @@ def test_tutorial_runs_every_stage_and_reports(tutorial: TutorialRun) -> None:
     rows = [json.loads(line) for line in Path(f"{train}/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))
     assert rows[-1]["loss"] < rows[0]["loss"]
+    # the two-source mixture: 75/25 rows, then 50/50 from step 16 (the cooldown stage); 8 rows of 64 tokens
+    assert rows[0]["tokens/python"] + rows[0]["tokens/prose"] == 8 * 64
+    assert rows[-1]["tokens/python"] + rows[-1]["tokens/prose"] == 20 * 8 * 64
+    assert 0 < rows[15]["tokens/prose"] < rows[15]["tokens/python"]
     assert read_json(f"{train}/wandb.json")["mode"] == "offline"
     assert read_json(f"{train}/train_result.json")["step"] == 20
     assert any(p.name.isdigit() for p in Path(f"{train}/checkpoints").iterdir())
@@ -252,10 +256,11 @@ def test_the_tutorial_on_ray_lands_at_the_same_paths(tutorial: TutorialRun, ray_
     for name in STEPS:
         ray_path = result.output_path(name)
         assert ray_path.replace(prefix, "") == tutorial.paths[name].replace(tutorial.prefix, ""), name
-    local = read_json(f"{tutorial.paths['tokenized/stdlib']}/train/manifest.json")
-    on_ray = read_json(f"{result.output_path('tokenized/stdlib')}/train/manifest.json")
-    assert [s["tokens_sha256"] for s in on_ray["shards"]] == [s["tokens_sha256"] for s in local["shards"]]
-    assert on_ray["totals"] == local["totals"]
+    for source in ("python", "prose"):  # the tutorial's mixture sources: one train cache per domain
+        local = read_json(f"{tutorial.paths['tokenized/stdlib']}/train/{source}/manifest.json")
+        on_ray = read_json(f"{result.output_path('tokenized/stdlib')}/train/{source}/manifest.json")
+        assert [s["tokens_sha256"] for s in on_ray["shards"]] == [s["tokens_sha256"] for s in local["shards"]]
+        assert on_ray["totals"] == local["totals"]
     # the same model trained on the same batches (XLA's threaded CPU reductions may differ in the last bits)
     first = [json.loads(Path(f"{p}/metrics.jsonl").read_text().splitlines()[0])["loss"]
              for p in (tutorial.paths["train/tiny_moe"], result.output_path("train/tiny_moe"))]

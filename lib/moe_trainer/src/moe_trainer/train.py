@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.config import ModelConfig
+from moe_trainer.data.mixture import MixtureConfig
 from moe_trainer.evaluate import EvalConfig, evaluate
 from moe_trainer.health import HealthConfig
 from moe_trainer.loss import make_lm_loss, make_router_bias_update
@@ -48,7 +49,9 @@ class DataConfig:
     """Training data and held-out validation data (token caches written by the tokenize step)."""
 
     train_cache: str = ""
-    """Path (local or gs://...) of the training token cache."""
+    """Path (local or gs://...) of the training token cache (or use `mixture` for several weighted caches)."""
+    mixture: MixtureConfig = dataclasses.field(default_factory=MixtureConfig)
+    """Several training caches mixed by weight, with optional stages (data/mixture.py); excludes train_cache."""
     validation: dict[str, str] = dataclasses.field(default_factory=dict)
     """Validation caches by domain name, e.g. {python: /data/val-python, web: gs://b/val-web}."""
     seq_len: int = 512
@@ -63,6 +66,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1:
             raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= 1")
+        if self.train_cache and self.mixture.enabled:
+            raise ValueError(f"data.train_cache={self.train_cache!r} and data.mixture.sources are both set: use "
+                             "train_cache for one cache, or list it as one of the mixture's sources")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +148,12 @@ class TrainResult:
 
 class BatchSource(Protocol):
     def batch(self, step: int) -> dict[str, np.ndarray]: ...
+
+
+def _progress_of(source: BatchSource) -> Callable[[int], dict[str, float]]:
+    """Per-source metrics of a data position (a mixture's tokens/epochs per source); none for other sources."""
+    progress = getattr(source, "progress", None)
+    return progress if callable(progress) else (lambda _: {})
 
 
 def build_mesh(cfg: MeshConfig) -> Mesh:
@@ -228,14 +240,22 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
 def _open_source(config: TrainConfig) -> BatchSource:
     from moe_trainer.data.cache import TokenCache
     from moe_trainer.data.loader import TrainLoader
+    from moe_trainer.data.mixture import MixtureLoader
 
-    if not config.data.train_cache:
-        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step")
-    cache = TokenCache(config.data.train_cache)
-    if cache.vocab_size > config.model.vocab_size:
-        raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
-                         f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
-    return TrainLoader(cache, config.data.batch_size, config.data.seq_len, config.data.seed)
+    data = config.data
+    if not data.train_cache and not data.mixture.enabled:
+        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step "
+                         "(or give data.mixture.sources and weights)")
+    named = dict(data.mixture.sources) if data.mixture.enabled else {"train_cache": data.train_cache}
+    caches = {name: TokenCache(path) for name, path in named.items()}
+    for name, cache in caches.items():
+        if cache.vocab_size > config.model.vocab_size:
+            field = "data.train_cache" if not data.mixture.enabled else f"data.mixture.sources.{name}"
+            raise ValueError(f"{field} {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
+                             f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
+    if data.mixture.enabled:
+        return MixtureLoader(caches, data.mixture, data.batch_size, data.seq_len, data.seed)
+    return TrainLoader(caches["train_cache"], data.batch_size, data.seq_len, data.seed)
 
 
 def _metrics_row(step: int, m: dict[str, Any], lr_peak: float, tokens: int, dt: float | None,
@@ -304,6 +324,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         data_position = int(state["data_position"])
         batches = Prefetcher(source.batch, data_position, data_position + (end - start),
                              depth=config.data.prefetch)
+        progress = _progress_of(source)
         try:
             pending: tuple[int, Any] | None = None
             t_prev = time.perf_counter()
@@ -313,6 +334,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 jax.block_until_ready(p[1])
                 t_now = time.perf_counter()
                 row = _metrics_row(p[0], p[1], config.optimizer.lr, tokens, t_now - t_prev, fpt, peak_total)
+                row.update(progress(data_position + p[0] - start))
                 t_prev = t_now
                 rates.append(row["tokens_per_s"])
                 writer.log(row)
