@@ -18,6 +18,12 @@ Mixtures: with ``mixture`` weights (and optionally ``mixture_stages``) the step 
 ``train_sources`` names its cache; the trainer draws each batch's rows by weight (moe_trainer.data.mixture) and
 records ``tokens/{source}`` in metrics.jsonl.
 
+Warm start: ``init_from`` (another train step's output path, ``output_path_of(step)``, or a Hugging Face
+directory) initialises the model from those weights mapped onto this step's architecture
+(moe_trainer.warm_start: same path and shape copied, QK-norm gains one, new experts copied, router biases zero,
+dropped ones listed in ``warm_start.json``); ``warm_start`` says whether the optimizer state and the data
+position carry over. Both are identity fields, and a dependency on the source step.
+
 Resume: the trainer restores the newest complete checkpoint under ``output_path/checkpoints``. A step re-run
 by the executor after a failure or a preemption has the same output path, so it continues where the last
 attempt's checkpoint left it instead of starting over, and its batches are exactly those an uninterrupted run
@@ -48,6 +54,7 @@ from moe_trainer.presets import load_preset, preset_path
 from moe_trainer.train import TrainConfig as TrainerConfig
 from moe_trainer.train import TrainResult
 from moe_trainer.train import train as run_trainer
+from moe_trainer.warm_start import WarmStartConfig
 
 RUNTIME_FIELD_KEY = "marin.runtime"  # the executor's convention (marin/definition/placeholders.py)
 
@@ -80,6 +87,11 @@ class TrainConfig:
     """Weights from a later step on, e.g. (MixtureStage(500, {"python": 0.5, "prose": 0.5}),) for a cooldown."""
     train_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Caches of mixture sources that do not live under ``train_cache`` (another tokenize step's ``train/``)."""
+    init_from: str | None = None
+    """Warm-start from this checkpoint (a train step's output path) or Hugging Face directory, mapped onto this
+    step's architecture (None: a fresh initialisation)."""
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
+    """How ``init_from`` is mapped: optimizer state and data position reset or carried, new experts, renames."""
     num_steps: int | None = None
     """Optimizer steps (None: the preset's)."""
     batch_size: int | None = None
@@ -169,7 +181,8 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         model = dataclasses.replace(model, max_seq_len=data.seq_len)
     return dataclasses.replace(
         tc, model=model, data=data, num_steps=config.num_steps or tc.num_steps, seed=config.seed,
-        output_dir=config.output_path.rstrip("/"),
+        output_dir=config.output_path.rstrip("/"), init_from=config.init_from or tc.init_from,
+        warm_start=config.warm_start if config.init_from else tc.warm_start,
         checkpoint=dataclasses.replace(tc.checkpoint, dir=None,
                                        every_steps=config.checkpoint_every or tc.checkpoint.every_steps),
         eval=dataclasses.replace(tc.eval, every_steps=config.eval_every, max_batches=config.eval_max_batches),
@@ -230,4 +243,5 @@ def train(config: TrainConfig) -> dict[str, Any]:
     return json.loads(json.dumps(summary, default=str))
 
 
-__all__ = ["RUNTIME_FIELD_KEY", "MixtureStage", "TrainConfig", "runtime_field", "train", "trainer_config"]
+__all__ = ["RUNTIME_FIELD_KEY", "MixtureStage", "TrainConfig", "WarmStartConfig", "runtime_field", "train",
+           "trainer_config"]

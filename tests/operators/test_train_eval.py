@@ -295,3 +295,27 @@ def test_a_mixture_changes_the_step_identity(train_cache: str) -> None:
         return build_graph([Step(name="train/toy", fn=train, config=config)]).nodes[0].hash
 
     assert step_hash(mixture={"a": 0.5, "b": 0.5}) != step_hash(mixture={"a": 0.6, "b": 0.4}) != step_hash()
+
+
+def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(train_cache: str,
+                                                                              tmp_path: Path) -> None:
+    from marin import Step, output_path_of, this_output_path
+    from marin.graph.dag import build_graph
+    from operators.train import WarmStartConfig
+
+    base = dataclasses.replace(small_train(Path("unused"), train_cache), output_path=this_output_path())
+    source = Step(name="train/source", fn=train, config=base)
+    other = Step(name="train/other-source", fn=train, config=base)
+
+    def hashes(**changes: Any) -> str:
+        warm = Step(name="train/warm", fn=train, config=dataclasses.replace(base, **changes))
+        graph = build_graph([warm])
+        return next(n.hash for n in graph.nodes if n.step.name == "train/warm")
+
+    plain = hashes()
+    from_source = hashes(init_from=output_path_of(source))
+    assert len({plain, from_source, hashes(init_from=output_path_of(other)),
+                hashes(init_from=output_path_of(source), warm_start=WarmStartConfig(optimizer_state="carry"))}) == 4
+    tc = trainer_config(small_train(tmp_path / "w", train_cache, init_from="/runs/source",
+                                    warm_start=WarmStartConfig(data_position="carry")))
+    assert tc.init_from == "/runs/source" and tc.warm_start.data_position == "carry"

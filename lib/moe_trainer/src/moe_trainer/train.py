@@ -42,6 +42,7 @@ from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_dev
 from moe_trainer.model import Model, init_params, param_logical_axes
 from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
 from moe_trainer.step import init_state, make_train_step
+from moe_trainer.warm_start import WarmStartConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,12 @@ class TrainConfig:
     """Stop this invocation after this many steps (a later call resumes); the schedule still spans num_steps."""
     matmul_precision: str = "default"
     """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
+    init_from: str = ""
+    """Warm start (warm_start.py): a checkpoint (run dir, checkpoints/ or step dir) or a Hugging Face directory
+    whose parameters initialise this run, mapped across architectures; used only while output_dir has no
+    checkpoint of its own. Empty: a fresh initialisation."""
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
+    """How init_from is mapped: optimizer state reset/carry, data position, new experts, path renames."""
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -306,7 +313,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         comp = _compile(config.model, config.optimizer, config.schedule, config.health, config.accum_steps,
                         config.num_steps, config.seed, mesh, batch_shape)
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
-        state = _restore_or_init(comp, ckpt)
+        state = _restore_or_init(comp, ckpt, config)
         start = int(state["step"])
         end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         source = batch_source or _open_source(config)
@@ -381,9 +388,16 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
     )
 
 
-def _restore_or_init(comp: _Compiled, ckpt: Checkpointer) -> dict[str, Any]:
-    """The newest complete checkpoint restored onto this run's shardings, or a fresh state."""
+def _restore_or_init(comp: _Compiled, ckpt: Checkpointer, config: TrainConfig) -> dict[str, Any]:
+    """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state."""
     latest = ckpt.latest_step()
+    if latest is None and config.init_from:
+        from moe_trainer.warm_start import warm_state, write_report
+
+        state, report = warm_state(comp.init(), comp.shardings, config.model, config.init_from,
+                                   config.warm_start, config.seed)
+        print(write_report(report, config.output_dir), file=sys.stderr, flush=True)
+        return state
     if latest is None:
         return comp.init()
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
