@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = "experiments/tutorials/tiny_moe.py"
 EXP2 = "experiments/exp2_tiny_moe_aux_free.py"
 EXP3 = "experiments/exp3_tiny_moe_vocab2048.py"
+EXP16 = "experiments/exp16_qknorm_warm_start.py"
 STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib", "tokenized/stdlib",
          "train/tiny_moe", "eval/tiny_moe"]
 DATA_STEPS = STEPS[:4]
@@ -173,6 +174,17 @@ def test_exp3_reuses_only_the_steps_before_the_tokenizer(tutorial: TutorialRun) 
     new = ["tokenizer/stdlib-bpe2048", "tokenized/stdlib-bpe2048", "train/tiny_moe-bpe2048", "eval/tiny_moe-bpe2048"]
     assert {name: plan[name]["action"] for name in new} == dict.fromkeys(new, "run")
     assert plan["tokenizer/stdlib-bpe2048"]["dependencies"] == plan["tokenizer/stdlib"]["dependencies"]
+
+
+def test_exp16_warm_starts_from_its_source_step_on_the_tutorial_data(tutorial: TutorialRun) -> None:
+    plan = plan_json(EXP16, tutorial.prefix)
+    for name in DATA_STEPS:
+        assert (plan[name]["output_path"], plan[name]["action"]) == (tutorial.paths[name], "skip"), name
+    source = plan["train/exp16-no_qknorm"]
+    for warm in ("train/exp16-qknorm_warm", "train/exp16-no_qknorm_warm"):
+        assert plan[warm]["action"] == "run"
+        assert source["hash"] in plan[warm]["dependencies"]  # init_from=output_path_of(source): a dependency
+    assert plan["train/exp16-qknorm_warm"]["output_path"] != plan["train/exp16-no_qknorm_warm"]["output_path"]
 
 
 def validation_documents(tutorial: TutorialRun, domain: str) -> list[dict[str, str]]:

@@ -9,6 +9,8 @@ Three token caches (written through the real ``CacheWriter``, documents of diffe
 called directly on one thread (``loader``) and once consumed through the trainer's ``Prefetcher``
 (``prefetched``, what ``train`` does). The trainer's consumption is the median step time of the preset's real
 jitted train step (``train._compile``) on the same batch shape; ``ratio`` = loader tokens/s / trainer tokens/s.
+``--compare-single`` also times the single-cache ``TrainLoader`` on the first source, alternating 100-batch
+passes with the mixture (both then see the same machine load): the cost of the mixing rule itself.
 Prints one JSON object.
 """
 
@@ -25,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
+from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
+from moe_trainer.data.loader import TrainLoader
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage, open_mixture
 from moe_trainer.presets import load_preset
 from moe_trainer.train import TrainConfig
@@ -69,6 +72,21 @@ def time_loader(mixture: MixtureConfig, cfg: TrainConfig, steps: int) -> dict[st
             "tokens_seen": fresh.tokens_seen(steps)}
 
 
+def compare_single(mixture: MixtureConfig, cfg: TrainConfig, passes: int = 3) -> dict[str, list[float]]:
+    """Tokens/s of the mixture and of a TrainLoader on the first source, alternating 100-batch passes."""
+    b, s = cfg.data.batch_size, cfg.data.seq_len
+    loaders = {"mixture": open_mixture(mixture, b, s, seed=0),
+               "train_loader": TrainLoader(TokenCache(next(iter(mixture.sources.values()))), b, s, 0)}
+    out: dict[str, list[float]] = {k: [] for k in loaders}
+    for rep in range(passes):
+        for name, loader in loaders.items():
+            t0 = time.perf_counter()
+            for step in range(100 * rep, 100 * rep + 100):
+                loader.batch(step)
+            out[name].append(100 * b * s / (time.perf_counter() - t0))
+    return out
+
+
 def time_trainer(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
     import jax
 
@@ -104,6 +122,7 @@ def main() -> None:
     ap.add_argument("--trainer-steps", type=int, default=8, help="timed train steps (0: loader only)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--workdir", default=None, help="where the caches are written (default: a temp dir)")
+    ap.add_argument("--compare-single", action="store_true", help="also time the single-cache TrainLoader")
     args = ap.parse_args()
     cfg = load_preset(args.preset)
     cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
@@ -121,6 +140,8 @@ def main() -> None:
                                   "cache_write_s": write_s, "cpu_count": os.cpu_count(),
                                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                   "loader": time_loader(mixture, cfg, args.steps)}
+        if args.compare_single:
+            report["mixture_vs_train_loader_tokens_per_s"] = compare_single(mixture, cfg)
     if args.trainer_steps:
         report["trainer"] = time_trainer(cfg, args.trainer_steps, args.warmup)
         report["ratio"] = report["loader"]["loader_tokens_per_s"] / report["trainer"]["trainer_tokens_per_s"]
