@@ -19,6 +19,11 @@ the
 5. Write the filtered training set (same shards, same format; the validation split is copied), ``report.json``
    with the per-evaluation-set contamination and every overlapping pair, then fail if an evaluation set's
    contaminated share exceeds ``max_contamination``, naming the set, the documents and how to proceed.
+
+Mixtures: the training documents of a mixture's sources are the domains of one document dataset (ingest labels
+each source's documents with its domain; tokenize's ``train_by_domain`` makes one cache per domain). The report
+counts documents, removed and kept documents per domain (``training_domains``) and names the domain of every
+overlapping training document, so a leak is traced to the mixture source that carries it.
 """
 
 from __future__ import annotations
@@ -187,10 +192,14 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
     seen: list[list[np.ndarray]] = [[] for _ in prints]
     hits: dict[str, dict[int, np.ndarray]] = {}
     sources: dict[str, str] = {}
+    domain_of: dict[str, str] = {}
+    per_domain: dict[str, int] = {}
     train_docs = 0
     eval_named: list[str] = []
     for doc in iter_documents(config.input_path, "train"):
         train_docs += 1
+        domain = str(doc.get("domain", ""))
+        per_domain[domain] = per_domain.get(domain, 0) + 1
         # judge the path below the source's base directory: where the data lives (a pytest tmp dir, a
         # /home/test/ account) says nothing about what it is
         if looks_like_eval_split(doc.get("relpath", doc["source"])):
@@ -202,11 +211,12 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
                 seen[e].append(hit)
                 hits.setdefault(doc["id"], {})[e] = hit
                 sources[doc["id"]] = doc["source"]
+                domain_of[doc["id"]] = domain
     _refuse_eval_named(config, eval_named)  # before anything is written
     reports, removed = {}, set()
     for e, fp in enumerate(prints):
         rep, drop = _assess(fp, np.unique(np.concatenate(seen[e])) if seen[e] else np.empty(0, np.uint64),
-                            e, hits, sources, config)
+                            e, hits, sources, domain_of, config)
         reports[fp.es.name] = rep
         removed |= drop
     _write_filtered(config, manifest, removed)
@@ -219,8 +229,8 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
               "max_contamination": config.max_contamination,
               "eval_sets": reports, "training": {"documents": train_docs, "removed": len(removed),
                                                  "kept": train_docs - len(removed)},
-              "passed": not failing,
-              "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
+              "training_domains": _per_domain(per_domain, removed, domain_of),
+              "passed": not failing, "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
     write_json_atomic(f"{config.output_path.rstrip('/')}/report.json", report)
     for name, r in reports.items():
         print(f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation "
@@ -233,12 +243,22 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
     return report
 
 
+def _per_domain(documents: dict[str, int], removed: set[str], domain_of: dict[str, str]) -> dict[str, Any]:
+    """Training documents, removed and kept, per domain (per mixture source)."""
+    gone: dict[str, int] = {}
+    for tid in removed:
+        gone[domain_of[tid]] = gone.get(domain_of[tid], 0) + 1
+    return {d: {"documents": n, "removed": gone.get(d, 0), "kept": n - gone.get(d, 0)}
+            for d, n in sorted(documents.items())}
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _assess(fp: _Fingerprint, seen: np.ndarray, e: int, hits: dict[str, dict[int, np.ndarray]],
-            sources: dict[str, str], config: DecontaminateConfig) -> tuple[dict[str, Any], set[str]]:
+            sources: dict[str, str], domain_of: dict[str, str],
+            config: DecontaminateConfig) -> tuple[dict[str, Any], set[str]]:
     """Contamination of one evaluation set and the training documents that hold its leaked documents."""
     overlaps, drop = [], set()
     checked = 0
@@ -257,7 +277,7 @@ def _assess(fp: _Fingerprint, seen: np.ndarray, e: int, hits: dict[str, dict[int
                 if shared:
                     holders.append((shared, tid))
         holders.sort(reverse=True)
-        listed = [{"id": tid, "source": sources[tid], "shared_ngrams": shared,
+        listed = [{"id": tid, "source": sources[tid], "domain": domain_of[tid], "shared_ngrams": shared,
                    "removed": shared / h.size >= config.doc_overlap_threshold}
                   for shared, tid in holders[:_MAX_LISTED]]
         entry = {"eval_id": doc["id"], "eval_source": doc.get("source", doc["id"]), "overlap": share,

@@ -4,6 +4,7 @@ shard.
 Outputs under ``output_path``::
 
     train/                    # one token cache: the train split, all domains
+    train/{domain}/           # instead, with train_by_domain: one cache per domain (the sources of a mixture)
     validation/{domain}/      # one token cache per domain of the validation split (per-domain loss and bpb)
     tokenize.json             # where the caches are, the tokenizer identity, per-domain stats
 
@@ -54,6 +55,9 @@ class TokenizeConfig:
     """Documents per encode_batch call."""
     backend: Literal["auto", "ray", "processes"] = "auto"
     """``auto``: Ray tasks when Ray is initialised, else processes; ``ray`` requires Ray to be up."""
+    train_by_domain: bool = False
+    """Write the train split as one cache per domain, ``train/{domain}/``, so a train step can mix the domains
+    with weights of its own (``mixture``) instead of in their natural proportions."""
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "ray", "processes"):
@@ -127,7 +131,7 @@ def _plan(config: TokenizeConfig, manifest: dict[str, Any]) -> tuple[list[_Task]
     expected: dict[str, list[str]] = {}
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
-            if split == "train":
+            if split == "train" and not config.train_by_domain:
                 targets = {"*": f"{root}/train"}
             else:
                 targets = {d: f"{root}/{split}/{d}" for d in sorted(shard["domains"])}
@@ -221,17 +225,18 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
             "tokens_per_worker_cpu_s": tokens / cpu if cpu > 0 else 0.0}
     root = config.output_path.rstrip("/")
     caches = {path: writers[path].write_manifest(names) for path, names in expected.items()}
+    train_paths = {p for p in caches if p == f"{root}/train" or p.startswith(f"{root}/train/")}
     summary = {"train": "train" if f"{root}/train" in caches else None,
-               "validation": {p.rsplit("/", 1)[1]: p[len(root) + 1:] for p in caches if p != f"{root}/train"},
+               "train_domains": {p.rsplit("/", 1)[1]: p[len(root) + 1:] for p in sorted(train_paths)
+                                 if p != f"{root}/train"},
+               "validation": {p.rsplit("/", 1)[1]: p[len(root) + 1:] for p in caches if p not in train_paths},
                "tokenizer": info, "resumed_shards": len(tasks) - len(pending), "work": work,
                "header": asdict(header),
                "stats": {p[len(root) + 1:]: {"totals": m["totals"], "domains": m["domains"]}
                          for p, m in caches.items()}}
     write_json_atomic(f"{root}/tokenize.json", summary)
-    train = caches.get(f"{root}/train")
-    if train is not None:
-        doms = {k: DomainStats(**v) for k, v in train["domains"].items()}
-        print("[tokenize] train: " + ", ".join(f"{k} {v.tokens} tokens / {v.bytes} bytes" for k,
-                                               v in doms.items()),
-              file=sys.stderr)
+    for path in sorted(train_paths):
+        doms = {k: DomainStats(**v) for k, v in caches[path]["domains"].items()}
+        print(f"[tokenize] {path[len(root) + 1:]}: " + ", ".join(f"{k} {v.tokens} tokens / {v.bytes} bytes"
+                                                                 for k, v in doms.items()), file=sys.stderr)
     return summary

@@ -13,6 +13,17 @@ The model and optimizer come from a trainer preset (``preset``: a name such as `
 dotted path, e.g. ``{"optimizer.lr": 1e-3, "schedule.warmup_steps": 10}``), then the explicit fields of this
 config (steps, batch, sequence length, seeds). Unknown fields are errors that list the valid ones.
 
+Mixtures: with ``mixture`` weights (and optionally ``mixture_stages``) the step trains on several caches, source
+``s`` being ``{train_cache}/{s}`` (the per-domain caches of a tokenize step with ``train_by_domain=True``) unless
+``train_sources`` names its cache; the trainer draws each batch's rows by weight (moe_trainer.data.mixture) and
+records ``tokens/{source}`` in metrics.jsonl.
+
+Warm start: ``init_from`` (another train step's output path, ``output_path_of(step)``, or a Hugging Face
+directory) initialises the model from those weights mapped onto this step's architecture
+(moe_trainer.warm_start: same path and shape copied, QK-norm gains one, new experts copied, router biases zero,
+dropped ones listed in ``warm_start.json``); ``warm_start`` says whether the optimizer state and the data
+position carry over. Both are identity fields, and a dependency on the source step.
+
 Resume: the trainer restores the newest complete checkpoint under ``output_path/checkpoints``. A step re-run
 by the executor after a failure or a preemption has the same output path, so it continues where the last
 attempt's checkpoint left it instead of starting over, and its batches are exactly those an uninterrupted run
@@ -44,10 +55,12 @@ import draccus
 from moe_trainer import distributed
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache, write_json_atomic
+from moe_trainer.data.mixture import MixtureConfig, MixtureStage
 from moe_trainer.presets import load_preset, preset_path
 from moe_trainer.train import TrainConfig as TrainerConfig
 from moe_trainer.train import TrainResult
 from moe_trainer.train import train as run_trainer
+from moe_trainer.warm_start import WarmStartConfig
 
 RUNTIME_FIELD_KEY = "marin.runtime"  # the executor's convention (marin/definition/placeholders.py)
 
@@ -62,7 +75,8 @@ class TrainConfig:
     output_path: str
     """The run directory: checkpoints/, metrics.jsonl, wandb.json (the step's own output path)."""
     train_cache: str
-    """The training token cache (the tokenize step's ``train/``)."""
+    """The training token cache (the tokenize step's ``train/``); with ``mixture``, the directory holding one
+    cache per source (``train/`` of a tokenize step with ``train_by_domain=True``)."""
     validation: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Validation caches by domain for evaluation during training (optional; the evaluate step does the full
     per-domain evaluation of the final checkpoint)."""
@@ -72,6 +86,18 @@ class TrainConfig:
     """A whole ModelConfig replacing the preset's, or ModelConfig fields to change, e.g. {"n_layers": 2}."""
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Other trainer fields by dotted path, e.g. {"optimizer.lr": 0.001, "schedule.warmup_steps": 10}."""
+    mixture: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Train on several sources by weight, e.g. {"python": 0.8, "prose": 0.2} (normalised); source s reads the
+    cache ``{train_cache}/{s}`` or ``train_sources[s]``. Empty: train on ``train_cache`` alone."""
+    mixture_stages: tuple[MixtureStage, ...] = ()
+    """Weights from a later step on, e.g. (MixtureStage(500, {"python": 0.5, "prose": 0.5}),) for a cooldown."""
+    train_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Caches of mixture sources that do not live under ``train_cache`` (another tokenize step's ``train/``)."""
+    init_from: str | None = None
+    """Warm-start from this checkpoint (a train step's output path) or Hugging Face directory, mapped onto this
+    step's architecture (None: a fresh initialisation)."""
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
+    """How ``init_from`` is mapped: optimizer state and data position reset or carried, new experts, renames."""
     num_steps: int | None = None
     """Optimizer steps (None: the preset's)."""
     batch_size: int | None = None
@@ -104,6 +130,9 @@ class TrainConfig:
             raise ValueError(f"train: eval_every={self.eval_every} must be >= 0")
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"train: wandb_mode={self.wandb_mode!r} must be offline, online or disabled")
+        if (self.mixture_stages or self.train_sources) and not self.mixture:
+            raise ValueError("train: mixture_stages/train_sources need `mixture` weights for step 0, e.g. "
+                             "mixture={'python': 0.8, 'prose': 0.2}")
 
 
 def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -> Any:
@@ -152,7 +181,8 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         tc = _apply(tc, {f"model.{key}": value for key, value in config.model.items()}, "model")
     tc = _apply(tc, config.overrides, "overrides")
     data = dataclasses.replace(
-        tc.data, train_cache=config.train_cache, validation=dict(config.validation), seed=config.data_seed,
+        tc.data, train_cache="" if config.mixture else config.train_cache, mixture=_mixture(config),
+        validation=dict(config.validation), seed=config.data_seed,
         batch_size=config.batch_size or tc.data.batch_size, seq_len=config.seq_len or tc.data.seq_len)
     model = tc.model
     if config.seq_len is not None or data.seq_len > model.max_seq_len:
@@ -160,7 +190,8 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         model = dataclasses.replace(model, max_seq_len=data.seq_len)
     return dataclasses.replace(
         tc, model=model, data=data, num_steps=config.num_steps or tc.num_steps, seed=config.seed,
-        output_dir=config.output_path.rstrip("/"),
+        output_dir=config.output_path.rstrip("/"), init_from=config.init_from or tc.init_from,
+        warm_start=config.warm_start if config.init_from else tc.warm_start,
         checkpoint=dataclasses.replace(tc.checkpoint, dir=None,
                                        every_steps=config.checkpoint_every or tc.checkpoint.every_steps),
         eval=dataclasses.replace(tc.eval, every_steps=config.eval_every, max_batches=config.eval_max_batches),
@@ -170,20 +201,35 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         run_steps=None)
 
 
+def _mixture(config: TrainConfig) -> MixtureConfig:
+    """The trainer's MixtureConfig of this step (empty without ``mixture``)."""
+    if not config.mixture:
+        return MixtureConfig()
+    names = dict.fromkeys([*config.mixture, *(n for st in config.mixture_stages for n in st.weights),
+                           *config.train_sources])
+    root = config.train_cache.rstrip("/")
+    if not root and set(names) - set(config.train_sources):
+        raise ValueError(f"train: train_cache is empty, so every mixture source needs a train_sources entry; "
+                         f"missing: {sorted(set(names) - set(config.train_sources))}")
+    sources = {n: config.train_sources.get(n, f"{root}/{n}") for n in names}
+    return MixtureConfig(sources=sources, weights=dict(config.mixture),
+                         stages=tuple(MixtureStage(st.start_step, dict(st.weights)) for st in config.mixture_stages))
+
+
 def _run_name(output_path: str) -> str:
     parts = output_path.rstrip("/").split("/")
     return "/".join(parts[-2:])  # e.g. "train/tiny_moe-1a2b3c4d": the step name and hash
 
 
 def _check_vocab(tc: TrainerConfig) -> None:
-    cache = TokenCache(tc.data.train_cache)
-    if cache.vocab_size > tc.model.vocab_size:
-        raise ValueError(
-            f"train: the token cache {tc.data.train_cache} has vocab_size {cache.vocab_size} but the model "
-            "has "
-            f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's "
-            "vocabulary) "
-            "in the train step's config")
+    paths = list(tc.data.mixture.sources.values()) if tc.data.mixture.enabled else [tc.data.train_cache]
+    for path in paths:
+        cache = TokenCache(path)
+        if cache.vocab_size > tc.model.vocab_size:
+            raise ValueError(
+                f"train: the token cache {path} has vocab_size {cache.vocab_size} but the model has "
+                f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's "
+                "vocabulary) in the train step's config")
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
@@ -211,4 +257,5 @@ def train(config: TrainConfig) -> dict[str, Any]:
     return json.loads(json.dumps(summary, default=str))
 
 
-__all__ = ["RUNTIME_FIELD_KEY", "TrainConfig", "runtime_field", "train", "trainer_config"]
+__all__ = ["RUNTIME_FIELD_KEY", "MixtureStage", "TrainConfig", "WarmStartConfig", "runtime_field", "train",
+           "trainer_config"]

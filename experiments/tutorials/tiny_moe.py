@@ -3,10 +3,11 @@
 Issue: local/experiments#1 (the local issue tracker under the prefix; `marin dashboard` shows it and the
 status comment this run keeps up to date).
 
-Hypothesis: a 2-layer MoE (4 routed experts, top-2, one shared expert) trained for a few hundred steps on the
-Python standard library's source code learns code far better than English: on held-out documents its bits
-per byte are clearly lower for `python` than for `prose` (the stdlib's own documentation, pydoc_data.topics,
-which is about 4% of the training text).
+Hypothesis: a 2-layer MoE (4 routed experts, top-2, one shared expert) trained for a few hundred steps on a
+mixture of two sources, the Python standard library's source code (`python`) and its own documentation
+(`prose`, pydoc_data.topics), learns code far better than English: on held-out documents its bits per byte are
+clearly lower for `python` than for `prose`, even though the mixture gives prose 25% of the training rows (50%
+in a cooldown stage over the last fifth of the steps) instead of its natural ~4% of the text.
 
     python experiments/tutorials/tiny_moe.py                 # embedded Ray; or: marin run ... --backend local
     marin plan experiments/tutorials/tiny_moe.py              # what would run, and why
@@ -14,8 +15,9 @@ which is about 4% of the training text).
 
 The chain: ingest (raw files -> documents with a content-hash train/validation split) -> decontaminate (drop
 training documents that contain held-out validation text) -> train a byte-level BPE tokenizer -> tokenize into
-the trainer's token cache -> train the MoE (Feistel data order, checkpoints, metrics.jsonl) -> evaluate each
-domain (bits per byte, dropless). Every output lands at a content-addressed path under the prefix, so a second
+the trainer's token caches, one per source -> train the MoE on a weighted mixture of the two sources (Feistel
+data order per source, checkpoints, metrics.jsonl with the tokens seen per source) -> evaluate each domain
+(bits per byte, dropless). Every output lands at a content-addressed path under the prefix, so a second
 run skips every step, and changing one setting below re-runs only the steps downstream of it.
 
 Settings from the environment (they are part of the steps' configs, so they get their own output paths):
@@ -36,7 +38,7 @@ from operators.decontaminate import DecontaminateConfig, EvalSet, decontaminate
 from operators.evaluate import EvaluateConfig, evaluate
 from operators.ingest import IngestConfig, Source, ingest
 from operators.tokenize import TokenizeConfig, tokenize
-from operators.train import TrainConfig, train
+from operators.train import MixtureStage, TrainConfig, train
 from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer
 
 ISSUE = "local/experiments#1"
@@ -99,9 +101,9 @@ tokenizer = Step(
 )
 
 tokenized = Step(
-    name="tokenized/stdlib", fn=tokenize, description="token caches: train + one validation cache per domain",
+    name="tokenized/stdlib", fn=tokenize, description="token caches: train and validation, one per domain",
     config=TokenizeConfig(input_path=output_path_of(decontaminated), tokenizer_path=output_path_of(tokenizer),
-                          output_path=this_output_path()),
+                          output_path=this_output_path(), train_by_domain=True),
 )
 
 # The model: small enough that a 2-core CPU does a training step in well under a second.
@@ -110,11 +112,15 @@ TINY_MOE = {"vocab_size": VOCAB_SIZE, "d_model": 64, "n_layers": 2, "n_heads": 4
             "d_ff": 128, "n_experts": 4, "top_k": 2, "expert_d_ff": 128, "n_shared_experts": 1,
             "shared_d_ff": 128}
 NUM_STEPS = 20 if SMALL else 600
+# The two sources by weight (rows of each batch, drawn per step from the step index and the data seed), then a
+# cooldown stage with more prose; every source keeps its own shuffled order and epoch count.
+MIXTURE = {"python": 0.75, "prose": 0.25}
+COOLDOWN = MixtureStage(start_step=NUM_STEPS * 4 // 5, weights={"python": 0.5, "prose": 0.5})
 tiny_moe = Step(
     name="train/tiny_moe", fn=train,
     description="a 2-layer MoE (4 experts, top-2, 1 shared) from the tiny preset",
     config=TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized, "train"),
-                       preset="tiny", model=TINY_MOE,
+                       mixture=MIXTURE, mixture_stages=(COOLDOWN,), preset="tiny", model=TINY_MOE,
                        overrides={"schedule.warmup_steps": max(NUM_STEPS // 10, 1), "optimizer.lr": 0.004},
                        num_steps=NUM_STEPS, batch_size=8 if SMALL else 16, seq_len=64 if SMALL else 128,
                        seed=0, data_seed=0, checkpoint_every=max(NUM_STEPS // 2, 1)),

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = "experiments/tutorials/tiny_moe.py"
 EXP2 = "experiments/exp2_tiny_moe_aux_free.py"
 EXP3 = "experiments/exp3_tiny_moe_vocab2048.py"
+EXP16 = "experiments/exp16_qknorm_warm_start.py"
 STEPS = ["documents/stdlib", "decontaminated/stdlib", "tokenizer/stdlib", "tokenized/stdlib",
          "train/tiny_moe", "eval/tiny_moe"]
 DATA_STEPS = STEPS[:4]
@@ -82,6 +83,10 @@ def test_tutorial_runs_every_stage_and_reports(tutorial: TutorialRun) -> None:
     rows = [json.loads(line) for line in Path(f"{train}/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))
     assert rows[-1]["loss"] < rows[0]["loss"]
+    # the two-source mixture: 75/25 rows, then 50/50 from step 16 (the cooldown stage); 8 rows of 64 tokens
+    assert rows[0]["tokens/python"] + rows[0]["tokens/prose"] == 8 * 64
+    assert rows[-1]["tokens/python"] + rows[-1]["tokens/prose"] == 20 * 8 * 64
+    assert 0 < rows[15]["tokens/prose"] < rows[15]["tokens/python"]
     assert read_json(f"{train}/wandb.json")["mode"] == "offline"
     assert read_json(f"{train}/train_result.json")["step"] == 20
     assert any(p.name.isdigit() for p in Path(f"{train}/checkpoints").iterdir())
@@ -173,6 +178,17 @@ def test_exp3_reuses_only_the_steps_before_the_tokenizer(tutorial: TutorialRun) 
     assert plan["tokenizer/stdlib-bpe2048"]["dependencies"] == plan["tokenizer/stdlib"]["dependencies"]
 
 
+def test_exp16_warm_starts_from_its_source_step_on_the_tutorial_data(tutorial: TutorialRun) -> None:
+    plan = plan_json(EXP16, tutorial.prefix)
+    for name in DATA_STEPS:
+        assert (plan[name]["output_path"], plan[name]["action"]) == (tutorial.paths[name], "skip"), name
+    source = plan["train/exp16-no_qknorm"]
+    for warm in ("train/exp16-qknorm_warm", "train/exp16-no_qknorm_warm"):
+        assert plan[warm]["action"] == "run"
+        assert source["hash"] in plan[warm]["dependencies"]  # init_from=output_path_of(source): a dependency
+    assert plan["train/exp16-qknorm_warm"]["output_path"] != plan["train/exp16-no_qknorm_warm"]["output_path"]
+
+
 def validation_documents(tutorial: TutorialRun, domain: str) -> list[dict[str, str]]:
     from operators.documents import iter_documents
 
@@ -258,10 +274,11 @@ def test_the_tutorial_on_ray_lands_at_the_same_paths(tutorial: TutorialRun, ray_
     for name in STEPS:
         ray_path = result.output_path(name)
         assert ray_path.replace(prefix, "") == tutorial.paths[name].replace(tutorial.prefix, ""), name
-    local = read_json(f"{tutorial.paths['tokenized/stdlib']}/train/manifest.json")
-    on_ray = read_json(f"{result.output_path('tokenized/stdlib')}/train/manifest.json")
-    assert [s["tokens_sha256"] for s in on_ray["shards"]] == [s["tokens_sha256"] for s in local["shards"]]
-    assert on_ray["totals"] == local["totals"]
+    for source in ("python", "prose"):  # the tutorial's mixture sources: one train cache per domain
+        local = read_json(f"{tutorial.paths['tokenized/stdlib']}/train/{source}/manifest.json")
+        on_ray = read_json(f"{result.output_path('tokenized/stdlib')}/train/{source}/manifest.json")
+        assert [s["tokens_sha256"] for s in on_ray["shards"]] == [s["tokens_sha256"] for s in local["shards"]]
+        assert on_ray["totals"] == local["totals"]
     # the same model trained on the same batches (XLA's threaded CPU reductions may differ in the last bits)
     first = [json.loads(Path(f"{p}/metrics.jsonl").read_text().splitlines()[0])["loss"]
              for p in (tutorial.paths["train/tiny_moe"], result.output_path("train/tiny_moe"))]

@@ -87,6 +87,23 @@ def test_injected_leak_is_caught_reported_and_filtered(corpus: Path, eval_file: 
     assert removed == [overlap["training_documents"][0]["id"]]
 
 
+def test_a_two_source_mixture_reports_which_source_leaked(corpus: Path, eval_file: str, tmp_path: Path) -> None:
+    """The documents of a mixture's two sources (domains python and math): the report counts each source's
+    documents and removals and names the domain of the leaking training document."""
+    leak = tmp_path / "mix" / "worked_examples.txt"
+    leak.parent.mkdir()
+    leak.write_text("Worked examples.\n\n" + QUESTION + "\n\n" + "Practice makes perfect. " * 5, encoding="utf-8")
+    two = _ingest(corpus, tmp_path / "two", extra=leak)
+    report = decontaminate(DecontaminateConfig(input_path=two, eval_sets=(EvalSet("gsm8k", eval_file),),
+                                               output_path=str(tmp_path / "out"), max_contamination=0.5))
+    assert report["training_domains"] == {"math": {"documents": 1, "removed": 1, "kept": 0},
+                                          "python": {"documents": 24, "removed": 0, "kept": 24}}
+    holder = report["eval_sets"]["gsm8k"]["overlaps"][0]["training_documents"][0]
+    assert holder["domain"] == "math" and holder["removed"]
+    kept = {d["domain"] for d in iter_documents(str(tmp_path / "out"))}
+    assert kept == {"python"}
+
+
 def test_bloom_filter_method_agrees_with_exact(corpus: Path, eval_file: str, tmp_path: Path) -> None:
     leak = tmp_path / "leak.txt"
     leak.write_text("intro words here. " + OTHER_EVAL, encoding="utf-8")

@@ -72,6 +72,24 @@ def test_per_domain_validation_caches(dataset: str, tokenizer_dir: str, tokenize
         assert set(cache.domains) == {dom} and cache.num_bytes == val_domains[dom]["bytes"]
 
 
+def test_train_by_domain_writes_one_cache_per_mixture_source(dataset: str, tokenizer_dir: str, tokenized: str,
+                                                             tmp_path: Path) -> None:
+    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
+                                      num_workers=1, backend="processes", train_by_domain=True))
+    train_domains = read_manifest(dataset)["splits"]["train"]["domains"]
+    assert summary["train"] is None and set(summary["train_domains"]) == set(train_domains) == {"python", "prose"}
+    assert summary["validation"] == json.loads(Path(tokenized, "tokenize.json").read_text())["validation"]
+    total = 0
+    for dom, rel in summary["train_domains"].items():
+        cache = TokenCache(f"{tmp_path}/{rel}")
+        assert rel == f"train/{dom}" and set(cache.domains) == {dom}
+        assert cache.read(0, cache.num_tokens).tolist() == _reference(dataset, tokenizer_dir, "train", dom)
+        assert cache.num_bytes == train_domains[dom]["bytes"]
+        total += cache.num_tokens
+    assert total == TokenCache(f"{tokenized}/train").num_tokens
+    assert not Path(tmp_path, "train", "manifest.json").exists()
+
+
 def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokenizer_dir: str, tokenized: str,
                                                            tmp_path: Path) -> None:
     summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir,

@@ -40,6 +40,7 @@ from jax.sharding import PartitionSpec as P
 from moe_trainer import distributed, optim
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
 from moe_trainer.config import ModelConfig
+from moe_trainer.data.mixture import MixtureConfig
 from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import EvalConfig, evaluate
 from moe_trainer.health import HealthConfig
@@ -48,6 +49,7 @@ from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_dev
 from moe_trainer.model import Model, init_params, param_logical_axes
 from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
 from moe_trainer.step import init_state, make_train_step
+from moe_trainer.warm_start import WarmStartConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +57,9 @@ class DataConfig:
     """Training data and held-out validation data (token caches written by the tokenize step)."""
 
     train_cache: str = ""
-    """Path (local or gs://...) of the training token cache."""
+    """Path (local or gs://...) of the training token cache (or use `mixture` for several weighted caches)."""
+    mixture: MixtureConfig = dataclasses.field(default_factory=MixtureConfig)
+    """Several training caches mixed by weight, with optional stages (data/mixture.py); excludes train_cache."""
     validation: dict[str, str] = dataclasses.field(default_factory=dict)
     """Validation caches by domain name, e.g. {python: /data/val-python, web: gs://b/val-web}."""
     seq_len: int = 512
@@ -69,8 +73,11 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1:
-            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= "
-                             "1")
+            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be "
+                             ">= 1")
+        if self.train_cache and self.mixture.enabled:
+            raise ValueError(f"data.train_cache={self.train_cache!r} and data.mixture.sources are both set: use "
+                             "train_cache for one cache, or list it as one of the mixture's sources")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +129,12 @@ class TrainConfig:
     num_steps."""
     matmul_precision: str = "default"
     """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
+    init_from: str = ""
+    """Warm start (warm_start.py): a checkpoint (run dir, checkpoints/ or step dir) or a Hugging Face directory
+    whose parameters initialise this run, mapped across architectures; used only while output_dir has no
+    checkpoint of its own. Empty: a fresh initialisation."""
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
+    """How init_from is mapped: optimizer state reset/carry, data position, new experts, path renames."""
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -153,6 +166,12 @@ class TrainResult:
 
 class BatchSource(Protocol):
     def batch(self, step: int) -> dict[str, np.ndarray]: ...
+
+
+def _progress_of(source: BatchSource) -> Callable[[int], dict[str, float]]:
+    """Per-source metrics of a data position (a mixture's tokens/epochs per source); none for other sources."""
+    progress = getattr(source, "progress", None)
+    return progress if callable(progress) else (lambda _: {})
 
 
 def build_mesh(cfg: MeshConfig) -> Mesh:
@@ -246,21 +265,28 @@ def _open_source(config: TrainConfig, rows: tuple[int, int]) -> BatchSource:
     """The token-cache loader of this process's rows ``[lo, hi)`` of every global batch."""
     from moe_trainer.data.cache import TokenCache
     from moe_trainer.data.loader import TrainLoader
+    from moe_trainer.data.mixture import MixtureLoader
 
-    if not config.data.train_cache:
-        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step")
-    cache = TokenCache(config.data.train_cache)
-    if cache.vocab_size > config.model.vocab_size:
-        raise ValueError(f"data.train_cache {cache.path} has vocab_size {cache.vocab_size} > "
-                         "model.vocab_size "
-                         f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
+    data = config.data
+    if not data.train_cache and not data.mixture.enabled:
+        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step "
+                         "(or give data.mixture.sources and weights)")
+    named = dict(data.mixture.sources) if data.mixture.enabled else {"train_cache": data.train_cache}
+    caches = {name: TokenCache(path) for name, path in named.items()}
+    for name, cache in caches.items():
+        if cache.vocab_size > config.model.vocab_size:
+            field = "data.train_cache" if not data.mixture.enabled else f"data.mixture.sources.{name}"
+            raise ValueError(f"{field} {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
+                             f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
     lo, hi = rows
-    b = config.data.batch_size
+    b = data.batch_size
     if lo % (hi - lo) or b % (hi - lo):
         raise ValueError(f"process {jax.process_index()} holds batch rows [{lo}, {hi}) of {b}: not an aligned "
                          "equal block; choose data.batch_size and mesh so the batch splits evenly by process")
-    return TrainLoader(cache, b, config.data.seq_len, config.data.seed, process_index=lo // (hi - lo),
-                       process_count=b // (hi - lo))
+    split = {"process_index": lo // (hi - lo), "process_count": b // (hi - lo)}
+    if data.mixture.enabled:
+        return MixtureLoader(caches, data.mixture, b, data.seq_len, data.seed, **split)
+    return TrainLoader(caches["train_cache"], b, data.seq_len, data.seed, **split)
 
 
 def _metrics_row(step: int, m: dict[str, Any], lr_peak: float, tokens: int, dt: float | None,
@@ -315,11 +341,12 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         comp = _compile(config.model, config.optimizer, config.schedule, config.health, config.accum_steps,
                         config.num_steps, config.seed, mesh, batch_shape)
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
-        state = _restore_or_init(comp, ckpt)
+        state = _restore_or_init(comp, ckpt, config)
         start = int(state["step"])
         end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         rows = distributed.process_rows(comp.batch_sharding, batch_shape)
-        fetch = _open_source(config, rows).batch if batch_source is None else _rows_of(batch_source, rows)
+        source = _open_source(config, rows) if batch_source is None else batch_source
+        fetch = source.batch if batch_source is None else _rows_of(batch_source, rows)
         run_config = draccus.encode(config)
         meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
         writer = MetricsWriter(out, config.metrics, run_config=run_config, total_steps=config.num_steps,
@@ -334,6 +361,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         data_position = int(state["data_position"])
         batches = Prefetcher(fetch, data_position, data_position + (end - start),
                              depth=config.data.prefetch)
+        progress = _progress_of(source)
         try:
             pending: tuple[int, Any] | None = None
             run_step: Callable[..., Any] | None = None
@@ -344,6 +372,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 jax.block_until_ready(p[1])
                 t_now = time.perf_counter()
                 row = _metrics_row(p[0], p[1], config.optimizer.lr, tokens, t_now - t_prev, fpt, peak_total)
+                row.update(progress(data_position + p[0] - start))
                 t_prev = t_now
                 rates.append(row["tokens_per_s"])
                 writer.log(row)
@@ -414,9 +443,16 @@ def _rows_of(source: BatchSource, rows: tuple[int, int]) -> Callable[[int], dict
     return lambda step: {k: v[lo:hi] for k, v in source.batch(step).items()}
 
 
-def _restore_or_init(comp: _Compiled, ckpt: Checkpointer) -> dict[str, Any]:
-    """The newest complete checkpoint restored onto this run's shardings, or a fresh state."""
+def _restore_or_init(comp: _Compiled, ckpt: Checkpointer, config: TrainConfig) -> dict[str, Any]:
+    """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state."""
     latest = ckpt.latest_step()
+    if latest is None and config.init_from:
+        from moe_trainer.warm_start import warm_state, write_report
+
+        state, report = warm_state(comp.init(), comp.shardings, config.model, config.init_from,
+                                   config.warm_start, config.seed)
+        print(write_report(report, config.output_dir), file=sys.stderr, flush=True)
+        return state
     if latest is None:
         return comp.init()
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),

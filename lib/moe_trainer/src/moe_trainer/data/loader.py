@@ -65,6 +65,27 @@ def _segments(doc_starts: np.ndarray, q0: int, length: int) -> np.ndarray:
     return np.cumsum(marks, dtype=np.int32)
 
 
+def sequence_rows(cache: TokenCache, seqs: np.ndarray, seq_len: int) -> Batch:
+    """The training rows of sequences ``seqs`` of ``cache`` (sequence i = stream window [i*S, i*S + S])."""
+    s = seq_len
+    windows = np.stack([_window(cache, int(i) * s, s + 1) for i in seqs]) if len(seqs) else \
+        np.empty((0, s + 1), np.int32)
+    segs = np.stack([_segments(cache.doc_starts, int(i) * s, s) for i in seqs]) if len(seqs) else \
+        np.empty((0, s), np.int32)
+    return {"inputs": windows[:, :-1], "targets": windows[:, 1:], "segment_ids": segs,
+            "loss_mask": np.ones((len(seqs), s), dtype=np.float32)}
+
+
+def epoch_order(perm: Callable[[int], FeistelPermutation], num_sequences: int, j: np.ndarray) -> np.ndarray:
+    """Sequence read at stream position ``j`` of a source: ``perm(e)(j mod N)`` in epoch ``e = j // N``."""
+    epochs, within = np.divmod(j, num_sequences)
+    out = np.empty_like(j)
+    for e in np.unique(epochs):  # a batch straddles at most a couple of epochs
+        sel = epochs == e
+        out[sel] = perm(int(e))(within[sel])
+    return out
+
+
 class TrainLoader:
     """Batches ``{"inputs", "targets", "segment_ids", "loss_mask"}`` of shape [B, S] for any step,
     statelessly.
@@ -110,20 +131,10 @@ class TrainLoader:
             raise ValueError(f"step must be >= 0, got {step}")
         rows = self.batch_size // self.process_count
         j = step * self.batch_size + self.process_index * rows + np.arange(rows, dtype=np.int64)
-        epochs, within = np.divmod(j, self.num_sequences)
-        out = np.empty_like(j)
-        for e in np.unique(epochs):  # a batch straddles at most a couple of epochs
-            sel = epochs == e
-            out[sel] = self.permutation(int(e))(within[sel])
-        return out
+        return epoch_order(self.permutation, self.num_sequences, j)
 
     def batch(self, step: int) -> Batch:
-        seqs = self.sequence_indices(step)
-        s = self.seq_len
-        windows = np.stack([_window(self.cache, int(i) * s, s + 1) for i in seqs])
-        segs = np.stack([_segments(self.cache.doc_starts, int(i) * s, s) for i in seqs])
-        return {"inputs": windows[:, :-1], "targets": windows[:, 1:], "segment_ids": segs,
-                "loss_mask": np.ones((len(seqs), s), dtype=np.float32)}
+        return sequence_rows(self.cache, self.sequence_indices(step), self.seq_len)
 
     def iterate(self, start_step: int = 0, num_steps: int | None = None, prefetch: int = 4) -> Prefetcher:
         """Batches for ``start_step, start_step + 1, ...`` computed ahead on a background thread."""
