@@ -256,8 +256,24 @@ def test_hero_preset_carries_the_may_rule() -> None:
     from moe_trainer.presets import load_preset
 
     preset = load_preset("marin-535b-a23b")
-    hp = MoeMayRule().at(preset.data.batch_size, preset.data.seq_len,
-                         float(preset.num_steps * preset.data.batch_size * preset.data.seq_len), preset.model.d_model)
+    data = preset.data
+    tokens = float(preset.num_steps * data.batch_size * data.seq_len)
+    hp = MoeMayRule().at(data.batch_size, data.seq_len, tokens, preset.model.d_model)
     opt = preset.optimizer
     assert opt.name == "muonh" and opt.beta1 == hp.beta1 and opt.beta2 == hp.beta2
     assert (opt.lr, opt.hyperball_lr, opt.eps) == pytest.approx((hp.adam_lr, hp.lr, hp.eps), rel=2e-3)
+
+
+def test_delphi_v2_rule_for_a_model_counts_its_training_flops() -> None:
+    from moe_trainer.flops import flops_per_token
+
+    cfg = ModelConfig(vocab_size=1024, d_model=64, n_layers=2, n_experts=4, top_k=2)
+    fpt = flops_per_token(cfg, 128)
+    assert fpt.total == pytest.approx(3 * fpt.forward)
+    hp = DelphiV2Rule(target_steps=256).for_model(1e13, cfg, seq_len=128)
+    assert hp.tokens == pytest.approx(1e13 / fpt.total) and hp == DelphiV2Rule(target_steps=256).for_budget(
+        1e13, fpt.total, 128)
+    # ~256 steps asks for 2^ceil(log2(T / (256 * 128))) = 512 sequences; the lr cap halves it to 128.
+    assert 2 ** math.ceil(math.log2(hp.tokens / (256 * 128))) == 512
+    rule = DelphiV2Rule()
+    assert hp.batch_size == 128 and hp.lr < 0.01 <= rule._lr(256 * 128, hp.tokens)

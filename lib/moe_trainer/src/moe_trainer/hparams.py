@@ -154,6 +154,12 @@ class DelphiV2Rule:
         tokens = flops / flops_per_token
         return self.at(self.batch_for(seq_len, tokens), seq_len, tokens)
 
+    def for_model(self, flops: float, model: Any, seq_len: int) -> Hyperparameters:
+        """``for_budget`` with the training FLOPs per token of a ModelConfig (``flops.flops_per_token``)."""
+        from moe_trainer.flops import flops_per_token
+
+        return self.for_budget(flops, flops_per_token(model, seq_len).total, seq_len)
+
 
 @dataclasses.dataclass(frozen=True)
 class MoeMayRule:
