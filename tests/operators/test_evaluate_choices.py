@@ -155,7 +155,9 @@ def trained(dataset: str, tokenizer_dir: str, tmp_path_factory: pytest.TempPathF
             num_steps=40,
             batch_size=8,
             seq_len=SEQ,
-            overrides={"schedule.warmup_steps": 4, "optimizer.lr": 0.004},
+            # Marin's MoE recipe (MuonH / AdamH / Adam), so this run also exercises it through train().
+            overrides={"schedule.warmup_steps": 4, "optimizer.name": "muonh", "optimizer.hyperball_lr": 0.02,
+                       "optimizer.lr": 0.004},
             progress_bar=False,
             wandb_mode="disabled",
         )
@@ -270,3 +272,27 @@ def test_lm_eval_harness_parity(trained: dict[str, str]) -> None:
             )
         # For the record (docs/evaluation.md): a near-tie is where two float32 implementations could disagree.
         print(f"{name}: acc {ours['tasks'][name]['acc']:.3f}, smallest top-2 margin {min(margins):.2e} nats")
+
+
+def test_the_muonh_run_kept_every_hyperball_matrix_norm(trained: dict[str, str]) -> None:
+    """train() with optimizer.name=muonh: each MuonH/AdamH matrix (per expert) ends at its initial norm."""
+    from moe_trainer import optim
+    from moe_trainer.params import param_logical_axes
+
+    model = load_checkpoint(trained["run"])
+    cfg = model.config
+    init = init_params(cfg, jax.random.key(0))  # train() initialises from key(seed), seed 0
+    logical = param_logical_axes(cfg)
+    labels = optim.param_labels(init, optim.OptimizerConfig(name="muonh"), logical)
+    names = jax.tree.leaves(logical, is_leaf=lambda x: isinstance(x, tuple))
+    leaves = (jax.tree.leaves(labels), names, jax.tree.leaves(init), jax.tree.leaves(model.params))
+    flat = zip(*leaves, strict=True)
+    checked = 0
+    for label, dims, before, after in flat:
+        if label in ("muonh", "adamh"):
+            b, a = np.asarray(before), np.asarray(after)
+            axes = (-2, -1) if dims[0] == "experts" else None  # one radius per expert
+            np.testing.assert_allclose(np.linalg.norm(a, axis=axes), np.linalg.norm(b, axis=axes), rtol=1e-4)
+            assert not np.allclose(a, b), "the matrix must have moved"
+            checked += 1
+    assert checked == 2 * (4 + 3) + 1  # per layer wq wk wv wo and w_gate w_up w_down (MuonH); lm_head (AdamH)
