@@ -154,7 +154,7 @@ def test_exp2_reuses_the_tutorial_data_steps_by_identity(tutorial: TutorialRun) 
     from marin import IssueRef
 
     plan = plan_json(EXP2, tutorial.prefix)
-    for name in [s for s in STEPS if s != "eval_choices/tiny_moe"]:  # exp2 does not run the tutorial's choices
+    for name in [s for s in STEPS if s != "eval_choices/tiny_moe"]:  # exp2 does not run the choices step
         assert plan[name]["output_path"] == tutorial.paths[name], name
         assert plan[name]["action"] == "skip", name
     assert plan["train/tiny_moe-aux_free"]["action"] == "run"
