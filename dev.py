@@ -30,6 +30,7 @@ PY = VENV / "bin" / "python"
 STAMP = VENV / ".marin-install-stamp"
 MAIN_JOB = ROOT / "experiments" / "tutorials" / "tiny_moe.py"
 TORCH_SPEC = "torch==2.13.0"  # the CPU build that lies on these machines; pip finds it through PIP_FIND_LINKS
+LM_EVAL_HF_SPEC = "lm-eval[hf]==0.4.13"  # accelerate + peft need torch: installed by pip together with it
 
 
 def log(msg: str) -> None:
@@ -62,8 +63,8 @@ def ensure_venv(with_tests: bool) -> None:
     uv = [str(PY), "-m", "uv", "pip", "install", "--python", str(PY), "-q"]
     sh(uv + ["-e", "lib/moe_trainer", "-e", extra], cwd=ROOT)
     if with_tests:
-        log(f"installing {TORCH_SPEC} (CPU) for the transformers parity tests")
-        sh([str(PY), "-m", "pip", "install", "-q", TORCH_SPEC])
+        log(f"installing {TORCH_SPEC} (CPU) and {LM_EVAL_HF_SPEC} for the transformers and lm-eval tests")
+        sh([str(PY), "-m", "pip", "install", "-q", TORCH_SPEC, LM_EVAL_HF_SPEC])
         ensure_chromium()
     STAMP.write_text("\n".join([*have, want]) + "\n")
 

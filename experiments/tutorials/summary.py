@@ -25,8 +25,8 @@ def _output_path(result: RunResult, name: str) -> str | None:
     return next((e.output_path for e in result.plan.entries if e.name == name), None)
 
 
-def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str,
-                 issue: str | None = None) -> str:
+def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: str, issue: str | None = None,
+                 choices_step: str | None = None) -> str:
     """The report for a finished run (empty for plans, status queries and dry runs)."""
     if result.status != "SUCCESS":
         return ""
@@ -48,8 +48,14 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
         for domain, row in evaluation["domains"].items():
             lines.append(f"  {domain:<8} {row['bpb']:.3f} bits/byte   ({row['loss']:.3f} nats/token over "
                          f"{row['tokens']} tokens, {row['bytes']} bytes)")
-        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro "
-                     f"{evaluation['macro']['bpb']:.3f}")
+        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}")
+    choices_path = _output_path(result, choices_step) if choices_step else None
+    choices = _read_json(f"{choices_path}/choices.json") if choices_path else None
+    if choices:
+        lines.append("Downstream multiple choice (log-likelihood, lm-eval's scoring; ± one standard error):")
+        for task, row in choices["tasks"].items():
+            lines.append(f"  {task:<24} acc {row['acc']:.3f} ± {row['acc_stderr']:.3f}   acc_norm "
+                         f"{row['acc_norm']:.3f}   ({row['items']} items, chance {row['chance']:.2f})")
     prefix = shlex.quote(result.prefix)
     lines += [
         "Look at it:",
@@ -66,8 +72,9 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
 
 def print_summary(result: RunResult, *, train_step: str, eval_step: str,
                   script: str = "experiments/tutorials/tiny_moe.py", issue: str | None = None,
-                  stream: TextIO | None = None) -> None:
-    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script, issue=issue)
+                  stream: TextIO | None = None, choices_step: str | None = None) -> None:
+    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script, issue=issue,
+                        choices_step=choices_step)
     if text:
         print(text, file=stream or sys.stdout, flush=True)
 

@@ -36,6 +36,7 @@ from experiments.tutorials.summary import print_summary
 from marin import Step, executor_main, output_path_of, this_output_path
 from operators.decontaminate import DecontaminateConfig, EvalSet, decontaminate
 from operators.evaluate import EvaluateConfig, evaluate
+from operators.evaluate_choices import EvaluateChoicesConfig, evaluate_choices
 from operators.ingest import IngestConfig, Source, ingest
 from operators.tokenize import TokenizeConfig, tokenize
 from operators.train import MixtureStage, TrainConfig, train
@@ -132,8 +133,17 @@ tiny_moe_eval = Step(
                           tokenized=output_path_of(tokenized)),
 )
 
+# Downstream accuracy: the shipped multiple-choice tasks (operators/tasks, built from held-out stdlib
+# documents), scored by log-likelihood as lm-evaluation-harness does (docs/evaluation.md).
+tiny_moe_choices = Step(
+    name="eval_choices/tiny_moe", fn=evaluate_choices, description="multiple-choice accuracy (held out)",
+    config=EvaluateChoicesConfig(output_path=this_output_path(), checkpoint=output_path_of(tiny_moe),
+                                 tokenizer=output_path_of(tokenizer)),
+)
+
 if __name__ == "__main__":
-    result = executor_main(steps=[tiny_moe_eval],
+    result = executor_main(steps=[tiny_moe_eval, tiny_moe_choices],
                            description="Tutorial: a tiny MoE on the Python standard library",
                            issue=ISSUE, publishers=[ConsoleProgress()])
-    print_summary(result, train_step=tiny_moe.name, eval_step=tiny_moe_eval.name, issue=ISSUE)
+    print_summary(result, train_step=tiny_moe.name, eval_step=tiny_moe_eval.name, issue=ISSUE,
+                  choices_step=tiny_moe_choices.name)

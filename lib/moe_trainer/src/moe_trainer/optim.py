@@ -1,11 +1,12 @@
-"""Optimizer and learning-rate schedules: AdamW with parameter groups, optional Muon for matrices.
+"""Optimizer and learning-rate schedules: AdamW with parameter groups, Muon, and Marin's MuonH / AdamH.
 
-The optimizer is an optax ``GradientTransformation`` that produces the update *direction* for each parameter
-group already multiplied by that group's peak learning rate; the schedule multiplier (a function of the
-global training step, see :func:`make_schedule`) is applied by the train step. Keeping the schedule outside
-optax's own step counter matters because a skipped step (see ``health.py``) leaves the optimizer state
-untouched: the learning rate must still follow the global step, while Adam's bias correction counts the
-updates actually applied.
+The optimizer is an optax transformation whose update for each parameter group is already multiplied by
+that group's peak learning rate and by the schedule factor, which the train step passes as optax's extra
+argument ``lr_factor`` (a function of the *global* training step, see :func:`make_schedule`). Keeping the
+schedule outside optax's own step counter matters because a skipped step (see ``health.py``) leaves the
+optimizer state untouched: the learning rate must still follow the global step, while Adam's bias
+correction counts the updates actually applied. The factor goes *into* the optimizer (rather than being
+multiplied onto its output) because the hyperball step of MuonH/AdamH is not linear in the learning rate.
 
 Parameter groups (chosen from the parameter path and rank, see :func:`param_labels`):
 
@@ -18,10 +19,21 @@ Parameter groups (chosen from the parameter path and rank, see :func:`param_labe
   scaled so that its RMS matches AdamW's (0.2·sqrt(max(fan_in, fan_out)), Moonshot's convention), so the same
   learning rate and weight decay carry over. Embeddings, the output head and the router stay on AdamW.
 
+Marin's recipe (``name`` muonh or adamh; the update rules are in ``optim_marin.py``):
+
+- ``muonh`` (name muonh): hidden matrices (attention, dense, shared and routed experts, latent projections);
+- ``adamh``: the output head (name muonh), or every matrix outside the ``adam`` group (name adamh, the Delphi
+  v2 recipe);
+- ``adam``: plain Adam, no weight decay, learning rate ``lr``: embeddings, the router, norms, biases and every
+  parameter whose matrix view has rank < 2 (the "small parameters" of Marin's masks);
+- ``frozen`` as above. No weight decay anywhere: the hyperball groups keep their norms fixed, and Marin's
+  plain-Adam group has none.
+
 Muon needs each tensor's matrix view. With the model's logical axes (``param_logical_axes``), leading
-``experts`` axes are batch axes (one matrix per expert), and a rank-3 projection is split at its ``embed``
-axis: ``wq [embed, heads, head_dim]`` is the matrix [embed, heads·head_dim] and ``wo [heads, head_dim,
-embed]`` is [heads·head_dim, embed]. Without logical axes, leading axes beyond the last two are batch axes.
+``experts`` (and stacked ``layers``) axes are batch axes (one matrix per expert), and a rank-3 projection is
+split at its ``embed`` axis: ``wq [embed, heads, head_dim]`` is the matrix [embed, heads·head_dim] and
+``wo [heads, head_dim, embed]`` is [heads·head_dim, embed]. Without logical axes, leading axes beyond the
+last two are batch axes.
 """
 
 from __future__ import annotations
@@ -35,10 +47,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from moe_trainer import optim_marin
+
 PyTree = Any
 
 SCHEDULES = ("constant", "cosine", "linear", "wsd")
-OPTIMIZERS = ("adamw", "muon")
+OPTIMIZERS = ("adamw", "muon", "muonh", "adamh")
+HYPERBALL = ("muonh", "adamh")
 # Quintic Newton–Schulz coefficients (Keller Jordan's Muon): they push singular values towards ~1 in 5 steps.
 _NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
@@ -69,12 +84,14 @@ class ScheduleConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """Optimizer: AdamW for every group, or Muon for hidden matrices plus AdamW for the rest."""
+    """Optimizer: AdamW for every group; Muon for hidden matrices plus AdamW; or Marin's MuonH / AdamH."""
 
     name: str = "adamw"
-    """adamw, or muon (Muon on hidden matrices, AdamW on embeddings, head, router, norms, biases)."""
+    """adamw; muon (Muon on hidden matrices, AdamW on embeddings, head, router, norms, biases); muonh (Marin's
+    MoE recipe: MuonH on hidden matrices, AdamH on the output head, Adam on small parameters); adamh (Delphi
+    v2: AdamH on every matrix but embeddings and router, Adam on the rest). See the module docstring."""
     lr: float = 3e-4
-    """Peak AdamW learning rate."""
+    """Peak learning rate of the AdamW groups (of the plain Adam group with muonh/adamh: Marin's adam_lr)."""
     beta1: float = 0.9
     """Adam first-moment decay."""
     beta2: float = 0.95
@@ -82,13 +99,21 @@ class OptimizerConfig:
     eps: float = 1e-8
     """Adam epsilon (added to the root of the second moment)."""
     weight_decay: float = 0.1
-    """Decoupled weight decay for the decay and muon groups (never for norms, biases, embeddings)."""
+    """Decoupled weight decay for the decay and muon groups (never for norms, biases, embeddings; muonh and
+    adamh use none: their matrices keep a fixed norm)."""
     muon_lr: float = 3e-4
     """Peak learning rate of the muon group (its RMS is matched to AdamW's, so lr is a good default)."""
     muon_momentum: float = 0.95
     """Muon's (Nesterov) momentum."""
     muon_ns_steps: int = 5
-    """Newton–Schulz iterations per Muon update."""
+    """Newton–Schulz iterations per Muon (and MuonH) update."""
+    hyperball_lr: float = 6.3e-3
+    """muonh/adamh: peak learning rate of the hyperball groups (MuonH and AdamH), the fraction of a matrix's
+    norm moved per step (Marin's learning_rate; 6.3e-3 is Delphi v2's value at its reference scale)."""
+    adamh_patterns: tuple[str, ...] = ("lm_head", "unembed", "output")
+    """muonh: parameter-path substrings of matrices trained by AdamH instead of MuonH (the output head)."""
+    adam_patterns: tuple[str, ...] = ("embed", "router")
+    """muonh/adamh: parameter-path substrings of matrices kept on plain Adam (embedding table, router)."""
     frozen_patterns: tuple[str, ...] = ("router_bias",)
     """Parameter-path substrings of statistics the optimizer must leave alone (zero update, no state)."""
     router_bias_rate: float = 1e-3
@@ -100,9 +125,13 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
-            raise ValueError(f"optimizer.name={self.name!r} is not one of {OPTIMIZERS}")
-        if self.lr <= 0 or self.muon_lr <= 0:
-            raise ValueError(f"optimizer lr={self.lr} and muon_lr={self.muon_lr} must be > 0")
+            raise ValueError(f"optimizer.name={self.name!r} is not one of {OPTIMIZERS}: choose one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        if self.lr <= 0 or self.muon_lr <= 0 or self.hyperball_lr <= 0:
+            raise ValueError(f"optimizer lr={self.lr}, muon_lr={self.muon_lr} and hyperball_lr="
+                             f"{self.hyperball_lr} must be > 0")
+        if self.muon_ns_steps < 1:
+            raise ValueError(f"optimizer.muon_ns_steps={self.muon_ns_steps} must be >= 1")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ValueError(f"optimizer betas ({self.beta1}, {self.beta2}) must lie in [0, 1)")
 
@@ -152,14 +181,31 @@ def _path_name(path: tuple[Any, ...]) -> str:
     return "/".join(parts).lower()
 
 
-def param_labels(params: PyTree, cfg: OptimizerConfig) -> PyTree:
-    """Label every parameter with its group: ``decay``, ``no_decay``, ``muon`` or ``frozen``."""
+def param_labels(params: PyTree, cfg: OptimizerConfig, logical_axes: PyTree | None = None) -> PyTree:
+    """Label every parameter with its group: ``decay``/``no_decay``/``muon`` (adamw, muon) or
+    ``muonh``/``adamh``/``adam`` (muonh, adamh), and ``frozen``.
+
+    ``logical_axes`` (optional) tells stacked batch axes (layers, experts) from matrix axes, so a stacked norm
+    gain [layers, embed] still counts as a vector.
+    """
+    named = {} if logical_axes is None else {
+        _path_name(p): axes for p, axes in
+        jax.tree_util.tree_flatten_with_path(logical_axes, is_leaf=lambda x: isinstance(x, tuple))[0]}
 
     def label(path: tuple[Any, ...], leaf: Any) -> str:
         name = _path_name(path)
         if any(p in name for p in cfg.frozen_patterns):
             return "frozen"
-        if jnp.ndim(leaf) < 2 or any(p in name for p in cfg.no_decay_patterns):
+        axes = named.get(name, ())
+        n_batch = next((i for i, a in enumerate(axes) if a not in _BATCH_AXES), len(axes))
+        small = jnp.ndim(leaf) - n_batch < 2 or any(p in name for p in cfg.no_decay_patterns)
+        if cfg.name in HYPERBALL:
+            if small or any(p in name for p in cfg.adam_patterns):
+                return "adam"
+            if cfg.name == "adamh" or any(p in name for p in cfg.adamh_patterns):
+                return "adamh"
+            return "muonh"
+        if small:
             return "no_decay"
         if cfg.name == "muon" and not any(p in name for p in cfg.adam_only_patterns):
             return "muon"
@@ -189,7 +235,7 @@ class MuonState(NamedTuple):
 
 
 # Logical axes that are batch dimensions of a stacked matrix, and those that mark a projection's model side.
-_BATCH_AXES = ("experts",)
+_BATCH_AXES = ("experts", "layers", "layer", "stage")
 _EMBED_AXES = ("embed", "expert_embed")
 
 
@@ -240,39 +286,58 @@ def scale_by_muon(momentum: float, ns_steps: int, views: dict[str, tuple[int, in
     return optax.GradientTransformation(init, update)
 
 
+class ScheduledTransformation(optax.GradientTransformationExtraArgs):
+    """An optimizer that applies the schedule itself: ``update(..., lr_factor=schedule(step))``."""
+
+    __slots__ = ()
+
+
+def _matrix_views(params: PyTree, logical_axes: PyTree | None) -> dict[str, tuple[int, int]]:
+    """Parameter path -> :func:`matrix_view`, for the leaves the logical-axes tree names."""
+    if logical_axes is None:
+        return {}
+    shapes = {_path_name(p): tuple(jnp.shape(x)) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+    flat_axes = jax.tree_util.tree_flatten_with_path(logical_axes, is_leaf=lambda x: isinstance(x, tuple))[0]
+    return {_path_name(p): matrix_view(shapes[_path_name(p)], axes) for p, axes in flat_axes
+            if _path_name(p) in shapes}
+
+
 def build_optimizer(cfg: OptimizerConfig, params: PyTree, logical_axes: PyTree | None = None
-                    ) -> optax.GradientTransformation:
-    """The grouped optimizer. Its updates are ``-peak_lr · direction``; multiply by the schedule outside.
+                    ) -> ScheduledTransformation:
+    """The grouped optimizer: its updates are ``-peak_lr · direction · lr_factor`` (AdamW, Muon) or hyperball
+    steps of size ``peak_lr · lr_factor`` (MuonH, AdamH), ``lr_factor`` being the extra update argument.
 
     ``params`` is used only for its tree structure and shapes (an abstract ``jax.eval_shape`` tree is fine);
-    ``logical_axes`` (the model's ``param_logical_axes``) gives Muon each tensor's matrix view.
+    ``logical_axes`` (the model's ``param_logical_axes``) gives Muon/MuonH each tensor's matrix view.
     """
-    labels = param_labels(params, cfg)
+    views = _matrix_views(params, logical_axes)
+    labels = param_labels(params, cfg, logical_axes)
+    scheduled = optim_marin.scale_by_lr_factor()
 
     def adamw(weight_decay: float) -> optax.GradientTransformation:
         parts = [optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)]
         if weight_decay > 0:
             parts.append(optax.add_decayed_weights(weight_decay))
-        parts.append(optax.scale(-cfg.lr))
+        parts += [optax.scale(-cfg.lr), scheduled]
         return optax.chain(*parts)
 
-    transforms = {"decay": adamw(cfg.weight_decay), "no_decay": adamw(0.0), "frozen": optax.set_to_zero()}
+    transforms: dict[str, optax.GradientTransformation] = {"frozen": optax.set_to_zero()}
+    if cfg.name in HYPERBALL:
+        transforms["adam"] = adamw(0.0)
+        transforms["adamh"] = optim_marin.adamh(cfg.hyperball_lr, cfg.beta1, cfg.beta2, cfg.eps, views,
+                                                _path_name)
+        transforms["muonh"] = optim_marin.muonh(cfg.hyperball_lr, cfg.muon_momentum, cfg.muon_ns_steps, views,
+                                                _path_name, newton_schulz)
+    else:
+        transforms.update({"decay": adamw(cfg.weight_decay), "no_decay": adamw(0.0)})
     if cfg.name == "muon":
-        views: dict[str, tuple[int, int]] = {}
-        if logical_axes is not None:
-            flat_axes = jax.tree_util.tree_flatten_with_path(logical_axes,
-                                                             is_leaf=lambda x: isinstance(x, tuple))[0]
-            shapes = {_path_name(p): jnp.shape(x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
-            for path, axes in flat_axes:
-                name = _path_name(path)
-                if name in shapes:
-                    views[name] = matrix_view(tuple(shapes[name]), axes)
         parts = [scale_by_muon(cfg.muon_momentum, cfg.muon_ns_steps, views)]
         if cfg.weight_decay > 0:
             parts.append(optax.add_decayed_weights(cfg.weight_decay))
-        parts.append(optax.scale(-cfg.muon_lr))
+        parts += [optax.scale(-cfg.muon_lr), scheduled]
         transforms["muon"] = optax.chain(*parts)
-    return optax.partition(transforms, labels)
+    tx = optax.partition(transforms, labels)
+    return ScheduledTransformation(tx.init, tx.update)
 
 
 def group_sizes(params: PyTree, cfg: OptimizerConfig) -> dict[str, int]:

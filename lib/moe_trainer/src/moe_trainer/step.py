@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from moe_trainer import health as health_lib
+from moe_trainer.optim import ScheduledTransformation
 
 PyTree = Any
 Batch = dict[str, jax.Array]
@@ -93,9 +94,13 @@ def apply_gradients(
     grad_norm = health_lib.global_norm(grads)
     decision = health_lib.skip_decision(health, loss, grad_norm, health_cfg)
     grads, grad_clipped = health_lib.clip_gradients(grads, grad_norm, health_cfg)
-    updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
     lr_factor = schedule(state["step"])
-    updates = jax.tree.map(lambda u: u * lr_factor.astype(u.dtype), updates)
+    if isinstance(optimizer, ScheduledTransformation):  # applies the factor itself (hyperball steps need it)
+        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"],
+                                                  lr_factor=lr_factor)
+    else:
+        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        updates = jax.tree.map(lambda u: u * lr_factor.astype(u.dtype), updates)
     updates, update_norm, update_clipped = health_lib.clip_update(updates, health, health_cfg)
     new_params = optax.apply_updates(state["params"], updates)
     skip = decision["skip"]
