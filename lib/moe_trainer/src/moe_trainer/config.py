@@ -25,6 +25,9 @@ DispatchName = Literal["dense", "ragged", "ep_allgather", "ep_alltoall"]
 ComputeDtype = Literal["float32", "bfloat16"]
 
 GroupedMatmul = Literal["auto", "ragged_dot", "blocked", "slots"]
+AttentionImpl = Literal["auto", "reference", "xla", "cudnn"]
+
+ATTENTION_IMPLS: tuple[str, ...] = ("auto", "reference", "xla", "cudnn")
 
 DISPATCH_BACKENDS: tuple[str, ...] = ("dense", "ragged", "ep_allgather", "ep_alltoall")
 
@@ -68,6 +71,10 @@ class ModelConfig:
     """Epsilon of every RMSNorm."""
     init_std: float = 0.02
     """Standard deviation of the normal initialiser of every matrix (norm gains start at 1, biases at 0)."""
+    attention_impl: AttentionImpl = "auto"
+    """Attention core: "xla" / "cudnn" (jax.nn.dot_product_attention; cudnn needs a GPU and bf16),
+    "reference" (the einsum core tuned for XLA:CPU) or "auto" (cudnn on GPU in bf16, reference on CPU, xla
+    elsewhere; attention.py)."""
     max_seq_len: int = 4096
     """Longest sequence the model is meant for (recorded in exports; RoPE itself has no table)."""
 
@@ -162,6 +169,8 @@ class ModelConfig:
             _fail("dispatch", self.dispatch, f"choose one of {list(DISPATCH_BACKENDS)}")
         if self.grouped_matmul not in ("auto", "ragged_dot", "blocked", "slots"):
             _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot", "blocked" or "slots"')
+        if self.attention_impl not in ATTENTION_IMPLS:
+            _fail("attention_impl", self.attention_impl, f"choose one of {list(ATTENTION_IMPLS)}")
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
