@@ -129,7 +129,7 @@ def fused_attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arra
     same_doc = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]  # [B, 1, S, S]
     local = None if window is None else (window - 1, 0)
     return jax.nn.dot_product_attention(q, k, v, mask=same_doc, is_causal=True, local_window_size=local,
-                                        implementation=impl)  # type: ignore[arg-type]
+                                        implementation="cudnn" if impl == "cudnn" else "xla")
 
 
 def query_blocks(seq: int) -> int:
