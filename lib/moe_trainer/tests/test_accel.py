@@ -101,3 +101,37 @@ def test_auto_attention_choice() -> None:
     assert attention_impl(RICH.replace(attention_impl="xla"), "cpu") == "xla"
     with pytest.raises(ValueError, match="attention_impl"):
         RICH.replace(attention_impl="flash")
+
+
+# ---- scanned layers ---------------------------------------------------------------------------------------
+# 7 layers: dense first, then (dense, MoE) pairs, NoPE every 4th and the last: segments of several kinds
+DEEP = RICH.replace(n_layers=7, moe_every=2, nope_every=4)
+
+
+def test_layer_segments_cover_every_layer_with_repeating_kinds() -> None:
+    from moe_trainer.layer_stack import layer_segments
+
+    assert layer_segments(ModelConfig(n_layers=16)) == [(0, 1, 16)]
+    assert layer_segments(ModelConfig(n_layers=16, nope_every=4)) == [(0, 4, 4)]
+    assert layer_segments(RICH) == [(0, 1, 1), (1, 1, 2)]
+    for cfg in (RICH, DEEP, ModelConfig(n_layers=9, n_experts=4, first_k_dense=1, moe_every=2, nope_every=3)):
+        covered = []
+        for start, p, r in layer_segments(cfg):
+            kinds = [(cfg.is_moe_layer(i), cfg.is_global_layer(i)) for i in range(start, start + p * r)]
+            assert kinds == kinds[:p] * r
+            covered += list(range(start, start + p * r))
+        assert covered == list(range(cfg.n_layers))
+
+
+@pytest.mark.parametrize(("cfg", "remat"), [(DEEP, None), (RICH, "full"), (RICH, "dots"), (RICH, "dots_no_batch")],
+                         ids=["deep", "rich-remat-full", "rich-remat-dots", "rich-remat-dots-no-batch"])
+def test_scanned_layers_equal_the_unrolled_loop(cfg: ModelConfig, remat: str | None, batch: tuple) -> None:
+    """lax.scan over stacked layers == the Python loop: loss, logits, routing stats and every gradient (packed
+    documents, a window, NoPE and MoE layers interleaved with dense ones), with and without remat."""
+    params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(5))
+    if remat is not None:
+        cfg = cfg.replace(remat=True, remat_policy=remat)
+    ref = _run(params, batch, cfg.replace(scan_layers=False))
+    got = _run(params, batch, cfg.replace(scan_layers=True))
+    _close(got[:3], ref[:3], rtol=1e-5, atol=1e-6)
+    _close(got[3], ref[3], rtol=1e-5, atol=1e-7)

@@ -26,6 +26,7 @@ ComputeDtype = Literal["float32", "bfloat16"]
 
 GroupedMatmul = Literal["auto", "ragged_dot", "blocked", "slots"]
 AttentionImpl = Literal["auto", "reference", "xla", "cudnn"]
+RematPolicy = Literal["full", "dots", "dots_no_batch"]
 
 ATTENTION_IMPLS: tuple[str, ...] = ("auto", "reference", "xla", "cudnn")
 
@@ -127,9 +128,19 @@ class ModelConfig:
     [tokens, vocab] logits are never materialised and their gradient is formed in the forward pass). None:
     automatic (512 on CPU, 8192 elsewhere); 0: off (plain logits, then cross-entropy). Evaluation and
     `Model.logits` always use the plain head."""
+    loss_vocab_block: int | None = None
+    """Vocabulary columns per block of the fused loss (chunked_loss.py blocks the head over the vocabulary
+    too, with an online logsumexp: no [chunk, vocab] row of logits exists). None: automatic (loss.py, chosen
+    from measurements); 0: off (whole rows per chunk)."""
     remat: bool = False
     """Recompute each block's activations during the backward pass (jax.checkpoint): less memory, ~1/3 more
     compute (not counted in the model FLOPs)."""
+    remat_policy: RematPolicy = "full"
+    """What a rematerialised block keeps for the backward pass (with remat on): "full" nothing (recompute
+    the block), "dots" every matmul output, "dots_no_batch" matmul outputs without batch dims (layer_stack.py)."""
+    scan_layers: bool = True
+    """Run runs of identical layers with jax.lax.scan over weights stacked inside the step (compile time flat
+    in depth; the stored tree stays per layer); False: an unrolled Python loop (layer_stack.py)."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",
@@ -171,6 +182,10 @@ class ModelConfig:
             _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot", "blocked" or "slots"')
         if self.attention_impl not in ATTENTION_IMPLS:
             _fail("attention_impl", self.attention_impl, f"choose one of {list(ATTENTION_IMPLS)}")
+        if self.loss_vocab_block is not None and self.loss_vocab_block < 0:
+            _fail("loss_vocab_block", self.loss_vocab_block, "use a positive block width, 0 (off) or None (auto)")
+        if self.remat_policy not in ("full", "dots", "dots_no_batch"):
+            _fail("remat_policy", self.remat_policy, 'choose "full", "dots" or "dots_no_batch"')
         if self.compute_dtype not in ("float32", "bfloat16"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
