@@ -99,6 +99,9 @@ def test_auto_attention_choice() -> None:
     assert attention_impl(RICH.replace(compute_dtype="bfloat16"), "gpu") == "cudnn"
     assert attention_impl(RICH, "gpu") == "xla"  # float32: cuDNN's fused kernel takes bf16/fp16 only
     assert attention_impl(RICH.replace(attention_impl="xla"), "cpu") == "xla"
+    auto = RICH.replace(compute_dtype="auto")  # bf16 on accelerators, float32 on CPU
+    assert auto.resolved_compute_dtype("gpu") == "bfloat16" and auto.resolved_compute_dtype("cpu") == "float32"
+    assert attention_impl(auto, "gpu") == "cudnn" and attention_impl(auto, "cpu") == "reference"
     with pytest.raises(ValueError, match="attention_impl"):
         RICH.replace(attention_impl="flash")
 

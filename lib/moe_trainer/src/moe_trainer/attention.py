@@ -116,7 +116,7 @@ def attention_impl(cfg: ModelConfig, platform: str | None = None) -> str:
     platform = platform or jax.default_backend()
     if platform == "cpu":
         return "reference"
-    if platform in ("gpu", "cuda") and cfg.compute_dtype == "bfloat16" and cfg.head_dim % 8 == 0 \
+    if platform in ("gpu", "cuda") and cfg.resolved_compute_dtype(platform) == "bfloat16" and cfg.head_dim % 8 == 0 \
             and cfg.head_dim <= 128:
         return "cudnn"
     return "xla"

@@ -22,7 +22,7 @@ from typing import Literal
 ScoreFn = Literal["softmax", "sigmoid"]
 Balance = Literal["aux_loss", "aux_free"]
 DispatchName = Literal["dense", "ragged", "ep_allgather", "ep_alltoall"]
-ComputeDtype = Literal["float32", "bfloat16"]
+ComputeDtype = Literal["float32", "bfloat16", "auto"]
 
 GroupedMatmul = Literal["auto", "ragged_dot", "blocked", "slots"]
 AttentionImpl = Literal["auto", "reference", "xla", "cudnn"]
@@ -122,7 +122,8 @@ class ModelConfig:
 
     # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
-    """Matmul dtype; the router, norms, softmaxes and logits always run in float32."""
+    """Matmul dtype; the router, norms, softmaxes and logits always run in float32. "auto": bfloat16 on an
+    accelerator (GPU/TPU), float32 on CPU (`resolved_compute_dtype`)."""
     loss_chunk_tokens: int | None = None
     """Tokens per chunk of the training loss's fused output head + cross-entropy (chunked_loss.py: the full
     [tokens, vocab] logits are never materialised and their gradient is formed in the forward pass). None:
@@ -186,8 +187,8 @@ class ModelConfig:
             _fail("loss_vocab_block", self.loss_vocab_block, "use a positive block width, 0 (off) or None (auto)")
         if self.remat_policy not in ("full", "dots", "dots_no_batch"):
             _fail("remat_policy", self.remat_policy, 'choose "full", "dots" or "dots_no_batch"')
-        if self.compute_dtype not in ("float32", "bfloat16"):
-            _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
+        if self.compute_dtype not in ("float32", "bfloat16", "auto"):
+            _fail("compute_dtype", self.compute_dtype, 'choose "float32", "bfloat16" or "auto"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
             _fail("loss_chunk_tokens", self.loss_chunk_tokens, "use a positive chunk size, 0 (off) or None (auto)")
         for name in ("aux_loss_coef", "router_z_loss_coef", "logit_z_loss_coef", "norm_eps", "init_std"):
@@ -231,6 +232,16 @@ class ModelConfig:
             return tokens_per_group
         c = math.ceil(capacity_factor * tokens_per_group * self.top_k / self.n_experts)
         return max(1, min(tokens_per_group, c))
+
+    def resolved_compute_dtype(self, platform: str | None = None) -> str:
+        """compute_dtype with "auto" resolved for `platform` (default: JAX's default backend)."""
+        if self.compute_dtype != "auto":
+            return self.compute_dtype
+        if platform is None:
+            import jax  # deferred: the config module stays importable without initialising a backend
+
+            platform = jax.default_backend()
+        return "float32" if platform == "cpu" else "bfloat16"
 
     def loss_chunk(self) -> int:
         """The effective `loss_chunk_tokens` on the default JAX backend (0 = plain, unfused loss)."""

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from moe_trainer.attention import attention, segment_positions
-from moe_trainer.layer_stack import run_layers
 from moe_trainer.config import ModelConfig
+from moe_trainer.layer_stack import run_layers
 from moe_trainer.layers import Params, cast, dtype_of, linear, rms_norm, swiglu
 from moe_trainer.moe import LayerStats, moe_block
 from moe_trainer.params import init_params, param_logical_axes
@@ -132,7 +132,7 @@ def hidden_states(
     if segment_ids is None:
         segment_ids = jnp.zeros((b, s), jnp.int32)
     n_groups = 1 if mesh is None else mesh.shape["data"] * mesh.shape["expert"]
-    dt = dtype_of(cfg.compute_dtype)
+    dt = dtype_of(cfg.resolved_compute_dtype())
     positions = segment_positions(segment_ids)
     valid = (segment_ids >= 0).reshape(-1)
     act = ("batch", "seq", "act_embed")
