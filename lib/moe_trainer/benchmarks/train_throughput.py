@@ -220,6 +220,8 @@ def depth_sweep(cfg: TrainConfig, depths: list[int], repeats: int) -> dict[str, 
                 c = dataclasses.replace(cfg, model=cfg.model.replace(n_layers=d, scan_layers=scan))
                 _compile.cache_clear()
                 times[d].append(compile_seconds(c))
+                print(f"compile {'scanned' if scan else 'unrolled'} {d} layers: {times[d][-1]:.1f} s",
+                      file=sys.stderr, flush=True)
         med = {d: statistics.median(ts) for d, ts in times.items()}
         out["scanned" if scan else "unrolled"] = {
             "compile_s": {str(d): med[d] for d in depths}, "compile_s_all": {str(d): ts for d, ts in times.items()},
