@@ -210,10 +210,11 @@ def compile_seconds(cfg: TrainConfig) -> float:
     return time.perf_counter() - t0
 
 
-def depth_sweep(cfg: TrainConfig, depths: list[int], repeats: int) -> dict[str, Any]:
-    """Compile time at each depth, scanned and unrolled, alternating (median of `repeats`)."""
+def depth_sweep(cfg: TrainConfig, depths: list[int], repeats: int, forms: tuple[str, ...] = ("scanned", "unrolled")
+                ) -> dict[str, Any]:
+    """Compile time at each depth, scanned and/or unrolled, alternating (median of `repeats`)."""
     out: dict[str, Any] = {}
-    for scan in (True, False):
+    for scan in [f == "scanned" for f in forms]:
         times: dict[int, list[float]] = {d: [] for d in depths}
         for _ in range(repeats):
             for d in depths:
@@ -244,6 +245,7 @@ def main() -> None:
     ap.add_argument("--keep-dtype", action="store_true", help="keep the preset's compute dtype on CPU")
     ap.add_argument("--depth-sweep", default=None, help="comma-separated depths: time compilation instead")
     ap.add_argument("--repeats", type=int, default=3, help="compilations per depth in --depth-sweep")
+    ap.add_argument("--forms", default="scanned,unrolled", help="--depth-sweep forms: scanned, unrolled or both")
     args = ap.parse_args()
     platform_name = jax.devices()[0].platform
     names = args.presets.split(",") if args.presets else (["tiny"] if platform_name == "cpu" else ["moe-1b"])
@@ -258,7 +260,8 @@ def main() -> None:
             cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
             if args.batch_size:
                 cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, batch_size=args.batch_size))
-            report["presets"][name] = {"depth_sweep": depth_sweep(cfg, depths, args.repeats)}
+            report["presets"][name] = {"depth_sweep": depth_sweep(cfg, depths, args.repeats,
+                                                                       tuple(args.forms.split(",")))}
         print(json.dumps(report, indent=1))
         return
     for name in names:

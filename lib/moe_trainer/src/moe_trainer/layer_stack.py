@@ -12,8 +12,8 @@ Layers that start no repetition (r = 1) run unrolled. Examples: 16 dense layers 
 (local x 3, global) x 4.
 
 Cost of stacking inside the step instead of storing stacked parameters: one copy of the layer weights
-forward (fused with the cast to the compute dtype where XLA can) and one of their gradients backward; measured
-in docs/benchmarks/trainer-accel.md.
+forward (fused with the cast to the compute dtype where XLA can) and one of their gradients backward (not
+isolated in a measurement yet; docs/benchmarks/trainer-accel.md has the whole-step figures).
 
 Remat (`ModelConfig.remat` on, `remat_policy` choosing what is kept for the backward pass): "full" saves
 nothing inside a block (`jax.checkpoint`'s default: the block is recomputed), "dots" keeps every matmul output
