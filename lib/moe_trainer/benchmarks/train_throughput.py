@@ -2,6 +2,9 @@
 
     python lib/moe_trainer/benchmarks/train_throughput.py                 # CPU: tiny vs transformers (torch)
     python lib/moe_trainer/benchmarks/train_throughput.py --presets moe-1b --steps 20   # on a GPU (bf16)
+    python lib/moe_trainer/benchmarks/train_throughput.py --depth-sweep 2,8,16          # compile time vs depth
+    python lib/moe_trainer/benchmarks/train_throughput.py --presets moe-1b --no-torch --steps 2 \
+        --override n_layers=2,d_model=128,n_experts=8,vocab_size=4096 --seq-len 256 --batch-size 2  # CPU check
 
 Each preset's real train step (``train._compile``: loss, grads, clipping, AdamW, health guards) runs on
 random tokens of the preset's shape; the first steps (compilation) are excluded from the timing. On CPU the
@@ -10,7 +13,14 @@ router aux loss on) is timed in the same run, its steps interleaved with ours so
 load; ``ratio_jax_over_torch`` = our median tokens/s ÷ torch's, ``ratio_paired_median`` = the median over
 steps of (torch step time ÷ our step time). MFU uses the analytic
 FLOPs of ``flops.flops_per_token`` and the peak table of ``metrics.py`` (CPU: an assumption, printed).
-Prints one JSON object.
+On a GPU, `--presets moe-1b` keeps the preset's bfloat16 compute (attention through cuDNN, expert matmuls
+through `ragged_dot`, layers scanned) and prints the JSON (stdout) plus one `MFU <preset> <value>` line per preset (stderr); on
+CPU the compute dtype is float32 unless `--keep-dtype`. `--override` changes ModelConfig fields
+(`key=value,...`), `--seq-len` the sequence length: that is how the moe-1b script is checked on a CPU.
+
+`--depth-sweep 2,8,16` (with `--presets`, default tiny) instead times lowering + XLA compilation of the whole
+train step at each depth, scanned and unrolled (`scan_layers`), and reports each one's ratio to the shallowest
+depth (the target: 16 layers scanned <= 1.5x 2 layers). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -44,13 +55,12 @@ def _batch(cfg: TrainConfig, step: int) -> dict[str, np.ndarray]:
 class JaxStep:
     """Our compiled train step for a preset, on random tokens of its shape."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, xla_options: tuple[tuple[str, str], ...] | None = None) -> None:
         self.cfg = cfg
         self.mesh = build_mesh(cfg.mesh)
         self.shape = (cfg.data.batch_size, cfg.data.seq_len)
-        self.comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps,
-                             cfg.num_steps,
-                             cfg.seed, self.mesh, self.shape)
+        self.comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps,
+                             cfg.seed, self.mesh, self.shape, xla_options)
         self.state = self.comp.init()
         self.batches = [jax.device_put(_batch(cfg, i), self.comp.batch_sharding) for i in range(4)]
         self.i = 0
@@ -165,6 +175,66 @@ def bench_preset(cfg: TrainConfig, steps: int, warmup: int, with_torch: bool, on
     return entry
 
 
+def _value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None, "null": None}.get(text.lower(), text)
+
+
+def apply_override(cfg: TrainConfig, override: str | None, seq_len: int | None) -> TrainConfig:
+    """ModelConfig changes from `key=value,...` (and the sequence length), validated by ModelConfig."""
+    if override:
+        changes = {}
+        for item in override.split(","):
+            key, eq, val = item.partition("=")
+            if not eq:
+                raise SystemExit(f"--override: {item!r} is not key=value")
+            changes[key] = _value(val)
+        cfg = dataclasses.replace(cfg, model=cfg.model.replace(**changes))
+    if seq_len:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, seq_len=seq_len),
+                                  model=cfg.model.replace(max_seq_len=max(seq_len, cfg.model.max_seq_len)))
+    return cfg
+
+
+def compile_seconds(cfg: TrainConfig) -> float:
+    """Wall seconds to lower and compile the train step of `cfg` (abstract state: nothing is allocated)."""
+    mesh = build_mesh(cfg.mesh)
+    shape = (cfg.data.batch_size, cfg.data.seq_len)
+    comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps, cfg.seed,
+                    mesh, shape)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=comp.batch_sharding)
+             for k, v in _batch(cfg, 0).items()}
+    state = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), comp.abstract_state,
+                         comp.shardings)
+    t0 = time.perf_counter()
+    comp.step.lower(state, batch).compile()
+    return time.perf_counter() - t0
+
+
+def depth_sweep(cfg: TrainConfig, depths: list[int], repeats: int, forms: tuple[str, ...] = ("scanned", "unrolled")
+                ) -> dict[str, Any]:
+    """Compile time at each depth, scanned and/or unrolled, alternating (median of `repeats`)."""
+    out: dict[str, Any] = {}
+    for scan in [f == "scanned" for f in forms]:
+        times: dict[int, list[float]] = {d: [] for d in depths}
+        for _ in range(repeats):
+            for d in depths:
+                c = dataclasses.replace(cfg, model=cfg.model.replace(n_layers=d, scan_layers=scan))
+                _compile.cache_clear()
+                times[d].append(compile_seconds(c))
+                print(f"compile {'scanned' if scan else 'unrolled'} {d} layers: {times[d][-1]:.1f} s",
+                      file=sys.stderr, flush=True)
+        med = {d: statistics.median(ts) for d, ts in times.items()}
+        out["scanned" if scan else "unrolled"] = {
+            "compile_s": {str(d): med[d] for d in depths}, "compile_s_all": {str(d): ts for d, ts in times.items()},
+            f"ratio_{depths[-1]}_over_{depths[0]}": med[depths[-1]] / med[depths[0]]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default=None, help="comma-separated preset names (default: tiny on CPU, "
@@ -175,6 +245,12 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers reference on CPU")
     ap.add_argument("--only", choices=["jax", "torch"], default=None,
                     help="time one framework alone (clean per-process CPU seconds on a shared host)")
+    ap.add_argument("--override", default=None, help="ModelConfig changes, key=value,... (e.g. n_layers=2)")
+    ap.add_argument("--seq-len", type=int, default=None, help="override the preset's sequence length")
+    ap.add_argument("--keep-dtype", action="store_true", help="keep the preset's compute dtype on CPU")
+    ap.add_argument("--depth-sweep", default=None, help="comma-separated depths: time compilation instead")
+    ap.add_argument("--repeats", type=int, default=3, help="compilations per depth in --depth-sweep")
+    ap.add_argument("--forms", default="scanned,unrolled", help="--depth-sweep forms: scanned, unrolled or both")
     args = ap.parse_args()
     platform_name = jax.devices()[0].platform
     names = args.presets.split(",") if args.presets else (["tiny"] if platform_name == "cpu" else ["moe-1b"])
@@ -182,17 +258,32 @@ def main() -> None:
                               "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
                               "jax": jax.__version__, "python": platform.python_version(),
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "presets": {}}
+    if args.depth_sweep:
+        depths = [int(d) for d in args.depth_sweep.split(",")]
+        for name in names:
+            cfg = apply_override(load_preset(name), args.override, args.seq_len)
+            cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
+            if args.batch_size:
+                cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, batch_size=args.batch_size))
+            report["presets"][name] = {"depth_sweep": depth_sweep(cfg, depths, args.repeats,
+                                                                       tuple(args.forms.split(",")))}
+        print(json.dumps(report, indent=1))
+        return
     for name in names:
-        cfg = load_preset(name)
+        cfg = apply_override(load_preset(name), args.override, args.seq_len)
         if args.batch_size:
             cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, batch_size=args.batch_size))
         cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
-        if platform_name == "cpu" and cfg.model.compute_dtype != "float32":
+        if platform_name == "cpu" and cfg.model.compute_dtype != "float32" and not args.keep_dtype:
             cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
         with_torch = platform_name == "cpu" and not args.no_torch and args.only != "jax"
         entry = bench_preset(cfg, args.steps, args.warmup, with_torch, args.only)
         report["presets"][name] = entry
     print(json.dumps(report, indent=1))
+    for name, entry in report["presets"].items():
+        if "jax" in entry:
+            print(f"MFU {name} {entry['jax']['mfu']:.4f} ({entry['compute_dtype']}, seq {entry['seq_len']}, "
+                  f"{entry['jax']['tokens_per_s']:.0f} tokens/s, peak {entry['peak_source']})", file=sys.stderr)
 
 
 if __name__ == "__main__":

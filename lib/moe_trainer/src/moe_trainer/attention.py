@@ -3,6 +3,18 @@
 Mask: query i sees key j iff j <= i, both carry the same segment id (documents packed in one row never see
 each other), and, on local layers with a window w, i - j < w. Positions restart at 0 at each document start
 so RoPE sees per-document positions, as an unpacked batch would. Scores and softmax run in float32.
+
+Implementations of the attention core (`ModelConfig.attention_impl`, resolved by `attention_impl`):
+- "xla": `jax.nn.dot_product_attention(implementation="xla")` with `is_causal`, `local_window_size=(w-1, 0)`
+  and the same-document mask [B, 1, S, S] (GQA handled by the library: query heads grouped per KV head).
+- "cudnn": the same call with `implementation="cudnn"` (GPU only, bf16/fp16 inputs; the document mask is
+  folded into an additive bias by jax, the window becomes cuDNN's `sliding_window_length` = w). Never
+  materialises the [B, heads, S, S] scores.
+- "reference": this module's own einsum core (`causal_attend`), tuned for XLA:CPU (one contracting dim per
+  matmul, keys stored [hd, S], and two causal query blocks that skip the masked key block above the diagonal).
+  It is the oracle of the tests: "xla" equals it in values and gradients at float32.
+- "auto": "cudnn" on a GPU when the compute dtype is bfloat16 and head_dim is a multiple of 8 up to 128;
+  "reference" on CPU (measured faster there: docs/benchmarks/trainer-accel.md); "xla" otherwise.
 """
 
 from __future__ import annotations
@@ -10,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from moe_trainer.config import ModelConfig
+from moe_trainer.config import ATTENTION_IMPLS, ModelConfig
 from moe_trainer.layers import Params, apply_rope, cast, linear, normal, rms_norm, rope_tables
 
 
@@ -77,16 +89,48 @@ def attention(
         cos, sin = rope_tables(positions, cfg.rope_dims, cfg.rope_theta, max_position=s)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
+    impl = attention_impl(cfg)
+    window = None if is_global else cfg.sliding_window
+    if impl != "reference":
+        return linear(fused_attend(q, k, v, segment_ids, window, impl).reshape(b, s, -1),
+                      cast(p["wo"], dt).reshape(-1, p["wo"].shape[-1]))
     # Query heads of one KV head are stacked with the query positions ([B, KV, groups*S, hd]) so every matmul
     # here and in its gradients has one contracting dim (XLA:CPU's fast path; see layers.linear).
     n, groups, hd = cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.head_dim
     q = q.reshape(b, s, n, groups, hd).transpose(0, 2, 3, 1, 4).reshape(b, n, groups * s, hd)
     # keys as [B, KV, hd, S]: XLA:CPU's batched GEMM is ~15% slower when the rhs contracts its last dim
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)  # [B, KV, hd, S], [B, KV, S, hd]
-    mask = attention_mask(segment_ids, None if is_global else cfg.sliding_window)
+    mask = attention_mask(segment_ids, window)
     out = causal_attend(q, k, v, mask, query_blocks(s)).astype(dt).reshape(b, n, groups, s, hd)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, s, cfg.n_heads, hd)
     return linear(out.reshape(b, s, -1), cast(p["wo"], dt).reshape(-1, p["wo"].shape[-1]))
+
+
+def attention_impl(cfg: ModelConfig, platform: str | None = None) -> str:
+    """The attention core `cfg.attention_impl` names on `platform` (default: JAX's default backend)."""
+    impl = cfg.attention_impl
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"ModelConfig.attention_impl={impl!r} is invalid: choose one of "
+                         f"{list(ATTENTION_IMPLS)}")
+    if impl != "auto":
+        return impl
+    platform = platform or jax.default_backend()
+    if platform == "cpu":
+        return "reference"
+    if platform in ("gpu", "cuda") and cfg.resolved_compute_dtype(platform) == "bfloat16" and cfg.head_dim % 8 == 0 \
+            and cfg.head_dim <= 128:
+        return "cudnn"
+    return "xla"
+
+
+def fused_attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, window: int | None,
+                 impl: str) -> jax.Array:
+    """`jax.nn.dot_product_attention` for q [B, S, H, hd], k/v [B, S, KV, hd] -> [B, S, H, hd] in q's dtype:
+    causal, same-document mask from segment_ids [B, S], window w as `local_window_size=(w - 1, 0)`."""
+    same_doc = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]  # [B, 1, S, S]
+    local = None if window is None else (window - 1, 0)
+    return jax.nn.dot_product_attention(q, k, v, mask=same_doc, is_causal=True, local_window_size=local,
+                                        implementation="cudnn" if impl == "cudnn" else "xla")
 
 
 def query_blocks(seq: int) -> int:

@@ -35,7 +35,7 @@ from jax.sharding import Mesh
 
 from moe_trainer.sharding import constrain
 
-__all__ = ["chunked_lm_loss", "seq_chunks"]
+__all__ = ["chunked_lm_loss", "seq_chunks", "vocab_blocks"]
 
 
 def seq_chunks(batch: int, seq: int, chunk_tokens: int) -> tuple[int, int]:
@@ -49,6 +49,21 @@ def seq_chunks(batch: int, seq: int, chunk_tokens: int) -> tuple[int, int]:
     per_chunk = max(1, min(seq, chunk_tokens // max(batch, 1)))
     n = -(-seq // per_chunk)
     return n, -(-seq // n)
+
+
+def vocab_blocks(vocab: int, block: int) -> tuple[int, int]:
+    """(number of vocabulary blocks, columns per block) for about ``block`` columns per block.
+
+    Prefers a block count that divides the vocabulary (up to twice the minimal count), so the head needs no
+    padding; otherwise the head is padded with zero columns whose logits are masked out.
+    """
+    if block < 1:
+        raise ValueError(f"vocab_block={block} must be >= 1 (vocabulary columns per block), or 0 for no blocking")
+    n0 = -(-vocab // block)
+    for n in range(n0, 2 * n0 + 1):
+        if vocab % n == 0:
+            return n, vocab // n
+    return n0, -(-vocab // n0)
 
 
 def _chunk_terms(h: jax.Array, w: jax.Array, t: jax.Array, mesh: Mesh | None
@@ -122,22 +137,108 @@ def _sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_
     return sums, (dh, dw, dweights)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _fused(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+def _block_logits(hc: jax.Array, wj: jax.Array, j: jax.Array, vocab: int) -> tuple[jax.Array, jax.Array]:
+    """float32 logits [T, Vb] of token rows hc [T, D] against head block j (wj [D, Vb]); padding columns
+    (index >= vocab) read the float32 minimum. Also returns the global column index of each column."""
+    vb = wj.shape[1]
+    col = j * vb + jax.lax.broadcasted_iota(jnp.int32, (1, vb), 1)
+    logits = jnp.dot(hc, wj, preferred_element_type=jnp.float32)
+    return jnp.where(col < vocab, logits, jnp.finfo(jnp.float32).min), col
+
+
+def _blocked_sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+                  nv: int, with_grads: bool) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+    """`_sums` blocked over the vocabulary too: a [tokens/n, V/nv] block of logits at a time, never a row.
+
+    Pass 1 walks the head blocks (outer scan) and the token chunks (inner scan) keeping an online logsumexp
+    (running max and rescaled sum) and the target logit per token. Pass 2 (gradients only) recomputes each
+    block's logits, forms dL/dlogits from the final lse, adds dlogits @ w_jᵀ into dL/dh and accumulates
+    h_chunkᵀ @ dlogits into block j of dL/dw. So the logits matmul runs twice (one more [T, D] x [D, V]
+    product than `_sums`) in exchange for blocks that stay in cache.
+    """
+    b, s, d = h.shape
+    vocab = w.shape[1]
+    c = -(-s // n)
+    hp, tp, mp = _pad_seq(h, targets, weights, n * c)
+    hs = _split(hp, n, c).reshape(n, b * c, d)
+    ts, ms = _split(tp, n, c).reshape(n, b * c), _split(mp, n, c).reshape(n, b * c)
+    vb = -(-vocab // nv)
+    wp = jnp.pad(w, ((0, 0), (0, nv * vb - vocab))) if nv * vb != vocab else w
+    wb = jnp.moveaxis(wp.reshape(d, nv, vb), 1, 0)  # [nv, D, Vb]
+    js = jnp.arange(nv, dtype=jnp.int32)
+
+    Online = tuple[jax.Array, jax.Array, jax.Array]  # running max, rescaled sum, target logit: [n, B*c] each
+
+    def lse_block(carry: Online, x: tuple[jax.Array, jax.Array]) -> tuple[Online, None]:
+        wj, j = x
+
+        def chunk(_: None, y: tuple[jax.Array, ...]) -> tuple[None, Online]:
+            hc, tc, mx, sm, tl = y
+            logits, col = _block_logits(hc, wj, j, vocab)
+            new_mx = jnp.maximum(mx, jnp.max(logits, axis=-1))
+            sm = sm * jnp.exp(mx - new_mx) + jnp.sum(jnp.exp(logits - new_mx[:, None]), axis=-1)
+            tl = tl + jnp.sum(jnp.where(col == tc[:, None], logits, 0.0), axis=-1)
+            return None, (new_mx, sm, tl)
+
+        return jax.lax.scan(chunk, None, (hs, ts, *carry))[1], None
+
+    init: Online = (jnp.full((n, b * c), jnp.finfo(jnp.float32).min), jnp.zeros((n, b * c)),
+                    jnp.zeros((n, b * c)))
+    (mx, sm, tl), _ = jax.lax.scan(lse_block, init, (wb, js))
+    lse = mx + jnp.log(sm)
+    ce = lse - tl
+    term = ce + z_coef * jnp.square(lse)
+    sums = (jnp.sum(ms * term), jnp.sum(ms * ce), jnp.sum(ms * jnp.square(lse)))
+    if not with_grads:
+        return sums, None
+    dt = h.dtype
+
+    def grad_block(dh: jax.Array, x: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        wj, j = x
+
+        def chunk(dwj: jax.Array, y: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+            hc, tc, mc, lc = y
+            logits, col = _block_logits(hc, wj, j, vocab)
+            probs = jnp.exp(logits - lc[:, None])
+            scale = (1.0 + 2.0 * z_coef * lc)[:, None]
+            dlogits = (mc[:, None] * (probs * scale - (col == tc[:, None]).astype(jnp.float32))).astype(wj.dtype)
+            dwj = dwj + jax.lax.dot_general(hc, dlogits, (((0,), (0,)), ((), ())),
+                                            preferred_element_type=jnp.float32)
+            return dwj, jnp.dot(dlogits, wj.T, preferred_element_type=jnp.float32)
+
+        dwj, dh_j = jax.lax.scan(chunk, jnp.zeros((d, vb), jnp.float32), (hs, ts, ms, lse))
+        return dh + dh_j, dwj
+
+    dh, dwb = jax.lax.scan(grad_block, jnp.zeros((n, b * c, d), jnp.float32), (wb, js))
+    dw = jnp.moveaxis(dwb, 0, 1).reshape(d, nv * vb)[:, :vocab]
+    dh = _merge(dh.reshape(n, b, c, d))[:, :s].astype(dt)
+    return sums, (dh, dw, _merge(term.reshape(n, b, c))[:, :s])
+
+
+def _dispatch(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
+              nv: int, mesh: Mesh | None, with_grads: bool
+              ) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+    if nv > 1:
+        return _blocked_sums(h, w, targets, weights, z_coef, n, nv, with_grads)
+    return _sums(h, w, targets, weights, z_coef, n, mesh, with_grads)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _fused(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int, nv: int,
            mesh: Mesh | None) -> tuple[jax.Array, ...]:
-    return _sums(h, w, targets, weights, z_coef, n, mesh, with_grads=False)[0]
+    return _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=False)[0]
 
 
 def _fused_fwd(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
-               mesh: Mesh | None) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
-    sums, grads = _sums(h, w, targets, weights, z_coef, n, mesh, with_grads=True)
+               nv: int, mesh: Mesh | None) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    sums, grads = _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=True)
     assert grads is not None
     return sums, grads
 
 
-def _fused_bwd(z_coef: float, n: int, mesh: Mesh | None, res: tuple[jax.Array, ...], g: tuple[jax.Array, ...]
-               ) -> tuple[jax.Array | None, ...]:
-    del z_coef, n, mesh
+def _fused_bwd(z_coef: float, n: int, nv: int, mesh: Mesh | None, res: tuple[jax.Array, ...],
+               g: tuple[jax.Array, ...]) -> tuple[jax.Array | None, ...]:
+    del z_coef, n, nv, mesh
     dh, dw, dweights = res
     g_loss = g[0]  # g[1], g[2] (ce_sum, z_sum) are stop_gradient'ed by chunked_lm_loss: always zero
     # w was cast to h's dtype by chunked_lm_loss, so both cotangents take dh's dtype
@@ -149,9 +250,12 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, z_coef: float,
-                    chunk_tokens: int, mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+                    chunk_tokens: int, mesh: Mesh | None = None, vocab_block: int = 0
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss_sum, ce_sum, z_sum) of hidden states h [B, S, D] under the output head w [D, V] (see the module
     docstring). targets int [B, S]; weights float [B, S] (the loss mask). Only loss_sum carries a gradient.
+    vocab_block > 0 also blocks the vocabulary (about that many columns per block, `_blocked_sums`); 0 or a
+    block as wide as the vocabulary computes whole rows of logits per chunk.
 
     The returned sums are float32; the gradients come back in the dtypes of h, w and weights.
     """
@@ -164,7 +268,7 @@ def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax
     if w.dtype != h.dtype:
         w = w.astype(h.dtype)
     n, _ = seq_chunks(h.shape[0], h.shape[1], chunk_tokens)
-    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32),
-                                     float(z_coef),
-                                     n, mesh)
+    nv = vocab_blocks(w.shape[1], vocab_block)[0] if vocab_block else 1
+    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32), float(z_coef),
+                                     n, nv, mesh)
     return loss_sum, jax.lax.stop_gradient(ce_sum), jax.lax.stop_gradient(z_sum)

@@ -22,9 +22,13 @@ from typing import Literal
 ScoreFn = Literal["softmax", "sigmoid"]
 Balance = Literal["aux_loss", "aux_free"]
 DispatchName = Literal["dense", "ragged", "ep_allgather", "ep_alltoall"]
-ComputeDtype = Literal["float32", "bfloat16"]
+ComputeDtype = Literal["float32", "bfloat16", "auto"]
 
 GroupedMatmul = Literal["auto", "ragged_dot", "blocked", "slots"]
+AttentionImpl = Literal["auto", "reference", "xla", "cudnn"]
+RematPolicy = Literal["full", "dots", "dots_no_batch"]
+
+ATTENTION_IMPLS: tuple[str, ...] = ("auto", "reference", "xla", "cudnn")
 
 DISPATCH_BACKENDS: tuple[str, ...] = ("dense", "ragged", "ep_allgather", "ep_alltoall")
 
@@ -69,6 +73,10 @@ class ModelConfig:
     """Epsilon of every RMSNorm."""
     init_std: float = 0.02
     """Standard deviation of the normal initialiser of every matrix (norm gains start at 1, biases at 0)."""
+    attention_impl: AttentionImpl = "auto"
+    """Attention core: "xla" / "cudnn" (jax.nn.dot_product_attention; cudnn needs a GPU and bf16),
+    "reference" (the einsum core tuned for XLA:CPU) or "auto" (cudnn on GPU in bf16, reference on CPU, xla
+    elsewhere; attention.py)."""
     max_seq_len: int = 4096
     """Longest sequence the model is meant for (recorded in exports; RoPE itself has no table)."""
 
@@ -116,15 +124,26 @@ class ModelConfig:
 
     # ---- numerics and memory -----------------------------------------------------------------------------
     compute_dtype: ComputeDtype = "float32"
-    """Matmul dtype; the router, norms, softmaxes and logits always run in float32."""
+    """Matmul dtype; the router, norms, softmaxes and logits always run in float32. "auto": bfloat16 on an
+    accelerator (GPU/TPU), float32 on CPU (`resolved_compute_dtype`)."""
     loss_chunk_tokens: int | None = None
     """Tokens per chunk of the training loss's fused output head + cross-entropy (chunked_loss.py: the full
     [tokens, vocab] logits are never materialised and their gradient is formed in the forward pass). None:
     automatic (512 on CPU, 8192 elsewhere); 0: off (plain logits, then cross-entropy). Evaluation and
     `Model.logits` always use the plain head."""
+    loss_vocab_block: int | None = None
+    """Vocabulary columns per block of the fused loss (chunked_loss.py blocks the head over the vocabulary
+    too, with an online logsumexp: no [chunk, vocab] row of logits exists). None: automatic (loss.py, chosen
+    from measurements); 0: off (whole rows per chunk)."""
     remat: bool = False
     """Recompute each block's activations during the backward pass (jax.checkpoint): less memory, ~1/3 more
     compute (not counted in the model FLOPs)."""
+    remat_policy: RematPolicy = "full"
+    """What a rematerialised block keeps for the backward pass (with remat on): "full" nothing (recompute
+    the block), "dots" every matmul output, "dots_no_batch" matmul outputs without batch dims (layer_stack.py)."""
+    scan_layers: bool = True
+    """Run runs of identical layers with jax.lax.scan over weights stacked inside the step (compile time flat
+    in depth; the stored tree stays per layer); False: an unrolled Python loop (layer_stack.py)."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",
@@ -165,8 +184,14 @@ class ModelConfig:
             _fail("dispatch", self.dispatch, f"choose one of {list(DISPATCH_BACKENDS)}")
         if self.grouped_matmul not in ("auto", "ragged_dot", "blocked", "slots"):
             _fail("grouped_matmul", self.grouped_matmul, 'choose "auto", "ragged_dot", "blocked" or "slots"')
-        if self.compute_dtype not in ("float32", "bfloat16"):
-            _fail("compute_dtype", self.compute_dtype, 'choose "float32" or "bfloat16"')
+        if self.attention_impl not in ATTENTION_IMPLS:
+            _fail("attention_impl", self.attention_impl, f"choose one of {list(ATTENTION_IMPLS)}")
+        if self.loss_vocab_block is not None and self.loss_vocab_block < 0:
+            _fail("loss_vocab_block", self.loss_vocab_block, "use a positive block width, 0 (off) or None (auto)")
+        if self.remat_policy not in ("full", "dots", "dots_no_batch"):
+            _fail("remat_policy", self.remat_policy, 'choose "full", "dots" or "dots_no_batch"')
+        if self.compute_dtype not in ("float32", "bfloat16", "auto"):
+            _fail("compute_dtype", self.compute_dtype, 'choose "float32", "bfloat16" or "auto"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
             _fail("loss_chunk_tokens", self.loss_chunk_tokens,
                   "use a positive chunk size, 0 (off) or None (auto)")
@@ -212,6 +237,16 @@ class ModelConfig:
             return tokens_per_group
         c = math.ceil(capacity_factor * tokens_per_group * self.top_k / self.n_experts)
         return max(1, min(tokens_per_group, c))
+
+    def resolved_compute_dtype(self, platform: str | None = None) -> str:
+        """compute_dtype with "auto" resolved for `platform` (default: JAX's default backend)."""
+        if self.compute_dtype != "auto":
+            return self.compute_dtype
+        if platform is None:
+            import jax  # deferred: the config module stays importable without initialising a backend
+
+            platform = jax.default_backend()
+        return "float32" if platform == "cpu" else "bfloat16"
 
     def loss_chunk(self) -> int:
         """The effective `loss_chunk_tokens` on the default JAX backend (0 = plain, unfused loss)."""

@@ -39,6 +39,18 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Arr
     return logz - target_logit, logz
 
 
+def loss_vocab_block(cfg: ModelConfig, mesh: Mesh | None = None) -> int:
+    """Vocabulary columns per block of the fused loss (0 = whole rows): `cfg.loss_vocab_block`, or when None
+    the measured choice (docs/benchmarks/trainer-accel.md): on CPU, blocks of 2048 columns once the vocabulary
+    reaches 65,536 (at llama_nano's shape and vocab 128,256: 2.6x the whole-row step; at 32k only whole rows
+    were measured, 1.29x Levanter); elsewhere whole rows (not measured there). Never with a "model" mesh axis > 1: the head is vocab-sharded there, blocks would gather it."""
+    if cfg.loss_vocab_block is not None:
+        return cfg.loss_vocab_block
+    if mesh is not None and mesh.shape.get("model", 1) > 1:
+        return 0
+    return 2048 if jax.default_backend() == "cpu" and cfg.vocab_size >= 65536 else 0
+
+
 def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | None = None) -> LossFn:
     """The :data:`moe_trainer.step.LossFn` of the MoE language model ``cfg``.
 
@@ -46,6 +58,7 @@ def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | 
     ``cfg.loss_chunk()`` is 0 (same values and gradients; less memory traffic and no [tokens, vocab] logits).
     """
     chunk = cfg.loss_chunk()
+    vocab_block = loss_vocab_block(cfg, mesh)
 
     def loss_fn(params: Any, batch: Batch, total_tokens: jax.Array, n_micro: int
                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -54,8 +67,8 @@ def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | 
             h, st = hidden_states(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
                                   dispatch=dispatch)
             token_sum, ce_sum, z_sum = chunked_lm_loss(h, output_head(params, cfg), batch["targets"], mask,
-                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk,
-                                                       mesh=mesh)
+                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk, mesh=mesh,
+                                                       vocab_block=vocab_block)
         else:
             logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
                                  dispatch=dispatch)

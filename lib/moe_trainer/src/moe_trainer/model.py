@@ -4,6 +4,10 @@
 reads a normalised copy in the compute dtype (bfloat16 or float32) and its output is added back in float32;
 the router, norms, attention softmax and the logits are float32.
 
+Layers run through `layer_stack.run_layers`: runs of identically-shaped layers are stacked inside the jitted
+function and executed by `jax.lax.scan` (`ModelConfig.scan_layers`), with the remat policy of
+`ModelConfig.remat`/`remat_policy`; the stored parameter tree stays a list of per-layer dicts.
+
 Padding convention: tokens whose `segment_ids` are negative are padding. They are never routed to experts and
 are excluded from the routing statistics (the trainer must also mask them out of its loss).
 """
@@ -19,6 +23,7 @@ from jax.sharding import Mesh
 
 from moe_trainer.attention import attention, segment_positions
 from moe_trainer.config import ModelConfig
+from moe_trainer.layer_stack import run_layers
 from moe_trainer.layers import Params, cast, dtype_of, linear, rms_norm, swiglu
 from moe_trainer.moe import LayerStats, moe_block
 from moe_trainer.params import init_params, param_logical_axes
@@ -130,7 +135,7 @@ def hidden_states(
     if segment_ids is None:
         segment_ids = jnp.zeros((b, s), jnp.int32)
     n_groups = 1 if mesh is None else mesh.shape["data"] * mesh.shape["expert"]
-    dt = dtype_of(cfg.compute_dtype)
+    dt = dtype_of(cfg.resolved_compute_dtype())
     positions = segment_positions(segment_ids)
     valid = (segment_ids >= 0).reshape(-1)
     act = ("batch", "seq", "act_embed")
@@ -139,25 +144,23 @@ def hidden_states(
     # reshuffle.
     table = constrain(params["embed"], ("vocab", None), mesh)
     x = constrain(jnp.take(table, tokens, axis=0).astype(jnp.float32), act, mesh)
-    layer_stats: list[LayerStats] = []
-    for i, lp in enumerate(params["layers"]):
-        def block(lp: Params, x: jax.Array, i: int = i) -> tuple[jax.Array, LayerStats | None]:
-            h = cast(rms_norm(x, lp["attn_norm"], cfg.norm_eps), dt)
-            x = x + attention(lp["attn"], h, segment_ids, positions, cfg, is_global=cfg.is_global_layer(i))
-            x = constrain(x.astype(jnp.float32), act, mesh)
-            h = cast(rms_norm(x, lp["mlp_norm"], cfg.norm_eps), dt)
-            st = None
-            if "moe" in lp:
-                y, st = moe_block(lp["moe"], h.reshape(b * s, -1), valid, cfg, backend=backend,
-                                  capacity_factor=cf, n_groups=n_groups, mesh=mesh)
-                y = y.reshape(b, s, -1)
-            else:
-                y = swiglu(h, lp["mlp"]["w_gate"], lp["mlp"]["w_up"], lp["mlp"]["w_down"])
-            return constrain(x + y.astype(jnp.float32), act, mesh), st
 
-        x, st = (jax.checkpoint(block) if cfg.remat else block)(lp, x)
-        if st is not None:
-            layer_stats.append(st)
+    def block(lp: Params, x: jax.Array, i: int) -> tuple[jax.Array, LayerStats | None]:
+        h = cast(rms_norm(x, lp["attn_norm"], cfg.norm_eps), dt)
+        x = x + attention(lp["attn"], h, segment_ids, positions, cfg, is_global=cfg.is_global_layer(i))
+        x = constrain(x.astype(jnp.float32), act, mesh)
+        h = cast(rms_norm(x, lp["mlp_norm"], cfg.norm_eps), dt)
+        st = None
+        if "moe" in lp:
+            y, st = moe_block(lp["moe"], h.reshape(b * s, -1), valid, cfg, backend=backend,
+                              capacity_factor=cf, n_groups=n_groups, mesh=mesh)
+            y = y.reshape(b, s, -1)
+        else:
+            y = swiglu(h, lp["mlp"]["w_gate"], lp["mlp"]["w_up"], lp["mlp"]["w_down"])
+        return constrain(x + y.astype(jnp.float32), act, mesh), st
+
+    x, by_layer = run_layers(params["layers"], x, block, cfg)
+    layer_stats = [by_layer[i] for i in cfg.moe_layers]
 
     h = cast(rms_norm(x, params["final_norm"], cfg.norm_eps), dt)
     return h, _combine_stats(layer_stats, cfg)

@@ -223,24 +223,34 @@ class _Compiled:
 
 
 # XLA:CPU options of the train step. By default XLA:CPU (jax 0.10) hands dots and some reductions to YNNPACK
-# fusions; at the trainer's shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's
-# own
-# Eigen GEMMs run them ~1.3-2x faster (docs/benchmarks/trainer.md), so the step turns those fusions off.
+# fusions. At the MoE presets' shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's own
+# Eigen GEMMs ran them ~1.3-2x faster (docs/benchmarks/trainer.md); at the dense llama_nano shape of Levanter's
+# tutorial (d 32) XLA's defaults were faster (docs/benchmarks/trainer-accel.md). So the choice is per model.
 CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_experimental_ynn_fusion_type": ""}
+"""The options that turn YNNPACK fusions off (what `compiler_options` returns when it picks "off")."""
 
 
-def compiler_options(mesh: Mesh) -> dict[str, str] | None:
-    """XLA compiler options for the train step on ``mesh``'s platform (None: XLA's defaults)."""
-    return dict(CPU_COMPILER_OPTIONS) if mesh.devices.flat[0].platform == "cpu" else None
+def compiler_options(mesh: Mesh, model: ModelConfig | None = None) -> dict[str, str] | None:
+    """XLA compiler options for the train step of `model` on `mesh`'s platform (None: XLA's defaults).
+
+    CPU: YNNPACK fusions off for models with MoE layers (measured faster at the tiny preset), XLA's defaults
+    for dense models (measured faster at llama_nano; docs/benchmarks/trainer-accel.md). Other platforms:
+    XLA's defaults.
+    """
+    if mesh.devices.flat[0].platform != "cpu":
+        return None
+    if model is not None and not model.moe_layers:
+        return None
+    return dict(CPU_COMPILER_OPTIONS)
 
 
 @functools.lru_cache(maxsize=8)
-def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig,
-             health: HealthConfig,
-             accum_steps: int, num_steps: int, seed: int, mesh: Mesh,
-             batch_shape: tuple[int, int]) -> _Compiled:
+def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig, health: HealthConfig,
+             accum_steps: int, num_steps: int, seed: int, mesh: Mesh, batch_shape: tuple[int, int],
+             xla_options: tuple[tuple[str, str], ...] | None = None) -> _Compiled:
     """The jitted init and train step for one configuration (cached so repeated ``train`` calls — resumes,
-    tests — reuse the compiled executable)."""
+    tests — reuse the compiled executable). ``xla_options`` replaces the choice of `compiler_options`
+    (benchmarks compare both; ``()`` is XLA's defaults)."""
     abstract_params = jax.eval_shape(lambda: init_params(model, jax.random.key(seed)))
     optimizer = optim.build_optimizer(opt, abstract_params, param_logical_axes(model))
     schedule = optim.make_schedule(sched, num_steps)
@@ -254,10 +264,11 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
     abstract = jax.eval_shape(init)
     shardings = state_shardings(abstract, param_shardings(model, mesh), mesh)
     batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
+    options = compiler_options(mesh, model) if xla_options is None else dict(xla_options)
     # metrics replicated: every process of a multi-host run can read them (they are a few scalars and vectors)
     jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding),
                        out_shardings=(shardings, NamedSharding(mesh, P())),
-                       donate_argnums=0, compiler_options=compiler_options(mesh))
+                       donate_argnums=0, compiler_options=options)
     return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
 
 
