@@ -27,11 +27,13 @@ commands:
   status [SCRIPT] [flags] current status of a script's steps, or of every experiment under --prefix
   dashboard ...           the web dashboard (marin dashboard --help)
   issue ...               the experiment's issue tracker (marin issue --help)
+  predictions [--prefix]  every pre-registered prediction, its verdict and the interval hit rate
 
 flags (also accepted by `python SCRIPT ...`):
 """
 
-DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli"}
+DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
+             "predictions": "marin.tracking.predictions_cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -105,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
-        print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue",
+        print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
+              "predictions",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

@@ -41,6 +41,10 @@ def _register_publisher() -> None:
 
     if issue_publisher_factory not in DEFAULT_PUBLISHER_FACTORIES:
         DEFAULT_PUBLISHER_FACTORIES.append(issue_publisher_factory)
+    from marin.tracking.predictions import prediction_publisher_factory
+
+    if prediction_publisher_factory not in DEFAULT_PUBLISHER_FACTORIES:
+        DEFAULT_PUBLISHER_FACTORIES.append(prediction_publisher_factory)
 
 
 _register_publisher()

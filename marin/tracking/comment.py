@@ -22,6 +22,7 @@ from typing import Any
 
 from marin.status.publisher import RunView, StepView
 from marin.tracking.outputs import StepOutputs
+from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
 
 MARKER_TEMPLATE = "<!-- marin-status:{experiment_id}:{prefix8} -->"
@@ -153,6 +154,7 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
                       fence("\n".join(error + ([f"raised at {where}"] if where else [])))]
         if len(failed) > MAX_FAILED_SHOWN:
             lines.append(f"… and {len(failed) - MAX_FAILED_SHOWN} more failed steps (see the dashboard)")
+    lines += tracking_section(steps)  # "on track / off track" of steps scored against a prediction
     earlier = [r for r in history if r.get("run_id") != run.run_id][-5:]
     if earlier:
         lines += ["", "Earlier runs: " + " · ".join(

@@ -241,13 +241,31 @@ class ScalingFit:
         u = np.log(self.compute / self.c_ref)
         return np.log(self.loss) - _log_model(self.theta[None, :], u, self.settings.fixed_e)[0][0]
 
-    def to_json(self) -> dict[str, Any]:
-        """The fit as plain JSON (parameters, noise model, residuals, settings)."""
-        return {"form": self.settings.form, "formula": "L = E + A * C^(-alpha)", "params": self.params,
-                "settings": dataclasses.asdict(self.settings), "sigma_log": self.sigma,
-                "sigma_source": self.sigma_source, "c_ref": self.c_ref,
-                "residuals_log": [float(r) for r in self.residuals()],
-                "fixed_e": self.settings.fixed_e is not None}
+    def to_json(self, *, full: bool = False) -> dict[str, Any]:
+        """The fit as plain JSON (parameters, noise model, residuals, settings); ``full`` adds what
+        :meth:`from_json` needs to predict again (inputs, raw parameters, bootstrap and leave-one-out fits)."""
+        out: dict[str, Any] = {
+            "form": self.settings.form, "formula": "L = E + A * C^(-alpha)", "params": self.params,
+            "settings": dataclasses.asdict(self.settings), "sigma_log": self.sigma,
+            "sigma_source": self.sigma_source, "c_ref": self.c_ref,
+            "residuals_log": [float(r) for r in self.residuals()], "fixed_e": self.settings.fixed_e is not None}
+        if full:
+            out["state"] = {"compute": self.compute.tolist(), "loss": self.loss.tolist(),
+                            "theta": self.theta.tolist(), "boot_theta": self.boot_theta.tolist(),
+                            "loo_theta": [[left, t.tolist()] for left, t in self.loo_theta]}
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScalingFit:
+        """The fit written by ``to_json(full=True)``."""
+        if "state" not in data:
+            raise ValueError("ScalingFit.from_json needs the output of to_json(full=True) (no 'state' key)")
+        st = data["state"]
+        return cls(settings=FitSettings(**data["settings"]), compute=np.asarray(st["compute"]),
+                   loss=np.asarray(st["loss"]), c_ref=float(data["c_ref"]), theta=np.asarray(st["theta"]),
+                   boot_theta=np.asarray(st["boot_theta"]), sigma=float(data["sigma_log"]),
+                   sigma_source=str(data["sigma_source"]),
+                   loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]))
 
 
 def _normal_quantile(p: float) -> float:
