@@ -5,9 +5,9 @@ the prefix). The prediction is posted there as its own comment (with its sha256)
 step; the status comment says "on track / off track" as the target's evaluations land; the verdict is
 posted when the target is scored. `marin predictions` lists every forecast under the prefix.
 
-Hypothesis: five rungs (dense, byte-level, 8k-46k non-embedding parameters at 10 tokens per parameter) with
+Hypothesis: five rungs (dense, byte-level, 3k-28k non-embedding parameters at 10 tokens per parameter) with
 three seeds each, fitted with an offset power law in 6·N·D, predict the held-out bits per byte of a
-151k-parameter target trained on 1.5M tokens (10.6x the top rung's compute) within 1.5% at the end of its
+103k-parameter target trained on 1.0M tokens (13.6x the top rung's compute) within 1.5% at the end of its
 run, and the actual value lies inside the 90% interval; the same holds at 25/50/75% of its training.
 
     python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 30 minutes on 2 cores
@@ -59,10 +59,10 @@ if SMALL:
     rules = LadderRules(tokens_per_param=2.0, min_batch_tokens=64, seq_len=32, min_width=8, head_dim=4)
     plan = plan_ladder(BASE_MODEL, sizes=[1.5e3, 3e3, 6e3], seeds=[0, 1], target=2.7e9, rules=rules)
 else:
-    # 10 tokens per parameter and rungs of 8k-46k parameters: what fits a shared 2-core machine (each run also
+    # 10 tokens per parameter and rungs of 3k-28k parameters: what fits a shared 2-core machine (each run also
     # pays a JAX compilation); the learning-rate check (x0.5, x2 at the smallest and top rung) is opt-in here.
-    rules = LadderRules(tokens_per_param=10.0)
-    plan = plan_ladder(BASE_MODEL, sizes=[7.8e3, 1.2e4, 1.9e4, 2.8e4, 4.6e4], seeds=[0, 1, 2], target=1.5e12,
+    rules = LadderRules(tokens_per_param=10.0, min_width=8)
+    plan = plan_ladder(BASE_MODEL, sizes=[3.9e3, 7.8e3, 1.17e4, 1.86e4, 2.79e4], seeds=[0, 1, 2], target=5e11,
                        rules=rules, min_extrapolation=10.0,
                        lr_multiples=(0.5, 2.0) if os.environ.get("MARIN_LADDER_LR_CHECK") else ())
 

@@ -63,7 +63,7 @@ def verified(record: Any) -> bool:
     return isinstance(record, dict) and record.get(HASH_KEY) == record_hash(record)
 
 
-def read_json(path: str) -> Any | None:
+def read_json(path: str) -> Any:
     """The JSON at ``path``, or None when the file does not exist (or is being written)."""
     fs, p = fsspec.core.url_to_fs(path)
     try:

@@ -25,7 +25,13 @@ from operators.scaling.forecast import (
 from operators.scaling.inputs import LadderInputError
 from operators.scaling.ladder import plan_ladder
 from operators.scaling.records import RecordTamperedError, read_record, record_hash, seal, write_record
-from operators.scaling.rules import LadderRules, layers_for, rung_for_compute, rung_for_params, trainer_overrides
+from operators.scaling.rules import (
+    LadderRules,
+    layers_for,
+    rung_for_compute,
+    rung_for_params,
+    trainer_overrides,
+)
 from operators.train import TrainConfig
 
 DENSE = {"vocab_size": 257, "n_experts": 0}
