@@ -36,7 +36,9 @@ SURFACES = {
 }
 
 
-def backtest(params: dict[str, float], replicates: int, bootstrap: int, noise: float, seed: int) -> dict[str, Any]:
+def backtest(
+    params: dict[str, float], replicates: int, bootstrap: int, noise: float, seed: int
+) -> dict[str, Any]:
     rung_n = 6e3 * 10 ** (0.25 * np.arange(5))
     target_n = rung_n[-1] * math.sqrt(10.0)
 
@@ -50,7 +52,9 @@ def backtest(params: dict[str, float], replicates: int, bootstrap: int, noise: f
     errors, hits, run_hits = [], [], []
     for r in range(replicates):
         loss = means * np.exp(noise * rng.standard_normal(means.size))
-        fit = fit_scaling_law(compute=compute, loss=loss, bootstrap=bootstrap, rng_seed=r, leave_one_out=False)
+        fit = fit_scaling_law(
+            compute=compute, loss=loss, bootstrap=bootstrap, rng_seed=r, leave_one_out=False
+        )
         point, low, high = fit.predict(target_c)
         errors.append(100 * (point - target_true) / target_true)
         hits.append(low <= target_true <= high)
@@ -58,10 +62,15 @@ def backtest(params: dict[str, float], replicates: int, bootstrap: int, noise: f
         _, low1, high1 = fit.predict(target_c, single_run=True)
         run_hits.append(low1 <= one_run <= high1)
     e = np.asarray(errors)
-    return {"loss_range": [truth(rung_n[0]), truth(rung_n[-1])], "target_loss": target_true,
-            "bias_pct": float(e.mean()), "median_abs_error_pct": float(np.median(np.abs(e))),
-            "p90_abs_error_pct": float(np.quantile(np.abs(e), 0.9)), "coverage_mean_interval": float(np.mean(hits)),
-            "coverage_single_run_interval": float(np.mean(run_hits))}
+    return {
+        "loss_range": [truth(rung_n[0]), truth(rung_n[-1])],
+        "target_loss": target_true,
+        "bias_pct": float(e.mean()),
+        "median_abs_error_pct": float(np.median(np.abs(e))),
+        "p90_abs_error_pct": float(np.quantile(np.abs(e), 0.9)),
+        "coverage_mean_interval": float(np.mean(hits)),
+        "coverage_single_run_interval": float(np.mean(run_hits)),
+    }
 
 
 def real_ladder(prefix: str) -> list[dict[str, Any]]:
@@ -69,12 +78,19 @@ def real_ladder(prefix: str) -> list[dict[str, Any]]:
 
     out = []
     for row in list_predictions(prefix)["predictions"]:
-        entry: dict[str, Any] = {"prediction": row["path"], "sha256": row["sha256"], "verified": row["verified"],
-                                 "posted": row["posted"], "target": row["target"]}
+        entry: dict[str, Any] = {
+            "prediction": row["path"],
+            "sha256": row["sha256"],
+            "verified": row["verified"],
+            "posted": row["posted"],
+            "target": row["target"],
+        }
         if row["verdict_path"]:
             verdict = read_json(row["verdict_path"])
-            entry["points"] = [{k: p[k] for k in ("label", "step", "point", "low", "high", "actual", "error_pct",
-                                                  "inside")} for p in verdict["points"]]
+            entry["points"] = [
+                {k: p[k] for k in ("label", "step", "point", "low", "high", "actual", "error_pct", "inside")}
+                for p in verdict["points"]
+            ]
             entry["endpoint_error_pct"] = verdict["points"][-1]["error_pct"]
             entry["endpoint_inside"] = verdict["points"][-1]["inside"]
             entry["coverage"] = verdict["hits"] / verdict["n"]
@@ -90,12 +106,20 @@ def main() -> None:
     p.add_argument("--prefix", default=None, help="a prefix holding a real ladder's prediction and verdict")
     args = p.parse_args()
     t0 = time.time()
-    synthetic = {name: backtest(params, args.replicates, args.bootstrap, args.noise, seed=i)
-                 for i, (name, params) in enumerate(SURFACES.items())}
-    result: dict[str, Any] = {"synthetic": {"design": "5 rungs x 3 seeds, half-decade spacing, 20 tokens/param, "
-                                                      f"{args.noise:.1%} noise, target 10x the top rung",
-                                            "replicates": args.replicates, "bootstrap": args.bootstrap,
-                                            "surfaces": synthetic, "wall_s": time.time() - t0}}
+    result: dict[str, Any] = {}
+    if args.replicates > 0:  # --replicates 0: only the real ladder
+        synthetic = {
+            name: backtest(params, args.replicates, args.bootstrap, args.noise, seed=i)
+            for i, (name, params) in enumerate(SURFACES.items())
+        }
+        result["synthetic"] = {
+            "design": "5 rungs x 3 seeds, half-decade spacing, 20 tokens/param, "
+            f"{args.noise:.1%} noise, target 10x the top rung",
+            "replicates": args.replicates,
+            "bootstrap": args.bootstrap,
+            "surfaces": synthetic,
+            "wall_s": time.time() - t0,
+        }
     if args.prefix:
         result["real"] = real_ladder(args.prefix)
     print(json.dumps(result, indent=1))

@@ -18,7 +18,8 @@ run, and the actual value lies inside the 90% interval; the same holds at 25/50/
 The corpus is the tutorial's (the Python standard library's source plus pydoc topics; the same ingest and
 decontaminate steps, so their outputs are shared), tokenized as bytes (vocabulary 257) so that the output
 head is a small part of each rung's compute. The held-out set is the tutorial's validation split, the
-first 64 batches of 8 x 128 bytes per domain (16 in the reduced ladder) (every rung and the target see exactly these).
+first 64 batches of 8 x 128 bytes per domain (16 in the reduced ladder): every rung and the target see
+exactly these.
 """
 
 from __future__ import annotations

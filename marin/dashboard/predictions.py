@@ -56,15 +56,26 @@ def chart(points: list[TrackPoint]) -> BandChart:
     lower = [f"{x(p.step):.1f},{y(p.low):.1f}" for p in reversed(points)]
     ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
     return BandChart(
-        band=" ".join(upper + lower), predicted=" ".join(f"{x(p.step):.1f},{y(p.point):.1f}" for p in points),
+        band=" ".join(upper + lower),
+        predicted=" ".join(f"{x(p.step):.1f},{y(p.point):.1f}" for p in points),
         actual=[(x(p.step), y(p.actual), p.state) for p in points if p.actual is not None],
         x_ticks=[(x(p.step), f"{p.label} ({p.step})") for p in points],
-        y_ticks=[(y(v), f"{v:.3f}") for v in ticks])
+        y_ticks=[(y(v), f"{v:.3f}") for v in ticks],
+    )
 
 
 def _points_from(record: dict[str, Any], actual: dict[int, float]) -> list[TrackPoint]:
-    return [TrackPoint(label=str(p["label"]), step=int(p["step"]), point=float(p["point"]), low=float(p["low"]),
-                       high=float(p["high"]), actual=actual.get(int(p["step"]))) for p in record["points"]]
+    return [
+        TrackPoint(
+            label=str(p["label"]),
+            step=int(p["step"]),
+            point=float(p["point"]),
+            low=float(p["low"]),
+            high=float(p["high"]),
+            actual=actual.get(int(p["step"])),
+        )
+        for p in record["points"]
+    ]
 
 
 def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
@@ -79,8 +90,12 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
         record = read_json(f"{root}/{PREDICTION_FILE}")
         if verified(verdict):
             kind = "verdict"
-            record = {"points": verdict["points"], "metric": {"name": verdict["metric"]},
-                      HASH_KEY: verdict["prediction_sha256"], "target": {"name": verdict["target"]}}
+            record = {
+                "points": verdict["points"],
+                "metric": {"name": verdict["metric"]},
+                HASH_KEY: verdict["prediction_sha256"],
+                "target": {"name": verdict["target"]},
+            }
             points = _points_from(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
         elif isinstance(record, dict):
             if not verified(record):
@@ -89,6 +104,13 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
         else:
             return None
     latest = [p for p in points if p.actual is not None]
-    return {"kind": kind, "tampered": False, "sha256": record[HASH_KEY], "metric": record["metric"]["name"],
-            "target": (record.get("target") or {}).get("name"), "points": points,
-            "summary": latest[-1].describe() if latest else "no evaluation yet", "chart": chart(points)}
+    return {
+        "kind": kind,
+        "tampered": False,
+        "sha256": record[HASH_KEY],
+        "metric": record["metric"]["name"],
+        "target": (record.get("target") or {}).get("name"),
+        "points": points,
+        "summary": latest[-1].describe() if latest else "no evaluation yet",
+        "chart": chart(points),
+    }

@@ -45,8 +45,12 @@ from marin.tracking.base import Tracker
 
 logger = logging.getLogger(__name__)
 HASH_KEY = "record_sha256"
-PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = ("prediction.json", "posted.json",
-                                                             "tracking.json", "verdict.json")
+PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = (
+    "prediction.json",
+    "posted.json",
+    "tracking.json",
+    "verdict.json",
+)
 PREDICTION_MARKER = "<!-- marin-prediction:{sha} -->"
 VERDICT_MARKER = "<!-- marin-verdict:{sha} -->"
 
@@ -85,6 +89,7 @@ def write_json(path: str, obj: Any) -> None:
 
 # ---- tracking a running step against its prediction ----------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class TrackPoint:
     """One evaluation point of a tracked step: the band and, once it landed, the actual value."""
@@ -114,8 +119,10 @@ class TrackPoint:
         off = 100.0 * (self.actual - self.point) / self.point
         where = "inside" if self.state == "on track" else "outside"
         head = "on track" if self.state == "on track" else f"off track by {off:+.2f}%"
-        return (f"{head} ({where} the 90% interval): actual {self.actual:.4f}, predicted {self.point:.4f} "
-                f"[{self.low:.4f}, {self.high:.4f}]")
+        return (
+            f"{head} ({where} the 90% interval): actual {self.actual:.4f}, predicted {self.point:.4f} "
+            f"[{self.low:.4f}, {self.high:.4f}]"
+        )
 
 
 def _dig(row: Any, path: str) -> float | None:
@@ -154,10 +161,21 @@ def track(output_path: str) -> tuple[dict[str, Any], list[TrackPoint]] | None:
     record = read_json(str(tracking["prediction"]))
     if not verified(record) or record.get(HASH_KEY) != tracking.get(HASH_KEY):
         return None
-    values = metric_rows(f"{output_path.rstrip('/')}/{tracking.get('metrics_file', 'metrics.jsonl')}",
-                         str(tracking.get("metric_path") or record["metric"]["path"]))
-    points = [TrackPoint(label=str(p["label"]), step=int(p["step"]), point=float(p["point"]), low=float(p["low"]),
-                         high=float(p["high"]), actual=values.get(int(p["step"]))) for p in record["points"]]
+    values = metric_rows(
+        f"{output_path.rstrip('/')}/{tracking.get('metrics_file', 'metrics.jsonl')}",
+        str(tracking.get("metric_path") or record["metric"]["path"]),
+    )
+    points = [
+        TrackPoint(
+            label=str(p["label"]),
+            step=int(p["step"]),
+            point=float(p["point"]),
+            low=float(p["low"]),
+            high=float(p["high"]),
+            actual=values.get(int(p["step"])),
+        )
+        for p in record["points"]
+    ]
     return record, points
 
 
@@ -173,49 +191,85 @@ def tracking_section(steps: Sequence[StepView]) -> list[str]:
         record, points = found
         landed = [p for p in points if p.actual is not None]
         latest = landed[-1] if landed else points[0]
-        lines += ["", f"#### Prediction `{record[HASH_KEY][:12]}` for `{step.name}` ({record['metric']['name']}): "
-                      f"{latest.describe() if landed else 'no evaluation yet'}", "",
-                  "| Point | Step | Predicted | 90% interval | Actual | State |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"#### Prediction `{record[HASH_KEY][:12]}` for `{step.name}` ({record['metric']['name']}): "
+            f"{latest.describe() if landed else 'no evaluation yet'}",
+            "",
+            "| Point | Step | Predicted | 90% interval | Actual | State |",
+            "|---|---|---|---|---|---|",
+        ]
         for p in points:
             actual = f"{p.actual:.4f}" if p.actual is not None else "—"
-            state = p.state if p.actual is None or p.state == "on track" else \
-                f"off track by {100.0 * (p.actual - p.point) / p.point:+.2f}%"
-            lines.append(f"| {p.label} | {p.step} | {p.point:.4f} | [{p.low:.4f}, {p.high:.4f}] | {actual} | {state} |")
+            state = (
+                p.state
+                if p.actual is None or p.state == "on track"
+                else f"off track by {100.0 * (p.actual - p.point) / p.point:+.2f}%"
+            )
+            lines.append(
+                f"| {p.label} | {p.step} | {p.point:.4f} | [{p.low:.4f}, {p.high:.4f}] | {actual} | {state} |"
+            )
     return lines
 
 
 # ---- posting records -------------------------------------------------------------------------------------
 
+
 def prediction_body(record: dict[str, Any]) -> str:
     """The never-edited comment of a prediction: marker, table, hash, the record in full."""
     sha = record[HASH_KEY]
-    rows = [f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] |"
-            for p in record["points"]]
+    rows = [
+        f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] |"
+        for p in record["points"]
+    ]
     target = record.get("target", {})
-    return "\n".join([
-        PREDICTION_MARKER.format(sha=sha),
-        f"### 🔒 Pre-registered prediction for `{target.get('name', '?')}` ({record['metric']['name']})", "",
-        f"Frozen before the target's first step. Record sha256 `{sha}`; target config hash "
-        f"`{target.get('config_hash', '?')}`. This comment is never edited.", "",
-        "| Point | Step | Predicted | 90% interval |", "|---|---|---|---|", *rows, "",
-        "Assumptions: " + ("; ".join(record.get("assumptions") or []) or "none stated"), "",
-        "<details><summary>The record (prediction.json)</summary>", "", "```json",
-        json.dumps(record, indent=1, sort_keys=True)[:40_000], "```", "</details>"])
+    return "\n".join(
+        [
+            PREDICTION_MARKER.format(sha=sha),
+            f"### 🔒 Pre-registered prediction for `{target.get('name', '?')}` ({record['metric']['name']})",
+            "",
+            f"Frozen before the target's first step. Record sha256 `{sha}`; target config hash "
+            f"`{target.get('config_hash', '?')}`. This comment is never edited.",
+            "",
+            "| Point | Step | Predicted | 90% interval |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            "Assumptions: " + ("; ".join(record.get("assumptions") or []) or "none stated"),
+            "",
+            "<details><summary>The record (prediction.json)</summary>",
+            "",
+            "```json",
+            json.dumps(record, indent=1, sort_keys=True)[:40_000],
+            "```",
+            "</details>",
+        ]
+    )
 
 
 def verdict_body(verdict: dict[str, Any]) -> str:
     """The comment of a verdict, quoting the prediction's hash."""
-    rows = [f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
-            f"{p['actual']:.4f} | {p['error_pct']:+.2f}% | {'✅ inside' if p['inside'] else '❌ outside'} |"
-            for p in verdict["points"]]
+    rows = [
+        f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
+        f"{p['actual']:.4f} | {p['error_pct']:+.2f}% | {'✅ inside' if p['inside'] else '❌ outside'} |"
+        for p in verdict["points"]
+    ]
     end = verdict["points"][-1]
-    return "\n".join([
-        VERDICT_MARKER.format(sha=verdict[HASH_KEY]),
-        f"### Verdict on prediction `{verdict['prediction_sha256']}` ({verdict['metric']})", "",
-        f"Endpoint: predicted {end['point']:.4f}, actual {end['actual']:.4f}, error {end['error_pct']:+.2f}% "
-        f"({'inside' if end['inside'] else 'outside'} the 90% interval); {verdict['hits']}/{verdict['n']} points "
-        f"inside. Verdict sha256 `{verdict[HASH_KEY]}`.", "",
-        "| Point | Step | Predicted | 90% interval | Actual | Error | |", "|---|---|---|---|---|---|---|", *rows])
+    return "\n".join(
+        [
+            VERDICT_MARKER.format(sha=verdict[HASH_KEY]),
+            f"### Verdict on prediction `{verdict['prediction_sha256']}` ({verdict['metric']})",
+            "",
+            f"Endpoint: predicted {end['point']:.4f}, actual {end['actual']:.4f}, "
+            f"error {end['error_pct']:+.2f}% ({'inside' if end['inside'] else 'outside'} the 90% interval); "
+            f"{verdict['hits']}/{verdict['n']} points "
+            f"inside. Verdict sha256 `{verdict[HASH_KEY]}`.",
+            "",
+            "| Point | Step | Predicted | 90% interval | Actual | Error | |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
 
 
 def _find(tracker: Tracker, number: int, marker: str) -> Any | None:
@@ -254,8 +308,9 @@ class PredictionPublisher:
             self._post_prediction(root, record)
         verdict = read_json(f"{root}/{VERDICT_FILE}")
         if verdict is not None and verified(verdict):
-            post_record(self.tracker, self.number, VERDICT_MARKER.format(sha=verdict[HASH_KEY]),
-                        verdict_body(verdict))
+            post_record(
+                self.tracker, self.number, VERDICT_MARKER.format(sha=verdict[HASH_KEY]), verdict_body(verdict)
+            )
 
     def _ensure_issue(self, record: dict[str, Any]) -> None:
         from marin.tracking.base import TrackerNotFound
@@ -267,22 +322,37 @@ class PredictionPublisher:
             if not isinstance(self.tracker, LocalTracker):
                 raise
             # a fresh prefix has an empty local tracker: create the issue the run refers to
-            self.tracker.ensure_issue(self.number, title=str(record.get("experiment") or "experiment"),
-                                      body=f"Experiment `{record.get('experiment')}`.")
+            self.tracker.ensure_issue(
+                self.number,
+                title=str(record.get("experiment") or "experiment"),
+                body=f"Experiment `{record.get('experiment')}`.",
+            )
 
     def _post_prediction(self, root: str, record: Any) -> None:
         if not verified(record):
-            raise ValueError(f"{root}/{PREDICTION_FILE} does not match its record_sha256: it was edited after "
-                             "it was written, so it is not posted")
+            raise ValueError(
+                f"{root}/{PREDICTION_FILE} does not match its record_sha256: it was edited after "
+                "it was written, so it is not posted"
+            )
         sha = record[HASH_KEY]
         posted = read_json(f"{root}/{POSTED_FILE}")
         if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
             return
         self._ensure_issue(record)
-        comment = post_record(self.tracker, self.number, PREDICTION_MARKER.format(sha=sha), prediction_body(record))
-        write_json(f"{root}/{POSTED_FILE}", {
-            HASH_KEY: sha, "issue": f"{self.tracker.repo}#{self.number}", "comment_id": comment.id,
-            "comment_url": comment.url, "comment_created": comment.created, "posted_at": time.time()})
+        comment = post_record(
+            self.tracker, self.number, PREDICTION_MARKER.format(sha=sha), prediction_body(record)
+        )
+        write_json(
+            f"{root}/{POSTED_FILE}",
+            {
+                HASH_KEY: sha,
+                "issue": f"{self.tracker.repo}#{self.number}",
+                "comment_id": comment.id,
+                "comment_url": comment.url,
+                "comment_created": comment.created,
+                "posted_at": time.time(),
+            },
+        )
 
 
 def prediction_publisher_factory(ctx: Any) -> PredictionPublisher | None:
@@ -301,6 +371,7 @@ def prediction_publisher_factory(ctx: Any) -> PredictionPublisher | None:
 
 # ---- the calibration view ------------------------------------------------------------------------------
 
+
 def _records(prefix: str, filename: str) -> list[tuple[str, Any]]:
     fs, root = fsspec.core.url_to_fs(prefix)
     root = root.rstrip("/")
@@ -310,7 +381,9 @@ def _records(prefix: str, filename: str) -> list[tuple[str, Any]]:
             continue
         with fs.open(path, "rb") as handle:
             try:
-                found.append((fs.unstrip_protocol(path) if "://" in prefix else path, json.loads(handle.read())))
+                found.append(
+                    (fs.unstrip_protocol(path) if "://" in prefix else path, json.loads(handle.read()))
+                )
             except json.JSONDecodeError:
                 found.append((path, None))
     return found
@@ -318,8 +391,11 @@ def _records(prefix: str, filename: str) -> list[tuple[str, Any]]:
 
 def list_predictions(prefix: str) -> dict[str, Any]:
     """Every prediction under ``prefix`` with its verdict, and the hit rate of the scored intervals."""
-    verdicts = {v.get("prediction_sha256"): (path, v) for path, v in _records(prefix, VERDICT_FILE)
-                if isinstance(v, dict)}
+    verdicts = {
+        v.get("prediction_sha256"): (path, v)
+        for path, v in _records(prefix, VERDICT_FILE)
+        if isinstance(v, dict)
+    }
     rows = []
     for path, record in _records(prefix, PREDICTION_FILE):
         ok = verified(record)
@@ -327,18 +403,38 @@ def list_predictions(prefix: str) -> dict[str, Any]:
         end = record["points"][-1] if ok else {}
         vpath, verdict = verdicts.get(sha, (None, None)) if ok else (None, None)  # a tampered copy has none
         posted = read_json(path.rsplit("/", 1)[0] + "/" + POSTED_FILE)
-        row = {"path": path, "verified": ok, "sha256": sha, "experiment": record.get("experiment") if ok else None,
-               "issue": record.get("issue") if ok else None, "target": (record.get("target") or {}).get("name")
-               if ok else None, "metric": record["metric"]["name"] if ok else None,
-               "point": end.get("point"), "low": end.get("low"), "high": end.get("high"),
-               "posted": posted if isinstance(posted, dict) and posted.get(HASH_KEY) == sha else None,
-               "verdict_path": vpath, "verdict_verified": verified(verdict) if verdict else None,
-               "actual": None, "error_pct": None, "inside": None, "points_inside": None}
+        row = {
+            "path": path,
+            "verified": ok,
+            "sha256": sha,
+            "experiment": record.get("experiment") if ok else None,
+            "issue": record.get("issue") if ok else None,
+            "target": (record.get("target") or {}).get("name") if ok else None,
+            "metric": record["metric"]["name"] if ok else None,
+            "point": end.get("point"),
+            "low": end.get("low"),
+            "high": end.get("high"),
+            "posted": posted if isinstance(posted, dict) and posted.get(HASH_KEY) == sha else None,
+            "verdict_path": vpath,
+            "verdict_verified": verified(verdict) if verdict else None,
+            "actual": None,
+            "error_pct": None,
+            "inside": None,
+            "points_inside": None,
+        }
         if verdict is not None and verified(verdict):
             vend = verdict["points"][-1]
-            row.update(actual=vend["actual"], error_pct=vend["error_pct"], inside=vend["inside"],
-                       points_inside=f"{verdict['hits']}/{verdict['n']}")
+            row.update(
+                actual=vend["actual"],
+                error_pct=vend["error_pct"],
+                inside=vend["inside"],
+                points_inside=f"{verdict['hits']}/{verdict['n']}",
+            )
         rows.append(row)
     scored = [r for r in rows if r["inside"] is not None]
-    return {"prefix": prefix, "predictions": rows, "scored": len(scored),
-            "hit_rate": (sum(bool(r["inside"]) for r in scored) / len(scored)) if scored else None}
+    return {
+        "prefix": prefix,
+        "predictions": rows,
+        "scored": len(scored),
+        "hit_rate": (sum(bool(r["inside"]) for r in scored) / len(scored)) if scored else None,
+    }

@@ -15,5 +15,11 @@ from operators.scaling.fit import FitSettings, ScalingFit, fit_scaling_law
 from operators.scaling.inputs import LadderInputError
 from operators.scaling.surface import SurfaceFit, compute_optimal
 
-__all__ = ["FitSettings", "LadderInputError", "ScalingFit", "SurfaceFit", "compute_optimal",
-           "fit_scaling_law"]
+__all__ = [
+    "FitSettings",
+    "LadderInputError",
+    "ScalingFit",
+    "SurfaceFit",
+    "compute_optimal",
+    "fit_scaling_law",
+]

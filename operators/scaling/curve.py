@@ -11,7 +11,8 @@ domain, so every rung and the target are scored on exactly the same tokens), and
      "n_params": ..., "flops_per_token": ..., "train": "<the train step's output path>"}
 
 so the fit step can read every rung's curve without knowing its config. ``metric`` is a dotted path into
-the eval result (``micro.bpb``: bits per byte pooled over the domains; ``macro.bpb``; ``domains.python.loss``).
+the eval result (``micro.bpb``: bits per byte pooled over the domains; ``macro.bpb``;
+``domains.python.loss``).
 """
 
 from __future__ import annotations
@@ -80,26 +81,53 @@ class CurveConfig:
 
 def evaluate_curve(config: CurveConfig) -> dict[str, Any]:
     """Evaluate every listed checkpoint on the held-out caches; write and return curve.json's content."""
-    caches = validation_caches(EvaluateConfig(output_path=config.output_path, checkpoint=config.train,
-                                              tokenized=config.tokenized))
+    caches = validation_caches(
+        EvaluateConfig(output_path=config.output_path, checkpoint=config.train, tokenized=config.tokenized)
+    )
     points = []
     for step in config.steps:
         t0 = time.time()
         model = load_checkpoint(f"{config.train.rstrip('/')}/checkpoints/{step}")
-        result = evaluate_model(model, caches, seq_len=model.config.max_seq_len, batch_size=config.batch_size,
-                                max_batches=config.max_batches, capacity_factor=None)
+        result = evaluate_model(
+            model,
+            caches,
+            seq_len=model.config.max_seq_len,
+            batch_size=config.batch_size,
+            max_batches=config.max_batches,
+            capacity_factor=None,
+        )
         value = metric_value(result, config.metric)
         tokens = step * config.tokens_per_step
-        points.append({"step": step, "fraction": step / config.num_steps, "tokens": tokens,
-                       "compute_6nd": 6.0 * config.n_params * tokens,
-                       "compute_trainer": config.flops_per_token * tokens, "value": value,
-                       "finite": math.isfinite(value), "eval": result})
+        points.append(
+            {
+                "step": step,
+                "fraction": step / config.num_steps,
+                "tokens": tokens,
+                "compute_6nd": 6.0 * config.n_params * tokens,
+                "compute_trainer": config.flops_per_token * tokens,
+                "value": value,
+                "finite": math.isfinite(value),
+                "eval": result,
+            }
+        )
         if config.progress:
-            print(f"[curve] step {step}/{config.num_steps}: {config.metric} {value:.4f} ({time.time() - t0:.1f} s)",
-                  file=sys.stderr, flush=True)
-    out = {"metric": config.metric, "points": points, "n_params": config.n_params,
-           "flops_per_token": config.flops_per_token, "tokens_per_step": config.tokens_per_step,
-           "num_steps": config.num_steps, "train": config.train, "caches": caches,
-           "max_batches": config.max_batches, "batch_size": config.batch_size}
+            print(
+                f"[curve] step {step}/{config.num_steps}: {config.metric} {value:.4f} "
+                f"({time.time() - t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    out = {
+        "metric": config.metric,
+        "points": points,
+        "n_params": config.n_params,
+        "flops_per_token": config.flops_per_token,
+        "tokens_per_step": config.tokens_per_step,
+        "num_steps": config.num_steps,
+        "train": config.train,
+        "caches": caches,
+        "max_batches": config.max_batches,
+        "batch_size": config.batch_size,
+    }
     write_json_atomic(f"{config.output_path.rstrip('/')}/{CURVE_FILE}", out)
     return json.loads(json.dumps(out))

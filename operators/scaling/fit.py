@@ -74,8 +74,10 @@ class FitSettings:
         if not self.huber_delta > 0:
             raise ValueError(f"huber_delta={self.huber_delta} must be > 0")
         if self.bootstrap < 20:
-            raise ValueError(f"bootstrap={self.bootstrap} replicates are too few for a percentile interval; "
-                             "use >= 20 (1000 for a record)")
+            raise ValueError(
+                f"bootstrap={self.bootstrap} replicates are too few for a percentile interval; "
+                "use >= 20 (1000 for a record)"
+            )
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level={self.level} must be in (0, 1), e.g. 0.9")
         if self.fixed_e is not None and not (math.isfinite(self.fixed_e) and self.fixed_e >= 0):
@@ -85,6 +87,7 @@ class FitSettings:
 
 
 # ---- the model in log space ------------------------------------------------------------------------------
+
 
 def _unpack(theta: np.ndarray, fixed_e: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(E, k, alpha) from parameter rows (B, 3), or (B, 2) with E fixed."""
@@ -117,8 +120,16 @@ def _clip(theta: np.ndarray, e_max: float, fixed_e: float | None) -> np.ndarray:
     return out
 
 
-def refit_batch(theta0: np.ndarray, u: np.ndarray, y: np.ndarray, *, delta: float, fixed_e: float | None,
-                e_max: np.ndarray | float, iters: int = 60) -> np.ndarray:
+def refit_batch(
+    theta0: np.ndarray,
+    u: np.ndarray,
+    y: np.ndarray,
+    *,
+    delta: float,
+    fixed_e: float | None,
+    e_max: np.ndarray | float,
+    iters: int = 60,
+) -> np.ndarray:
     """Minimise the summed Huber loss of log residuals for B data sets at once (rows of ``y``, (B, n)).
 
     Levenberg-Marquardt on iteratively reweighted least squares (weight min(1, delta/|r|)), started at
@@ -136,8 +147,9 @@ def refit_batch(theta0: np.ndarray, u: np.ndarray, y: np.ndarray, *, delta: floa
         jtw = jac * w[..., None]
         h = np.einsum("bnp,bnq->bpq", jtw, jac)
         g = np.einsum("bnp,bn->bp", jtw, r)
-        damp = h + lam[:, None, None] * (np.eye(h.shape[-1]) * np.diagonal(h, axis1=1, axis2=2)[:, None, :]
-                                         + 1e-12 * np.eye(h.shape[-1]))
+        damp = h + lam[:, None, None] * (
+            np.eye(h.shape[-1]) * np.diagonal(h, axis1=1, axis2=2)[:, None, :] + 1e-12 * np.eye(h.shape[-1])
+        )
         step = np.linalg.solve(damp, -g[..., None])[..., 0]
         cand = _clip(theta + step, float(np.max(e_cap)), fixed_e)
         if fixed_e is None:
@@ -159,8 +171,10 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
     Levenberg-Marquardt, then polished by scipy's bounded trust-region solver from the best one."""
     lmin = float(np.exp(y.min()))
     if fixed_e is not None and fixed_e >= lmin:
-        raise LadderInputError(f"fixed_e={fixed_e} is not below the smallest loss {lmin:.5g}: E is the loss "
-                               "no amount of compute removes, so it must be lower than every measured loss")
+        raise LadderInputError(
+            f"fixed_e={fixed_e} is not below the smallest loss {lmin:.5g}: E is the loss "
+            "no amount of compute removes, so it must be lower than every measured loss"
+        )
     e_max = lmin * (1.0 - 1e-6)
     e_starts = (fixed_e,) if fixed_e is not None else tuple(f * lmin for f in E_GRID)
     starts = []
@@ -168,8 +182,14 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
         for a0 in ALPHA_GRID:
             k0 = float(np.mean(np.log(np.exp(y) - e0) + a0 * u))
             starts.append([k0, a0] if fixed_e is not None else [e0, k0, a0])
-    batch = refit_batch(np.array(starts), u, np.broadcast_to(y, (len(starts), y.size)).copy(), delta=delta,
-                        fixed_e=fixed_e, e_max=e_max)
+    batch = refit_batch(
+        np.array(starts),
+        u,
+        np.broadcast_to(y, (len(starts), y.size)).copy(),
+        delta=delta,
+        fixed_e=fixed_e,
+        e_max=e_max,
+    )
     costs = _huber(_log_model(batch, u, fixed_e)[0] - y, delta).sum(axis=1)
     if not np.isfinite(costs).any():
         raise LadderInputError("no start of the fit converged to a finite loss; check the inputs")
@@ -181,8 +201,19 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
     def resid(t: np.ndarray) -> np.ndarray:
         return _log_model(t[None, :], u, fixed_e)[0][0] - y
 
-    sol = least_squares(resid, x0, loss="huber", f_scale=delta, bounds=(lo, hi), method="trf", x_scale="jac",
-                        xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=500)
+    sol = least_squares(
+        resid,
+        x0,
+        loss="huber",
+        f_scale=delta,
+        bounds=(lo, hi),
+        method="trf",
+        x_scale="jac",
+        xtol=1e-14,
+        ftol=1e-14,
+        gtol=1e-14,
+        max_nfev=500,
+    )
     return sol.x if _huber(resid(sol.x), delta).sum() <= _huber(resid(x0), delta).sum() else x0
 
 
@@ -232,9 +263,13 @@ class ScalingFit:
     def loo(self, c: float) -> list[dict[str, float]]:
         """Leave-one-budget-out: each refit's prediction at ``c`` (empty when there are too few budgets)."""
         u = self._u(c)
-        return [{"left_out": left, "prediction": float(np.exp(_log_model(t[None, :], u,
-                                                                          self.settings.fixed_e)[0][0, 0]))}
-                for left, t in self.loo_theta]
+        return [
+            {
+                "left_out": left,
+                "prediction": float(np.exp(_log_model(t[None, :], u, self.settings.fixed_e)[0][0, 0])),
+            }
+            for left, t in self.loo_theta
+        ]
 
     def residuals(self) -> np.ndarray:
         """log L minus the fitted log L at every input point."""
@@ -243,16 +278,27 @@ class ScalingFit:
 
     def to_json(self, *, full: bool = False) -> dict[str, Any]:
         """The fit as plain JSON (parameters, noise model, residuals, settings); ``full`` adds what
-        :meth:`from_json` needs to predict again (inputs, raw parameters, bootstrap and leave-one-out fits)."""
+        :meth:`from_json` needs to predict again (inputs, raw parameters, bootstrap and leave-one-out
+        fits)."""
         out: dict[str, Any] = {
-            "form": self.settings.form, "formula": "L = E + A * C^(-alpha)", "params": self.params,
-            "settings": dataclasses.asdict(self.settings), "sigma_log": self.sigma,
-            "sigma_source": self.sigma_source, "c_ref": self.c_ref,
-            "residuals_log": [float(r) for r in self.residuals()], "fixed_e": self.settings.fixed_e is not None}
+            "form": self.settings.form,
+            "formula": "L = E + A * C^(-alpha)",
+            "params": self.params,
+            "settings": dataclasses.asdict(self.settings),
+            "sigma_log": self.sigma,
+            "sigma_source": self.sigma_source,
+            "c_ref": self.c_ref,
+            "residuals_log": [float(r) for r in self.residuals()],
+            "fixed_e": self.settings.fixed_e is not None,
+        }
         if full:
-            out["state"] = {"compute": self.compute.tolist(), "loss": self.loss.tolist(),
-                            "theta": self.theta.tolist(), "boot_theta": self.boot_theta.tolist(),
-                            "loo_theta": [[left, t.tolist()] for left, t in self.loo_theta]}
+            out["state"] = {
+                "compute": self.compute.tolist(),
+                "loss": self.loss.tolist(),
+                "theta": self.theta.tolist(),
+                "boot_theta": self.boot_theta.tolist(),
+                "loo_theta": [[left, t.tolist()] for left, t in self.loo_theta],
+            }
         return out
 
     @classmethod
@@ -261,11 +307,17 @@ class ScalingFit:
         if "state" not in data:
             raise ValueError("ScalingFit.from_json needs the output of to_json(full=True) (no 'state' key)")
         st = data["state"]
-        return cls(settings=FitSettings(**data["settings"]), compute=np.asarray(st["compute"]),
-                   loss=np.asarray(st["loss"]), c_ref=float(data["c_ref"]), theta=np.asarray(st["theta"]),
-                   boot_theta=np.asarray(st["boot_theta"]), sigma=float(data["sigma_log"]),
-                   sigma_source=str(data["sigma_source"]),
-                   loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]))
+        return cls(
+            settings=FitSettings(**data["settings"]),
+            compute=np.asarray(st["compute"]),
+            loss=np.asarray(st["loss"]),
+            c_ref=float(data["c_ref"]),
+            theta=np.asarray(st["theta"]),
+            boot_theta=np.asarray(st["boot_theta"]),
+            sigma=float(data["sigma_log"]),
+            sigma_source=str(data["sigma_source"]),
+            loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]),
+        )
 
 
 def _normal_quantile(p: float) -> float:
@@ -274,13 +326,20 @@ def _normal_quantile(p: float) -> float:
     return float(norm.ppf(p))
 
 
-def fit_scaling_law(compute: Sequence[float] | np.ndarray | None = None,
-                    loss: Sequence[float] | np.ndarray | None = None, *,
-                    n: Sequence[float] | np.ndarray | None = None,
-                    d: Sequence[float] | np.ndarray | None = None,
-                    fixed_e: float | None = None, huber_delta: float = 1e-3, bootstrap: int = 1000,
-                    rng_seed: int = 0, level: float = 0.9, min_budgets: int = 3,
-                    leave_one_out: bool = True) -> Any:
+def fit_scaling_law(
+    compute: Sequence[float] | np.ndarray | None = None,
+    loss: Sequence[float] | np.ndarray | None = None,
+    *,
+    n: Sequence[float] | np.ndarray | None = None,
+    d: Sequence[float] | np.ndarray | None = None,
+    fixed_e: float | None = None,
+    huber_delta: float = 1e-3,
+    bootstrap: int = 1000,
+    rng_seed: int = 0,
+    level: float = 0.9,
+    min_budgets: int = 3,
+    leave_one_out: bool = True,
+) -> Any:
     """Fit ``L = E + A·C^(-alpha)`` to one (compute, loss) pair per rung and seed; see the module docstring.
 
     With ``n`` and ``d`` (parameters and tokens per run) instead of ``compute``, fits the two-variable
@@ -291,17 +350,31 @@ def fit_scaling_law(compute: Sequence[float] | np.ndarray | None = None,
         raise LadderInputError("fit_scaling_law needs loss=[...]: one value per rung and seed")
     if n is not None or d is not None:
         if compute is not None:
-            raise LadderInputError("give either compute= (offset power law) or n= and d= (two-variable "
-                                   "surface)")
+            raise LadderInputError(
+                "give either compute= (offset power law) or n= and d= (two-variable surface)"
+            )
         from operators.scaling.surface import fit_surface
 
-        settings = FitSettings(form=FORM_SURFACE, huber_delta=huber_delta, bootstrap=bootstrap,
-                               rng_seed=rng_seed, level=level, fixed_e=fixed_e, min_budgets=min_budgets)
+        settings = FitSettings(
+            form=FORM_SURFACE,
+            huber_delta=huber_delta,
+            bootstrap=bootstrap,
+            rng_seed=rng_seed,
+            level=level,
+            fixed_e=fixed_e,
+            min_budgets=min_budgets,
+        )
         return fit_surface(n, d, loss, settings)
     if compute is None:
         raise LadderInputError("fit_scaling_law needs compute=[...] (or n= and d=): one value per loss value")
-    settings = FitSettings(huber_delta=huber_delta, bootstrap=bootstrap, rng_seed=rng_seed, level=level,
-                           fixed_e=fixed_e, min_budgets=min_budgets)
+    settings = FitSettings(
+        huber_delta=huber_delta,
+        bootstrap=bootstrap,
+        rng_seed=rng_seed,
+        level=level,
+        fixed_e=fixed_e,
+        min_budgets=min_budgets,
+    )
     y_loss = as_array("loss", loss)
     c = as_array("compute", compute, n=y_loss.size)
     return _fit_offset(c, y_loss, settings, leave_one_out)
@@ -318,17 +391,32 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
     if sigma is None or sigma <= 0:
         resid = y - _log_model(theta[None, :], u, settings.fixed_e)[0][0]
         dof = max(y.size - theta.size, 1)
-        sigma, source = float(math.sqrt(np.sum(resid ** 2) / dof)), "fit residuals (no repeated seeds)"
+        sigma, source = float(math.sqrt(np.sum(resid**2) / dof)), "fit residuals (no repeated seeds)"
     fitted = _log_model(theta[None, :], u, settings.fixed_e)[0][0]
     rng = np.random.default_rng(settings.rng_seed)
     ys = fitted[None, :] + sigma * rng.standard_normal((settings.bootstrap, y.size))
     e_max = np.exp(ys.min(axis=1)) * (1.0 - 1e-6)
-    boot = refit_batch(np.repeat(theta[None, :], settings.bootstrap, axis=0), u, ys,
-                       delta=settings.huber_delta, fixed_e=settings.fixed_e, e_max=e_max)
+    boot = refit_batch(
+        np.repeat(theta[None, :], settings.bootstrap, axis=0),
+        u,
+        ys,
+        delta=settings.huber_delta,
+        fixed_e=settings.fixed_e,
+        e_max=e_max,
+    )
     loo: list[tuple[float, np.ndarray]] = []
     enough = leave_one_out and len(groups) - 1 >= (3 if settings.fixed_e is None else 2)
     for j, g in enumerate(groups if enough else []):
         keep = np.concatenate([h for i, h in enumerate(groups) if i != j])
         loo.append((float(c[g[0]]), _point_fit(u[keep], y[keep], settings.huber_delta, settings.fixed_e)))
-    return ScalingFit(settings=settings, compute=c, loss=loss, c_ref=c_ref, theta=theta, boot_theta=boot,
-                      sigma=float(sigma), sigma_source=source, loo_theta=tuple(loo))
+    return ScalingFit(
+        settings=settings,
+        compute=c,
+        loss=loss,
+        c_ref=c_ref,
+        theta=theta,
+        boot_theta=boot,
+        sigma=float(sigma),
+        sigma_source=source,
+        loo_theta=tuple(loo),
+    )

@@ -94,14 +94,24 @@ def load_runs(runs: tuple[RungRun, ...]) -> list[dict[str, Any]]:
         bad = [p["step"] for p in curve["points"] if not math.isfinite(float(p["value"]))]
         if bad:
             broken.append(f"{run.rung} seed {run.seed} (non-finite {curve['metric']} at steps {bad})")
-        loaded.append({"run": run, "curve": curve, "sha256": hashlib.sha256(raw).hexdigest(),
-                       "step_hash": _step_hash(run.train)})
+        loaded.append(
+            {
+                "run": run,
+                "curve": curve,
+                "sha256": hashlib.sha256(raw).hexdigest(),
+                "step_hash": _step_hash(run.train),
+            }
+        )
     if missing or broken:
-        parts = ([f"missing rungs: {'; '.join(missing)}"] if missing else []) + \
-                ([f"diverged rungs: {'; '.join(broken)}"] if broken else [])
-        raise LadderInputError("the ladder cannot be fitted, so it refuses to predict: " + " · ".join(parts) +
-                               ". Re-run the failed train/eval steps (marin run ... --force-run-failed) or "
-                               "remove those rungs from the ladder")
+        parts = ([f"missing rungs: {'; '.join(missing)}"] if missing else []) + (
+            [f"diverged rungs: {'; '.join(broken)}"] if broken else []
+        )
+        raise LadderInputError(
+            "the ladder cannot be fitted, so it refuses to predict: "
+            + " · ".join(parts)
+            + ". Re-run the failed train/eval steps (marin run ... --force-run-failed) or "
+            "remove those rungs from the ladder"
+        )
     return loaded
 
 
@@ -123,8 +133,10 @@ def _points_at(loaded: list[dict[str, Any]], fraction: float) -> tuple[np.ndarra
         point = min(item["curve"]["points"], key=lambda p: abs(p["fraction"] - fraction))
         if abs(point["fraction"] - fraction) > 1e-9:
             run = item["run"]
-            raise LadderInputError(f"rung {run.rung} seed {run.seed} has no evaluation at {fraction:.0%} of "
-                                   f"its training (fractions: {[p['fraction'] for p in item['curve']['points']]})")
+            raise LadderInputError(
+                f"rung {run.rung} seed {run.seed} has no evaluation at {fraction:.0%} of "
+                f"its training (fractions: {[p['fraction'] for p in item['curve']['points']]})"
+            )
         c6.append(point["compute_6nd"])
         ct.append(point["compute_trainer"])
         value.append(point["value"])
@@ -137,17 +149,31 @@ def _gates(fit: ScalingFit, compute: np.ndarray, value: np.ndarray, config: FitC
     keep = compute < top * (1 - 1e-9)
     backtest: dict[str, Any] = {"ran": False}
     if len(np.unique(compute[keep])) >= 3:
-        sub = fit_scaling_law(compute=compute[keep], loss=value[keep], fixed_e=config.fixed_e,
-                              huber_delta=config.huber_delta, bootstrap=200, rng_seed=config.rng_seed,
-                              leave_one_out=False)
+        sub = fit_scaling_law(
+            compute=compute[keep],
+            loss=value[keep],
+            fixed_e=config.fixed_e,
+            huber_delta=config.huber_delta,
+            bootstrap=200,
+            rng_seed=config.rng_seed,
+            leave_one_out=False,
+        )
         actual = float(np.mean(value[~keep]))
         point, low, high = sub.predict(float(top))
         se = (math.log(high) - math.log(low)) / (2 * 1.645)
         error = point / actual - 1
-        backtest = {"ran": True, "predicted": point, "actual": actual, "error": error,
-                    "flag": abs(error) > max(0.01, 2 * se)}
-    return {"max_abs_residual_sigmas": float(np.max(np.abs(resid))),
-            "residual_flag": bool(np.max(np.abs(resid)) > 3.0), "backtest_top_rung": backtest}
+        backtest = {
+            "ran": True,
+            "predicted": point,
+            "actual": actual,
+            "error": error,
+            "flag": abs(error) > max(0.01, 2 * se),
+        }
+    return {
+        "max_abs_residual_sigmas": float(np.max(np.abs(resid))),
+        "residual_flag": bool(np.max(np.abs(resid)) > 3.0),
+        "backtest_top_rung": backtest,
+    }
 
 
 def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] | None:
@@ -158,11 +184,20 @@ def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] 
     for item in checks:
         run = item["run"]
         base_name = run.rung.rsplit("-lrx", 1)[0]
-        base = [i for i in loaded if i["run"].rung == base_name and i["run"].seed == run.seed
-                and i["run"].lr_multiple == 1.0]
-        rows.append({"rung": base_name, "seed": run.seed, "multiple": run.lr_multiple,
-                     "value": item["curve"]["points"][-1]["value"],
-                     "rule_value": base[0]["curve"]["points"][-1]["value"] if base else None})
+        base = [
+            i
+            for i in loaded
+            if i["run"].rung == base_name and i["run"].seed == run.seed and i["run"].lr_multiple == 1.0
+        ]
+        rows.append(
+            {
+                "rung": base_name,
+                "seed": run.seed,
+                "multiple": run.lr_multiple,
+                "value": item["curve"]["points"][-1]["value"],
+                "rule_value": base[0]["curve"]["points"][-1]["value"] if base else None,
+            }
+        )
     verdicts = {}
     for rung in sorted({r["rung"] for r in rows}):
         mine = [r for r in rows if r["rung"] == rung and r["rule_value"] is not None]
@@ -170,29 +205,57 @@ def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] 
             best = min([r["value"] for r in mine] + [mine[0]["rule_value"]])
             gap = mine[0]["rule_value"] / best - 1
             verdicts[rung] = {"rule_gap": gap, "ok": gap <= tolerance}
-    return {"runs": rows, "by_rung": verdicts, "tolerance": tolerance,
-            "passed": all(v["ok"] for v in verdicts.values())}
+    return {
+        "runs": rows,
+        "by_rung": verdicts,
+        "tolerance": tolerance,
+        "passed": all(v["ok"] for v in verdicts.values()),
+    }
 
 
 def fit_ladder(config: FitConfig) -> dict[str, Any]:
     """Fit one law per fraction; write and return fit.json's content (see the module docstring)."""
     loaded = load_runs(config.runs)
     ladder = [i for i in loaded if i["run"].lr_multiple == 1.0]
-    kwargs: dict[str, Any] = {"fixed_e": config.fixed_e, "huber_delta": config.huber_delta,
-                              "bootstrap": config.bootstrap, "rng_seed": config.rng_seed, "level": config.level}
+    kwargs: dict[str, Any] = {
+        "fixed_e": config.fixed_e,
+        "huber_delta": config.huber_delta,
+        "bootstrap": config.bootstrap,
+        "rng_seed": config.rng_seed,
+        "level": config.level,
+    }
     fractions = []
     for fraction in config.fractions:
         c6, ct, value = _points_at(ladder, fraction)
         fit = fit_scaling_law(compute=c6, loss=value, **kwargs)
         alt = fit_scaling_law(compute=ct, loss=value, **{**kwargs, "bootstrap": 200})
-        fractions.append({"fraction": fraction, "x": "6*N*D", "fit": fit.to_json(full=True),
-                          "fit_trainer_flops": alt.to_json(full=True), "gates": _gates(fit, c6, value, config)})
-    record = {"fractions": fractions, "lr_check": _lr_check(loaded, config.lr_check_tolerance),
-              "runs": [{"rung": i["run"].rung, "seed": i["run"].seed, "lr_multiple": i["run"].lr_multiple,
-                        "curve_path": i["run"].curve, "curve_sha256": i["sha256"], "step_hash": i["step_hash"],
-                        "n_params": i["curve"]["n_params"],
-                        "values": {f"{p['fraction']:g}": p["value"] for p in i["curve"]["points"]},
-                        "compute_6nd": i["curve"]["points"][-1]["compute_6nd"]} for i in loaded],
-             "metric": ladder[0]["curve"]["metric"]}
+        fractions.append(
+            {
+                "fraction": fraction,
+                "x": "6*N*D",
+                "fit": fit.to_json(full=True),
+                "fit_trainer_flops": alt.to_json(full=True),
+                "gates": _gates(fit, c6, value, config),
+            }
+        )
+    record = {
+        "fractions": fractions,
+        "lr_check": _lr_check(loaded, config.lr_check_tolerance),
+        "runs": [
+            {
+                "rung": i["run"].rung,
+                "seed": i["run"].seed,
+                "lr_multiple": i["run"].lr_multiple,
+                "curve_path": i["run"].curve,
+                "curve_sha256": i["sha256"],
+                "step_hash": i["step_hash"],
+                "n_params": i["curve"]["n_params"],
+                "values": {f"{p['fraction']:g}": p["value"] for p in i["curve"]["points"]},
+                "compute_6nd": i["curve"]["points"][-1]["compute_6nd"],
+            }
+            for i in loaded
+        ],
+        "metric": ladder[0]["curve"]["metric"],
+    }
     write_json_atomic(f"{config.output_path.rstrip('/')}/{FIT_FILE}", record)
     return {"fractions": [{"fraction": f["fraction"], "params": f["fit"]["params"]} for f in fractions]}

@@ -37,10 +37,17 @@ from operators.scaling.fitstep import FIT_FILE, read_bytes
 from operators.scaling.records import HASH_KEY, read_json, read_record, write_record
 from operators.train import TrainConfig, runtime_field, train
 
-PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = ("prediction.json", "posted.json",
-                                                             "tracking.json", "verdict.json")
-PREDICTION_SCHEMA, VERDICT_SCHEMA, TRACKING_SCHEMA = ("marin-prediction/v1", "marin-verdict/v1",
-                                                      "marin-tracking/v1")
+PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = (
+    "prediction.json",
+    "posted.json",
+    "tracking.json",
+    "verdict.json",
+)
+PREDICTION_SCHEMA, VERDICT_SCHEMA, TRACKING_SCHEMA = (
+    "marin-prediction/v1",
+    "marin-verdict/v1",
+    "marin-tracking/v1",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,44 +93,78 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
     fit_sha = hashlib.sha256(read_bytes(f"{config.fit.rstrip('/')}/{FIT_FILE}")).hexdigest()
     t = config.target
     if len(t.eval_steps) != len(fit_record["fractions"]):
-        raise ValueError(f"prediction: the target has {len(t.eval_steps)} eval steps but the fit has "
-                         f"{len(fit_record['fractions'])} fractions; they must match one to one")
+        raise ValueError(
+            f"prediction: the target has {len(t.eval_steps)} eval steps but the fit has "
+            f"{len(fit_record['fractions'])} fractions; they must match one to one"
+        )
     points = []
     for step, entry in zip(t.eval_steps, fit_record["fractions"], strict=True):
         tokens = step * t.tokens_per_step
         c6, ct = 6.0 * t.n_params * tokens, t.flops_per_token * tokens
         fit, alt = ScalingFit.from_json(entry["fit"]), ScalingFit.from_json(entry["fit_trainer_flops"])
         loo = fit.loo(c6)
-        points.append({"label": f"{entry['fraction']:.0%}", "fraction": entry["fraction"], "step": step,
-                       "tokens": tokens, "compute_6nd": c6, "compute_trainer": ct, **_point(fit, c6),
-                       "trainer_flops_axis": alt.point(ct),
-                       "loo": loo, "loo_spread": (max(r["prediction"] for r in loo) -
-                                                  min(r["prediction"] for r in loo)) if loo else None,
-                       "params": entry["fit"]["params"], "sigma_log": entry["fit"]["sigma_log"],
-                       "gates": entry["gates"]})
+        points.append(
+            {
+                "label": f"{entry['fraction']:.0%}",
+                "fraction": entry["fraction"],
+                "step": step,
+                "tokens": tokens,
+                "compute_6nd": c6,
+                "compute_trainer": ct,
+                **_point(fit, c6),
+                "trainer_flops_axis": alt.point(ct),
+                "loo": loo,
+                "loo_spread": (max(r["prediction"] for r in loo) - min(r["prediction"] for r in loo))
+                if loo
+                else None,
+                "params": entry["fit"]["params"],
+                "sigma_log": entry["fit"]["sigma_log"],
+                "gates": entry["gates"],
+            }
+        )
     settings = fit_record["fractions"][0]["fit"]["settings"]
     record = {
-        "schema": PREDICTION_SCHEMA, "experiment": config.experiment, "issue": config.issue,
+        "schema": PREDICTION_SCHEMA,
+        "experiment": config.experiment,
+        "issue": config.issue,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "metric": {"name": fit_record["metric"], "path": f"eval.{fit_record['metric']}",
-                   "scored": "the target's eval step (curve.json) at each point; the final point is after the decay"},
+        "metric": {
+            "name": fit_record["metric"],
+            "path": f"eval.{fit_record['metric']}",
+            "scored": "the target's eval step (curve.json) at each point; the final point is after the decay",
+        },
         "points": points,
         "target": dataclasses.asdict(t),
-        "form": {"id": "offset_power_law", "formula": "L = E + A * C^(-alpha)", "x": "C = 6 * N * D",
-                 "n": "non-embedding active parameters", "alternative_x": "trainer FLOPs per token * tokens"},
-        "fitter": {"module": "operators.scaling.fit", "loss": "summed Huber on log L", **settings,
-                   "interval": "parametric bootstrap over the pooled seed spread, widened in quadrature by "
-                               "1.645 sigma for one run", "fixed_e_assumed": settings["fixed_e"] is not None},
-        "inputs": fit_record["runs"], "fit_sha256": fit_sha, "lr_check": fit_record["lr_check"],
+        "form": {
+            "id": "offset_power_law",
+            "formula": "L = E + A * C^(-alpha)",
+            "x": "C = 6 * N * D",
+            "n": "non-embedding active parameters",
+            "alternative_x": "trainer FLOPs per token * tokens",
+        },
+        "fitter": {
+            "module": "operators.scaling.fit",
+            "loss": "summed Huber on log L",
+            **settings,
+            "interval": "parametric bootstrap over the pooled seed spread, widened in quadrature by "
+            "1.645 sigma for one run",
+            "fixed_e_assumed": settings["fixed_e"] is not None,
+        },
+        "inputs": fit_record["runs"],
+        "fit_sha256": fit_sha,
+        "lr_check": fit_record["lr_check"],
         "scoring": "signed relative error (predicted - actual) / actual; hit = actual inside the interval",
         "interval_covers": "one run at the target's seed (the target is a single run)",
         "assumptions": list(config.assumptions),
     }
     sealed = write_record(f"{config.output_path.rstrip('/')}/{PREDICTION_FILE}", record)
     end = points[-1]
-    print(f"[prediction] {t.name}: {fit_record['metric']} {end['point']:.4f} "
-          f"[{end['low']:.4f}, {end['high']:.4f}] at step {end['step']}; sha256 {sealed[HASH_KEY]}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[prediction] {t.name}: {fit_record['metric']} {end['point']:.4f} "
+        f"[{end['low']:.4f}, {end['high']:.4f}] at step {end['step']}; sha256 {sealed[HASH_KEY]}",
+        file=sys.stderr,
+        flush=True,
+    )
     return {"record_sha256": sealed[HASH_KEY], "point": end["point"], "low": end["low"], "high": end["high"]}
 
 
@@ -152,10 +193,12 @@ def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
         except (FileNotFoundError, ValueError):
             pass
         if time.time() > deadline:
-            raise TimeoutError(f"target: the prediction {sha[:12]} was not posted to its issue within "
-                               f"{timeout_s:.0f} s (no {path} naming it). The issue-tracker publisher posts it "
-                               "when the prediction step succeeds; check the run's publisher errors, or set "
-                               "require_posted=False for a ladder without an issue")
+            raise TimeoutError(
+                f"target: the prediction {sha[:12]} was not posted to its issue within "
+                f"{timeout_s:.0f} s (no {path} naming it). The issue-tracker publisher posts it "
+                "when the prediction step succeeds; check the run's publisher errors, or set "
+                "require_posted=False for a ladder without an issue"
+            )
         time.sleep(0.25)
 
 
@@ -163,18 +206,30 @@ def train_target(config: TargetTrainConfig) -> dict[str, Any]:
     """Check the frozen forecast, wait until it is posted, record what is tracked, then train."""
     record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
     if record["target"]["config_hash"] != config.target_config_hash:
-        raise ValueError(f"target: the prediction names config {record['target']['config_hash']} but this target "
-                         f"is {config.target_config_hash}: the config changed after the forecast; re-run the "
-                         "prediction for the new config (a new record) instead of scoring an old one")
-    posted = _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s) \
-        if config.require_posted else None
+        raise ValueError(
+            f"target: the prediction names config {record['target']['config_hash']} but this target "
+            f"is {config.target_config_hash}: the config changed after the forecast; re-run the "
+            "prediction for the new config (a new record) instead of scoring an old one"
+        )
+    posted = (
+        _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s)
+        if config.require_posted
+        else None
+    )
     out = config.train.output_path.rstrip("/")
     from moe_trainer.data.cache import write_json_atomic
 
-    write_json_atomic(f"{out}/{TRACKING_FILE}", {
-        "schema": TRACKING_SCHEMA, "prediction": f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}",
-        HASH_KEY: record[HASH_KEY], "metrics_file": "metrics.jsonl", "metric_path": record["metric"]["path"],
-        "posted": posted})
+    write_json_atomic(
+        f"{out}/{TRACKING_FILE}",
+        {
+            "schema": TRACKING_SCHEMA,
+            "prediction": f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}",
+            HASH_KEY: record[HASH_KEY],
+            "metrics_file": "metrics.jsonl",
+            "metric_path": record["metric"]["path"],
+            "posted": posted,
+        },
+    )
     return train(config.train)
 
 
@@ -197,20 +252,44 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
     rows = []
     for p in record["points"]:
         if p["step"] not in actual_by_step:
-            raise ValueError(f"verdict: the target's curve {curve_path} has no evaluation at step {p['step']} "
-                             f"(it has {sorted(actual_by_step)})")
+            raise ValueError(
+                f"verdict: the target's curve {curve_path} has no evaluation at step {p['step']} "
+                f"(it has {sorted(actual_by_step)})"
+            )
         actual = actual_by_step[p["step"]]
-        rows.append({"label": p["label"], "step": p["step"], "actual": actual, "point": p["point"],
-                     "low": p["low"], "high": p["high"], "error_pct": 100.0 * (p["point"] - actual) / actual,
-                     "inside": bool(p["low"] <= actual <= p["high"]) and math.isfinite(actual)})
-    verdict = {"schema": VERDICT_SCHEMA, "prediction_sha256": record[HASH_KEY], "experiment": record["experiment"],
-               "issue": record["issue"], "metric": record["metric"]["name"], "target": record["target"]["name"],
-               "points": rows, "endpoint": rows[-1], "hits": sum(r["inside"] for r in rows), "n": len(rows),
-               "curve_sha256": hashlib.sha256(read_bytes(curve_path)).hexdigest(),
-               "scored_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        rows.append(
+            {
+                "label": p["label"],
+                "step": p["step"],
+                "actual": actual,
+                "point": p["point"],
+                "low": p["low"],
+                "high": p["high"],
+                "error_pct": 100.0 * (p["point"] - actual) / actual,
+                "inside": bool(p["low"] <= actual <= p["high"]) and math.isfinite(actual),
+            }
+        )
+    verdict = {
+        "schema": VERDICT_SCHEMA,
+        "prediction_sha256": record[HASH_KEY],
+        "experiment": record["experiment"],
+        "issue": record["issue"],
+        "metric": record["metric"]["name"],
+        "target": record["target"]["name"],
+        "points": rows,
+        "endpoint": rows[-1],
+        "hits": sum(r["inside"] for r in rows),
+        "n": len(rows),
+        "curve_sha256": hashlib.sha256(read_bytes(curve_path)).hexdigest(),
+        "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     sealed = write_record(f"{config.output_path.rstrip('/')}/{VERDICT_FILE}", verdict)
     end = rows[-1]
-    print(f"[verdict] {record['target']['name']}: actual {end['actual']:.4f}, predicted {end['point']:.4f} "
-          f"({end['error_pct']:+.2f}%), {'inside' if end['inside'] else 'OUTSIDE'} [{end['low']:.4f}, "
-          f"{end['high']:.4f}]; {verdict['hits']}/{verdict['n']} points inside", file=sys.stderr, flush=True)
+    print(
+        f"[verdict] {record['target']['name']}: actual {end['actual']:.4f}, predicted {end['point']:.4f} "
+        f"({end['error_pct']:+.2f}%), {'inside' if end['inside'] else 'OUTSIDE'} [{end['low']:.4f}, "
+        f"{end['high']:.4f}]; {verdict['hits']}/{verdict['n']} points inside",
+        file=sys.stderr,
+        flush=True,
+    )
     return sealed

@@ -32,13 +32,17 @@ def as_array(name: str, values: Sequence[float] | np.ndarray, n: int | None = No
     if arr.size == 0:
         raise LadderInputError(f"{name} is empty: give one value per rung and seed")
     if n is not None and arr.size != n:
-        raise LadderInputError(f"{name} has {arr.size} values but loss has {n}: give one {name} value per "
-                               "loss value (the seeds of a rung repeat the rung's value)")
+        raise LadderInputError(
+            f"{name} has {arr.size} values but loss has {n}: give one {name} value per "
+            "loss value (the seeds of a rung repeat the rung's value)"
+        )
     bad = [i for i, v in enumerate(arr) if not math.isfinite(v)]
     if bad:
         shown = ", ".join(f"[{i}]={float(arr[i])!r}" for i in bad[:8])
-        raise LadderInputError(f"{name} has non-finite values at {shown}: a diverged or unfinished run "
-                               "cannot be fitted; re-run or drop those rungs")
+        raise LadderInputError(
+            f"{name} has non-finite values at {shown}: a diverged or unfinished run "
+            "cannot be fitted; re-run or drop those rungs"
+        )
     nonpos = [i for i, v in enumerate(arr) if v <= 0]
     if nonpos:
         shown = ", ".join(f"[{i}]={float(arr[i])!r}" for i in nonpos[:8])
@@ -63,8 +67,10 @@ def check_budgets(compute: np.ndarray, min_budgets: int) -> list[np.ndarray]:
     groups = group_by_budget(compute)
     if len(groups) < min_budgets:
         present = ", ".join(f"{compute[g[0]]:.3g} ({len(g)} runs)" for g in groups)
-        raise LadderInputError(f"only {len(groups)} distinct budgets ({present}); at least {min_budgets} are "
-                               "needed to fit the law: add rungs or re-run the failed ones")
+        raise LadderInputError(
+            f"only {len(groups)} distinct budgets ({present}); at least {min_budgets} are "
+            "needed to fit the law: add rungs or re-run the failed ones"
+        )
     return groups
 
 
@@ -76,12 +82,17 @@ def check_decreasing(compute: np.ndarray, loss: np.ndarray, groups: list[np.ndar
         best_before = min(means[:j])
         if means[j] >= best_before:
             k = means.index(best_before)
-            problems.append(f"budget {compute[groups[j][0]]:.3g} has mean loss {means[j]:.5g}, not below "
-                            f"{best_before:.5g} at the smaller budget {compute[groups[k][0]]:.3g}")
+            problems.append(
+                f"budget {compute[groups[j][0]]:.3g} has mean loss {means[j]:.5g}, not below "
+                f"{best_before:.5g} at the smaller budget {compute[groups[k][0]]:.3g}"
+            )
     if problems:
-        raise LadderInputError("the losses do not decrease with compute, so no power law describes them: "
-                               + "; ".join(problems) + ". Check those rungs' hyperparameters (learning-rate "
-                               "check) and data before fitting")
+        raise LadderInputError(
+            "the losses do not decrease with compute, so no power law describes them: "
+            + "; ".join(problems)
+            + ". Check those rungs' hyperparameters (learning-rate "
+            "check) and data before fitting"
+        )
 
 
 def pooled_seed_sigma(log_loss: np.ndarray, groups: list[np.ndarray]) -> float | None:

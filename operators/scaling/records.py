@@ -60,11 +60,15 @@ def read_record(path: str) -> dict[str, Any]:
     """The record at ``path``, refusing one whose content does not match its ``record_sha256``."""
     record = read_json(path)
     if not isinstance(record, dict) or HASH_KEY not in record:
-        raise RecordTamperedError(f"{path} is not a sealed record (no {HASH_KEY}); it was not written by "
-                                  "operators.scaling.records.write_record")
+        raise RecordTamperedError(
+            f"{path} is not a sealed record (no {HASH_KEY}); it was not written by "
+            "operators.scaling.records.write_record"
+        )
     actual = record_hash(record)
     if actual != record[HASH_KEY]:
-        raise RecordTamperedError(f"{path} was edited after it was written: its content hashes to {actual} but "
-                                  f"it claims {record[HASH_KEY]}; the posted forecast is the one with the "
-                                  "claimed hash, this file is not it")
+        raise RecordTamperedError(
+            f"{path} was edited after it was written: its content hashes to {actual} but "
+            f"it claims {record[HASH_KEY]}; the posted forecast is the one with the "
+            "claimed hash, this file is not it"
+        )
     return record

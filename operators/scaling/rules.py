@@ -6,7 +6,8 @@ D = tokens_per_param·N), a rung is:
 - **Shape.** Width ``d`` on a grid of multiples of 8 (at least 16); depth ``L(d) = max(2, round(log2 d) - 2)``
   (2 layers at d16, 3 at d32, 4 at d64, 5 at d128: deeper as wider, slowly, like Delphi's
   ``H / (64 + 4·log2 H - 9)``); heads of ``head_dim`` (8) so ``n_heads = d / head_dim`` and half as many KV
-  heads (the chosen depth may be one layer off the rule when that lands closer to N); a dense SwiGLU MLP of ``mlp_ratio·d``. A base config with experts (``n_experts > 0``) gives MoE
+  heads (the chosen depth may be one layer off the rule when that lands closer to N); a dense SwiGLU MLP of
+  ``mlp_ratio·d``. A base config with experts (``n_experts > 0``) gives MoE
   rungs: the same experts, top-k and shared experts as the base, each expert ``expert_ratio·d`` wide. The
   width whose N (the trainer's own count, :func:`moe_trainer.flops.count_params`: active, without embedding
   and head) is closest to the wanted N in log space is chosen; D then follows from the actual N.
@@ -81,11 +82,14 @@ class LadderRules:
 
     def __post_init__(self) -> None:
         if self.tokens_per_param <= 0 or self.lr_ref <= 0:
-            raise ValueError(f"LadderRules: tokens_per_param={self.tokens_per_param} and lr_ref={self.lr_ref} "
-                             "must be > 0")
+            raise ValueError(
+                f"LadderRules: tokens_per_param={self.tokens_per_param} and lr_ref={self.lr_ref} must be > 0"
+            )
         if self.min_width < 8 or self.min_width % 8 or self.max_width < self.min_width:
-            raise ValueError(f"LadderRules: min_width={self.min_width} must be a multiple of 8 (>= 8) and "
-                             f"max_width={self.max_width} at least as large")
+            raise ValueError(
+                f"LadderRules: min_width={self.min_width} must be a multiple of 8 (>= 8) and "
+                f"max_width={self.max_width} at least as large"
+            )
         if not 0 <= self.warmup_fraction < 1 or not 0 < self.decay_fraction <= 1:
             raise ValueError("LadderRules: warmup_fraction must be in [0, 1) and decay_fraction in (0, 1]")
 
@@ -143,9 +147,16 @@ def layers_for(width: int) -> int:
 def model_for(width: int, base: Mapping[str, Any], rules: LadderRules) -> dict[str, Any]:
     """ModelConfig fields of the rung of ``width``, on top of the base config's fields."""
     heads = max(1, width // rules.head_dim)
-    fields = {**base, "d_model": width, "n_layers": layers_for(width), "n_heads": heads,
-              "n_kv_heads": max(1, heads // 2) if heads % 2 == 0 else heads, "head_dim": rules.head_dim,
-              "d_ff": rules.mlp_ratio * width, "max_seq_len": rules.seq_len}
+    fields = {
+        **base,
+        "d_model": width,
+        "n_layers": layers_for(width),
+        "n_heads": heads,
+        "n_kv_heads": max(1, heads // 2) if heads % 2 == 0 else heads,
+        "head_dim": rules.head_dim,
+        "d_ff": rules.mlp_ratio * width,
+        "max_seq_len": rules.seq_len,
+    }
     if int(base.get("n_experts", 0) or 0) > 0:
         fields["expert_d_ff"] = rules.expert_ratio * width
         if base.get("n_shared_experts"):
@@ -164,8 +175,9 @@ def _pow2(x: float) -> int:
     return 1 << max(0, round(math.log2(max(x, 1.0))))
 
 
-def rung_for_params(n_params: float, base: Mapping[str, Any], rules: LadderRules,
-                    name: str | None = None) -> RungSpec:
+def rung_for_params(
+    n_params: float, base: Mapping[str, Any], rules: LadderRules, name: str | None = None
+) -> RungSpec:
     """The rung whose non-embedding active parameter count is closest (in log) to ``n_params``: widths on
     the grid, each at the rule's depth or one layer either side (so budgets 2x apart get distinct rungs)."""
     if not n_params > 0:
@@ -188,13 +200,25 @@ def rung_for_params(n_params: float, base: Mapping[str, Any], rules: LadderRules
     batch_size = max(1, batch_tokens // rules.seq_len)
     steps = max(4, 4 * round(tokens / (batch_size * rules.seq_len) / 4))
     run_tokens = steps * batch_size * rules.seq_len
-    lr = (rules.lr_ref * (batch_size * rules.seq_len / rules.batch_ref_tokens) ** rules.batch_exponent
-          * (rules.tokens_ref / run_tokens) ** rules.horizon_exponent
-          * (rules.width_ref / width) ** rules.width_exponent)
-    return RungSpec(name=name or f"d{width}-L{fields['n_layers']}", model=fields, batch_size=batch_size,
-                    seq_len=rules.seq_len, num_steps=steps, lr=lr,
-                    warmup_steps=max(1, round(rules.warmup_fraction * steps)),
-                    decay_fraction=rules.decay_fraction, n_params=active, n_total=total, flops_per_token=fpt)
+    lr = (
+        rules.lr_ref
+        * (batch_size * rules.seq_len / rules.batch_ref_tokens) ** rules.batch_exponent
+        * (rules.tokens_ref / run_tokens) ** rules.horizon_exponent
+        * (rules.width_ref / width) ** rules.width_exponent
+    )
+    return RungSpec(
+        name=name or f"d{width}-L{fields['n_layers']}",
+        model=fields,
+        batch_size=batch_size,
+        seq_len=rules.seq_len,
+        num_steps=steps,
+        lr=lr,
+        warmup_steps=max(1, round(rules.warmup_fraction * steps)),
+        decay_fraction=rules.decay_fraction,
+        n_params=active,
+        n_total=total,
+        flops_per_token=fpt,
+    )
 
 
 def rung_for_compute(compute_6nd: float, base: Mapping[str, Any], rules: LadderRules) -> RungSpec:
@@ -206,5 +230,10 @@ def rung_for_compute(compute_6nd: float, base: Mapping[str, Any], rules: LadderR
 
 def trainer_overrides(rung: RungSpec) -> dict[str, Any]:
     """The train operator's ``overrides`` for a rung: its learning rate and WSD schedule."""
-    return {"optimizer.lr": rung.lr, "schedule.kind": "wsd", "schedule.warmup_steps": rung.warmup_steps,
-            "schedule.decay_fraction": rung.decay_fraction, "schedule.min_lr_ratio": 0.0}
+    return {
+        "optimizer.lr": rung.lr,
+        "schedule.kind": "wsd",
+        "schedule.warmup_steps": rung.warmup_steps,
+        "schedule.decay_fraction": rung.decay_fraction,
+        "schedule.min_lr_ratio": 0.0,
+    }

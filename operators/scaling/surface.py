@@ -38,7 +38,7 @@ def compute_optimal(params: Mapping[str, float], compute: float) -> dict[str, fl
     g = (alpha * a / (beta * b)) ** (1.0 / (alpha + beta))
     n_opt = g * (compute / 6.0) ** (beta / (alpha + beta))
     d_opt = compute / (6.0 * n_opt)
-    loss = e + a / n_opt ** alpha + b / d_opt ** beta
+    loss = e + a / n_opt**alpha + b / d_opt**beta
     return {"N": n_opt, "D": d_opt, "L": loss, "tokens_per_param": d_opt / n_opt}
 
 
@@ -57,8 +57,9 @@ def _log_model(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | N
     return m + np.log(np.exp(terms - m).sum(axis=0))
 
 
-def _objective(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, y: np.ndarray, delta: float,
-               fixed_e: float | None) -> tuple[float, np.ndarray]:
+def _objective(
+    t: np.ndarray, ln: np.ndarray, ld: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
+) -> tuple[float, np.ndarray]:
     """Summed Huber loss of the log residuals and its analytic gradient (softmax weights of the LSE)."""
     a, b, alpha, beta = t[0], t[1], t[2], t[3]
     e = math.log(fixed_e) if fixed_e else (t[4] if fixed_e is None else -np.inf)
@@ -77,15 +78,28 @@ def _objective(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, y: np.ndarray, del
     return loss, np.array(grad)
 
 
-def _fit_once(ln: np.ndarray, ld: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None,
-              starts: Sequence[np.ndarray]) -> np.ndarray:
+def _fit_once(
+    ln: np.ndarray,
+    ld: np.ndarray,
+    y: np.ndarray,
+    delta: float,
+    fixed_e: float | None,
+    starts: Sequence[np.ndarray],
+) -> np.ndarray:
     best: tuple[float, np.ndarray] | None = None
     bounds = [(None, None), (None, None), (1e-3, 3.0), (1e-3, 3.0)]
     if fixed_e is None:
         bounds.append((None, None))
     for x0 in starts:
-        res = minimize(_objective, x0, args=(ln, ld, y, delta, fixed_e), jac=True, method="L-BFGS-B",
-                       bounds=bounds, options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
+        res = minimize(
+            _objective,
+            x0,
+            args=(ln, ld, y, delta, fixed_e),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12},
+        )
         if np.isfinite(res.fun) and (best is None or res.fun < best[0]):
             best = (float(res.fun), res.x)
     if best is None:
@@ -93,8 +107,9 @@ def _fit_once(ln: np.ndarray, ld: np.ndarray, y: np.ndarray, delta: float, fixed
     return best[1]
 
 
-def _starts(nn: np.ndarray, dd: np.ndarray, loss: np.ndarray, fixed_e: float | None, keep: int = 3
-            ) -> list[np.ndarray]:
+def _starts(
+    nn: np.ndarray, dd: np.ndarray, loss: np.ndarray, fixed_e: float | None, keep: int = 3
+) -> list[np.ndarray]:
     """Starting points by variable projection: for each (alpha, beta) on a grid, the model is linear in
     (E, A, B), solved by non-negative least squares in linear space; the ``keep`` best become starts."""
     from scipy.optimize import nnls
@@ -102,7 +117,7 @@ def _starts(nn: np.ndarray, dd: np.ndarray, loss: np.ndarray, fixed_e: float | N
     scored: list[tuple[float, np.ndarray]] = []
     target = loss - (fixed_e or 0.0)
     for alpha, beta in itertools.product(EXPONENT_GRID, EXPONENT_GRID):
-        cols = [nn ** -alpha, dd ** -beta] + ([np.ones_like(nn)] if fixed_e is None else [])
+        cols = [nn**-alpha, dd**-beta] + ([np.ones_like(nn)] if fixed_e is None else [])
         design = np.stack(cols, axis=1)
         coef, rnorm = nnls(design, target)
         a, b = (math.log(max(v, 1e-12)) for v in coef[:2])
@@ -128,8 +143,13 @@ class SurfaceFit:
     @staticmethod
     def _params_of(t: np.ndarray, fixed_e: float | None) -> dict[str, float]:
         e = fixed_e if fixed_e is not None else math.exp(t[4])
-        return {"E": float(e), "A": math.exp(t[0]), "B": math.exp(t[1]), "alpha": float(t[2]),
-                "beta": float(t[3])}
+        return {
+            "E": float(e),
+            "A": math.exp(t[0]),
+            "B": math.exp(t[1]),
+            "alpha": float(t[2]),
+            "beta": float(t[3]),
+        }
 
     @property
     def params(self) -> dict[str, float]:
@@ -144,8 +164,14 @@ class SurfaceFit:
         opt = compute_optimal(self.params, c)
         return opt["N"], opt["D"]
 
-    def predict(self, c: float | None = None, *, n: float | None = None, d: float | None = None,
-                single_run: bool = False) -> tuple[float, float, float]:
+    def predict(
+        self,
+        c: float | None = None,
+        *,
+        n: float | None = None,
+        d: float | None = None,
+        single_run: bool = False,
+    ) -> tuple[float, float, float]:
         """(point, low, high) at (n, d), or at the compute-optimal allocation of budget ``c``."""
         nn, dd = self._nd(c, n, d)
         ln, ld = np.array([math.log(nn)]), np.array([math.log(dd)])
@@ -164,10 +190,15 @@ class SurfaceFit:
         return point, lo, hi
 
     def to_json(self) -> dict[str, Any]:
-        return {"form": self.settings.form, "formula": "L = E + A / N^alpha + B / D^beta",
-                "params": self.params,
-                "settings": dataclasses.asdict(self.settings), "sigma_log": self.sigma,
-                "sigma_source": self.sigma_source, "fixed_e": self.settings.fixed_e is not None}
+        return {
+            "form": self.settings.form,
+            "formula": "L = E + A / N^alpha + B / D^beta",
+            "params": self.params,
+            "settings": dataclasses.asdict(self.settings),
+            "sigma_log": self.sigma,
+            "sigma_source": self.sigma_source,
+            "fixed_e": self.settings.fixed_e is not None,
+        }
 
 
 def _distinct_runs(nn: np.ndarray, dd: np.ndarray, needed: int) -> list[np.ndarray]:
@@ -175,13 +206,19 @@ def _distinct_runs(nn: np.ndarray, dd: np.ndarray, needed: int) -> list[np.ndarr
     _, inverse = np.unique(np.stack([nn, dd], axis=1), axis=0, return_inverse=True)
     groups = [np.flatnonzero(inverse.reshape(-1) == g) for g in range(int(inverse.max()) + 1)]
     if len(groups) < needed:
-        raise LadderInputError(f"only {len(groups)} distinct (N, D) configurations; the two-variable surface "
-                               f"needs at least {needed}: add configurations (an IsoFLOP sweep varies both)")
+        raise LadderInputError(
+            f"only {len(groups)} distinct (N, D) configurations; the two-variable surface "
+            f"needs at least {needed}: add configurations (an IsoFLOP sweep varies both)"
+        )
     return groups
 
 
-def fit_surface(n: Sequence[float] | np.ndarray | None, d: Sequence[float] | np.ndarray | None,
-                loss: Sequence[float] | np.ndarray, settings: Any) -> SurfaceFit:
+def fit_surface(
+    n: Sequence[float] | np.ndarray | None,
+    d: Sequence[float] | np.ndarray | None,
+    loss: Sequence[float] | np.ndarray,
+    settings: Any,
+) -> SurfaceFit:
     """Fit the surface to one (N, D, loss) triple per run (see the module docstring)."""
     if n is None or d is None:
         raise LadderInputError("the two-variable fit needs both n= (parameters) and d= (tokens) per run")
@@ -189,8 +226,9 @@ def fit_surface(n: Sequence[float] | np.ndarray | None, d: Sequence[float] | np.
     nn, dd = as_array("n", n, y_loss.size), as_array("d", d, y_loss.size)
     groups = _distinct_runs(nn, dd, 3 if settings.fixed_e is not None else 5)
     if settings.fixed_e is not None and settings.fixed_e >= y_loss.min():
-        raise LadderInputError(f"fixed_e={settings.fixed_e} is not below the smallest loss "
-                               f"{y_loss.min():.5g}")
+        raise LadderInputError(
+            f"fixed_e={settings.fixed_e} is not below the smallest loss {y_loss.min():.5g}"
+        )
     ln, ld, y = np.log(nn), np.log(dd), np.log(y_loss)
     fe = settings.fixed_e
     theta = _fit_once(ln, ld, y, settings.huber_delta, fe, _starts(nn, dd, y_loss, fe))
@@ -198,14 +236,26 @@ def fit_surface(n: Sequence[float] | np.ndarray | None, d: Sequence[float] | np.
     source = "pooled seed spread"
     if sigma is None or sigma <= 0:
         resid = y - _log_model(theta, ln, ld, fe)
-        sigma = float(math.sqrt(np.sum(resid ** 2) / max(y.size - theta.size, 1)))
+        sigma = float(math.sqrt(np.sum(resid**2) / max(y.size - theta.size, 1)))
         source = "fit residuals (no repeated seeds)"
     fitted = _log_model(theta, ln, ld, fe)
     rng = np.random.default_rng(settings.rng_seed)
-    boot = np.array([_fit_once(ln, ld, fitted + sigma * rng.standard_normal(y.size), settings.huber_delta, fe,
-                               [theta]) for _ in range(settings.bootstrap)])
-    return SurfaceFit(settings=settings, n=nn, d=dd, loss=y_loss, theta=theta, boot_theta=boot,
-                      sigma=float(sigma), sigma_source=source)
+    boot = np.array(
+        [
+            _fit_once(ln, ld, fitted + sigma * rng.standard_normal(y.size), settings.huber_delta, fe, [theta])
+            for _ in range(settings.bootstrap)
+        ]
+    )
+    return SurfaceFit(
+        settings=settings,
+        n=nn,
+        d=dd,
+        loss=y_loss,
+        theta=theta,
+        boot_theta=boot,
+        sigma=float(sigma),
+        sigma_source=source,
+    )
 
 
 __all__ = ["SurfaceFit", "compute_optimal", "fit_surface", "surface_loss"]

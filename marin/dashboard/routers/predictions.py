@@ -24,4 +24,5 @@ def predictions(dash: Dash) -> dict[str, Any]:
 @router.get("/predictions", response_class=HTMLResponse, include_in_schema=False)
 def predictions_page(request: Request, dash: Dash) -> HTMLResponse:
     return request.app.state.templates.TemplateResponse(
-        request, "predictions.html", {"prefix": dash.prefix, "listing": list_predictions(dash.prefix)})
+        request, "predictions.html", {"prefix": dash.prefix, "listing": list_predictions(dash.prefix)}
+    )
