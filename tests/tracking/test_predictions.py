@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -139,3 +140,28 @@ def test_dashboard_lists_predictions_with_their_verdicts(tmp_path: Path) -> None
     assert api["hit_rate"] == 0.0 and api["predictions"][0]["sha256"] == good["record_sha256"]
     page = client.get("/predictions")
     assert page.status_code == 200 and good["record_sha256"][:12] in page.text and "outside" in page.text
+
+
+def test_status_comment_refreshes_when_an_evaluation_lands_between_transitions(tmp_path: Path) -> None:
+    from marin.tracking.publisher import IssuePublisher
+
+    tracker = LocalTracker(str(tmp_path), "local/experiments")
+    tracker.ensure_issue(15, title="t", body="b")
+    _tracked(tmp_path, None, None)
+    publisher = IssuePublisher(tracker, 15, min_interval_s=0.05)
+    view = _view(tmp_path, ("exp15/target/train", "target", "RUNNING"))
+
+    def status_body() -> str:
+        return next(c.body for c in tracker.list_comments(15) if c.body.startswith("<!-- marin-status:"))
+
+    publisher.publish(view, final=False)
+    deadline = time.time() + 30
+    while not any(c.body.startswith("<!-- marin-status:") for c in tracker.list_comments(15)):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    assert "no evaluation yet" in status_body()
+    _tracked(tmp_path, 2.3, None)  # the 50% evaluation lands; no state transition happens
+    while "off track by +15.00%" not in status_body():
+        assert time.time() < deadline, status_body()
+        time.sleep(0.2)
+    publisher.publish(dataclasses.replace(view, status="SUCCESS"), final=True)
