@@ -23,10 +23,18 @@ SCRIPT = "experiments/exp15_scaling_ladder.py"
 
 def marin(command: str, prefix: str, *flags: str, cache: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_") and k != "GITHUB_TOKEN"}
-    env.update({"MARIN_LADDER_SMALL": "1", "MARIN_ISSUE_REPO": "local/experiments", "MARIN_TRACKER": "local",
-                "MARIN_TRACKER_MIN_INTERVAL": "0.2", "JAX_COMPILATION_CACHE_DIR": cache,
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")])})
+    env.update(
+        {
+            "MARIN_LADDER_SMALL": "1",
+            "MARIN_ISSUE_REPO": "local/experiments",
+            "MARIN_TRACKER": "local",
+            "MARIN_TRACKER_MIN_INTERVAL": "0.2",
+            "JAX_COMPILATION_CACHE_DIR": cache,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")]),
+        }
+    )
     cmd = [sys.executable, "-m", "marin", command, SCRIPT, "--prefix", prefix, "--backend", "local", *flags]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
 
@@ -79,7 +87,9 @@ def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
     assert verdict["prediction_sha256"] == sha and verdict["n"] == 4
     comments = LocalTracker(ladder.prefix, "local/experiments").list_comments(15)
     prediction = [c for c in comments if c.body.startswith(f"<!-- marin-prediction:{sha} -->")]
-    assert len(prediction) == 1 and prediction[0].updated == prediction[0].created and sha in prediction[0].body
+    assert (
+        len(prediction) == 1 and prediction[0].updated == prediction[0].created and sha in prediction[0].body
+    )
     verdicts = [c for c in comments if c.body.startswith("<!-- marin-verdict:")]
     assert len(verdicts) == 1 and sha in verdicts[0].body
     status = [c for c in comments if c.body.startswith("<!-- marin-status:")]
@@ -128,9 +138,16 @@ def test_an_edited_prediction_is_detected(ladder: LadderRun, tmp_path: Path) -> 
     copy = tmp_path / "prefix" / "prediction"
     shutil.copytree(ladder.paths["exp15/prediction"], copy)
     record = read(str(copy / "prediction.json"))
-    record["points"][-1]["point"] = read(f"{ladder.paths['exp15/verdict']}/verdict.json")["points"][-1]["actual"]
+    record["points"][-1]["point"] = read(f"{ladder.paths['exp15/verdict']}/verdict.json")["points"][-1][
+        "actual"
+    ]
     (copy / "prediction.json").write_text(json.dumps(record))
     with pytest.raises(RecordTamperedError, match="edited after it was written"):
-        score_prediction(VerdictConfig(output_path=str(tmp_path / "v"), prediction=str(copy),
-                                       target_curve=ladder.paths["exp15/target/eval"]))
+        score_prediction(
+            VerdictConfig(
+                output_path=str(tmp_path / "v"),
+                prediction=str(copy),
+                target_curve=ladder.paths["exp15/target/eval"],
+            )
+        )
     assert list_predictions(str(tmp_path / "prefix"))["predictions"][0]["verified"] is False

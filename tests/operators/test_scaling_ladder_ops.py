@@ -1,4 +1,4 @@
-"""The ladder's rules, plan, fit step, records and the forecast's guards (no training: files written by hand)."""
+"""The ladder's rules, plan, fit step, records and the forecast's guards (no training: hand-written files)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_rules_give_shapes_batches_and_learning_rates_by_the_documented_formulas
         assert r.tokens / r.n_params == pytest.approx(rules.tokens_per_param, rel=0.15)
         width = r.model["d_model"]
         assert abs(r.model["n_layers"] - layers_for(width)) <= 1 and r.model["d_ff"] == 4 * width
-        expected = (0.004 * (r.batch_tokens / 2048) ** 0.5 * (1.2e6 / r.tokens) ** 0.3 * (64 / width) ** 0.5)
+        expected = 0.004 * (r.batch_tokens / 2048) ** 0.5 * (1.2e6 / r.tokens) ** 0.3 * (64 / width) ** 0.5
         assert r.lr == pytest.approx(expected)
         assert r.warmup_steps == round(0.1 * r.num_steps)
         assert r.compute_6nd() == 6 * r.n_params * r.tokens
@@ -63,7 +63,9 @@ def test_moe_rungs_keep_the_base_experts_and_count_active_parameters() -> None:
 
 
 def test_plan_refuses_too_few_rungs_and_a_target_inside_the_ladder() -> None:
-    with pytest.raises(ValueError, match=r"only 1 distinct rungs \(d16-L2; budgets merged into d16-L2, d16-L2\)"):
+    with pytest.raises(
+        ValueError, match=r"only 1 distinct rungs \(d16-L2; budgets merged into d16-L2, d16-L2\)"
+    ):
         plan_ladder(DENSE, budgets=[1e8, 2e8, 3e8], seeds=[0], target=1e12)
     with pytest.raises(ValueError, match="must be more than 10x"):
         plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0], target=1e12, min_extrapolation=10)
@@ -72,16 +74,23 @@ def test_plan_refuses_too_few_rungs_and_a_target_inside_the_ladder() -> None:
 
 
 def _curve(path: Path, n: int, values: list[float], tokens_per_step: int = 1000, steps: int = 100) -> str:
-    points = [{"step": int(f * steps), "fraction": f, "tokens": int(f * steps) * tokens_per_step,
-               "compute_6nd": 6.0 * n * int(f * steps) * tokens_per_step,
-               "compute_trainer": 9.0 * n * int(f * steps) * tokens_per_step, "value": v}
-              for f, v in zip((0.25, 0.5, 0.75, 1.0), values, strict=True)]
+    points = [
+        {
+            "step": int(f * steps),
+            "fraction": f,
+            "tokens": int(f * steps) * tokens_per_step,
+            "compute_6nd": 6.0 * n * int(f * steps) * tokens_per_step,
+            "compute_trainer": 9.0 * n * int(f * steps) * tokens_per_step,
+            "value": v,
+        }
+        for f, v in zip((0.25, 0.5, 0.75, 1.0), values, strict=True)
+    ]
     write_json_atomic(str(path / CURVE_FILE), {"metric": "micro.bpb", "points": points, "n_params": n})
     return str(path)
 
 
 def _law(c: float) -> float:
-    return 1.0 + 40.0 * c ** -0.15
+    return 1.0 + 40.0 * c**-0.15
 
 
 @pytest.fixture
@@ -91,22 +100,33 @@ def ladder_runs(tmp_path: Path) -> list[RungRun]:
     for n in (2e3, 5e3, 1.2e4, 3e4, 7e4):
         for seed in (0, 1, 2):
             tokens = 20 * n
-            values = [_law(6 * n * tokens * f) * math.exp(0.004 * rng.standard_normal()) for f in (0.25, 0.5, 0.75, 1)]
+            values = [
+                _law(6 * n * tokens * f) * math.exp(0.004 * rng.standard_normal())
+                for f in (0.25, 0.5, 0.75, 1)
+            ]
             out = tmp_path / f"eval-{int(n)}-{seed}"
-            runs.append(RungRun(rung=f"n{int(n)}", seed=seed, curve=_curve(out, int(n), values, int(tokens / 100))))
+            runs.append(
+                RungRun(rung=f"n{int(n)}", seed=seed, curve=_curve(out, int(n), values, int(tokens / 100)))
+            )
     return runs
 
 
-def test_fit_step_refuses_to_predict_naming_the_missing_rungs(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+def test_fit_step_refuses_to_predict_naming_the_missing_rungs(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
     runs = (*ladder_runs, RungRun(rung="n90000", seed=1, curve=str(tmp_path / "never-ran")))
-    with pytest.raises(LadderInputError, match=r"refuses to predict: missing rungs: n90000 seed 1 \(no .*never-ran"):
+    with pytest.raises(
+        LadderInputError, match=r"refuses to predict: missing rungs: n90000 seed 1 \(no .*never-ran"
+    ):
         fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=runs, bootstrap=50))
     assert not (tmp_path / "fit" / FIT_FILE).exists()
 
 
 def test_fit_step_reports_diverged_rungs(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
     bad = RungRun(rung="n5", seed=0, curve=_curve(tmp_path / "nan", 5, [3.0, 2.9, float("nan"), 2.8]))
-    with pytest.raises(LadderInputError, match=r"diverged rungs: n5 seed 0 \(non-finite micro.bpb at steps \[75\]\)"):
+    with pytest.raises(
+        LadderInputError, match=r"diverged rungs: n5 seed 0 \(non-finite micro.bpb at steps \[75\]\)"
+    ):
         fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=(*ladder_runs, bad), bootstrap=50))
 
 
@@ -118,11 +138,20 @@ def test_fit_step_refuses_fewer_than_three_budgets(tmp_path: Path, ladder_runs: 
 
 def _target() -> TargetSpec:
     n = 2.5e5
-    return TargetSpec(name="big", config_hash="c" * 64, n_params=int(n), tokens_per_step=int(20 * n / 100),
-                      num_steps=100, flops_per_token=9.0 * n, eval_steps=(25, 50, 75, 100))
+    return TargetSpec(
+        name="big",
+        config_hash="c" * 64,
+        n_params=int(n),
+        tokens_per_step=int(20 * n / 100),
+        num_steps=100,
+        flops_per_token=9.0 * n,
+        eval_steps=(25, 50, 75, 100),
+    )
 
 
-def test_prediction_record_is_sealed_and_tampering_is_detected(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+def test_prediction_record_is_sealed_and_tampering_is_detected(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
     predict_target(_prediction_config(tmp_path))
     path = tmp_path / "prediction" / PREDICTION_FILE
@@ -138,27 +167,48 @@ def test_prediction_record_is_sealed_and_tampering_is_detected(tmp_path: Path, l
     with pytest.raises(RecordTamperedError, match="was edited after it was written"):
         read_record(str(path))
     with pytest.raises(RecordTamperedError):
-        score_prediction(VerdictConfig(output_path=str(tmp_path / "verdict"), prediction=str(tmp_path / "prediction"),
-                                       target_curve=str(tmp_path / "nowhere")))
+        score_prediction(
+            VerdictConfig(
+                output_path=str(tmp_path / "verdict"),
+                prediction=str(tmp_path / "prediction"),
+                target_curve=str(tmp_path / "nowhere"),
+            )
+        )
 
 
 def _prediction_config(tmp_path: Path):  # type: ignore[no-untyped-def]
     from operators.scaling.forecast import PredictionConfig
 
-    return PredictionConfig(output_path=str(tmp_path / "prediction"), fit=str(tmp_path / "fit"), target=_target(),
-                            experiment="test", issue="local/experiments#15")
+    return PredictionConfig(
+        output_path=str(tmp_path / "prediction"),
+        fit=str(tmp_path / "fit"),
+        target=_target(),
+        experiment="test",
+        issue="local/experiments#15",
+    )
 
 
-def test_target_refuses_config_drift_and_waits_for_the_post(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+def test_target_refuses_config_drift_and_waits_for_the_post(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
     predict_target(_prediction_config(tmp_path))
     train = TrainConfig(output_path=str(tmp_path / "target"), train_cache=str(tmp_path / "no-cache"))
     with pytest.raises(ValueError, match="the config changed after the forecast"):
-        train_target(TargetTrainConfig(train=train, prediction=str(tmp_path / "prediction"),
-                                       target_config_hash="d" * 64))
+        train_target(
+            TargetTrainConfig(
+                train=train, prediction=str(tmp_path / "prediction"), target_config_hash="d" * 64
+            )
+        )
     with pytest.raises(TimeoutError, match="was not posted to its issue within 1 s"):
-        train_target(TargetTrainConfig(train=train, prediction=str(tmp_path / "prediction"),
-                                       target_config_hash="c" * 64, post_timeout_s=1.0))
+        train_target(
+            TargetTrainConfig(
+                train=train,
+                prediction=str(tmp_path / "prediction"),
+                target_config_hash="c" * 64,
+                post_timeout_s=1.0,
+            )
+        )
     assert not (tmp_path / "target" / "metrics.jsonl").exists()  # nothing trained
 
 
@@ -169,9 +219,13 @@ def test_verdict_scores_each_point_against_the_interval(tmp_path: Path, ladder_r
     actual = [p["point"] * 1.001 for p in record["points"][:3]] + [record["points"][-1]["high"] * 1.05]
     t = _target()
     _curve(tmp_path / "target-eval", t.n_params, actual, t.tokens_per_step)
-    verdict = score_prediction(VerdictConfig(output_path=str(tmp_path / "verdict"),
-                                             prediction=str(tmp_path / "prediction"),
-                                             target_curve=str(tmp_path / "target-eval")))
+    verdict = score_prediction(
+        VerdictConfig(
+            output_path=str(tmp_path / "verdict"),
+            prediction=str(tmp_path / "prediction"),
+            target_curve=str(tmp_path / "target-eval"),
+        )
+    )
     assert verdict["prediction_sha256"] == record["record_sha256"]
     assert [p["inside"] for p in verdict["points"]] == [True, True, True, False]
     assert verdict["points"][0]["error_pct"] == pytest.approx(100 * (1 / 1.001 - 1))

@@ -24,14 +24,24 @@ from marin.tracking.predictions import (
 from marin.tracking.predictions_cli import main as predictions_main
 from operators.scaling.records import seal
 
-POINTS = [{"label": "50%", "step": 50, "point": 2.0, "low": 1.9, "high": 2.1},
-          {"label": "100%", "step": 100, "point": 1.5, "low": 1.45, "high": 1.55}]
+POINTS = [
+    {"label": "50%", "step": 50, "point": 2.0, "low": 1.9, "high": 2.1},
+    {"label": "100%", "step": 100, "point": 1.5, "low": 1.45, "high": 1.55},
+]
 
 
 def _record() -> dict[str, Any]:
-    return seal({"schema": "marin-prediction/v1", "experiment": "exp15", "issue": "local/experiments#15",
-                 "metric": {"name": "micro.bpb", "path": "eval.micro.bpb"}, "points": POINTS,
-                 "target": {"name": "d56-L3", "config_hash": "c" * 64}, "assumptions": ["one law"]})
+    return seal(
+        {
+            "schema": "marin-prediction/v1",
+            "experiment": "exp15",
+            "issue": "local/experiments#15",
+            "metric": {"name": "micro.bpb", "path": "eval.micro.bpb"},
+            "points": POINTS,
+            "target": {"name": "d56-L3", "config_hash": "c" * 64},
+            "assumptions": ["one law"],
+        }
+    )
 
 
 def _write(path: Path, obj: Any) -> None:
@@ -40,10 +50,33 @@ def _write(path: Path, obj: Any) -> None:
 
 
 def _view(prefix: Path, *steps: tuple[str, str, str]) -> RunView:
-    views = tuple(StepView(name=n, hash="h" * 64, output_path=str(prefix / p), status=s, attempt=1, started=1.0,
-                           ended=None, error_summary=None, log_path=None, dependencies=()) for n, p, s in steps)
-    return RunView(experiment_id="exp15-abc", run_id="r1", script="exp15.py", description="", issue=None,
-                   prefix=str(prefix), status="RUNNING", started=time.time(), ended=None, steps=views)
+    views = tuple(
+        StepView(
+            name=n,
+            hash="h" * 64,
+            output_path=str(prefix / p),
+            status=s,
+            attempt=1,
+            started=1.0,
+            ended=None,
+            error_summary=None,
+            log_path=None,
+            dependencies=(),
+        )
+        for n, p, s in steps
+    )
+    return RunView(
+        experiment_id="exp15-abc",
+        run_id="r1",
+        script="exp15.py",
+        description="",
+        issue=None,
+        prefix=str(prefix),
+        status="RUNNING",
+        started=time.time(),
+        ended=None,
+        steps=views,
+    )
 
 
 def test_operator_and_engine_hash_records_the_same_way() -> None:
@@ -76,17 +109,25 @@ def test_a_tampered_prediction_is_not_posted(tmp_path: Path) -> None:
     tracker.ensure_issue(15, title="t", body="b")
     _write(tmp_path / "p/prediction.json", {**_record(), "points": POINTS[:1]})
     with pytest.raises(ValueError, match="edited after it was written"):
-        PredictionPublisher(tracker, 15).publish(_view(tmp_path, ("exp15/prediction", "p", "SUCCESS")), final=False)
+        PredictionPublisher(tracker, 15).publish(
+            _view(tmp_path, ("exp15/prediction", "p", "SUCCESS")), final=False
+        )
     assert tracker.list_comments(15) == [] and not (tmp_path / "p" / POSTED_FILE).exists()
 
 
 def _tracked(tmp_path: Path, actual_50: float | None, actual_100: float | None) -> None:
     record = _record()
     _write(tmp_path / "pred/prediction.json", record)
-    _write(tmp_path / "target/tracking.json", {"schema": "marin-tracking/v1",
-                                               "prediction": str(tmp_path / "pred/prediction.json"),
-                                               "record_sha256": record["record_sha256"],
-                                               "metrics_file": "metrics.jsonl", "metric_path": "eval.micro.bpb"})
+    _write(
+        tmp_path / "target/tracking.json",
+        {
+            "schema": "marin-tracking/v1",
+            "prediction": str(tmp_path / "pred/prediction.json"),
+            "record_sha256": record["record_sha256"],
+            "metrics_file": "metrics.jsonl",
+            "metric_path": "eval.micro.bpb",
+        },
+    )
     rows = [{"step": 10, "loss": 3.0}]
     rows += [{"step": 50, "eval": {"micro": {"bpb": actual_50}}}] if actual_50 is not None else []
     rows += [{"step": 100, "eval": {"micro": {"bpb": actual_100}}}] if actual_100 is not None else []
@@ -104,15 +145,30 @@ def test_status_comment_says_on_track_and_off_track_as_evaluations_land(tmp_path
 
 
 def _verdict(prediction: dict[str, Any], actual: float) -> dict[str, Any]:
-    end = {**POINTS[-1], "actual": actual, "error_pct": 100 * (1.5 - actual) / actual,
-           "inside": 1.45 <= actual <= 1.55}
-    return seal({"schema": "marin-verdict/v1", "prediction_sha256": prediction["record_sha256"], "metric": "micro.bpb",
-                 "target": "d56-L3", "points": [end], "hits": int(end["inside"]), "n": 1, "experiment": "exp15",
-                 "issue": "local/experiments#15"})
+    end = {
+        **POINTS[-1],
+        "actual": actual,
+        "error_pct": 100 * (1.5 - actual) / actual,
+        "inside": 1.45 <= actual <= 1.55,
+    }
+    return seal(
+        {
+            "schema": "marin-verdict/v1",
+            "prediction_sha256": prediction["record_sha256"],
+            "metric": "micro.bpb",
+            "target": "d56-L3",
+            "points": [end],
+            "hits": int(end["inside"]),
+            "n": 1,
+            "experiment": "exp15",
+            "issue": "local/experiments#15",
+        }
+    )
 
 
-def test_calibration_listing_pairs_verdicts_and_flags_tampering(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibration_listing_pairs_verdicts_and_flags_tampering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     good = _record()
     _write(tmp_path / "a/prediction/prediction.json", good)
     _write(tmp_path / "a/verdict/verdict.json", _verdict(good, 1.52))
