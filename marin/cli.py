@@ -29,13 +29,15 @@ commands:
   issue ...               the experiment's issue tracker (marin issue --help)
   submit SCRIPT [flags]   run the experiment's driver on a Ray cluster as a job (marin submit --help)
   jobs list|logs|stop     the experiments' jobs on a Ray cluster (marin jobs --help)
+  predictions [--prefix]  every pre-registered prediction, its verdict and the interval hit rate
 
 flags (also accepted by `python SCRIPT ...`):
 """
 
 DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "submit": "marin.cluster.submit",
-             "jobs": "marin.cluster.jobs_cli"}
+             "jobs": "marin.cluster.jobs_cli",
+             "predictions": "marin.tracking.predictions_cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs",
+              "submit, jobs, predictions",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

@@ -23,11 +23,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from marin.dashboard import predictions as prediction_view
 from marin.dashboard.context import Dashboard
 from marin.dashboard.files import FileNotFound
 from marin.dashboard.markdown import render as render_markdown
 from marin.dashboard.paths import UnsafePathError
-from marin.dashboard.routers import experiments, files, issues, steps
+from marin.dashboard.routers import experiments, files, issues, predictions, steps
 from marin.dashboard.steps import StepNotFound
 from marin.dashboard.store import CorruptFileError
 
@@ -102,6 +103,7 @@ def templates() -> Jinja2Templates:
     env.filters.update(
         ts=_ts, duration=_duration, state=_state, pretty=_pretty, short=_short, markdown=render_markdown
     )
+    env.globals["prediction_for"] = prediction_view.for_step
     return Jinja2Templates(env=env)
 
 
@@ -117,7 +119,7 @@ def create_app(
     )
     app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options)
     app.state.templates = templates()
-    for module in (experiments, steps, files, issues):
+    for module in (experiments, steps, files, issues, predictions):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(SecurityHeaders)

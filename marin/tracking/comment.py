@@ -22,6 +22,7 @@ from typing import Any
 
 from marin.status.publisher import RunView, StepView
 from marin.tracking.outputs import StepOutputs
+from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
 
 MARKER_TEMPLATE = "<!-- marin-status:{experiment_id}:{prefix8} -->"
@@ -160,6 +161,7 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
         lines += ["", f"#### Interruptions ({sum(len(found) for _, found in interrupted)})"]
         for step, found in interrupted[:MAX_FAILED_SHOWN]:
             lines += ["", f"**{cell(step.name)}**", fence("\n".join(found[-ERROR_LINES:]))]
+    lines += tracking_section(steps)  # "on track / off track" of steps scored against a prediction
     earlier = [r for r in history if r.get("run_id") != run.run_id][-5:]
     if earlier:
         lines += ["", "Earlier runs: " + " · ".join(

@@ -4,7 +4,9 @@ The executor calls :meth:`IssuePublisher.publish` after every state transition (
 the end (``final=True``). Non-final calls only record the newest view and wake a background flusher, so the
 executor never waits on the network; the flusher publishes at once for the first view and then at most once
 per ``min_interval_s`` (a 1,000-step run makes a few dozen API calls, not thousands). The final call stops
-the flusher and publishes synchronously, so the comment and labels always end on the final state.
+the flusher and publishes synchronously, so the comment and labels always end on the final state. While
+nothing changes state, the flusher re-renders the comment when a running step tracked against a
+prediction (marin/tracking/predictions.py) has a new evaluation, so "on track / off track" shows as it lands.
 
 Each flush renders the body (:mod:`.comment`), finds the managed comment by its marker (listing the issue's
 comments once per publisher: a restarted executor finds the comment of its previous run) or creates it, edits
@@ -30,6 +32,7 @@ from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, Tracker
 from marin.tracking.comment import RUN_LABELS, marker, render
 from marin.tracking.local import LocalTracker
 from marin.tracking.outputs import StepOutputs, read_step_outputs
+from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
 from marin.tracking.retry import RetryAborted, RetryPolicy, Transient
 
@@ -74,6 +77,8 @@ class IssuePublisher:
         self._sync_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._last_flush = float("-inf")
+        self._last_view: RunView | None = None
+        self._last_tracking: list[str] | None = None
 
     def __repr__(self) -> str:
         return f"IssuePublisher({self.issue_ref}, tracker={self.tracker!r})"
@@ -122,7 +127,8 @@ class IssuePublisher:
         while True:
             with self._cv:
                 while self._pending is None and not self._stop.is_set():
-                    self._cv.wait()
+                    if not self._cv.wait(timeout=max(self.min_interval_s, 1.0)):
+                        self._pending = self._retrack()  # a tracked step's evaluation landed: re-render
                 if self._stop.is_set():
                     return
             wait = self._last_flush + self.min_interval_s - self.clock()
@@ -145,6 +151,19 @@ class IssuePublisher:
             finally:
                 self._last_flush = self.clock()
 
+    def _retrack(self) -> RunView | None:
+        """The last view again when the prediction tracking of its running steps changed (an evaluation
+        landed in a step that writes tracking.json), so "on track / off track" appears without waiting for
+        the next state transition; None otherwise."""
+        view = self._last_view
+        if view is None or view.status != "RUNNING":
+            return None
+        section = tracking_section([s for s in view.steps if s.status == "RUNNING"])
+        if section == self._last_tracking:
+            return None
+        self._last_tracking = section
+        return view
+
     def _record_failure(self, exc: Exception) -> None:
         message = redact(f"{type(exc).__name__}: {exc}")
         self.error_count += 1
@@ -159,6 +178,8 @@ class IssuePublisher:
     # -- one flush -----------------------------------------------------------------------------------------
 
     def _sync(self, run: RunView) -> None:
+        self._last_view = run
+        self._last_tracking = tracking_section([s for s in run.steps if s.status == "RUNNING"])
         self._ensure_issue(run)
         body = render(run, issue_ref=self.issue_ref, outputs=self._outputs, manifest=self._manifest(run),
                       dashboard_url=self._dashboard_link(run), now=self.clock())

@@ -1,0 +1,84 @@
+"""exp15: a scaling ladder of small runs forecasts a 10x bigger run's held-out loss, frozen before it starts.
+
+Issue: #15 of the repository named by MARIN_ISSUE_REPO (default local/experiments, the local tracker under
+the prefix). The prediction is posted there as its own comment (with its sha256) before the target's first
+step; the status comment says "on track / off track" as the target's evaluations land; the verdict is
+posted when the target is scored. `marin predictions` lists every forecast under the prefix.
+
+Hypothesis: five rungs (dense, byte-level, 3k-28k non-embedding parameters at 10 tokens per parameter) with
+three seeds each, fitted with an offset power law in 6·N·D, predict the held-out bits per byte of a
+103k-parameter target trained on 1.0M tokens (13.6x the top rung's compute) within 1.5% at the end of its
+run, and the actual value lies inside the 90% interval; the same holds at 25/50/75% of its training.
+
+    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 30 minutes on 2 cores
+    MARIN_LADDER_SMALL=1 python experiments/exp15_scaling_ladder.py       # the reduced ladder CI runs
+    MARIN_LADDER_STAGE=rungs python experiments/exp15_scaling_ladder.py   # only the rungs (train + eval)
+    MARIN_LADDER_LR_CHECK=1 ...                                           # add the learning-rate check
+
+The corpus is the tutorial's (the Python standard library's source plus pydoc topics; the same ingest and
+decontaminate steps, so their outputs are shared), tokenized as bytes (vocabulary 257) so that the output
+head is a small part of each rung's compute. The held-out set is the tutorial's validation split, the
+first 64 batches of 8 x 128 bytes per domain (16 in the reduced ladder): every rung and the target see
+exactly these.
+"""
+
+from __future__ import annotations
+
+import os
+
+SMALL = os.environ.get("MARIN_LADDER_SMALL", "") not in ("", "0")
+if SMALL:  # the reduced ladder also uses the tutorial's reduced corpus (read when the tutorial is imported)
+    os.environ.setdefault("MARIN_TUTORIAL_SMALL", "1")
+
+from experiments.common.progress import ConsoleProgress  # noqa: E402
+from experiments.common.scaling_ladder import build_ladder  # noqa: E402
+from experiments.tutorials.tiny_moe import decontaminated  # noqa: E402
+from marin import Step, executor_main, output_path_of, this_output_path  # noqa: E402
+from operators.scaling.ladder import plan_ladder  # noqa: E402
+from operators.scaling.rules import LadderRules  # noqa: E402
+from operators.tokenize import TokenizeConfig, tokenize  # noqa: E402
+from operators.train import TrainConfig  # noqa: E402
+from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer  # noqa: E402
+
+ISSUE = f"{os.environ.get('MARIN_ISSUE_REPO') or 'local/experiments'}#15"
+STAGE = os.environ.get("MARIN_LADDER_STAGE", "all")
+
+byte_tokenizer = Step(
+    name="tokenizer/stdlib-bytes", fn=train_tokenizer, description="bytes + EOS (no merges)",
+    config=TrainTokenizerConfig(output_path=this_output_path(), input_path=output_path_of(decontaminated),
+                                vocab_size=257, sample_bytes=1_000_000),
+)
+tokenized_bytes = Step(
+    name="tokenized/stdlib-bytes", fn=tokenize, description="byte caches: train + validation per domain",
+    config=TokenizeConfig(input_path=output_path_of(decontaminated),
+                          tokenizer_path=output_path_of(byte_tokenizer), output_path=this_output_path()),
+)
+
+# Dense byte-level rungs; the rules (operators/scaling/rules.py) pick shape, batch, learning rate, schedule.
+BASE_MODEL = {"vocab_size": 257, "n_experts": 0, "qk_norm": True, "logit_z_loss_coef": 0.0}
+if SMALL:
+    rules = LadderRules(tokens_per_param=2.0, min_batch_tokens=64, seq_len=32, min_width=8, head_dim=4)
+    plan = plan_ladder(BASE_MODEL, sizes=[1.5e3, 3e3, 6e3], seeds=[0, 1], target=2.7e9, rules=rules)
+else:
+    # 10 tokens per parameter and rungs of 3k-28k parameters: what fits a shared 2-core machine (each run also
+    # pays a JAX compilation); the learning-rate check (x0.5, x2 at the smallest and top rung) is opt-in here.
+    rules = LadderRules(tokens_per_param=10.0, min_width=8)
+    plan = plan_ladder(BASE_MODEL, sizes=[3.9e3, 7.8e3, 1.17e4, 1.86e4, 2.79e4], seeds=[0, 1, 2], target=5e11,
+                       rules=rules, min_extrapolation=10.0,
+                       lr_multiples=(0.5, 2.0) if os.environ.get("MARIN_LADDER_LR_CHECK") else ())
+
+base_train = TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized_bytes, "train"),
+                         preset="tiny", wandb_mode="disabled")
+ladder = build_ladder(
+    "exp15", plan, base_train=base_train, tokenized=tokenized_bytes, issue=ISSUE,
+    validation={d: output_path_of(tokenized_bytes, f"validation/{d}") for d in ("prose", "python")},
+    eval_max_batches=16 if SMALL else 64, bootstrap=200 if SMALL else 1000,
+    assumptions=("the rungs and the target follow one offset power law in 6*N*D at each fraction of training",
+                 "the learning-rate rule is not mistuned at the target's size (checked up to the top rung)",
+                 "the byte corpus is large enough that the target sees no repeated data",
+                 "seed-to-seed spread at the target is like the rungs' (the interval is widened by it)"))
+
+if __name__ == "__main__":
+    executor_main(steps=ladder.rung_steps if STAGE == "rungs" else ladder.steps,
+                  description="exp15: a scaling ladder pre-registers the target's held-out loss",
+                  issue=ISSUE, publishers=[ConsoleProgress()])

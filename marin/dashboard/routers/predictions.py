@@ -1,0 +1,29 @@
+"""Pre-registered predictions: the calibration list (every forecast under the prefix, its verdict, the
+hit rate of the 90% intervals) as JSON and as a page."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+
+from marin.dashboard.context import Dashboard, get_dashboard
+from marin.tracking.predictions import list_predictions
+
+router = APIRouter()
+Dash = Annotated[Dashboard, Depends(get_dashboard)]
+
+
+@router.get("/api/predictions", tags=["predictions"])
+def predictions(dash: Dash) -> dict[str, Any]:
+    """Every prediction.json under the prefix: hash check, where it was posted, forecast, verdict."""
+    return list_predictions(dash.prefix)
+
+
+@router.get("/predictions", response_class=HTMLResponse, include_in_schema=False)
+def predictions_page(request: Request, dash: Dash) -> HTMLResponse:
+    response: HTMLResponse = request.app.state.templates.TemplateResponse(
+        request, "predictions.html", {"prefix": dash.prefix, "listing": list_predictions(dash.prefix)}
+    )
+    return response

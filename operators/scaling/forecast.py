@@ -1,0 +1,295 @@
+"""The ``prediction``, target-train and ``verdict`` steps: a forecast frozen before the run, scored after.
+
+**prediction** (``predict_target``) reads ``fit.json`` and writes ``prediction.json``, a sealed record
+(:mod:`.records`): the metric, the target's evaluation points (step, tokens, 6·N·D and trainer FLOPs), the
+point estimate and 90% interval at each (for one run, the target being one run; the interval of the mean
+over seeds is kept too), the alternative forecast on the trainer-FLOPs axis, the leave-one-rung-out
+predictions, the functional form, fitter and settings, every rung's step hash, curve hash and values, the
+target step's config hash, the issue, the assumptions, and ``record_sha256``.
+
+**target train** (``train_target``) runs the target with the train operator, but first: it reads the
+prediction record (refusing one whose hash does not match its content), checks that the record names this
+target's config hash (config drift since the forecast is refused), and, when ``require_posted``, waits
+until the engine has posted the record to the issue (``posted.json`` next to the record, naming its hash;
+the engine writes it after creating the comment). It then writes ``tracking.json`` (the schema the engine
+reads to show "on track / off track" while the run's evaluations land in metrics.jsonl) and trains.
+The DAG makes the target depend on the prediction step, so it cannot start before the record exists.
+
+**verdict** (``score_prediction``) compares the target's curve (the same eval step as every rung) with the
+record: at each point the signed error ``(predicted - actual) / actual`` in % (Marin's convention: negative
+means the forecast was too low) and whether the actual is inside the interval; written as the sealed
+``verdict.json`` quoting the prediction's hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from operators.scaling.curve import CURVE_FILE
+from operators.scaling.fit import ScalingFit
+from operators.scaling.fitstep import FIT_FILE, read_bytes
+from operators.scaling.records import HASH_KEY, read_json, read_record, write_record
+from operators.train import TrainConfig, runtime_field, train
+
+PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = (
+    "prediction.json",
+    "posted.json",
+    "tracking.json",
+    "verdict.json",
+)
+PREDICTION_SCHEMA, VERDICT_SCHEMA, TRACKING_SCHEMA = (
+    "marin-prediction/v1",
+    "marin-verdict/v1",
+    "marin-tracking/v1",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetSpec:
+    """What the forecast is about: the target run's size, length and evaluation steps."""
+
+    name: str
+    config_hash: str
+    """The identity hash of the target's training config (without the dependency on the forecast)."""
+    n_params: int
+    tokens_per_step: int
+    num_steps: int
+    flops_per_token: float
+    eval_steps: tuple[int, ...]
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionConfig:
+    output_path: str
+    """Where prediction.json is written."""
+    fit: str
+    """The fit step's output path."""
+    target: TargetSpec
+    """The target run."""
+    experiment: str
+    """The experiment the forecast belongs to (its script stem)."""
+    issue: str | None = None
+    """The issue the forecast is posted to (owner/repo#N)."""
+    assumptions: tuple[str, ...] = ()
+    """Stated assumptions (as Marin's #6044 did): what would make the forecast wrong."""
+
+
+def _point(fit: ScalingFit, compute: float) -> dict[str, float]:
+    point, low, high = fit.predict(compute, single_run=True)
+    _, low_mean, high_mean = fit.predict(compute)
+    return {"point": point, "low": low, "high": high, "low_mean": low_mean, "high_mean": high_mean}
+
+
+def predict_target(config: PredictionConfig) -> dict[str, Any]:
+    """Write the sealed prediction record; return it."""
+    fit_record = read_json(f"{config.fit.rstrip('/')}/{FIT_FILE}")
+    fit_sha = hashlib.sha256(read_bytes(f"{config.fit.rstrip('/')}/{FIT_FILE}")).hexdigest()
+    t = config.target
+    if len(t.eval_steps) != len(fit_record["fractions"]):
+        raise ValueError(
+            f"prediction: the target has {len(t.eval_steps)} eval steps but the fit has "
+            f"{len(fit_record['fractions'])} fractions; they must match one to one"
+        )
+    points = []
+    for step, entry in zip(t.eval_steps, fit_record["fractions"], strict=True):
+        tokens = step * t.tokens_per_step
+        c6, ct = 6.0 * t.n_params * tokens, t.flops_per_token * tokens
+        fit, alt = ScalingFit.from_json(entry["fit"]), ScalingFit.from_json(entry["fit_trainer_flops"])
+        loo = fit.loo(c6)
+        points.append(
+            {
+                "label": f"{entry['fraction']:.0%}",
+                "fraction": entry["fraction"],
+                "step": step,
+                "tokens": tokens,
+                "compute_6nd": c6,
+                "compute_trainer": ct,
+                **_point(fit, c6),
+                "trainer_flops_axis": alt.point(ct),
+                "loo": loo,
+                "loo_spread": (max(r["prediction"] for r in loo) - min(r["prediction"] for r in loo))
+                if loo
+                else None,
+                "params": entry["fit"]["params"],
+                "sigma_log": entry["fit"]["sigma_log"],
+                "gates": entry["gates"],
+            }
+        )
+    settings = fit_record["fractions"][0]["fit"]["settings"]
+    record = {
+        "schema": PREDICTION_SCHEMA,
+        "experiment": config.experiment,
+        "issue": config.issue,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "metric": {
+            "name": fit_record["metric"],
+            "path": f"eval.{fit_record['metric']}",
+            "scored": "the target's eval step (curve.json) at each point; the final point is after the decay",
+        },
+        "points": points,
+        "target": dataclasses.asdict(t),
+        "form": {
+            "id": "offset_power_law",
+            "formula": "L = E + A * C^(-alpha)",
+            "x": "C = 6 * N * D",
+            "n": "non-embedding active parameters",
+            "alternative_x": "trainer FLOPs per token * tokens",
+        },
+        "fitter": {
+            "module": "operators.scaling.fit",
+            "loss": "summed Huber on log L",
+            **settings,
+            "interval": "parametric bootstrap over the pooled seed spread, widened in quadrature by "
+            "1.645 sigma for one run",
+            "fixed_e_assumed": settings["fixed_e"] is not None,
+        },
+        "inputs": fit_record["runs"],
+        "fit_sha256": fit_sha,
+        "lr_check": fit_record["lr_check"],
+        "scoring": "signed relative error (predicted - actual) / actual; hit = actual inside the interval",
+        "interval_covers": "one run at the target's seed (the target is a single run)",
+        "assumptions": list(config.assumptions),
+    }
+    sealed = write_record(f"{config.output_path.rstrip('/')}/{PREDICTION_FILE}", record)
+    end = points[-1]
+    print(
+        f"[prediction] {t.name}: {fit_record['metric']} {end['point']:.4f} "
+        f"[{end['low']:.4f}, {end['high']:.4f}] at step {end['step']}; sha256 {sealed[HASH_KEY]}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {"record_sha256": sealed[HASH_KEY], "point": end["point"], "low": end["low"], "high": end["high"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetTrainConfig:
+    train: TrainConfig
+    """The target's training run (its output_path is this step's)."""
+    prediction: str
+    """The prediction step's output path."""
+    target_config_hash: str
+    """Must equal the record's target.config_hash."""
+    require_posted: bool = True
+    """Wait for the engine's posted.json (the record is on the issue) before training."""
+    post_timeout_s: float = runtime_field(default=600.0)
+    """How long to wait for posted.json."""
+
+
+def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
+    path = f"{prediction.rstrip('/')}/{POSTED_FILE}"
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            posted = read_json(path)
+            if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
+                return posted
+        except (FileNotFoundError, ValueError):
+            pass
+        if time.time() > deadline:
+            raise TimeoutError(
+                f"target: the prediction {sha[:12]} was not posted to its issue within "
+                f"{timeout_s:.0f} s (no {path} naming it). The issue-tracker publisher posts it "
+                "when the prediction step succeeds; check the run's publisher errors, or set "
+                "require_posted=False for a ladder without an issue"
+            )
+        time.sleep(0.25)
+
+
+def train_target(config: TargetTrainConfig) -> dict[str, Any]:
+    """Check the frozen forecast, wait until it is posted, record what is tracked, then train."""
+    record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    if record["target"]["config_hash"] != config.target_config_hash:
+        raise ValueError(
+            f"target: the prediction names config {record['target']['config_hash']} but this target "
+            f"is {config.target_config_hash}: the config changed after the forecast; re-run the "
+            "prediction for the new config (a new record) instead of scoring an old one"
+        )
+    posted = (
+        _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s)
+        if config.require_posted
+        else None
+    )
+    out = config.train.output_path.rstrip("/")
+    from moe_trainer.data.cache import write_json_atomic
+
+    write_json_atomic(
+        f"{out}/{TRACKING_FILE}",
+        {
+            "schema": TRACKING_SCHEMA,
+            "prediction": f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}",
+            HASH_KEY: record[HASH_KEY],
+            "metrics_file": "metrics.jsonl",
+            "metric_path": record["metric"]["path"],
+            "posted": posted,
+        },
+    )
+    return train(config.train)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerdictConfig:
+    output_path: str
+    """Where verdict.json is written."""
+    prediction: str
+    """The prediction step's output path."""
+    target_curve: str
+    """The target's eval step output path (curve.json)."""
+
+
+def score_prediction(config: VerdictConfig) -> dict[str, Any]:
+    """Score the frozen record against the target's curve; write the sealed verdict.json and return it."""
+    record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    curve_path = f"{config.target_curve.rstrip('/')}/{CURVE_FILE}"
+    curve = read_json(curve_path)
+    actual_by_step = {int(p["step"]): float(p["value"]) for p in curve["points"]}
+    rows = []
+    for p in record["points"]:
+        if p["step"] not in actual_by_step:
+            raise ValueError(
+                f"verdict: the target's curve {curve_path} has no evaluation at step {p['step']} "
+                f"(it has {sorted(actual_by_step)})"
+            )
+        actual = actual_by_step[p["step"]]
+        rows.append(
+            {
+                "label": p["label"],
+                "step": p["step"],
+                "actual": actual,
+                "point": p["point"],
+                "low": p["low"],
+                "high": p["high"],
+                "error_pct": 100.0 * (p["point"] - actual) / actual,
+                "inside": bool(p["low"] <= actual <= p["high"]) and math.isfinite(actual),
+            }
+        )
+    verdict = {
+        "schema": VERDICT_SCHEMA,
+        "prediction_sha256": record[HASH_KEY],
+        "experiment": record["experiment"],
+        "issue": record["issue"],
+        "metric": record["metric"]["name"],
+        "target": record["target"]["name"],
+        "points": rows,
+        "endpoint": rows[-1],
+        "hits": sum(r["inside"] for r in rows),
+        "n": len(rows),
+        "curve_sha256": hashlib.sha256(read_bytes(curve_path)).hexdigest(),
+        "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    sealed = write_record(f"{config.output_path.rstrip('/')}/{VERDICT_FILE}", verdict)
+    end = rows[-1]
+    print(
+        f"[verdict] {record['target']['name']}: actual {end['actual']:.4f}, predicted {end['point']:.4f} "
+        f"({end['error_pct']:+.2f}%), {'inside' if end['inside'] else 'OUTSIDE'} [{end['low']:.4f}, "
+        f"{end['high']:.4f}]; {verdict['hits']}/{verdict['n']} points inside",
+        file=sys.stderr,
+        flush=True,
+    )
+    return sealed

@@ -1,0 +1,128 @@
+"""The plan of a scaling ladder as plain data: rungs x seeds, the learning-rate check, and the target.
+
+``plan_ladder`` turns compute budgets (6·N·D, or parameter counts) into rungs with
+:mod:`operators.scaling.rules`, and refuses plans that cannot make a forecast worth having:
+
+- fewer than three distinct rungs (two budgets that land on the same shape count once, and the message
+  says which);
+- a target that is not beyond the top rung (``min_extrapolation``, default 1: anything above it; the
+  research note recommends 10x, at most about 30x);
+- no seeds, or repeated seeds.
+
+The learning-rate check (``lr_multiples``, e.g. (0.5, 2.0)) adds runs of the smallest and the largest rung
+at those multiples of the rule's learning rate (first seed only); the fit step reports whether the rule's
+own learning rate is within ``lr_check_tolerance`` of the best of them (the research note: about 0.3%).
+
+experiments/common/scaling_ladder.py turns a plan into steps; nothing here knows about steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from operators.scaling.rules import EVAL_FRACTIONS, LadderRules, RungSpec, rung_for_compute, rung_for_params
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderPlan:
+    """Rungs (smallest first), seeds, the learning-rate check runs and the target."""
+
+    rungs: tuple[RungSpec, ...]
+    seeds: tuple[int, ...]
+    target: RungSpec
+    target_seed: int
+    lr_check: tuple[RungSpec, ...]
+    fractions: tuple[float, ...]
+    rules: LadderRules
+
+    @property
+    def extrapolation(self) -> float:
+        """Target compute / top rung compute (6·N·D)."""
+        return self.target.compute_6nd() / self.rungs[-1].compute_6nd()
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per rung and the target: shape, N, D, compute, batch, steps, learning rate."""
+        rows = []
+        for role, rung in [*(("rung", r) for r in self.rungs), ("target", self.target)]:
+            rows.append(
+                {
+                    "role": role,
+                    "name": rung.name,
+                    "n_params": rung.n_params,
+                    "tokens": rung.tokens,
+                    "compute_6nd": rung.compute_6nd(),
+                    "compute_trainer": rung.compute_trainer(),
+                    "batch_size": rung.batch_size,
+                    "num_steps": rung.num_steps,
+                    "lr": rung.lr,
+                }
+            )
+        return rows
+
+
+def plan_ladder(
+    base_model: Mapping[str, Any],
+    *,
+    seeds: Sequence[int],
+    target: float,
+    budgets: Sequence[float] = (),
+    sizes: Sequence[float] = (),
+    rules: LadderRules | None = None,
+    target_seed: int | None = None,
+    lr_multiples: Sequence[float] = (),
+    fractions: Sequence[float] = EVAL_FRACTIONS,
+    min_extrapolation: float = 1.0,
+) -> LadderPlan:
+    """A ladder from compute ``budgets`` (6·N·D) or parameter counts ``sizes``, and a ``target`` budget."""
+    rules = rules or LadderRules()
+    if bool(budgets) == bool(sizes):
+        raise ValueError(
+            "plan_ladder: give either budgets= (6·N·D FLOPs per rung) or sizes= (non-embedding "
+            "parameters per rung), not both or neither"
+        )
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"plan_ladder: seeds={list(seeds)} must be a non-empty list of distinct seeds")
+    if sorted(fractions) != list(fractions) or not fractions or fractions[-1] != 1.0 or fractions[0] <= 0:
+        raise ValueError(
+            f"plan_ladder: fractions={list(fractions)} must increase within (0, 1] and end at 1.0"
+        )
+    if budgets:
+        wanted = [rung_for_compute(c, base_model, rules) for c in sorted(budgets)]
+    else:
+        wanted = [rung_for_params(n, base_model, rules) for n in sorted(sizes)]
+    rungs: list[RungSpec] = []
+    merged: list[str] = []
+    for rung in wanted:
+        if rungs and rungs[-1].name == rung.name:
+            merged.append(rung.name)
+            continue
+        rungs.append(rung)
+    if len(rungs) < 3:
+        raise ValueError(
+            f"plan_ladder: only {len(rungs)} distinct rungs ({', '.join(r.name for r in rungs)}"
+            f"{'; budgets merged into ' + ', '.join(merged) if merged else ''}); a law needs at "
+            "least 3: spread the budgets further apart"
+        )
+    target_rung = rung_for_compute(target, base_model, rules)
+    ratio = target_rung.compute_6nd() / rungs[-1].compute_6nd()
+    if ratio <= min_extrapolation:
+        raise ValueError(
+            f"plan_ladder: the target {target_rung.name} ({target_rung.compute_6nd():.3g} FLOPs) is "
+            f"only {ratio:.2f}x the top rung {rungs[-1].name} ({rungs[-1].compute_6nd():.3g}); "
+            f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
+        )
+    for m in lr_multiples:
+        if not m > 0 or m == 1.0:
+            raise ValueError(f"plan_ladder: lr_multiples={list(lr_multiples)} must be positive and not 1.0")
+    check = tuple(r.with_lr_multiple(m) for r in (rungs[0], rungs[-1]) for m in lr_multiples)
+    return LadderPlan(
+        rungs=tuple(rungs),
+        seeds=tuple(seeds),
+        target=dataclasses.replace(target_rung),
+        target_seed=seeds[0] if target_seed is None else target_seed,
+        lr_check=check,
+        fractions=tuple(fractions),
+        rules=rules,
+    )

@@ -1,0 +1,261 @@
+"""The two-variable surface ``L = E + A/N^alpha + B/D^beta`` and its compute-optimal allocation.
+
+Used when a ladder varies both parameters N and tokens D (an IsoFLOP sweep): the research note and
+Open-Athena's leave-one-budget-out results favour this full surface over Chinchilla's Approach 2 minima.
+Fitted like Hoffmann et al. (2022) and Besiroglu et al. (2024): in the log-sum-exp form
+
+    log L = LSE(a - alpha·log N, b - beta·log D, e),   A = exp(a), B = exp(b), E = exp(e)
+
+minimising the summed Huber loss (delta = 1e-3) of the residuals in log L with L-BFGS-B (analytic gradient),
+started from the best points of a variable-projection grid (for fixed exponents the surface is linear in
+E, A, B: non-negative least squares), keeping the best. Intervals come from the same parametric bootstrap
+over the seeds' spread as the offset law (each replicate refitted from the point fit).
+A fixed E is allowed (recorded in the settings).
+
+Compute-optimal allocation under C = 6·N·D (Hoffmann et al., App. D; data-scaling-eval.md §4.3):
+``G = (alpha·A / (beta·B))^(1/(alpha+beta))``, ``N* = G·(C/6)^(beta/(alpha+beta))``, ``D* = C/(6·N*)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from operators.scaling.inputs import LadderInputError, as_array, pooled_seed_sigma
+
+EXPONENT_GRID = tuple(float(v) for v in np.linspace(0.05, 1.0, 20))
+
+
+def compute_optimal(params: Mapping[str, float], compute: float) -> dict[str, float]:
+    """N*, D*, L* and D*/N* for budget ``compute`` under ``E + A/N^alpha + B/D^beta`` and C = 6·N·D."""
+    e, a, b, alpha, beta = (float(params[k]) for k in ("E", "A", "B", "alpha", "beta"))
+    g = (alpha * a / (beta * b)) ** (1.0 / (alpha + beta))
+    n_opt = g * (compute / 6.0) ** (beta / (alpha + beta))
+    d_opt = compute / (6.0 * n_opt)
+    loss = e + a / n_opt**alpha + b / d_opt**beta
+    return {"N": n_opt, "D": d_opt, "L": loss, "tokens_per_param": d_opt / n_opt}
+
+
+def surface_loss(params: Mapping[str, float], n: float, d: float) -> float:
+    """``E + A/N^alpha + B/D^beta``."""
+    return float(params["E"] + params["A"] / n ** params["alpha"] + params["B"] / d ** params["beta"])
+
+
+def _log_model(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | None) -> np.ndarray:
+    a, b, alpha, beta = t[0], t[1], t[2], t[3]
+    e = math.log(fixed_e) if fixed_e is not None else t[4]
+    terms = np.stack([a - alpha * ln, b - beta * ld, np.full_like(ln, e)])
+    if fixed_e == 0.0:
+        terms = terms[:2]
+    m = terms.max(axis=0)
+    return m + np.log(np.exp(terms - m).sum(axis=0))
+
+
+def _objective(
+    t: np.ndarray, ln: np.ndarray, ld: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
+) -> tuple[float, np.ndarray]:
+    """Summed Huber loss of the log residuals and its analytic gradient (softmax weights of the LSE)."""
+    a, b, alpha, beta = t[0], t[1], t[2], t[3]
+    e = math.log(fixed_e) if fixed_e else (t[4] if fixed_e is None else -np.inf)
+    terms = np.stack([a - alpha * ln, b - beta * ld, np.full_like(ln, e)])
+    m = terms.max(axis=0)
+    ex = np.exp(terms - m)
+    total = ex.sum(axis=0)
+    w = ex / total
+    r = m + np.log(total) - y
+    ar = np.abs(r)
+    loss = float(np.sum(np.where(ar <= delta, 0.5 * r * r, delta * (ar - 0.5 * delta))))
+    psi = np.clip(r, -delta, delta)
+    grad = [np.sum(psi * w[0]), np.sum(psi * w[1]), -np.sum(psi * w[0] * ln), -np.sum(psi * w[1] * ld)]
+    if fixed_e is None:
+        grad.append(np.sum(psi * w[2]))
+    return loss, np.array(grad)
+
+
+def _fit_once(
+    ln: np.ndarray,
+    ld: np.ndarray,
+    y: np.ndarray,
+    delta: float,
+    fixed_e: float | None,
+    starts: Sequence[np.ndarray],
+) -> np.ndarray:
+    best: tuple[float, np.ndarray] | None = None
+    bounds = [(None, None), (None, None), (1e-3, 3.0), (1e-3, 3.0)]
+    if fixed_e is None:
+        bounds.append((None, None))
+    for x0 in starts:
+        res = minimize(
+            _objective,
+            x0,
+            args=(ln, ld, y, delta, fixed_e),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12},
+        )
+        if np.isfinite(res.fun) and (best is None or res.fun < best[0]):
+            best = (float(res.fun), res.x)
+    if best is None:
+        raise LadderInputError("no start of the two-variable fit converged to a finite loss; check inputs")
+    return best[1]
+
+
+def _starts(
+    nn: np.ndarray, dd: np.ndarray, loss: np.ndarray, fixed_e: float | None, keep: int = 3
+) -> list[np.ndarray]:
+    """Starting points by variable projection: for each (alpha, beta) on a grid, the model is linear in
+    (E, A, B), solved by non-negative least squares in linear space; the ``keep`` best become starts."""
+    from scipy.optimize import nnls
+
+    scored: list[tuple[float, np.ndarray]] = []
+    target = loss - (fixed_e or 0.0)
+    for alpha, beta in itertools.product(EXPONENT_GRID, EXPONENT_GRID):
+        cols = [nn**-alpha, dd**-beta] + ([np.ones_like(nn)] if fixed_e is None else [])
+        design = np.stack(cols, axis=1)
+        coef, rnorm = nnls(design, target)
+        a, b = (math.log(max(v, 1e-12)) for v in coef[:2])
+        theta = [a, b, alpha, beta] + ([math.log(max(coef[2], 1e-6))] if fixed_e is None else [])
+        scored.append((float(rnorm), np.array(theta)))
+    scored.sort(key=lambda item: item[0])
+    return [theta for _, theta in scored[:keep]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SurfaceFit:
+    """A fitted two-variable surface; ``predict`` takes a budget (compute-optimal) or ``n=`` and ``d=``."""
+
+    settings: Any
+    n: np.ndarray
+    d: np.ndarray
+    loss: np.ndarray
+    theta: np.ndarray
+    boot_theta: np.ndarray
+    sigma: float
+    sigma_source: str
+
+    @staticmethod
+    def _params_of(t: np.ndarray, fixed_e: float | None) -> dict[str, float]:
+        e = fixed_e if fixed_e is not None else math.exp(t[4])
+        return {
+            "E": float(e),
+            "A": math.exp(t[0]),
+            "B": math.exp(t[1]),
+            "alpha": float(t[2]),
+            "beta": float(t[3]),
+        }
+
+    @property
+    def params(self) -> dict[str, float]:
+        """E, A, B, alpha and beta of ``E + A/N^alpha + B/D^beta``."""
+        return self._params_of(self.theta, self.settings.fixed_e)
+
+    def _nd(self, c: float | None, n: float | None, d: float | None) -> tuple[float, float]:
+        if n is not None and d is not None:
+            return float(n), float(d)
+        if c is None:
+            raise ValueError("predict needs a compute budget c (compute-optimal N and D) or both n= and d=")
+        opt = compute_optimal(self.params, c)
+        return opt["N"], opt["D"]
+
+    def predict(
+        self,
+        c: float | None = None,
+        *,
+        n: float | None = None,
+        d: float | None = None,
+        single_run: bool = False,
+    ) -> tuple[float, float, float]:
+        """(point, low, high) at (n, d), or at the compute-optimal allocation of budget ``c``."""
+        nn, dd = self._nd(c, n, d)
+        ln, ld = np.array([math.log(nn)]), np.array([math.log(dd)])
+        fe = self.settings.fixed_e
+        point = float(np.exp(_log_model(self.theta, ln, ld, fe)[0]))
+        draws = np.array([np.exp(_log_model(t, ln, ld, fe)[0]) for t in self.boot_theta])
+        tail = (1.0 - self.settings.level) / 2.0
+        lo, hi = (float(v) for v in np.quantile(draws, [tail, 1.0 - tail]))
+        lo, hi = min(lo, point), max(hi, point)
+        if single_run:
+            from scipy.stats import norm
+
+            z = float(norm.ppf(1.0 - tail))
+            lo = point * math.exp(-math.hypot(math.log(point / lo), z * self.sigma))
+            hi = point * math.exp(math.hypot(math.log(hi / point), z * self.sigma))
+        return point, lo, hi
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "form": self.settings.form,
+            "formula": "L = E + A / N^alpha + B / D^beta",
+            "params": self.params,
+            "settings": dataclasses.asdict(self.settings),
+            "sigma_log": self.sigma,
+            "sigma_source": self.sigma_source,
+            "fixed_e": self.settings.fixed_e is not None,
+        }
+
+
+def _distinct_runs(nn: np.ndarray, dd: np.ndarray, needed: int) -> list[np.ndarray]:
+    """Indices per distinct (N, D) configuration (its seeds); at least ``needed`` (the free parameters)."""
+    _, inverse = np.unique(np.stack([nn, dd], axis=1), axis=0, return_inverse=True)
+    groups = [np.flatnonzero(inverse.reshape(-1) == g) for g in range(int(inverse.max()) + 1)]
+    if len(groups) < needed:
+        raise LadderInputError(
+            f"only {len(groups)} distinct (N, D) configurations; the two-variable surface "
+            f"needs at least {needed}: add configurations (an IsoFLOP sweep varies both)"
+        )
+    return groups
+
+
+def fit_surface(
+    n: Sequence[float] | np.ndarray | None,
+    d: Sequence[float] | np.ndarray | None,
+    loss: Sequence[float] | np.ndarray,
+    settings: Any,
+) -> SurfaceFit:
+    """Fit the surface to one (N, D, loss) triple per run (see the module docstring)."""
+    if n is None or d is None:
+        raise LadderInputError("the two-variable fit needs both n= (parameters) and d= (tokens) per run")
+    y_loss = as_array("loss", loss)
+    nn, dd = as_array("n", n, y_loss.size), as_array("d", d, y_loss.size)
+    groups = _distinct_runs(nn, dd, 3 if settings.fixed_e is not None else 5)
+    if settings.fixed_e is not None and settings.fixed_e >= y_loss.min():
+        raise LadderInputError(
+            f"fixed_e={settings.fixed_e} is not below the smallest loss {y_loss.min():.5g}"
+        )
+    ln, ld, y = np.log(nn), np.log(dd), np.log(y_loss)
+    fe = settings.fixed_e
+    theta = _fit_once(ln, ld, y, settings.huber_delta, fe, _starts(nn, dd, y_loss, fe))
+    sigma = pooled_seed_sigma(y, groups)
+    source = "pooled seed spread"
+    if sigma is None or sigma <= 0:
+        resid = y - _log_model(theta, ln, ld, fe)
+        sigma = float(math.sqrt(np.sum(resid**2) / max(y.size - theta.size, 1)))
+        source = "fit residuals (no repeated seeds)"
+    fitted = _log_model(theta, ln, ld, fe)
+    rng = np.random.default_rng(settings.rng_seed)
+    boot = np.array(
+        [
+            _fit_once(ln, ld, fitted + sigma * rng.standard_normal(y.size), settings.huber_delta, fe, [theta])
+            for _ in range(settings.bootstrap)
+        ]
+    )
+    return SurfaceFit(
+        settings=settings,
+        n=nn,
+        d=dd,
+        loss=y_loss,
+        theta=theta,
+        boot_theta=boot,
+        sigma=float(sigma),
+        sigma_source=source,
+    )
+
+
+__all__ = ["SurfaceFit", "compute_optimal", "fit_surface", "surface_loss"]

@@ -1,0 +1,153 @@
+"""The reduced exp15 ladder end to end (MARIN_LADDER_SMALL=1: 3 rungs x 2 seeds of 2k-8k parameters, a
+5x target) through the real CLI on the local tracker: the DAG puts the prediction before the target, the
+record is posted (its own comment, with its hash) before the target's first step, the status comment tracks
+the target against the band, the verdict lands on the issue and the dashboard, a second run recomputes
+nothing, and an edited record is caught by its hash."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = "experiments/exp15_scaling_ladder.py"
+
+
+def marin(command: str, prefix: str, *flags: str, cache: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_") and k != "GITHUB_TOKEN"}
+    env.update(
+        {
+            "MARIN_LADDER_SMALL": "1",
+            "MARIN_ISSUE_REPO": "local/experiments",
+            "MARIN_TRACKER": "local",
+            "MARIN_TRACKER_MIN_INTERVAL": "0.2",
+            "JAX_COMPILATION_CACHE_DIR": cache,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")]),
+        }
+    )
+    cmd = [sys.executable, "-m", "marin", command, SCRIPT, "--prefix", prefix, "--backend", "local", *flags]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+
+
+@dataclasses.dataclass
+class LadderRun:
+    prefix: str
+    cache: str
+    paths: dict[str, str]
+
+
+def read(path: str) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory: pytest.TempPathFactory) -> LadderRun:
+    prefix = str(tmp_path_factory.mktemp("prefix"))
+    cache = str(tmp_path_factory.mktemp("jax-cache"))
+    first = marin("run", prefix, cache=cache)
+    assert first.returncode == 0, f"stdout:\n{first.stdout[-3000:]}\nstderr:\n{first.stderr[-6000:]}"
+    plan = marin("plan", prefix, "--format", "json", cache=cache)
+    assert plan.returncode == 0, plan.stderr
+    paths = {e["name"]: e["output_path"] for e in json.loads(plan.stdout)["steps"]}
+    return LadderRun(prefix, cache, paths)
+
+
+def test_the_target_depends_on_the_prediction_and_starts_after_it_was_posted(ladder: LadderRun) -> None:
+    p = ladder.paths
+    step = read(f"{p['exp15/target/train']}/.marin/step.json")
+    assert "exp15/prediction" in [d["name"] for d in step["dependencies"]]
+    record = read(f"{p['exp15/prediction']}/prediction.json")
+    posted = read(f"{p['exp15/prediction']}/posted.json")
+    assert posted["record_sha256"] == record["record_sha256"] and posted["issue"] == "local/experiments#15"
+    target_started = read(f"{p['exp15/target/train']}/.marin/status.json")["started"]
+    prediction_ended = read(f"{p['exp15/prediction']}/.marin/status.json")["ended"]
+    first_row = json.loads(Path(f"{p['exp15/target/train']}/metrics.jsonl").read_text().splitlines()[0])
+    assert prediction_ended <= posted["comment_created"] <= first_row["time"]
+    assert prediction_ended <= target_started
+    tracking = read(f"{p['exp15/target/train']}/tracking.json")
+    assert tracking["record_sha256"] == record["record_sha256"]
+
+
+def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
+    from marin.tracking.local import LocalTracker
+
+    p = ladder.paths
+    sha = read(f"{p['exp15/prediction']}/prediction.json")["record_sha256"]
+    verdict = read(f"{p['exp15/verdict']}/verdict.json")
+    assert verdict["prediction_sha256"] == sha and verdict["n"] == 4
+    comments = LocalTracker(ladder.prefix, "local/experiments").list_comments(15)
+    prediction = [c for c in comments if c.body.startswith(f"<!-- marin-prediction:{sha} -->")]
+    assert (
+        len(prediction) == 1 and prediction[0].updated == prediction[0].created and sha in prediction[0].body
+    )
+    verdicts = [c for c in comments if c.body.startswith("<!-- marin-verdict:")]
+    assert len(verdicts) == 1 and sha in verdicts[0].body
+    status = [c for c in comments if c.body.startswith("<!-- marin-status:")]
+    assert len(status) == 1 and f"Prediction `{sha[:12]}`" in status[0].body
+    assert "on track" in status[0].body or "off track by" in status[0].body
+
+
+def test_dashboard_shows_the_band_and_the_verdict(ladder: LadderRun) -> None:
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+
+    client = TestClient(create_app(ladder.prefix))
+    rel = os.path.relpath(ladder.paths["exp15/target/train"], ladder.prefix)
+    page = client.get(f"/steps/{rel}")
+    assert page.status_code == 200 and 'id="prediction"' in page.text and "band-chart" in page.text
+    assert ("on track" in page.text) or ("off track" in page.text)
+    listing = client.get("/api/predictions").json()
+    assert listing["scored"] == 1 and listing["predictions"][0]["verdict_verified"] is True
+
+
+def test_a_second_run_recomputes_nothing(ladder: LadderRun) -> None:
+    prediction = Path(ladder.paths["exp15/prediction"]) / "prediction.json"
+    before = prediction.stat().st_mtime_ns
+    plan = marin("plan", ladder.prefix, "--format", "json", cache=ladder.cache)
+    assert {e["action"] for e in json.loads(plan.stdout)["steps"]} == {"skip"}
+    comments = len(_comments(ladder))
+    again = marin("run", ladder.prefix, cache=ladder.cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "RUNNING  " not in again.stderr
+    assert prediction.stat().st_mtime_ns == before
+    assert len(_comments(ladder)) == comments  # nothing posted twice
+
+
+def _comments(ladder: LadderRun) -> list[Any]:
+    from marin.tracking.local import LocalTracker
+
+    return LocalTracker(ladder.prefix, "local/experiments").list_comments(15)
+
+
+def test_an_edited_prediction_is_detected(ladder: LadderRun, tmp_path: Path) -> None:
+    from marin.tracking.predictions import list_predictions
+    from operators.scaling.forecast import VerdictConfig, score_prediction
+    from operators.scaling.records import RecordTamperedError
+
+    copy = tmp_path / "prefix" / "prediction"
+    shutil.copytree(ladder.paths["exp15/prediction"], copy)
+    record = read(str(copy / "prediction.json"))
+    record["points"][-1]["point"] = read(f"{ladder.paths['exp15/verdict']}/verdict.json")["points"][-1][
+        "actual"
+    ]
+    (copy / "prediction.json").write_text(json.dumps(record))
+    with pytest.raises(RecordTamperedError, match="edited after it was written"):
+        score_prediction(
+            VerdictConfig(
+                output_path=str(tmp_path / "v"),
+                prediction=str(copy),
+                target_curve=ladder.paths["exp15/target/eval"],
+            )
+        )
+    assert list_predictions(str(tmp_path / "prefix"))["predictions"][0]["verified"] is False

@@ -1,0 +1,246 @@
+"""The ladder's rules, plan, fit step, records and the forecast's guards (no training: hand-written files)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moe_trainer.data.cache import write_json_atomic
+from operators.scaling.curve import CURVE_FILE
+from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder
+from operators.scaling.forecast import (
+    POSTED_FILE,
+    PREDICTION_FILE,
+    TargetSpec,
+    TargetTrainConfig,
+    VerdictConfig,
+    predict_target,
+    score_prediction,
+    train_target,
+)
+from operators.scaling.inputs import LadderInputError
+from operators.scaling.ladder import plan_ladder
+from operators.scaling.records import RecordTamperedError, read_record, record_hash, seal, write_record
+from operators.scaling.rules import (
+    LadderRules,
+    layers_for,
+    rung_for_compute,
+    rung_for_params,
+    trainer_overrides,
+)
+from operators.train import TrainConfig
+
+DENSE = {"vocab_size": 257, "n_experts": 0}
+
+
+def test_rules_give_shapes_batches_and_learning_rates_by_the_documented_formulas() -> None:
+    rules = LadderRules()
+    rungs = [rung_for_compute(c, DENSE, rules) for c in (5e9, 5e10, 5e11, 5e12)]
+    assert [r.n_params for r in rungs] == sorted(r.n_params for r in rungs)
+    for r in rungs:
+        assert r.num_steps % 4 == 0 and r.batch_tokens & (r.batch_tokens - 1) == 0  # power of two
+        assert r.batch_tokens >= rules.min_batch_tokens
+        assert r.tokens / r.n_params == pytest.approx(rules.tokens_per_param, rel=0.15)
+        width = r.model["d_model"]
+        assert abs(r.model["n_layers"] - layers_for(width)) <= 1 and r.model["d_ff"] == 4 * width
+        expected = 0.004 * (r.batch_tokens / 2048) ** 0.5 * (1.2e6 / r.tokens) ** 0.3 * (64 / width) ** 0.5
+        assert r.lr == pytest.approx(expected)
+        assert r.warmup_steps == round(0.1 * r.num_steps)
+        assert r.compute_6nd() == 6 * r.n_params * r.tokens
+        assert r.compute_trainer() > r.compute_6nd()  # head and attention on top of 6N
+    assert trainer_overrides(rungs[0])["schedule.kind"] == "wsd"
+
+
+def test_moe_rungs_keep_the_base_experts_and_count_active_parameters() -> None:
+    moe = {**DENSE, "n_experts": 4, "top_k": 2, "n_shared_experts": 1}
+    rung = rung_for_params(4e4, moe, LadderRules())
+    assert rung.model["n_experts"] == 4 and rung.model["expert_d_ff"] == 2 * rung.model["d_model"]
+    assert rung.n_total > rung.n_params  # inactive experts and the embedding are not in N
+
+
+def test_plan_refuses_too_few_rungs_and_a_target_inside_the_ladder() -> None:
+    with pytest.raises(
+        ValueError, match=r"only 1 distinct rungs \(d16-L2; budgets merged into d16-L2, d16-L2\)"
+    ):
+        plan_ladder(DENSE, budgets=[1e8, 2e8, 3e8], seeds=[0], target=1e12)
+    with pytest.raises(ValueError, match="must be more than 10x"):
+        plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0], target=1e12, min_extrapolation=10)
+    plan = plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1], target=5e12, lr_multiples=(0.5, 2.0))
+    assert plan.extrapolation > 10 and [r.name for r in plan.lr_check][0].endswith("-lrx0.5")
+
+
+def _curve(path: Path, n: int, values: list[float], tokens_per_step: int = 1000, steps: int = 100) -> str:
+    points = [
+        {
+            "step": int(f * steps),
+            "fraction": f,
+            "tokens": int(f * steps) * tokens_per_step,
+            "compute_6nd": 6.0 * n * int(f * steps) * tokens_per_step,
+            "compute_trainer": 9.0 * n * int(f * steps) * tokens_per_step,
+            "value": v,
+        }
+        for f, v in zip((0.25, 0.5, 0.75, 1.0), values, strict=True)
+    ]
+    write_json_atomic(str(path / CURVE_FILE), {"metric": "micro.bpb", "points": points, "n_params": n})
+    return str(path)
+
+
+def _law(c: float) -> float:
+    return 1.0 + 40.0 * c**-0.15
+
+
+@pytest.fixture
+def ladder_runs(tmp_path: Path) -> list[RungRun]:
+    rng = np.random.default_rng(3)
+    runs = []
+    for n in (2e3, 5e3, 1.2e4, 3e4, 7e4):
+        for seed in (0, 1, 2):
+            tokens = 20 * n
+            values = [
+                _law(6 * n * tokens * f) * math.exp(0.004 * rng.standard_normal())
+                for f in (0.25, 0.5, 0.75, 1)
+            ]
+            out = tmp_path / f"eval-{int(n)}-{seed}"
+            runs.append(
+                RungRun(rung=f"n{int(n)}", seed=seed, curve=_curve(out, int(n), values, int(tokens / 100)))
+            )
+    return runs
+
+
+def test_fit_step_refuses_to_predict_naming_the_missing_rungs(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    runs = (*ladder_runs, RungRun(rung="n90000", seed=1, curve=str(tmp_path / "never-ran")))
+    with pytest.raises(
+        LadderInputError, match=r"refuses to predict: missing rungs: n90000 seed 1 \(no .*never-ran"
+    ):
+        fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=runs, bootstrap=50))
+    assert not (tmp_path / "fit" / FIT_FILE).exists()
+
+
+def test_fit_step_reports_diverged_rungs(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+    bad = RungRun(rung="n5", seed=0, curve=_curve(tmp_path / "nan", 5, [3.0, 2.9, float("nan"), 2.8]))
+    with pytest.raises(
+        LadderInputError, match=r"diverged rungs: n5 seed 0 \(non-finite micro.bpb at steps \[75\]\)"
+    ):
+        fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=(*ladder_runs, bad), bootstrap=50))
+
+
+def test_fit_step_refuses_fewer_than_three_budgets(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+    two = tuple(r for r in ladder_runs if r.rung in ("n2000", "n5000"))
+    with pytest.raises(LadderInputError, match="only 2 distinct budgets"):
+        fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=two, bootstrap=50))
+
+
+def _target() -> TargetSpec:
+    n = 2.5e5
+    return TargetSpec(
+        name="big",
+        config_hash="c" * 64,
+        n_params=int(n),
+        tokens_per_step=int(20 * n / 100),
+        num_steps=100,
+        flops_per_token=9.0 * n,
+        eval_steps=(25, 50, 75, 100),
+    )
+
+
+def test_prediction_record_is_sealed_and_tampering_is_detected(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
+    predict_target(_prediction_config(tmp_path))
+    path = tmp_path / "prediction" / PREDICTION_FILE
+    record = read_record(str(path))
+    assert record["target"]["config_hash"] == "c" * 64 and len(record["points"]) == 4
+    end = record["points"][-1]
+    truth = _law(6 * 2.5e5 * 20 * 2.5e5)
+    assert end["low"] <= truth <= end["high"] and abs(end["point"] / truth - 1) < 0.02
+    assert len(record["inputs"]) == 15 and all(r["curve_sha256"] for r in record["inputs"])
+    edited = json.loads(path.read_text())
+    edited["points"][-1]["point"] = truth  # "improving" the forecast after the fact
+    path.write_text(json.dumps(edited))
+    with pytest.raises(RecordTamperedError, match="was edited after it was written"):
+        read_record(str(path))
+    with pytest.raises(RecordTamperedError):
+        score_prediction(
+            VerdictConfig(
+                output_path=str(tmp_path / "verdict"),
+                prediction=str(tmp_path / "prediction"),
+                target_curve=str(tmp_path / "nowhere"),
+            )
+        )
+
+
+def _prediction_config(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from operators.scaling.forecast import PredictionConfig
+
+    return PredictionConfig(
+        output_path=str(tmp_path / "prediction"),
+        fit=str(tmp_path / "fit"),
+        target=_target(),
+        experiment="test",
+        issue="local/experiments#15",
+    )
+
+
+def test_target_refuses_config_drift_and_waits_for_the_post(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    predict_target(_prediction_config(tmp_path))
+    train = TrainConfig(output_path=str(tmp_path / "target"), train_cache=str(tmp_path / "no-cache"))
+    with pytest.raises(ValueError, match="the config changed after the forecast"):
+        train_target(
+            TargetTrainConfig(
+                train=train, prediction=str(tmp_path / "prediction"), target_config_hash="d" * 64
+            )
+        )
+    with pytest.raises(TimeoutError, match="was not posted to its issue within 1 s"):
+        train_target(
+            TargetTrainConfig(
+                train=train,
+                prediction=str(tmp_path / "prediction"),
+                target_config_hash="c" * 64,
+                post_timeout_s=1.0,
+            )
+        )
+    assert not (tmp_path / "target" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_verdict_scores_each_point_against_the_interval(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
+    predict_target(_prediction_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    actual = [p["point"] * 1.001 for p in record["points"][:3]] + [record["points"][-1]["high"] * 1.05]
+    t = _target()
+    _curve(tmp_path / "target-eval", t.n_params, actual, t.tokens_per_step)
+    verdict = score_prediction(
+        VerdictConfig(
+            output_path=str(tmp_path / "verdict"),
+            prediction=str(tmp_path / "prediction"),
+            target_curve=str(tmp_path / "target-eval"),
+        )
+    )
+    assert verdict["prediction_sha256"] == record["record_sha256"]
+    assert [p["inside"] for p in verdict["points"]] == [True, True, True, False]
+    assert verdict["points"][0]["error_pct"] == pytest.approx(100 * (1 / 1.001 - 1))
+    assert verdict["hits"] == 3 and read_record(str(tmp_path / "verdict" / "verdict.json")) == verdict
+    assert not (tmp_path / "prediction" / POSTED_FILE).exists()
+
+
+def test_seal_hashes_the_canonical_json_without_the_hash() -> None:
+    sealed = seal({"b": 1, "a": [1.5, "x"]})
+    assert sealed["record_sha256"] == record_hash({"a": [1.5, "x"], "b": 1})
+    import hashlib
+
+    assert sealed["record_sha256"] == hashlib.sha256(b'{"a":[1.5,"x"],"b":1}').hexdigest()
+
+
+def test_write_record_round_trips(tmp_path: Path) -> None:
+    written = write_record(str(tmp_path / "r.json"), {"x": 1})
+    assert read_record(str(tmp_path / "r.json")) == written
