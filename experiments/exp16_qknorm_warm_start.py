@@ -43,30 +43,61 @@ REWARMUP = 5 if SMALL else 20
 WARM = WarmStartConfig(optimizer_state="reset", data_position="carry")
 
 source_no_qknorm = Step(
-    name="train/exp16-no_qknorm", fn=train, description="the tutorial model without QK-norm (the 'Llama' phase)",
-    config=dataclasses.replace(tiny_moe.config, output_path=this_output_path(), model={**TINY_MOE, "qk_norm": False},
-                               num_steps=SOURCE_STEPS, checkpoint_every=SOURCE_STEPS // 2, mixture_stages=()),
+    name="train/exp16-no_qknorm",
+    fn=train,
+    description="the tutorial model without QK-norm (the 'Llama' phase)",
+    config=dataclasses.replace(
+        tiny_moe.config,
+        output_path=this_output_path(),
+        model={**TINY_MOE, "qk_norm": False},
+        num_steps=SOURCE_STEPS,
+        checkpoint_every=SOURCE_STEPS // 2,
+        mixture_stages=(),
+    ),
 )
 
 
 def warm_started(qk_norm: bool) -> TrainConfig:
     return dataclasses.replace(
-        source_no_qknorm.config, model={**TINY_MOE, "qk_norm": qk_norm}, init_from=output_path_of(source_no_qknorm),
-        warm_start=WARM, num_steps=WARM_STEPS, checkpoint_every=WARM_STEPS // 2,
-        overrides={**tiny_moe.config.overrides, "schedule.warmup_steps": REWARMUP})
+        source_no_qknorm.config,
+        model={**TINY_MOE, "qk_norm": qk_norm},
+        init_from=output_path_of(source_no_qknorm),
+        warm_start=WARM,
+        num_steps=WARM_STEPS,
+        checkpoint_every=WARM_STEPS // 2,
+        overrides={**tiny_moe.config.overrides, "schedule.warmup_steps": REWARMUP},
+    )
 
 
-qknorm_warm = Step(name="train/exp16-qknorm_warm", fn=train, config=warm_started(True),
-                   description="warm start with QK-norm (gains at one): the 'Qwen3' switch")
-control_warm = Step(name="train/exp16-no_qknorm_warm", fn=train, config=warm_started(False),
-                    description="control: the same warm start without the architecture change")
+qknorm_warm = Step(
+    name="train/exp16-qknorm_warm",
+    fn=train,
+    config=warm_started(True),
+    description="warm start with QK-norm (gains at one): the 'Qwen3' switch",
+)
+control_warm = Step(
+    name="train/exp16-no_qknorm_warm",
+    fn=train,
+    config=warm_started(False),
+    description="control: the same warm start without the architecture change",
+)
 
-qknorm_warm_eval = Step(name="eval/exp16-qknorm_warm", fn=evaluate, description="bits per byte after the switch",
-                        config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(qknorm_warm)))
-control_warm_eval = Step(name="eval/exp16-no_qknorm_warm", fn=evaluate, description="bits per byte, control",
-                         config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(control_warm)))
+qknorm_warm_eval = Step(
+    name="eval/exp16-qknorm_warm",
+    fn=evaluate,
+    description="bits per byte after the switch",
+    config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(qknorm_warm)),
+)
+control_warm_eval = Step(
+    name="eval/exp16-no_qknorm_warm",
+    fn=evaluate,
+    description="bits per byte, control",
+    config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(control_warm)),
+)
 
 if __name__ == "__main__":
-    executor_main(steps=[qknorm_warm_eval, control_warm_eval],
-                  description="exp16: QK-norm warm start (the 32B rescue) vs the same warm start without it",
-                  publishers=[ConsoleProgress()])
+    executor_main(
+        steps=[qknorm_warm_eval, control_warm_eval],
+        description="exp16: QK-norm warm start (the 32B rescue) vs the same warm start without it",
+        publishers=[ConsoleProgress()],
+    )

@@ -21,9 +21,9 @@ the
    contaminated share exceeds ``max_contamination``, naming the set, the documents and how to proceed.
 
 Mixtures: the training documents of a mixture's sources are the domains of one document dataset (ingest labels
-each source's documents with its domain; tokenize's ``train_by_domain`` makes one cache per domain). The report
-counts documents, removed and kept documents per domain (``training_domains``) and names the domain of every
-overlapping training document, so a leak is traced to the mixture source that carries it.
+each source's documents with its domain; tokenize's ``train_by_domain`` makes one cache per domain). The
+report counts documents, removed and kept documents per domain (``training_domains``) and names the domain of
+every overlapping training document, so a leak is traced to the mixture source that carries it.
 """
 
 from __future__ import annotations
@@ -230,14 +230,18 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
               "eval_sets": reports, "training": {"documents": train_docs, "removed": len(removed),
                                                  "kept": train_docs - len(removed)},
               "training_domains": _per_domain(per_domain, removed, domain_of),
-              "passed": not failing, "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
+              "passed": not failing,
+              "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
     write_json_atomic(f"{config.output_path.rstrip('/')}/report.json", report)
     for name, r in reports.items():
-        print(f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation "
-              "documents "
-              f"contaminated ({r['contamination']:.2%}), {r['removed_training_documents']} training "
-              "documents "
-              f"removed [{r['method']}]", file=sys.stderr)
+        print(
+            f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation "
+            "documents "
+            f"contaminated ({r['contamination']:.2%}), {r['removed_training_documents']} training "
+            "documents "
+            f"removed [{r['method']}]",
+            file=sys.stderr,
+        )
     if failing:
         raise ContaminationError(_failure_message(failing, reports, config))
     return report
@@ -248,17 +252,25 @@ def _per_domain(documents: dict[str, int], removed: set[str], domain_of: dict[st
     gone: dict[str, int] = {}
     for tid in removed:
         gone[domain_of[tid]] = gone.get(domain_of[tid], 0) + 1
-    return {d: {"documents": n, "removed": gone.get(d, 0), "kept": n - gone.get(d, 0)}
-            for d, n in sorted(documents.items())}
+    return {
+        d: {"documents": n, "removed": gone.get(d, 0), "kept": n - gone.get(d, 0)}
+        for d, n in sorted(documents.items())
+    }
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def _assess(fp: _Fingerprint, seen: np.ndarray, e: int, hits: dict[str, dict[int, np.ndarray]],
-            sources: dict[str, str], domain_of: dict[str, str],
-            config: DecontaminateConfig) -> tuple[dict[str, Any], set[str]]:
+def _assess(
+    fp: _Fingerprint,
+    seen: np.ndarray,
+    e: int,
+    hits: dict[str, dict[int, np.ndarray]],
+    sources: dict[str, str],
+    domain_of: dict[str, str],
+    config: DecontaminateConfig,
+) -> tuple[dict[str, Any], set[str]]:
     """Contamination of one evaluation set and the training documents that hold its leaked documents."""
     overlaps, drop = [], set()
     checked = 0
@@ -277,17 +289,36 @@ def _assess(fp: _Fingerprint, seen: np.ndarray, e: int, hits: dict[str, dict[int
                 if shared:
                     holders.append((shared, tid))
         holders.sort(reverse=True)
-        listed = [{"id": tid, "source": sources[tid], "domain": domain_of[tid], "shared_ngrams": shared,
-                   "removed": shared / h.size >= config.doc_overlap_threshold}
-                  for shared, tid in holders[:_MAX_LISTED]]
-        entry = {"eval_id": doc["id"], "eval_source": doc.get("source", doc["id"]), "overlap": share,
-                 "ngrams": int(h.size), "training_documents": listed}
+        listed = [
+            {
+                "id": tid,
+                "source": sources[tid],
+                "domain": domain_of[tid],
+                "shared_ngrams": shared,
+                "removed": shared / h.size >= config.doc_overlap_threshold,
+            }
+            for shared, tid in holders[:_MAX_LISTED]
+        ]
+        entry = {
+            "eval_id": doc["id"],
+            "eval_source": doc.get("source", doc["id"]),
+            "overlap": share,
+            "ngrams": int(h.size),
+            "training_documents": listed,
+        }
         drop |= {tid for shared, tid in holders if shared / h.size >= config.doc_overlap_threshold}
         overlaps.append(entry)
-    rep = {"method": fp.method, "documents": fp.documents, "checked_documents": checked,
-           "too_short_documents": fp.too_short, "ngrams": fp.ngrams, "contaminated_documents": len(overlaps),
-           "contamination": len(overlaps) / checked if checked else 0.0,
-           "removed_training_documents": len(drop), "overlaps": overlaps}
+    rep = {
+        "method": fp.method,
+        "documents": fp.documents,
+        "checked_documents": checked,
+        "too_short_documents": fp.too_short,
+        "ngrams": fp.ngrams,
+        "contaminated_documents": len(overlaps),
+        "contamination": len(overlaps) / checked if checked else 0.0,
+        "removed_training_documents": len(drop),
+        "overlaps": overlaps,
+    }
     return rep, drop
 
 
@@ -303,34 +334,52 @@ def _write_filtered(config: DecontaminateConfig, manifest: dict[str, Any], remov
             if records:
                 shards.append(write_records(config.output_path, split, shard["name"], records, fmt))
         splits[split] = summarize_split(shards)
-    write_manifest(config.output_path, fmt, splits, {
-        "skipped": manifest.get("skipped", {}), "decontaminated_from": config.input_path,
-        "removed_training_documents": sorted(removed)})
+    write_manifest(
+        config.output_path,
+        fmt,
+        splits,
+        {
+            "skipped": manifest.get("skipped", {}),
+            "decontaminated_from": config.input_path,
+            "removed_training_documents": sorted(removed),
+        },
+    )
 
 
 def _failure_message(failing: list[str], reports: dict[str, Any], config: DecontaminateConfig) -> str:
     lines = [f"decontaminate: evaluation data leaked into the training documents of {config.input_path}."]
     for name in failing:
         r = reports[name]
-        lines.append(f"evaluation set {name!r}: {r['contaminated_documents']} of {r['checked_documents']} "
-                     "documents "
-                     f"({r['contamination']:.2%}) share >= {config.doc_overlap_threshold:.0%} of their "
-                     f"{config.ngram}-grams with training data (max_contamination = "
-                     f"{config.max_contamination:.2%})")
+        lines.append(
+            f"evaluation set {name!r}: {r['contaminated_documents']} of {r['checked_documents']} "
+            "documents "
+            f"({r['contamination']:.2%}) share >= {config.doc_overlap_threshold:.0%} of their "
+            f"{config.ngram}-grams with training data (max_contamination = "
+            f"{config.max_contamination:.2%})"
+        )
         for o in r["overlaps"][:_MAX_LISTED]:
-            holders = ", ".join(f"{t['source']} ({t['shared_ngrams']} "
-                                "shared)" for t in o["training_documents"][:3])
-            lines.append(f"  - {o['eval_source']} ({o['overlap']:.0%} of its n-grams) found in: "
-                         f"{holders or '?'}")
+            holders = ", ".join(
+                f"{t['source']} ({t['shared_ngrams']} shared)" for t in o["training_documents"][:3]
+            )
+            lines.append(
+                f"  - {o['eval_source']} ({o['overlap']:.0%} of its n-grams) found in: {holders or '?'}"
+            )
     lines.append(
         f"The filtered training set and the full report are at {config.output_path} (report.json). To "
         "proceed: "
         "remove the leaking sources from the ingest step (Source.exclude) and re-run; or, if this overlap is "
         "expected (shared boilerplate, licence headers), raise max_contamination above the share shown, or "
         "raise "
-        "doc_overlap_threshold; the removed training documents stay out of the filtered set either way.")
+        "doc_overlap_threshold; the removed training documents stay out of the filtered set either way."
+    )
     return "\n".join(lines)
 
 
-__all__ = ["ContaminationError", "DecontaminateConfig", "EvalSet", "decontaminate", "looks_like_eval_split",
-           "normalize"]
+__all__ = [
+    "ContaminationError",
+    "DecontaminateConfig",
+    "EvalSet",
+    "decontaminate",
+    "looks_like_eval_split",
+    "normalize",
+]

@@ -13,16 +13,16 @@ The model and optimizer come from a trainer preset (``preset``: a name such as `
 dotted path, e.g. ``{"optimizer.lr": 1e-3, "schedule.warmup_steps": 10}``), then the explicit fields of this
 config (steps, batch, sequence length, seeds). Unknown fields are errors that list the valid ones.
 
-Mixtures: with ``mixture`` weights (and optionally ``mixture_stages``) the step trains on several caches, source
-``s`` being ``{train_cache}/{s}`` (the per-domain caches of a tokenize step with ``train_by_domain=True``) unless
-``train_sources`` names its cache; the trainer draws each batch's rows by weight (moe_trainer.data.mixture) and
-records ``tokens/{source}`` in metrics.jsonl.
+Mixtures: with ``mixture`` weights (and optionally ``mixture_stages``) the step trains on several caches,
+source ``s`` being ``{train_cache}/{s}`` (the per-domain caches of a tokenize step with
+``train_by_domain=True``) unless ``train_sources`` names its cache; the trainer draws each batch's rows by
+weight (moe_trainer.data.mixture) and records ``tokens/{source}`` in metrics.jsonl.
 
 Warm start: ``init_from`` (another train step's output path, ``output_path_of(step)``, or a Hugging Face
 directory) initialises the model from those weights mapped onto this step's architecture
-(moe_trainer.warm_start: same path and shape copied, QK-norm gains one, new experts copied, router biases zero,
-dropped ones listed in ``warm_start.json``); ``warm_start`` says whether the optimizer state and the data
-position carry over. Both are identity fields, and a dependency on the source step.
+(moe_trainer.warm_start: same path and shape copied, QK-norm gains one, new experts copied, router biases
+zero, dropped ones listed in ``warm_start.json``); ``warm_start`` says whether the optimizer state and the
+data position carry over. Both are identity fields, and a dependency on the source step.
 
 Resume: the trainer restores the newest complete checkpoint under ``output_path/checkpoints``. A step re-run
 by the executor after a failure or a preemption has the same output path, so it continues where the last
@@ -90,14 +90,18 @@ class TrainConfig:
     """Train on several sources by weight, e.g. {"python": 0.8, "prose": 0.2} (normalised); source s reads the
     cache ``{train_cache}/{s}`` or ``train_sources[s]``. Empty: train on ``train_cache`` alone."""
     mixture_stages: tuple[MixtureStage, ...] = ()
-    """Weights from a later step on, e.g. (MixtureStage(500, {"python": 0.5, "prose": 0.5}),) for a cooldown."""
+    """Weights from a later step on, e.g. (MixtureStage(500, {"python": 0.5, "prose": 0.5}),) for a cooldown.
+    """
     train_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Caches of mixture sources that do not live under ``train_cache`` (another tokenize step's ``train/``)."""
+    """Caches of mixture sources that do not live under ``train_cache`` (another tokenize step's ``train/``).
+    """
     init_from: str | None = None
-    """Warm-start from this checkpoint (a train step's output path) or Hugging Face directory, mapped onto this
+    """Warm-start from this checkpoint (a train step's output path) or Hugging Face directory, mapped onto
+    this
     step's architecture (None: a fresh initialisation)."""
     warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
-    """How ``init_from`` is mapped: optimizer state and data position reset or carried, new experts, renames."""
+    """How ``init_from`` is mapped: optimizer state and data position reset or carried, new experts, renames.
+    """
     num_steps: int | None = None
     """Optimizer steps (None: the preset's)."""
     batch_size: int | None = None
@@ -124,15 +128,18 @@ class TrainConfig:
         for name in ("num_steps", "batch_size", "seq_len", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"train: {name}={value} must be >= 1 or None (None keeps the preset's "
-                                 "value)")
+                raise ValueError(
+                    f"train: {name}={value} must be >= 1 or None (None keeps the preset's value)"
+                )
         if self.eval_every < 0:
             raise ValueError(f"train: eval_every={self.eval_every} must be >= 0")
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"train: wandb_mode={self.wandb_mode!r} must be offline, online or disabled")
         if (self.mixture_stages or self.train_sources) and not self.mixture:
-            raise ValueError("train: mixture_stages/train_sources need `mixture` weights for step 0, e.g. "
-                             "mixture={'python': 0.8, 'prose': 0.2}")
+            raise ValueError(
+                "train: mixture_stages/train_sources need `mixture` weights for step 0, e.g. "
+                "mixture={'python': 0.8, 'prose': 0.2}"
+            )
 
 
 def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -> Any:
@@ -146,9 +153,11 @@ def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -
     for dotted, value in changes.items():
         head, _, rest = dotted.partition(".")
         if head not in fields:
-            raise ValueError(f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no "
-                             "field "
-                             f"{head!r}; valid fields: {', '.join(sorted(fields))}")
+            raise ValueError(
+                f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no "
+                "field "
+                f"{head!r}; valid fields: {', '.join(sorted(fields))}"
+            )
         if rest:
             nested.setdefault(head, {})[rest] = value
         elif isinstance(getattr(obj, head), tuple) and isinstance(value, list):
@@ -158,9 +167,11 @@ def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -
     for head, sub in nested.items():
         inner = direct.get(head, getattr(obj, head))
         if not dataclasses.is_dataclass(inner) or isinstance(inner, type):
-            raise ValueError(f"train: {where} names {prefix + head}.{next(iter(sub))!r}, but "
-                             f"{type(obj).__name__}.{head} is a {type(inner).__name__}, not a config with "
-                             "fields")
+            raise ValueError(
+                f"train: {where} names {prefix + head}.{next(iter(sub))!r}, but "
+                f"{type(obj).__name__}.{head} is a {type(inner).__name__}, not a config with "
+                "fields"
+            )
         direct[head] = _apply(inner, sub, where, f"{prefix}{head}.")
     return dataclasses.replace(obj, **direct) if direct else obj
 
@@ -181,39 +192,60 @@ def trainer_config(config: TrainConfig) -> TrainerConfig:
         tc = _apply(tc, {f"model.{key}": value for key, value in config.model.items()}, "model")
     tc = _apply(tc, config.overrides, "overrides")
     data = dataclasses.replace(
-        tc.data, train_cache="" if config.mixture else config.train_cache, mixture=_mixture(config),
-        validation=dict(config.validation), seed=config.data_seed,
-        batch_size=config.batch_size or tc.data.batch_size, seq_len=config.seq_len or tc.data.seq_len)
+        tc.data,
+        train_cache="" if config.mixture else config.train_cache,
+        mixture=_mixture(config),
+        validation=dict(config.validation),
+        seed=config.data_seed,
+        batch_size=config.batch_size or tc.data.batch_size,
+        seq_len=config.seq_len or tc.data.seq_len,
+    )
     model = tc.model
     if config.seq_len is not None or data.seq_len > model.max_seq_len:
         # the context the model is trained at; the evaluate step reads windows of this length by default
         model = dataclasses.replace(model, max_seq_len=data.seq_len)
     return dataclasses.replace(
-        tc, model=model, data=data, num_steps=config.num_steps or tc.num_steps, seed=config.seed,
-        output_dir=config.output_path.rstrip("/"), init_from=config.init_from or tc.init_from,
+        tc,
+        model=model,
+        data=data,
+        num_steps=config.num_steps or tc.num_steps,
+        seed=config.seed,
+        output_dir=config.output_path.rstrip("/"),
+        init_from=config.init_from or tc.init_from,
         warm_start=config.warm_start if config.init_from else tc.warm_start,
-        checkpoint=dataclasses.replace(tc.checkpoint, dir=None,
-                                       every_steps=config.checkpoint_every or tc.checkpoint.every_steps),
+        checkpoint=dataclasses.replace(
+            tc.checkpoint, dir=None, every_steps=config.checkpoint_every or tc.checkpoint.every_steps
+        ),
         eval=dataclasses.replace(tc.eval, every_steps=config.eval_every, max_batches=config.eval_max_batches),
-        metrics=dataclasses.replace(tc.metrics, wandb_mode=config.wandb_mode,
-                                    progress_bar=config.progress_bar,
-                                    run_name=tc.metrics.run_name or _run_name(config.output_path)),
-        run_steps=None)
+        metrics=dataclasses.replace(
+            tc.metrics,
+            wandb_mode=config.wandb_mode,
+            progress_bar=config.progress_bar,
+            run_name=tc.metrics.run_name or _run_name(config.output_path),
+        ),
+        run_steps=None,
+    )
 
 
 def _mixture(config: TrainConfig) -> MixtureConfig:
     """The trainer's MixtureConfig of this step (empty without ``mixture``)."""
     if not config.mixture:
         return MixtureConfig()
-    names = dict.fromkeys([*config.mixture, *(n for st in config.mixture_stages for n in st.weights),
-                           *config.train_sources])
+    names = dict.fromkeys(
+        [*config.mixture, *(n for st in config.mixture_stages for n in st.weights), *config.train_sources]
+    )
     root = config.train_cache.rstrip("/")
     if not root and set(names) - set(config.train_sources):
-        raise ValueError(f"train: train_cache is empty, so every mixture source needs a train_sources entry; "
-                         f"missing: {sorted(set(names) - set(config.train_sources))}")
+        raise ValueError(
+            f"train: train_cache is empty, so every mixture source needs a train_sources entry; "
+            f"missing: {sorted(set(names) - set(config.train_sources))}"
+        )
     sources = {n: config.train_sources.get(n, f"{root}/{n}") for n in names}
-    return MixtureConfig(sources=sources, weights=dict(config.mixture),
-                         stages=tuple(MixtureStage(st.start_step, dict(st.weights)) for st in config.mixture_stages))
+    return MixtureConfig(
+        sources=sources,
+        weights=dict(config.mixture),
+        stages=tuple(MixtureStage(st.start_step, dict(st.weights)) for st in config.mixture_stages),
+    )
 
 
 def _run_name(output_path: str) -> str:
@@ -229,7 +261,8 @@ def _check_vocab(tc: TrainerConfig) -> None:
             raise ValueError(
                 f"train: the token cache {path} has vocab_size {cache.vocab_size} but the model has "
                 f"{tc.model.vocab_size}; set model={{'vocab_size': {cache.vocab_size}}} (the tokenizer's "
-                "vocabulary) in the train step's config")
+                "vocabulary) in the train step's config"
+            )
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
@@ -242,20 +275,37 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if primary:
         write_json_atomic(f"{out}/train_config.json", draccus.encode(tc))
     t0 = time.time()
-    print(f"[train] {tc.num_steps} steps of {tc.data.batch_size} x {tc.data.seq_len} tokens, model "
-          f"d_model={tc.model.d_model} layers={tc.model.n_layers} experts={tc.model.n_experts} "
-          f"top_k={tc.model.top_k} vocab={tc.model.vocab_size}; output {out}", file=sys.stderr, flush=True)
+    print(
+        f"[train] {tc.num_steps} steps of {tc.data.batch_size} x {tc.data.seq_len} tokens, model "
+        f"d_model={tc.model.d_model} layers={tc.model.n_layers} experts={tc.model.n_experts} "
+        f"top_k={tc.model.top_k} vocab={tc.model.vocab_size}; output {out}",
+        file=sys.stderr,
+        flush=True,
+    )
     result: TrainResult = run_trainer(tc)
     if result.step != tc.num_steps:
-        raise RuntimeError(f"train: the trainer stopped at step {result.step} of {tc.num_steps} in {out}; "
-                           "re-run the step to resume from its latest checkpoint")
+        raise RuntimeError(
+            f"train: the trainer stopped at step {result.step} of {tc.num_steps} in {out}; "
+            "re-run the step to resume from its latest checkpoint"
+        )
     summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0}
     if primary:
         write_json_atomic(f"{out}/train_result.json", summary)
-    print(f"[train] done: step {result.step}, loss {result.loss:.4f}, {result.tokens_per_s:.0f} tokens/s, "
-          f"{result.skipped_steps} skipped steps", file=sys.stderr, flush=True)
+    print(
+        f"[train] done: step {result.step}, loss {result.loss:.4f}, {result.tokens_per_s:.0f} tokens/s, "
+        f"{result.skipped_steps} skipped steps",
+        file=sys.stderr,
+        flush=True,
+    )
     return json.loads(json.dumps(summary, default=str))
 
 
-__all__ = ["RUNTIME_FIELD_KEY", "MixtureStage", "TrainConfig", "WarmStartConfig", "runtime_field", "train",
-           "trainer_config"]
+__all__ = [
+    "RUNTIME_FIELD_KEY",
+    "MixtureStage",
+    "TrainConfig",
+    "WarmStartConfig",
+    "runtime_field",
+    "train",
+    "trainer_config",
+]

@@ -48,33 +48,53 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
         for domain, row in evaluation["domains"].items():
             lines.append(f"  {domain:<8} {row['bpb']:.3f} bits/byte   ({row['loss']:.3f} nats/token over "
                          f"{row['tokens']} tokens, {row['bytes']} bytes)")
-        lines.append(f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}")
+        lines.append(
+            f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}"
+        )
     choices_path = _output_path(result, choices_step) if choices_step else None
     choices = _read_json(f"{choices_path}/choices.json") if choices_path else None
     if choices:
         lines.append("Downstream multiple choice (log-likelihood, lm-eval's scoring; ± one standard error):")
         for task, row in choices["tasks"].items():
-            lines.append(f"  {task:<24} acc {row['acc']:.3f} ± {row['acc_stderr']:.3f}   acc_norm "
-                         f"{row['acc_norm']:.3f}   ({row['items']} items, chance {row['chance']:.2f})")
+            lines.append(
+                f"  {task:<24} acc {row['acc']:.3f} ± {row['acc_stderr']:.3f}   acc_norm "
+                f"{row['acc_norm']:.3f}   ({row['items']} items, chance {row['chance']:.2f})"
+            )
     prefix = shlex.quote(result.prefix)
     lines += [
         "Look at it:",
         f"  marin dashboard --prefix {prefix}             # experiments, steps, logs, loss curves, the issue",
         f"  marin plan {script} --prefix {prefix}   # every step: skip/run and why",
         f"  marin status {script} --prefix {prefix}",
-        *([f"  marin issue show {issue} --prefix {prefix}   # the issue and its status "
-           "comment"] if issue else []),
+        *(
+            [f"  marin issue show {issue} --prefix {prefix}   # the issue and its status comment"]
+            if issue
+            else []
+        ),
     ]
     if train_path:
         lines.append(f"  metrics: {train_path}/metrics.jsonl")
     return "\n".join(lines)
 
 
-def print_summary(result: RunResult, *, train_step: str, eval_step: str,
-                  script: str = "experiments/tutorials/tiny_moe.py", issue: str | None = None,
-                  stream: TextIO | None = None, choices_step: str | None = None) -> None:
-    text = summary_text(result, train_step=train_step, eval_step=eval_step, script=script, issue=issue,
-                        choices_step=choices_step)
+def print_summary(
+    result: RunResult,
+    *,
+    train_step: str,
+    eval_step: str,
+    script: str = "experiments/tutorials/tiny_moe.py",
+    issue: str | None = None,
+    stream: TextIO | None = None,
+    choices_step: str | None = None,
+) -> None:
+    text = summary_text(
+        result,
+        train_step=train_step,
+        eval_step=eval_step,
+        script=script,
+        issue=issue,
+        choices_step=choices_step,
+    )
     if text:
         print(text, file=stream or sys.stdout, flush=True)
 

@@ -182,7 +182,8 @@ def log_tail(
         status = store.read_json(sf.status_path(rel))
         current = status.get("attempt") if isinstance(status, dict) else None
         live = isinstance(current, int) and store.read_log_range(sf.log_path(rel, current), 0, 0) is not None
-        attempt = current if isinstance(current, int) and (current in logs or live) else max(logs, default=None)
+        known = isinstance(current, int) and (current in logs or live)
+        attempt = current if known else max(logs, default=None)
     if attempt is None:
         return LogTail(attempt=None, path=None, size=0, start=0, end=0, text="", truncated=False)
     path = sf.log_path(rel, attempt)

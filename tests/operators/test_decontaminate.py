@@ -87,17 +87,29 @@ def test_injected_leak_is_caught_reported_and_filtered(corpus: Path, eval_file: 
     assert removed == [overlap["training_documents"][0]["id"]]
 
 
-def test_a_two_source_mixture_reports_which_source_leaked(corpus: Path, eval_file: str, tmp_path: Path) -> None:
+def test_a_two_source_mixture_reports_which_source_leaked(
+    corpus: Path, eval_file: str, tmp_path: Path
+) -> None:
     """The documents of a mixture's two sources (domains python and math): the report counts each source's
     documents and removals and names the domain of the leaking training document."""
     leak = tmp_path / "mix" / "worked_examples.txt"
     leak.parent.mkdir()
-    leak.write_text("Worked examples.\n\n" + QUESTION + "\n\n" + "Practice makes perfect. " * 5, encoding="utf-8")
+    leak.write_text(
+        "Worked examples.\n\n" + QUESTION + "\n\n" + "Practice makes perfect. " * 5, encoding="utf-8"
+    )
     two = _ingest(corpus, tmp_path / "two", extra=leak)
-    report = decontaminate(DecontaminateConfig(input_path=two, eval_sets=(EvalSet("gsm8k", eval_file),),
-                                               output_path=str(tmp_path / "out"), max_contamination=0.5))
-    assert report["training_domains"] == {"math": {"documents": 1, "removed": 1, "kept": 0},
-                                          "python": {"documents": 24, "removed": 0, "kept": 24}}
+    report = decontaminate(
+        DecontaminateConfig(
+            input_path=two,
+            eval_sets=(EvalSet("gsm8k", eval_file),),
+            output_path=str(tmp_path / "out"),
+            max_contamination=0.5,
+        )
+    )
+    assert report["training_domains"] == {
+        "math": {"documents": 1, "removed": 1, "kept": 0},
+        "python": {"documents": 24, "removed": 0, "kept": 24},
+    }
     holder = report["eval_sets"]["gsm8k"]["overlaps"][0]["training_documents"][0]
     assert holder["domain"] == "math" and holder["removed"]
     kept = {d["domain"] for d in iter_documents(str(tmp_path / "out"))}
@@ -110,9 +122,15 @@ def test_bloom_filter_method_agrees_with_exact(corpus: Path, eval_file: str, tmp
     leaky = _ingest(corpus, tmp_path / "leaky", extra=leak)
     results = {}
     for method in ("exact", "bloom"):
-        results[method] = decontaminate(DecontaminateConfig(
-            input_path=leaky, eval_sets=(EvalSet("gsm8k", eval_file),), output_path=str(tmp_path / method),
-            method=method, max_contamination=1.0))["eval_sets"]["gsm8k"]
+        results[method] = decontaminate(
+            DecontaminateConfig(
+                input_path=leaky,
+                eval_sets=(EvalSet("gsm8k", eval_file),),
+                output_path=str(tmp_path / method),
+                method=method,
+                max_contamination=1.0,
+            )
+        )["eval_sets"]["gsm8k"]
     assert results["bloom"]["method"] == "bloom" and results["exact"]["method"] == "exact"
     for key in ("contaminated_documents", "removed_training_documents", "overlaps"):
         assert results["bloom"][key] == results["exact"][key]
@@ -127,22 +145,38 @@ def test_eval_like_training_files_are_refused(corpus: Path, eval_file: str, tmp_
     bundle.parent.mkdir()
     bundle.write_text('{"problem": "unrelated"}', encoding="utf-8")
     data = _ingest(corpus, tmp_path / "data", extra=bundle)
-    config = DecontaminateConfig(input_path=data, eval_sets=(EvalSet("gsm8k", eval_file),),
-                                 output_path=str(tmp_path / "out"))
-    with pytest.raises(ValueError, match=r"(?s)named like evaluation splits.*dolmino_math/test.json.*"
-                                         r"Source.exclude.*allow_eval_like_names=True"):
+    config = DecontaminateConfig(
+        input_path=data, eval_sets=(EvalSet("gsm8k", eval_file),), output_path=str(tmp_path / "out")
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)named like evaluation splits.*dolmino_math/test.json.*"
+        r"Source.exclude.*allow_eval_like_names=True",
+    ):
         decontaminate(config)
     assert not (tmp_path / "out").exists()  # refused before anything was written
     allowed = decontaminate(DecontaminateConfig(**{**config.__dict__, "allow_eval_like_names": True}))
     assert allowed["passed"]
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("gsm8k/test.json", True), ("data/validation-00000-of-00001.parquet", True), ("squad/dev.jsonl", True),
-    ("Lib/test/test_os.py", True), ("mmlu/eval/abstract_algebra.csv", True), ("corpus.jsonl:17", False),
-    ("contest_results.txt", False), ("latest.txt", False), ("unittest/case.py", False), ("device.py", False),
-    ("file:///data/train/00000.jsonl", False), ("s3://bucket/heldout/x.txt", True),
-], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("gsm8k/test.json", True),
+        ("data/validation-00000-of-00001.parquet", True),
+        ("squad/dev.jsonl", True),
+        ("Lib/test/test_os.py", True),
+        ("mmlu/eval/abstract_algebra.csv", True),
+        ("corpus.jsonl:17", False),
+        ("contest_results.txt", False),
+        ("latest.txt", False),
+        ("unittest/case.py", False),
+        ("device.py", False),
+        ("file:///data/train/00000.jsonl", False),
+        ("s3://bucket/heldout/x.txt", True),
+    ],
+    ids=lambda v: str(v),
+)
 def test_looks_like_eval_split(path: str, expected: bool) -> None:
     assert looks_like_eval_split(path) is expected
 
@@ -171,8 +205,10 @@ def test_config_validation(eval_file: str) -> None:
     with pytest.raises(ValueError, match="register at least one"):
         DecontaminateConfig(input_path="a", eval_sets=(), output_path="o")
     with pytest.raises(ValueError, match="unique"):
-        DecontaminateConfig(input_path="a", eval_sets=(EvalSet("x", eval_file), EvalSet("x", eval_file)),
-                            output_path="o")
+        DecontaminateConfig(
+            input_path="a", eval_sets=(EvalSet("x", eval_file), EvalSet("x", eval_file)), output_path="o"
+        )
     with pytest.raises(ValueError, match="max_contamination"):
-        DecontaminateConfig(input_path="a", eval_sets=(EvalSet("x", eval_file),), output_path="o",
-                            max_contamination=2.0)
+        DecontaminateConfig(
+            input_path="a", eval_sets=(EvalSet("x", eval_file),), output_path="o", max_contamination=2.0
+        )

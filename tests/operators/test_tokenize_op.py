@@ -74,10 +74,21 @@ def test_per_domain_validation_caches(dataset: str, tokenizer_dir: str, tokenize
 
 def test_train_by_domain_writes_one_cache_per_mixture_source(dataset: str, tokenizer_dir: str, tokenized: str,
                                                              tmp_path: Path) -> None:
-    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                                      num_workers=1, backend="processes", train_by_domain=True))
+    summary = tokenize(
+        TokenizeConfig(
+            input_path=dataset,
+            tokenizer_path=tokenizer_dir,
+            output_path=str(tmp_path),
+            num_workers=1,
+            backend="processes",
+            train_by_domain=True,
+        )
+    )
     train_domains = read_manifest(dataset)["splits"]["train"]["domains"]
-    assert summary["train"] is None and set(summary["train_domains"]) == set(train_domains) == {"python", "prose"}
+    assert summary["train"] is None and set(summary["train_domains"]) == set(train_domains) == {
+        "python",
+        "prose",
+    }
     assert summary["validation"] == json.loads(Path(tokenized, "tokenize.json").read_text())["validation"]
     total = 0
     for dom, rel in summary["train_domains"].items():
@@ -90,11 +101,18 @@ def test_train_by_domain_writes_one_cache_per_mixture_source(dataset: str, token
     assert not Path(tmp_path, "train", "manifest.json").exists()
 
 
-def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokenizer_dir: str, tokenized: str,
-                                                           tmp_path: Path) -> None:
-    summary = tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir,
-                                      output_path=str(tmp_path),
-                                      num_workers=1, backend="processes"))
+def test_one_worker_and_two_workers_write_identical_caches(
+    dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path
+) -> None:
+    summary = tokenize(
+        TokenizeConfig(
+            input_path=dataset,
+            tokenizer_path=tokenizer_dir,
+            output_path=str(tmp_path),
+            num_workers=1,
+            backend="processes",
+        )
+    )
     assert _digests(str(tmp_path)) == _digests(tokenized)
     all_tokens = sum(TokenCache(str(p.parent)).num_tokens for p in tmp_path.rglob("manifest.json"))
     work = summary["work"]
@@ -103,8 +121,9 @@ def test_one_worker_and_two_workers_write_identical_caches(dataset: str, tokeniz
     assert work["worker_cpu_seconds"] > 0 and work["tokens_per_worker_cpu_s"] > 0
 
 
-def test_fork_server_pool_when_other_threads_run(dataset: str, tokenizer_dir: str, tokenized: str,
-                                            tmp_path: Path) -> None:
+def test_fork_server_pool_when_other_threads_run(
+    dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path
+) -> None:
     # inside an executor worker other threads (lease heartbeats) exist: fork is unsafe, the pool must start
     # its
     # workers from a fork server instead
@@ -113,16 +132,24 @@ def test_fork_server_pool_when_other_threads_run(dataset: str, tokenizer_dir: st
     thread.start()
     try:
         assert tokenize_mod._pool_context().get_start_method() == "forkserver"
-        tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                                num_workers=2, backend="processes"))
+        tokenize(
+            TokenizeConfig(
+                input_path=dataset,
+                tokenizer_path=tokenizer_dir,
+                output_path=str(tmp_path),
+                num_workers=2,
+                backend="processes",
+            )
+        )
     finally:
         stop.set()
         thread.join()
     assert _digests(str(tmp_path)) == _digests(tokenized)
 
 
-def test_resume_after_crash_mid_shard(dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_after_crash_mid_shard(
+    dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_write_shard = tokenize_mod.write_shard
     entries = read_manifest(dataset)["splits"]["train"]["shards"]
     shards = [s["name"] for s in entries]
@@ -130,16 +157,23 @@ def test_resume_after_crash_mid_shard(dataset: str, tokenizer_dir: str, tokenize
 
     def crashing(cache_path: str, name: str, header: Any, documents: Any) -> Any:
         if name == crash_at and cache_path.endswith("/train"):
+
             def die_midway() -> Any:
                 for i, doc in enumerate(documents):
                     if i == 1:
                         raise RuntimeError("simulated worker crash")
                     yield doc
+
             return real_write_shard(cache_path, name, header, die_midway())
         return real_write_shard(cache_path, name, header, documents)
 
-    config = TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                            num_workers=1, backend="processes")  # in-process, so the patched writer is used
+    config = TokenizeConfig(
+        input_path=dataset,
+        tokenizer_path=tokenizer_dir,
+        output_path=str(tmp_path),
+        num_workers=1,
+        backend="processes",
+    )  # in-process, so the patched writer is used
     monkeypatch.setattr(tokenize_mod, "write_shard", crashing)
     with pytest.raises(RuntimeError, match="simulated worker crash"):
         tokenize(config)
@@ -176,11 +210,17 @@ def test_loader_reads_the_operator_cache(tokenized: str) -> None:
 
 def test_bad_inputs(dataset: str, tokenizer_dir: str, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no tokenizer at"):
-        tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=str(tmp_path / "nope"),
-                                output_path=str(tmp_path / "o")))
+        tokenize(
+            TokenizeConfig(
+                input_path=dataset, tokenizer_path=str(tmp_path / "nope"), output_path=str(tmp_path / "o")
+            )
+        )
     with pytest.raises(FileNotFoundError, match="no document dataset"):
-        tokenize(TokenizeConfig(input_path=str(tmp_path), tokenizer_path=tokenizer_dir,
-                                output_path=str(tmp_path / "o")))
+        tokenize(
+            TokenizeConfig(
+                input_path=str(tmp_path), tokenizer_path=tokenizer_dir, output_path=str(tmp_path / "o")
+            )
+        )
     with pytest.raises(ValueError, match="backend 'spark'"):
         TokenizeConfig(input_path="a", tokenizer_path="b", output_path="c", backend="spark")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="num_workers"):
@@ -188,9 +228,13 @@ def test_bad_inputs(dataset: str, tokenizer_dir: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
-def test_tokenize_on_ray_matches_process_pool(dataset: str, tokenizer_dir: str, tokenized: str,
-                                              tmp_path: Path, ray_embedded: Any) -> None:
+def test_tokenize_on_ray_matches_process_pool(
+    dataset: str, tokenizer_dir: str, tokenized: str, tmp_path: Path, ray_embedded: Any
+) -> None:
     assert ray_embedded.is_initialized()  # tokenize picks Ray tasks whenever Ray is up
-    tokenize(TokenizeConfig(input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path),
-                            backend="ray"))
+    tokenize(
+        TokenizeConfig(
+            input_path=dataset, tokenizer_path=tokenizer_dir, output_path=str(tmp_path), backend="ray"
+        )
+    )
     assert _digests(str(tmp_path)) == _digests(tokenized)

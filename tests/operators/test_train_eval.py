@@ -285,7 +285,8 @@ def test_train_on_a_two_source_mixture_with_a_stage(caches: dict[str, str], trai
                          mixture_stages=(MixtureStage(2, {"alpha": 1.0, "toy": 3.0}),),
                          train_sources={"toy": train_cache})
     tc = trainer_config(config)
-    assert tc.data.train_cache == "" and tc.data.mixture.sources == {"alpha": f"{root}/alpha", "toy": train_cache}
+    assert tc.data.train_cache == ""
+    assert tc.data.mixture.sources == {"alpha": f"{root}/alpha", "toy": train_cache}
     train(config)
     rows = [r for r in metrics_rows(tmp_path / "run") if "loss" in r]
     assert [(r["tokens/alpha"], r["tokens/toy"]) for r in rows[:2]] == [(32.0, 0.0), (64.0, 0.0)]
@@ -299,15 +300,17 @@ def test_a_mixture_changes_the_step_identity(train_cache: str) -> None:
     from marin.graph.dag import build_graph
 
     def step_hash(**changes: Any) -> str:
-        config = dataclasses.replace(small_train(Path("unused"), train_cache), output_path=this_output_path(),
-                                     **changes)
+        config = dataclasses.replace(
+            small_train(Path("unused"), train_cache), output_path=this_output_path(), **changes
+        )
         return build_graph([Step(name="train/toy", fn=train, config=config)]).nodes[0].hash
 
     assert step_hash(mixture={"a": 0.5, "b": 0.5}) != step_hash(mixture={"a": 0.6, "b": 0.4}) != step_hash()
 
 
-def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(train_cache: str,
-                                                                              tmp_path: Path) -> None:
+def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(
+    train_cache: str, tmp_path: Path
+) -> None:
     from marin import Step, output_path_of, this_output_path
     from marin.graph.dag import build_graph
     from operators.train import WarmStartConfig
@@ -323,8 +326,23 @@ def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(tra
 
     plain = hashes()
     from_source = hashes(init_from=output_path_of(source))
-    assert len({plain, from_source, hashes(init_from=output_path_of(other)),
-                hashes(init_from=output_path_of(source), warm_start=WarmStartConfig(optimizer_state="carry"))}) == 4
-    tc = trainer_config(small_train(tmp_path / "w", train_cache, init_from="/runs/source",
-                                    warm_start=WarmStartConfig(data_position="carry")))
+    assert (
+        len(
+            {
+                plain,
+                from_source,
+                hashes(init_from=output_path_of(other)),
+                hashes(init_from=output_path_of(source), warm_start=WarmStartConfig(optimizer_state="carry")),
+            }
+        )
+        == 4
+    )
+    tc = trainer_config(
+        small_train(
+            tmp_path / "w",
+            train_cache,
+            init_from="/runs/source",
+            warm_start=WarmStartConfig(data_position="carry"),
+        )
+    )
     assert tc.init_from == "/runs/source" and tc.warm_start.data_position == "carry"

@@ -1,4 +1,5 @@
-"""Our train step against Levanter's (`marin-levanter`) on the Marin CPU tutorial's `llama_nano` shape, the two
+"""Our train step against Levanter's (`marin-levanter`) on the Marin CPU tutorial's `llama_nano` shape, the
+two
 alternating step by step in one run; prints one JSON object.
 
     python lib/moe_trainer/benchmarks/levanter_compare.py --peer-python $PEER/levanter-venv/bin/python \\
@@ -47,11 +48,27 @@ YNN = {"on": (), "off": (("xla_cpu_experimental_ynn_fusion_type", ""),), "auto":
 def nano_config(vocab: int) -> TrainConfig:
     """The llama_nano shape as our TrainConfig (the tiny preset's optimizer, schedule and health guards)."""
     base = load_preset("tiny")
-    model = ModelConfig(vocab_size=vocab, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=128,
-                        n_experts=0, qk_norm=False, tie_embeddings=False, max_seq_len=512, compute_dtype="float32",
-                        logit_z_loss_coef=0.0)
-    return dataclasses.replace(base, model=model, data=dataclasses.replace(base.data, seq_len=512, batch_size=4),
-                               mesh=dataclasses.replace(base.mesh, data=-1, expert=1, model=1))
+    model = ModelConfig(
+        vocab_size=vocab,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        n_kv_heads=2,
+        head_dim=16,
+        d_ff=128,
+        n_experts=0,
+        qk_norm=False,
+        tie_embeddings=False,
+        max_seq_len=512,
+        compute_dtype="float32",
+        logit_z_loss_coef=0.0,
+    )
+    return dataclasses.replace(
+        base,
+        model=model,
+        data=dataclasses.replace(base.data, seq_len=512, batch_size=4),
+        mesh=dataclasses.replace(base.mesh, data=-1, expert=1, model=1),
+    )
 
 
 def _value(text: str) -> object:
@@ -88,11 +105,24 @@ def compare(vocab: int, args: argparse.Namespace, variants: list[str]) -> dict[s
     os.makedirs(work, exist_ok=True)
     log = open(os.path.join(work, "peer.log"), "w")  # noqa: SIM115 (open for the peer's lifetime, closed below)
     peer = subprocess.Popen(
-        [args.peer_python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "levanter_peer.py"),
-         "--vocab", str(vocab), "--steps", str(args.steps), "--work", work, "--interactive"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-        text=True, cwd=work, env={**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-                                  "JAX_PLATFORMS": "cpu"})
+        [
+            args.peer_python,
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "levanter_peer.py"),
+            "--vocab",
+            str(vocab),
+            "--steps",
+            str(args.steps),
+            "--work",
+            work,
+            "--interactive",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        cwd=work,
+        env={**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu"},
+    )
     ours: dict[str, JaxStep] = {}
     compile_s: dict[str, float] = {}
     for spec in variants:
@@ -117,7 +147,7 @@ def compare(vocab: int, args: argparse.Namespace, variants: list[str]) -> dict[s
             peer.stdin.write("go\n")
             peer.stdin.flush()
         elif line.startswith("LEVANTER "):
-            report["levanter"] = json.loads(line[len("LEVANTER "):])
+            report["levanter"] = json.loads(line[len("LEVANTER ") :])
     peer.wait()
     log.close()
     if peer.returncode != 0 or "levanter" not in report:
@@ -129,11 +159,17 @@ def compare(vocab: int, args: argparse.Namespace, variants: list[str]) -> dict[s
         k = min(len(ts), len(lev["step_times_s"]))
         paired = [lev["step_times_s"][i] / ts[i] for i in range(k)]
         tps = tokens / statistics.median(ts)
-        report[n] = {"tokens_per_s": tps, "step_times_s": ts, "compile_and_warmup_s": compile_s[n],
-                     "final_loss": ours[n].loss, "ratio_vs_levanter": tps / lev["tokens_per_s"],
-                     "ratio_vs_levanter_loop": tps / lev["loop_tokens_per_s"],
-                     "paired_ratio_median": statistics.median(paired), "paired_ratio_min": min(paired),
-                     "paired_ratio_max": max(paired)}
+        report[n] = {
+            "tokens_per_s": tps,
+            "step_times_s": ts,
+            "compile_and_warmup_s": compile_s[n],
+            "final_loss": ours[n].loss,
+            "ratio_vs_levanter": tps / lev["tokens_per_s"],
+            "ratio_vs_levanter_loop": tps / lev["loop_tokens_per_s"],
+            "paired_ratio_median": statistics.median(paired),
+            "paired_ratio_min": min(paired),
+            "paired_ratio_max": max(paired),
+        }
     return report
 
 
@@ -141,16 +177,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--peer-python", required=True, help="python of a venv with marin-levanter installed")
     ap.add_argument("--vocabs", default="32000,128256")
-    ap.add_argument("--steps", type=int, default=30, help="Levanter steps per vocabulary (the first 2 untimed)")
+    ap.add_argument(
+        "--steps", type=int, default=30, help="Levanter steps per vocabulary (the first 2 untimed)"
+    )
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each of our variants")
-    ap.add_argument("--variants", default="auto", help="comma-free list separated by ';' or one per --variants")
+    ap.add_argument(
+        "--variants", default="auto", help="comma-free list separated by ';' or one per --variants"
+    )
     ap.add_argument("--work", default=None, help="scratch dir (default: a temporary one)")
     args = ap.parse_args()
     args.work = args.work or tempfile.mkdtemp(prefix="levanter-compare-")
     variants = [v for v in args.variants.split(";") if v]
-    report: dict[str, Any] = {"platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(),
-                              "jax": jax.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "load_avg_start": os.getloadavg(), "variants": variants, "vocabs": {}}
+    report: dict[str, Any] = {
+        "platform": jax.devices()[0].platform,
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_avg_start": os.getloadavg(),
+        "variants": variants,
+        "vocabs": {},
+    }
     for vocab in [int(v) for v in args.vocabs.split(",")]:
         report["vocabs"][str(vocab)] = compare(vocab, args, variants)
     report["load_avg_end"] = os.getloadavg()

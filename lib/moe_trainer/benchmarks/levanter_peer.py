@@ -87,15 +87,27 @@ def main() -> None:
         self.add_hook(hook, every=1)
 
     train_lm.Trainer.__init__ = init_with_hook
-    model = train_lm.LlamaConfig(max_seq_len=a.seq, hidden_dim=a.hidden, intermediate_dim=a.inter,
-                                 num_layers=a.layers, num_heads=a.heads, num_kv_heads=a.heads, attn_backend=None,
-                                 tokenizer=tok_dir)
+    model = train_lm.LlamaConfig(
+        max_seq_len=a.seq,
+        hidden_dim=a.hidden,
+        intermediate_dim=a.inter,
+        num_layers=a.layers,
+        num_heads=a.heads,
+        num_kv_heads=a.heads,
+        attn_backend=None,
+        tokenizer=tok_dir,
+    )
     trainer = train_lm.TrainerConfig(
-        num_train_steps=a.steps, train_batch_size=a.batch, max_eval_batches=1, steps_per_eval=1_000_000,
+        num_train_steps=a.steps,
+        train_batch_size=a.batch,
+        max_eval_batches=1,
+        steps_per_eval=1_000_000,
         tracker=JsonFileTrackerConfig(output_path=out),
         checkpointer=CheckpointerConfig(base_path=os.path.join(out, "checkpoints")),
-        log_dir=Path(out) / "logs", require_accelerator=False,
-        distributed=DistributedConfig(initialize_jax_distributed=False))
+        log_dir=Path(out) / "logs",
+        require_accelerator=False,
+        distributed=DistributedConfig(initialize_jax_distributed=False),
+    )
     t0 = time.perf_counter()
     train_lm.main(train_lm.TrainLmConfig(data=data_config, model=model, trainer=trainer))
     main_s = time.perf_counter() - t0
@@ -104,11 +116,24 @@ def main() -> None:
     loops = [b[1] - a_[2] for a_, b in zip(stamps[2:], stamps[3:], strict=False) if b[0] == a_[0] + 1]
     steps = [d for d in steps if d <= 3 * statistics.median(steps)]
     loops = [d for d in loops if d <= 3 * statistics.median(loops)]
-    print("LEVANTER " + json.dumps({
-        "jax": jax.__version__, "vocab": a.vocab, "steps": a.steps, "tokens_per_step": tokens,
-        "step_times_s": steps, "loop_times_s": loops, "tokens_per_s": tokens / statistics.median(steps),
-        "loop_tokens_per_s": tokens / statistics.median(loops), "main_s": main_s,
-        "first_step_s": stamps[0][1] - t0 if stamps else None}), flush=True)
+    print(
+        "LEVANTER "
+        + json.dumps(
+            {
+                "jax": jax.__version__,
+                "vocab": a.vocab,
+                "steps": a.steps,
+                "tokens_per_step": tokens,
+                "step_times_s": steps,
+                "loop_times_s": loops,
+                "tokens_per_s": tokens / statistics.median(steps),
+                "loop_tokens_per_s": tokens / statistics.median(loops),
+                "main_s": main_s,
+                "first_step_s": stamps[0][1] - t0 if stamps else None,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

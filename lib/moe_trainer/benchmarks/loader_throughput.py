@@ -8,9 +8,9 @@ Three token caches (written through the real ``CacheWriter``, documents of diffe
 ``MixtureLoader.batch(step)`` is timed for ``--steps`` consecutive steps of the preset's batch shape, once
 called directly on one thread (``loader``) and once consumed through the trainer's ``Prefetcher``
 (``prefetched``, what ``train`` does). The trainer's consumption is the median step time of the preset's real
-jitted train step (``train._compile``) on the same batch shape; ``ratio`` = loader tokens/s / trainer tokens/s.
-``--compare-single`` also times the single-cache ``TrainLoader`` on the first source, alternating 100-batch
-passes with the mixture (both then see the same machine load): the cost of the mixing rule itself.
+jitted train step (``train._compile``) on the same batch shape; ``ratio`` = loader tokens/s / trainer
+tokens/s. ``--compare-single`` also times the single-cache ``TrainLoader`` on the first source, alternating
+100-batch passes with the mixture (both then see the same machine load): the cost of the mixing rule itself.
 Prints one JSON object.
 """
 
@@ -94,14 +94,29 @@ def time_trainer(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
 
     mesh = build_mesh(cfg.mesh)
     shape = (cfg.data.batch_size, cfg.data.seq_len)
-    comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, cfg.accum_steps, cfg.num_steps, cfg.seed,
-                    mesh, shape)
+    comp = _compile(
+        cfg.model,
+        cfg.optimizer,
+        cfg.schedule,
+        cfg.health,
+        cfg.accum_steps,
+        cfg.num_steps,
+        cfg.seed,
+        mesh,
+        shape,
+    )
     state = comp.init()
     rng = np.random.default_rng(0)
     toks = rng.integers(0, cfg.model.vocab_size, (shape[0], shape[1] + 1), dtype=np.int32)
-    batch = jax.device_put({"inputs": toks[:, :-1], "targets": toks[:, 1:],
-                            "segment_ids": np.zeros(shape, np.int32), "loss_mask": np.ones(shape, np.float32)},
-                           comp.batch_sharding)
+    batch = jax.device_put(
+        {
+            "inputs": toks[:, :-1],
+            "targets": toks[:, 1:],
+            "segment_ids": np.zeros(shape, np.int32),
+            "loss_mask": np.ones(shape, np.float32),
+        },
+        comp.batch_sharding,
+    )
     times = []
     for i in range(warmup + steps):
         t0 = time.perf_counter()
@@ -110,8 +125,13 @@ def time_trainer(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
-    return {"steps": steps, "step_time_s": step_s, "step_times_s": times,
-            "trainer_tokens_per_s": shape[0] * shape[1] / step_s, "device": str(jax.devices()[0].device_kind)}
+    return {
+        "steps": steps,
+        "step_time_s": step_s,
+        "step_times_s": times,
+        "trainer_tokens_per_s": shape[0] * shape[1] / step_s,
+        "device": str(jax.devices()[0].device_kind),
+    }
 
 
 def main() -> None:
@@ -130,23 +150,34 @@ def main() -> None:
         cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
     with tempfile.TemporaryDirectory(dir=args.workdir) as root:
         t0 = time.perf_counter()
-        sources = {name: write_source(f"{root}/{name}", args.tokens_per_source, mean, cfg.model.vocab_size, i)
-                   for i, (name, mean) in enumerate((("web", 600), ("code", 2500), ("books", 9000)))}
+        sources = {
+            name: write_source(f"{root}/{name}", args.tokens_per_source, mean, cfg.model.vocab_size, i)
+            for i, (name, mean) in enumerate((("web", 600), ("code", 2500), ("books", 9000)))
+        }
         write_s = time.perf_counter() - t0
-        mixture = MixtureConfig(sources=sources, weights={"web": 0.5, "code": 0.3, "books": 0.2},
-                                stages=(MixtureStage(args.steps // 2, {"web": 0.2, "code": 0.3, "books": 0.5}),))
-        report: dict[str, Any] = {"preset": args.preset, "batch_size": cfg.data.batch_size,
-                                  "seq_len": cfg.data.seq_len, "tokens_per_source": args.tokens_per_source,
-                                  "cache_write_s": write_s, "cpu_count": os.cpu_count(),
-                                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                  "loader": time_loader(mixture, cfg, args.steps)}
+        mixture = MixtureConfig(
+            sources=sources,
+            weights={"web": 0.5, "code": 0.3, "books": 0.2},
+            stages=(MixtureStage(args.steps // 2, {"web": 0.2, "code": 0.3, "books": 0.5}),),
+        )
+        report: dict[str, Any] = {
+            "preset": args.preset,
+            "batch_size": cfg.data.batch_size,
+            "seq_len": cfg.data.seq_len,
+            "tokens_per_source": args.tokens_per_source,
+            "cache_write_s": write_s,
+            "cpu_count": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loader": time_loader(mixture, cfg, args.steps),
+        }
         if args.compare_single:
             report["mixture_vs_train_loader_tokens_per_s"] = compare_single(mixture, cfg)
     if args.trainer_steps:
         report["trainer"] = time_trainer(cfg, args.trainer_steps, args.warmup)
         report["ratio"] = report["loader"]["loader_tokens_per_s"] / report["trainer"]["trainer_tokens_per_s"]
-        report["ratio_prefetched"] = (report["loader"]["prefetched_tokens_per_s"]
-                                      / report["trainer"]["trainer_tokens_per_s"])
+        report["ratio_prefetched"] = (
+            report["loader"]["prefetched_tokens_per_s"] / report["trainer"]["trainer_tokens_per_s"]
+        )
     print(json.dumps(report, indent=1))
 
 

@@ -100,7 +100,9 @@ def test_auto_attention_choice() -> None:
     assert attention_impl(RICH, "gpu") == "xla"  # float32: cuDNN's fused kernel takes bf16/fp16 only
     assert attention_impl(RICH.replace(attention_impl="xla"), "cpu") == "xla"
     auto = RICH.replace(compute_dtype="auto")  # bf16 on accelerators, float32 on CPU
-    assert auto.resolved_compute_dtype("gpu") == "bfloat16" and auto.resolved_compute_dtype("cpu") == "float32"
+    assert (
+        auto.resolved_compute_dtype("gpu") == "bfloat16" and auto.resolved_compute_dtype("cpu") == "float32"
+    )
     assert attention_impl(auto, "gpu") == "cudnn" and attention_impl(auto, "cpu") == "reference"
     with pytest.raises(ValueError, match="attention_impl"):
         RICH.replace(attention_impl="flash")
@@ -126,8 +128,11 @@ def test_layer_segments_cover_every_layer_with_repeating_kinds() -> None:
         assert covered == list(range(cfg.n_layers))
 
 
-@pytest.mark.parametrize(("cfg", "remat"), [(DEEP, None), (RICH, "full"), (RICH, "dots"), (RICH, "dots_no_batch")],
-                         ids=["deep", "rich-remat-full", "rich-remat-dots", "rich-remat-dots-no-batch"])
+@pytest.mark.parametrize(
+    ("cfg", "remat"),
+    [(DEEP, None), (RICH, "full"), (RICH, "dots"), (RICH, "dots_no_batch")],
+    ids=["deep", "rich-remat-full", "rich-remat-dots", "rich-remat-dots-no-batch"],
+)
 def test_scanned_layers_equal_the_unrolled_loop(cfg: ModelConfig, remat: str | None, batch: tuple) -> None:
     """lax.scan over stacked layers == the Python loop: loss, logits, routing stats and every gradient (packed
     documents, a window, NoPE and MoE layers interleaved with dense ones), with and without remat."""

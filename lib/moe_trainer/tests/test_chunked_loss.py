@@ -47,17 +47,21 @@ def _value_and_grads(fn: Any, inputs: tuple[jax.Array, ...]) -> tuple[Any, ...]:
     return out, grads
 
 
-@pytest.mark.parametrize(("chunk_tokens", "vocab_block"),
-                         [(1, 0), (7, 0), (9, 0), (12, 0), (30, 0), (1000, 0), (7, 10), (9, 16), (30, 7), (1, 50),
-                          (1000, 64)],
-                         ids=lambda c: str(c))
-def test_values_and_gradients_equal_the_plain_path(inputs: tuple[jax.Array, ...], chunk_tokens: int,
-                                                   vocab_block: int) -> None:
+@pytest.mark.parametrize(
+    ("chunk_tokens", "vocab_block"),
+    [(1, 0), (7, 0), (9, 0), (12, 0), (30, 0), (1000, 0), (7, 10), (9, 16), (30, 7), (1, 50), (1000, 64)],
+    ids=lambda c: str(c),
+)
+def test_values_and_gradients_equal_the_plain_path(
+    inputs: tuple[jax.Array, ...], chunk_tokens: int, vocab_block: int
+) -> None:
     """Chunks of 1 position, uneven chunks (the sequence is padded), one chunk, and one larger than the batch;
     and blocked over the vocabulary: 5 blocks of 10 (dividing 50), 4 of 13 (the head padded by 2 masked
-    columns), 8 of 7 (padded; an online logsumexp over many blocks), one block, a block wider than the vocab."""
-    fused = jax.jit(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=chunk_tokens,
-                                      vocab_block=vocab_block))
+    columns), 8 of 7 (padded; an online logsumexp over many blocks), one block, a block wider than the
+    vocab."""
+    fused = jax.jit(
+        functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=chunk_tokens, vocab_block=vocab_block)
+    )
     plain = jax.jit(functools.partial(_plain, z=Z))
     (f_out, f_grads), (p_out, p_grads) = _value_and_grads(fused, inputs), _value_and_grads(plain, inputs)
     for name, a, b in zip(("loss_sum", "ce_sum", "z_sum"), f_out, p_out, strict=True):
@@ -70,8 +74,9 @@ def test_values_and_gradients_equal_the_plain_path(inputs: tuple[jax.Array, ...]
     assert masked.any() and not np.asarray(f_grads[0])[masked].any()
 
 
-def test_statistics_carry_no_gradient_and_the_loss_scales_with_its_cotangent(inputs: tuple[jax.Array, ...]
-                                                                          ) -> None:
+def test_statistics_carry_no_gradient_and_the_loss_scales_with_its_cotangent(
+    inputs: tuple[jax.Array, ...],
+) -> None:
     h, w, t, m = inputs
     fused = chunked_lm_loss
     g_stats = jax.grad(lambda h: sum(fused(h, w, t, m, z_coef=Z, chunk_tokens=7)[1:]))(h)
@@ -84,8 +89,9 @@ def test_statistics_carry_no_gradient_and_the_loss_scales_with_its_cotangent(inp
 def test_bf16_compute_matches_the_plain_path_to_bf16_precision(inputs: tuple[jax.Array, ...]) -> None:
     h, w, t, m = inputs
     hb, wb = h.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    f_out, f_grads = _value_and_grads(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7),
-                                      (hb, wb, t, m))
+    f_out, f_grads = _value_and_grads(
+        functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7), (hb, wb, t, m)
+    )
     p_out, p_grads = _value_and_grads(functools.partial(_plain, z=Z), (hb, wb, t, m))
     for a, b in zip(f_out, p_out, strict=True):
         assert a.dtype == jnp.float32
@@ -93,8 +99,9 @@ def test_bf16_compute_matches_the_plain_path_to_bf16_precision(inputs: tuple[jax
     for name, a, b in zip(("dh", "dw", "dweights"), f_grads, p_grads, strict=True):
         assert a.dtype == b.dtype, name
         scale = float(jnp.max(jnp.abs(b.astype(jnp.float32))))
-        np.testing.assert_allclose(a.astype(jnp.float32), b.astype(jnp.float32), rtol=2e-2, atol=2e-2 * scale,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            a.astype(jnp.float32), b.astype(jnp.float32), rtol=2e-2, atol=2e-2 * scale, err_msg=name
+        )
 
 
 def test_vocab_block_plan() -> None:
@@ -113,16 +120,18 @@ def test_vocab_block_plan() -> None:
 def test_bf16_blocked_over_the_vocabulary(inputs: tuple[jax.Array, ...]) -> None:
     h, w, t, m = inputs
     hb, wb = h.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    f_out, f_grads = _value_and_grads(functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7, vocab_block=16),
-                                      (hb, wb, t, m))
+    f_out, f_grads = _value_and_grads(
+        functools.partial(chunked_lm_loss, z_coef=Z, chunk_tokens=7, vocab_block=16), (hb, wb, t, m)
+    )
     p_out, p_grads = _value_and_grads(functools.partial(_plain, z=Z), (hb, wb, t, m))
     for a, b in zip(f_out, p_out, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5)  # an online logsumexp: float32 sums in another order
     for name, a, b in zip(("dh", "dw", "dweights"), f_grads, p_grads, strict=True):
         assert a.dtype == b.dtype, name
         scale = float(jnp.max(jnp.abs(b.astype(jnp.float32))))
-        np.testing.assert_allclose(a.astype(jnp.float32), b.astype(jnp.float32), rtol=2e-2, atol=2e-2 * scale,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            a.astype(jnp.float32), b.astype(jnp.float32), rtol=2e-2, atol=2e-2 * scale, err_msg=name
+        )
 
 
 def test_chunk_plan_and_argument_errors() -> None:
@@ -133,9 +142,14 @@ def test_chunk_plan_and_argument_errors() -> None:
     with pytest.raises(ValueError, match="chunk_tokens"):
         seq_chunks(4, 8, 0)
     with pytest.raises(ValueError, match=r"w \[d, vocab\]"):
-        chunked_lm_loss(jnp.zeros((2, 3, 4)), jnp.zeros((5, 6)), jnp.zeros((2, 3), jnp.int32),
-                        jnp.ones((2, 3)),
-                        z_coef=0.0, chunk_tokens=4)
+        chunked_lm_loss(
+            jnp.zeros((2, 3, 4)),
+            jnp.zeros((5, 6)),
+            jnp.zeros((2, 3), jnp.int32),
+            jnp.ones((2, 3)),
+            z_coef=0.0,
+            chunk_tokens=4,
+        )
     with pytest.raises(ValueError, match="loss_chunk_tokens"):
         ModelConfig(loss_chunk_tokens=-1)
     assert ModelConfig(loss_chunk_tokens=0).loss_chunk() == 0
@@ -144,8 +158,19 @@ def test_chunk_plan_and_argument_errors() -> None:
 
 # ---- the whole training loss: fused (chunked) against plain (loss_chunk_tokens=0) -------------------------
 
-CFG = ModelConfig(vocab_size=96, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
-                  n_experts=4, top_k=2, expert_d_ff=16, logit_z_loss_coef=0.01)
+CFG = ModelConfig(
+    vocab_size=96,
+    d_model=32,
+    n_layers=1,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    d_ff=48,
+    n_experts=4,
+    top_k=2,
+    expert_d_ff=16,
+    logit_z_loss_coef=0.01,
+)
 LB, LS = 4, 8
 
 
@@ -157,12 +182,17 @@ def _batch(seed: int) -> dict[str, jax.Array]:
     seg[2, 6:] = -1  # padding at the end of a row, masked out of the loss
     mask = (seg >= 0).astype(np.float32)
     mask[0, :3] = 0.0  # a prompt not trained on
-    return {"inputs": jnp.asarray(toks[:, :-1]), "targets": jnp.asarray(toks[:, 1:]),
-            "segment_ids": jnp.asarray(seg), "loss_mask": jnp.asarray(mask)}
+    return {
+        "inputs": jnp.asarray(toks[:, :-1]),
+        "targets": jnp.asarray(toks[:, 1:]),
+        "segment_ids": jnp.asarray(seg),
+        "loss_mask": jnp.asarray(mask),
+    }
 
 
-def _loss_and_grads(cfg: ModelConfig, params: dict, batch: dict[str, jax.Array], mesh: Any = None
-                    ) -> tuple[Any, ...]:
+def _loss_and_grads(
+    cfg: ModelConfig, params: dict, batch: dict[str, jax.Array], mesh: Any = None
+) -> tuple[Any, ...]:
     loss_fn = make_lm_loss(cfg, mesh=mesh)
     total = jnp.sum(batch["loss_mask"])
     fn = jax.jit(jax.value_and_grad(lambda p, b: loss_fn(p, b, total, 1), has_aux=True))

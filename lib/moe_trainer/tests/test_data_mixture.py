@@ -48,8 +48,13 @@ def test_block_counts_are_the_largest_remainder_rounding() -> None:
 
 
 def test_a_one_source_mixture_is_the_train_loader(caches: dict[str, TokenCache]) -> None:
-    mix = MixtureLoader({"a": caches["a"]}, MixtureConfig(sources={"a": caches["a"].path}, weights={"a": 1.0}),
-                        batch_size=4, seq_len=SEQ, seed=5)
+    mix = MixtureLoader(
+        {"a": caches["a"]},
+        MixtureConfig(sources={"a": caches["a"].path}, weights={"a": 1.0}),
+        batch_size=4,
+        seq_len=SEQ,
+        seed=5,
+    )
     plain = TrainLoader(caches["a"], batch_size=4, seq_len=SEQ, seed=5)
     for step in (0, 3, 40, 97):  # 97 * 4 rows is past the first epoch
         got, want = mix.batch(step), plain.batch(step)
@@ -61,10 +66,10 @@ def test_rows_of_each_block_follow_the_weights_exactly(caches: dict[str, TokenCa
     loader = MixtureLoader(caches, cfg, batch_size=8, seq_len=SEQ, seed=0)
     src = np.concatenate([loader.sequence_indices(step)[0] for step in range(64)])  # 512 rows = 8 blocks
     for block in range(8):
-        assert np.bincount(src[block * 64:(block + 1) * 64], minlength=3).tolist() == [39, 19, 6]
+        assert np.bincount(src[block * 64 : (block + 1) * 64], minlength=3).tolist() == [39, 19, 6]
     # tokens_seen is the brute-force count at every step
     for step in range(65):
-        counts = np.bincount(src[:step * 8], minlength=3) * SEQ
+        counts = np.bincount(src[: step * 8], minlength=3) * SEQ
         assert list(loader.tokens_seen(step).values()) == counts.tolist(), step
     # exact for a fixed seed: the scheme is pinned (a change of the rule must be deliberate)
     assert loader.tokens_seen(13) == {"a": 1008, "b": 496, "c": 160}
@@ -99,17 +104,19 @@ def test_each_source_keeps_its_own_feistel_order_and_epochs(caches: dict[str, To
         n = loader.num_sequences[s]
         mine = seq[src == s]
         epochs, within = np.divmod(np.arange(mine.size), n)
-        want = np.array([FeistelPermutation(n, 4, int(e))(np.array([i]))[0] for e, i in zip(epochs, within,
-                                                                                               strict=True)])
+        want = np.array(
+            [FeistelPermutation(n, 4, int(e))(np.array([i]))[0] for e, i in zip(epochs, within, strict=True)]
+        )
         assert np.array_equal(mine, want), name
         assert mine.size > n  # every source passed an epoch boundary in this run
         for e in range(mine.size // n):  # a full epoch reads every sequence once
-            assert sorted(mine[e * n:(e + 1) * n].tolist()) == list(range(n))
+            assert sorted(mine[e * n : (e + 1) * n].tolist()) == list(range(n))
         assert loader.epochs(steps)[name] == pytest.approx(mine.size / n)
 
 
 def test_stages_change_the_weights_at_their_step_and_sources_resume_their_streams(
-        caches: dict[str, TokenCache]) -> None:
+    caches: dict[str, TokenCache],
+) -> None:
     stages = (MixtureStage(10, {"b": 1.0}), MixtureStage(17, {"a": 1.0, "b": 1.0}))
     cfg = _config(caches, {"a": 1.0}, stages)
     loader = MixtureLoader(caches, cfg, batch_size=6, seq_len=SEQ, seed=2)
@@ -130,8 +137,10 @@ def test_stages_change_the_weights_at_their_step_and_sources_resume_their_stream
 def test_a_process_gets_its_rows_of_the_global_batch(caches: dict[str, TokenCache]) -> None:
     cfg = _config(caches, {"a": 0.5, "b": 0.5}, (MixtureStage(3, {"c": 1.0, "a": 1.0}),))
     whole = MixtureLoader(caches, cfg, batch_size=8, seq_len=SEQ, seed=9)
-    parts = [MixtureLoader(caches, cfg, batch_size=8, seq_len=SEQ, seed=9, process_index=i, process_count=2)
-             for i in range(2)]
+    parts = [
+        MixtureLoader(caches, cfg, batch_size=8, seq_len=SEQ, seed=9, process_index=i, process_count=2)
+        for i in range(2)
+    ]
     for step in (0, 2, 3, 30):
         want = whole.batch(step)
         got = [p.batch(step) for p in parts]
@@ -147,27 +156,37 @@ def test_rows_are_the_windows_of_their_source(caches: dict[str, TokenCache]) -> 
     for row, (s, i) in enumerate(zip(src, seq, strict=True)):
         cache = loader.caches[s]
         stream = np.concatenate([[EOS], cache.read(0, cache.num_tokens)])
-        assert np.array_equal(batch["inputs"][row], stream[i * SEQ:(i + 1) * SEQ])
-        assert np.array_equal(batch["targets"][row], stream[i * SEQ + 1:(i + 1) * SEQ + 1])
+        assert np.array_equal(batch["inputs"][row], stream[i * SEQ : (i + 1) * SEQ])
+        assert np.array_equal(batch["targets"][row], stream[i * SEQ + 1 : (i + 1) * SEQ + 1])
     assert batch["loss_mask"].shape == (8, SEQ) and batch["loss_mask"].all()
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"weights": {"a": 1.0, "z": 1.0}}, "names ['z'], which are not sources"),
-    ({"weights": {"a": 0.0}}, "at least one source needs a positive weight"),
-    ({"weights": {"a": -1.0, "b": 2.0}}, "finite numbers >= 0"),
-    ({"weights": {"a": 1.0}, "stages": (MixtureStage(5, {"a": 1.0}), MixtureStage(5, {"b": 1.0}))},
-     "strictly increasing"),
-    ({"weights": {"a": 1.0}, "stages": (MixtureStage(0, {"b": 1.0}),)}, "strictly increasing"),
-    ({"weights": {"a": 1.0}, "block_size": 0}, "block_size"),
-], ids=["unknown-source", "all-zero", "negative", "same-start", "stage-at-0", "block-size"])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"weights": {"a": 1.0, "z": 1.0}}, "names ['z'], which are not sources"),
+        ({"weights": {"a": 0.0}}, "at least one source needs a positive weight"),
+        ({"weights": {"a": -1.0, "b": 2.0}}, "finite numbers >= 0"),
+        (
+            {"weights": {"a": 1.0}, "stages": (MixtureStage(5, {"a": 1.0}), MixtureStage(5, {"b": 1.0}))},
+            "strictly increasing",
+        ),
+        ({"weights": {"a": 1.0}, "stages": (MixtureStage(0, {"b": 1.0}),)}, "strictly increasing"),
+        ({"weights": {"a": 1.0}, "block_size": 0}, "block_size"),
+    ],
+    ids=["unknown-source", "all-zero", "negative", "same-start", "stage-at-0", "block-size"],
+)
 def test_bad_mixtures_are_refused_with_the_fix(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         MixtureConfig(sources={"a": "/x/a", "b": "/x/b"}, **kwargs)  # type: ignore[arg-type]
 
 
-def test_sources_from_different_tokenizers_are_refused(caches: dict[str, TokenCache], tmp_path: object) -> None:
-    other = _cache(f"{tmp_path}/other", 5, 20, CacheHeader(tokenizer={"name": "other"}, vocab_size=1000, eos_id=0))
+def test_sources_from_different_tokenizers_are_refused(
+    caches: dict[str, TokenCache], tmp_path: object
+) -> None:
+    other = _cache(
+        f"{tmp_path}/other", 5, 20, CacheHeader(tokenizer={"name": "other"}, vocab_size=1000, eos_id=0)
+    )
     cfg = MixtureConfig(sources={"a": caches["a"].path, "o": other.path}, weights={"a": 1.0, "o": 1.0})
     with pytest.raises(ValueError, match="'o' .* was tokenized differently"):
         MixtureLoader({"a": caches["a"], "o": other}, cfg, batch_size=4, seq_len=SEQ, seed=0)

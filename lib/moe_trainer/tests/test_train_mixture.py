@@ -40,19 +40,29 @@ def _cache(path: Path, seed: int, stride: int) -> str:
 @pytest.fixture(scope="module")
 def mixture(tmp_path_factory: pytest.TempPathFactory) -> MixtureConfig:
     root = tmp_path_factory.mktemp("sources")
-    return MixtureConfig(sources={"one": _cache(root / "one", 0, 1), "five": _cache(root / "five", 1, 5)},
-                         weights={"one": 0.75, "five": 0.25}, stages=(MixtureStage(3, {"one": 0.2, "five": 0.8}),),
-                         block_size=32)
+    return MixtureConfig(
+        sources={"one": _cache(root / "one", 0, 1), "five": _cache(root / "five", 1, 5)},
+        weights={"one": 0.75, "five": 0.25},
+        stages=(MixtureStage(3, {"one": 0.2, "five": 0.8}),),
+        block_size=32,
+    )
 
 
 def _config(mixture: MixtureConfig, out: Path, **kw: Any) -> TrainConfig:
     return TrainConfig(
-        model=MODEL, data=DataConfig(mixture=mixture, seq_len=SEQ, batch_size=BATCH, seed=3, prefetch=2),
-        optimizer=OptimizerConfig(lr=1e-2), schedule=ScheduleConfig(kind="constant", warmup_steps=0),
+        model=MODEL,
+        data=DataConfig(mixture=mixture, seq_len=SEQ, batch_size=BATCH, seed=3, prefetch=2),
+        optimizer=OptimizerConfig(lr=1e-2),
+        schedule=ScheduleConfig(kind="constant", warmup_steps=0),
         health=HealthConfig(max_grad_norm=1.0, skip_loss_sigma=None, skip_grad_sigma=None),
         checkpoint=CheckpointConfig(every_steps=100, keep=2, async_save=False),
-        metrics=MetricsConfig(wandb_mode="disabled", progress_bar=False), mesh=MeshConfig(data=1),
-        num_steps=6, output_dir=str(out), matmul_precision="highest", **kw)
+        metrics=MetricsConfig(wandb_mode="disabled", progress_bar=False),
+        mesh=MeshConfig(data=1),
+        num_steps=6,
+        output_dir=str(out),
+        matmul_precision="highest",
+        **kw,
+    )
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:

@@ -31,8 +31,9 @@ SOURCE = ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_h
                      max_seq_len=SEQ, n_experts=4, top_k=2, expert_d_ff=32, qk_norm=False, dispatch="ragged")
 TARGET = SOURCE.replace(qk_norm=True)
 SOURCE_STEPS = 60
-# The bound of the QK-norm warm start's first loss, in nats: the loss may jump (QK-norm with unit gains changes
-# the attention logits' scale) but must stay far closer to the source's last loss than to a fresh model's.
+# The bound of the QK-norm warm start's first loss, in nats: the loss may jump (QK-norm with unit gains
+# changes the attention logits' scale) but must stay far closer to the source's last loss than to a fresh
+# model's.
 FIRST_LOSS_BOUND = 0.25
 
 
@@ -42,7 +43,9 @@ def _cache(path: Path) -> str:
     docs = []
     for _ in range(500):
         n = int(rng.integers(24, 90))
-        docs.append(((int(rng.integers(0, 63)) + int(rng.choice([1, 2, 5, 9])) * np.arange(n)) % 63 + 1, "a", n))
+        docs.append(
+            ((int(rng.integers(0, 63)) + int(rng.choice([1, 2, 5, 9])) * np.arange(n)) % 63 + 1, "a", n)
+        )
     header = CacheHeader(tokenizer={"name": "synthetic"}, vocab_size=VOCAB, eos_id=0)
     writer = CacheWriter(str(path), header)
     write_shard(str(path), "00000", header, docs)
@@ -52,18 +55,27 @@ def _cache(path: Path) -> str:
 
 def _config(model: ModelConfig, cache: str, out: Path, **kw: Any) -> TrainConfig:
     base = TrainConfig(
-        model=model, data=DataConfig(train_cache=cache, seq_len=SEQ, batch_size=BATCH, seed=1, prefetch=2),
-        optimizer=OptimizerConfig(lr=1e-2), schedule=ScheduleConfig(kind="constant", warmup_steps=5),
+        model=model,
+        data=DataConfig(train_cache=cache, seq_len=SEQ, batch_size=BATCH, seed=1, prefetch=2),
+        optimizer=OptimizerConfig(lr=1e-2),
+        schedule=ScheduleConfig(kind="constant", warmup_steps=5),
         health=HealthConfig(max_grad_norm=1.0, skip_loss_sigma=None, skip_grad_sigma=None),
         checkpoint=CheckpointConfig(every_steps=1000, keep=2, async_save=False),
-        metrics=MetricsConfig(wandb_mode="disabled", progress_bar=False), mesh=MeshConfig(data=1),
-        num_steps=SOURCE_STEPS, output_dir=str(out), matmul_precision="highest")
+        metrics=MetricsConfig(wandb_mode="disabled", progress_bar=False),
+        mesh=MeshConfig(data=1),
+        num_steps=SOURCE_STEPS,
+        output_dir=str(out),
+        matmul_precision="highest",
+    )
     return dataclasses.replace(base, **kw)
 
 
 def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
-            if '"loss"' in line]
+    return [
+        json.loads(line)["loss"]
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if '"loss"' in line
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +87,21 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"cache": cache, "dir": str(out), "losses": _losses(out), "root": root}
 
 
-def _warm(model: ModelConfig, source: dict[str, Any], ws: WarmStartConfig, seed: int = 0
-          ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _warm(
+    model: ModelConfig, source: dict[str, Any], ws: WarmStartConfig, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, Any]]:
     cfg = _config(model, source["cache"], source["root"] / "unused", seed=seed)
-    comp = _compile(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, 1, cfg.num_steps, seed,
-                    build_mesh(cfg.mesh), (BATCH, SEQ))
+    comp = _compile(
+        cfg.model,
+        cfg.optimizer,
+        cfg.schedule,
+        cfg.health,
+        1,
+        cfg.num_steps,
+        seed,
+        build_mesh(cfg.mesh),
+        (BATCH, SEQ),
+    )
     return warm_state(comp.init(), comp.shardings, model, source["dir"], ws, seed)
 
 
@@ -109,7 +131,9 @@ def test_first_loss_after_a_qk_norm_warm_start_is_close_to_the_source_loss(sourc
     train(cfg)
     warm = _losses(out)
     assert abs(warm[0] - src_last) < FIRST_LOSS_BOUND, (warm[0], src_last)
-    print(f"source first/last loss {src_first:.3f}/{src_last:.3f}, QK-norm warm start first loss {warm[0]:.3f}")
+    print(
+        f"source first/last loss {src_first:.3f}/{src_last:.3f}, QK-norm warm start first loss {warm[0]:.3f}"
+    )
     report = json.loads((out / "warm_start.json").read_text())
     assert report["data_position"] == SOURCE_STEPS and report["source_step"] == SOURCE_STEPS
     cut = source["root"] / "warm-cut"
@@ -124,16 +148,22 @@ def test_optimizer_state_is_carried_where_shapes_agree(source: dict[str, Any]) -
     src_opt = flatten(raw["opt_state"])
     got = flatten(jax.device_get(state["opt_state"]))
     carried = [n for n in got if n in src_opt and np.shape(src_opt[n]) == np.shape(got[n])]
-    assert report["optimizer_state"] == {"mode": "carry", "carried_leaves": len(carried),
-                                         "reset_leaves": len(got) - len(carried)}
+    assert report["optimizer_state"] == {
+        "mode": "carry",
+        "carried_leaves": len(carried),
+        "reset_leaves": len(got) - len(carried),
+    }
     for name in carried:
         assert np.array_equal(np.asarray(got[name]), np.asarray(src_opt[name])), name
     fresh_moments = [n for n in got if n.endswith(("q_norm", "k_norm"))]
     assert fresh_moments and all(not np.asarray(got[n]).any() for n in fresh_moments)
     assert any(n.endswith("count") for n in carried)  # Adam's step count continues
     reset, _ = _warm(TARGET, source, WarmStartConfig())
-    assert all(not np.asarray(v).any() for k, v in flatten(jax.device_get(reset["opt_state"])).items()
-               if "mu" in k.split("/"))
+    assert all(
+        not np.asarray(v).any()
+        for k, v in flatten(jax.device_get(reset["opt_state"])).items()
+        if "mu" in k.split("/")
+    )
 
 
 def _flat_init(cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
@@ -149,9 +179,12 @@ def test_new_experts_copy_source_experts_and_router_bias_starts_at_zero(noise: f
     src_cfg = SOURCE.replace(n_shared_experts=1, shared_d_ff=16)
     dst_cfg = SOURCE.replace(n_experts=6, balance="aux_free")  # grows experts, adds biases, drops shared
     src = _flat_init(src_cfg, 1)
-    out, report = map_params(src, _flat_init(dst_cfg, 2), _axes(dst_cfg), WarmStartConfig(expert_noise=noise), 0)
-    assert report["dropped"] == sorted(f"layers/{i}/moe/shared/{w}" for i in range(2)
-                                       for w in ("w_down", "w_gate", "w_up"))
+    out, report = map_params(
+        src, _flat_init(dst_cfg, 2), _axes(dst_cfg), WarmStartConfig(expert_noise=noise), 0
+    )
+    assert report["dropped"] == sorted(
+        f"layers/{i}/moe/shared/{w}" for i in range(2) for w in ("w_down", "w_gate", "w_up")
+    )
     for i in range(2):
         pre = f"layers/{i}/moe/"
         assert report["new"][pre + "router_bias"] == "zeros (router bias)"
@@ -179,11 +212,15 @@ def test_new_experts_can_start_from_the_fresh_initialisation() -> None:
     assert np.array_equal(out[w][4:], fresh[w][4:]) and not np.array_equal(out[w][:4], fresh[w][:4])
 
 
-@pytest.mark.parametrize(("changes", "name"), [
-    ({"expert_d_ff": 48}, "layers/0/moe/w_down"),
-    ({"n_experts": 2}, "layers/0/moe/router"),  # fewer experts: nothing says which to keep
-    ({"vocab_size": 80}, "embed"),
-], ids=["expert-width", "fewer-experts", "vocab"])
+@pytest.mark.parametrize(
+    ("changes", "name"),
+    [
+        ({"expert_d_ff": 48}, "layers/0/moe/w_down"),
+        ({"n_experts": 2}, "layers/0/moe/router"),  # fewer experts: nothing says which to keep
+        ({"vocab_size": 80}, "embed"),
+    ],
+    ids=["expert-width", "fewer-experts", "vocab"],
+)
 def test_an_unresolvable_shape_mismatch_names_the_parameter(changes: dict[str, Any], name: str) -> None:
     dst_cfg = SOURCE.replace(**changes)
     with pytest.raises(ValueError, match=f"parameter '{name}' has shape .* warm_start.rename"):
@@ -193,8 +230,13 @@ def test_an_unresolvable_shape_mismatch_names_the_parameter(changes: dict[str, A
 def test_rename_maps_a_source_parameter_onto_another_path() -> None:
     src = _flat_init(SOURCE, 1)
     src = {k.replace("/mlp_norm", "/post_attn_norm"): v for k, v in src.items()}  # a source with other names
-    out, report = map_params(src, _flat_init(SOURCE, 2), _axes(SOURCE),
-                             WarmStartConfig(rename={r"/post_attn_norm$": "/mlp_norm"}), 0)
+    out, report = map_params(
+        src,
+        _flat_init(SOURCE, 2),
+        _axes(SOURCE),
+        WarmStartConfig(rename={r"/post_attn_norm$": "/mlp_norm"}),
+        0,
+    )
     assert report["new"] == {} and report["dropped"] == []
     assert np.array_equal(out["layers/1/mlp_norm"], src["layers/1/post_attn_norm"])
 
@@ -208,8 +250,9 @@ def test_a_hugging_face_directory_is_a_source(tmp_path: Path) -> None:
     src = read_source(str(tmp_path / "hf"))
     assert src.kind == "hf" and src.opt_state is None
     dst_cfg = TARGET.replace(n_experts=8)
-    out, report = map_params(flatten(src.params), _flat_init(dst_cfg, 0), _axes(dst_cfg),
-                             WarmStartConfig(expert_noise=0.0), 0)
+    out, report = map_params(
+        flatten(src.params), _flat_init(dst_cfg, 0), _axes(dst_cfg), WarmStartConfig(expert_noise=0.0), 0
+    )
     assert np.array_equal(out["layers/0/attn/wq"], np.asarray(params["layers"][0]["attn"]["wq"]))
     assert np.array_equal(out["layers/0/moe/w_down"][4:], np.asarray(params["layers"][0]["moe"]["w_down"]))
     assert len(report["grown"]) == 8 and report["new"] == {} and report["dropped"] == []

@@ -117,20 +117,32 @@ def attention_impl(cfg: ModelConfig, platform: str | None = None) -> str:
     platform = platform or jax.default_backend()
     if platform == "cpu":
         return "reference"
-    if platform in ("gpu", "cuda") and cfg.resolved_compute_dtype(platform) == "bfloat16" and cfg.head_dim % 8 == 0 \
-            and cfg.head_dim <= 128:
+    if (
+        platform in ("gpu", "cuda")
+        and cfg.resolved_compute_dtype(platform) == "bfloat16"
+        and cfg.head_dim % 8 == 0
+        and cfg.head_dim <= 128
+    ):
         return "cudnn"
     return "xla"
 
 
-def fused_attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, window: int | None,
-                 impl: str) -> jax.Array:
+def fused_attend(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, window: int | None, impl: str
+) -> jax.Array:
     """`jax.nn.dot_product_attention` for q [B, S, H, hd], k/v [B, S, KV, hd] -> [B, S, H, hd] in q's dtype:
     causal, same-document mask from segment_ids [B, S], window w as `local_window_size=(w - 1, 0)`."""
     same_doc = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]  # [B, 1, S, S]
     local = None if window is None else (window - 1, 0)
-    return jax.nn.dot_product_attention(q, k, v, mask=same_doc, is_causal=True, local_window_size=local,
-                                        implementation="cudnn" if impl == "cudnn" else "xla")
+    return jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        mask=same_doc,
+        is_causal=True,
+        local_window_size=local,
+        implementation="cudnn" if impl == "cudnn" else "xla",
+    )
 
 
 def query_blocks(seq: int) -> int:
@@ -161,7 +173,7 @@ def causal_attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, blo
         qi = q6[:, :, :, i].reshape(b, n, g * c, hd)
         scores = jnp.einsum("bnqk,bnks->bnqs", qi, k[..., :keys], preferred_element_type=jnp.float32)
         scores = scores.reshape(b, n, g, c, keys) * (hd**-0.5)
-        scores = jnp.where(mask[..., i * c:(i + 1) * c, :keys], scores, jnp.finfo(jnp.float32).min)
+        scores = jnp.where(mask[..., i * c : (i + 1) * c, :keys], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(b, n, g * c, keys)
         outs.append(jnp.einsum("bnqs,bnsk->bnqk", probs, v[:, :, :keys]).reshape(b, n, g, c, hd))
     return jnp.stack(outs, axis=3).reshape(b, n, gs, hd) if blocks > 1 else outs[0].reshape(b, n, gs, hd)

@@ -128,18 +128,21 @@ class Checkpointer:
         return out["state"]["params"]
 
     def restore_raw(self, step: int) -> PyTree:
-        """The whole train state of ``step`` as saved, as numpy arrays, without a target tree: how a warm start
+        """The whole train state of ``step`` as saved, as numpy arrays, without a target tree: how a warm
+        start
         reads a checkpoint of *another* configuration (its tree and shapes are whatever that run had)."""
         import numpy as np
 
         tree = self._manager.item_metadata(step)["state"]
         tree = getattr(tree, "tree", tree)
-        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree,
-                                    is_leaf=lambda x: hasattr(x, "shape"))
+        restore_args = jax.tree.map(
+            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree, is_leaf=lambda x: hasattr(x, "shape")
+        )
         with warnings.catch_warnings():  # numpy leaves: no sharding (or topology) is involved
             warnings.filterwarnings("ignore", message="Sharding info not provided when restoring")
-            out = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(restore_args=restore_args)))
+            out = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(restore_args=restore_args))
+            )
         return out["state"]
 
     def wait(self) -> None:
@@ -179,8 +182,8 @@ def _resolve(path: str) -> tuple[str, int | None]:
 def read_foreign_checkpoint(path: str, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:
     """(train state as numpy arrays, meta, step) of a checkpoint of any configuration; for warm starts.
 
-    ``path`` may be a run's output directory, its ``checkpoints/`` directory, or one step's directory; ``step``
-    None reads the newest complete checkpoint (or the step named by a step directory).
+    ``path`` may be a run's output directory, its ``checkpoints/`` directory, or one step's directory;
+    ``step`` None reads the newest complete checkpoint (or the step named by a step directory).
     """
     directory, named = _resolve(path)
     ckpt = Checkpointer(directory, CheckpointConfig(async_save=False))
@@ -189,8 +192,9 @@ def read_foreign_checkpoint(path: str, step: int | None = None) -> tuple[PyTree,
         if step is None or step not in ckpt.all_steps():
             raise FileNotFoundError(
                 f"no complete checkpoint {'' if step is None else f'for step {step} '}under {directory} "
-                f"(complete steps: {ckpt.all_steps()}): init_from takes a run output dir, its checkpoints/ dir, "
-                "a step dir or a Hugging Face model directory")
+                f"(complete steps: {ckpt.all_steps()}): init_from takes a run output dir, its checkpoints/ "
+                "dir, a step dir or a Hugging Face model directory"
+            )
         return ckpt.restore_raw(step), ckpt.read_meta(step), step
     finally:
         ckpt.close()

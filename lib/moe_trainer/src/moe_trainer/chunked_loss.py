@@ -58,7 +58,9 @@ def vocab_blocks(vocab: int, block: int) -> tuple[int, int]:
     padding; otherwise the head is padded with zero columns whose logits are masked out.
     """
     if block < 1:
-        raise ValueError(f"vocab_block={block} must be >= 1 (vocabulary columns per block), or 0 for no blocking")
+        raise ValueError(
+            f"vocab_block={block} must be >= 1 (vocabulary columns per block), or 0 for no blocking"
+        )
     n0 = -(-vocab // block)
     for n in range(n0, 2 * n0 + 1):
         if vocab % n == 0:
@@ -66,8 +68,9 @@ def vocab_blocks(vocab: int, block: int) -> tuple[int, int]:
     return n0, -(-vocab // n0)
 
 
-def _chunk_terms(h: jax.Array, w: jax.Array, t: jax.Array, mesh: Mesh | None
-                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _chunk_terms(
+    h: jax.Array, w: jax.Array, t: jax.Array, mesh: Mesh | None
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Logits of one chunk h [B, C, D] and their float32 per-token terms: (logits, lse, ce, onehot mask)."""
     b, c, d = h.shape
     logits = jnp.dot(h.reshape(b * c, d), w, preferred_element_type=jnp.float32).reshape(b, c, -1)
@@ -91,8 +94,9 @@ def _merge(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, 0, 1).reshape(b, n * c, *x.shape[3:])
 
 
-def _pad_seq(h: jax.Array, targets: jax.Array, weights: jax.Array, total: int
-             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _pad_seq(
+    h: jax.Array, targets: jax.Array, weights: jax.Array, total: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     pad = total - h.shape[1]
     if pad == 0:
         return h, targets, weights
@@ -100,8 +104,16 @@ def _pad_seq(h: jax.Array, targets: jax.Array, weights: jax.Array, total: int
     return (jnp.pad(h, [*widths, (0, 0)]), jnp.pad(targets, widths), jnp.pad(weights, widths))
 
 
-def _sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
-          mesh: Mesh | None, with_grads: bool) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+def _sums(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    mesh: Mesh | None,
+    with_grads: bool,
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
     """The three loss sums and, when ``with_grads``, (dL/dh, dL/dw, dL/dweights) of loss_sum."""
     b, s, d = h.shape
     c = -(-s // n)
@@ -109,8 +121,9 @@ def _sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_
     xs = (_split(hp, n, c), _split(tp, n, c), _split(mp, n, c))
     dt = h.dtype
 
-    def body(dw: jax.Array | None, x: tuple[jax.Array, jax.Array, jax.Array]
-             ) -> tuple[jax.Array | None, tuple[jax.Array, ...]]:
+    def body(
+        dw: jax.Array | None, x: tuple[jax.Array, jax.Array, jax.Array]
+    ) -> tuple[jax.Array | None, tuple[jax.Array, ...]]:
         hc, tc, mc = x
         logits, lse, ce, onehot = _chunk_terms(hc, w, tc, mesh)
         term = ce + z_coef * jnp.square(lse)  # per-token loss: also dL/dweights
@@ -122,8 +135,9 @@ def _sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_
         dlogits = (mc[..., None] * (probs * scale - onehot.astype(jnp.float32))).astype(w.dtype)
         dlogits2 = dlogits.reshape(b * c, -1)
         dh = jnp.dot(dlogits2, w.T, preferred_element_type=jnp.float32).reshape(b, c, d).astype(dt)
-        dw = dw + jax.lax.dot_general(hc.reshape(b * c, d), dlogits2, (((0,), (0,)), ((), ())),
-                                      preferred_element_type=jnp.float32)
+        dw = dw + jax.lax.dot_general(
+            hc.reshape(b * c, d), dlogits2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        )
         return dw, (*sums, dh, term)
 
     dw0 = jnp.zeros(w.shape, jnp.float32) if with_grads else None
@@ -146,8 +160,16 @@ def _block_logits(hc: jax.Array, wj: jax.Array, j: jax.Array, vocab: int) -> tup
     return jnp.where(col < vocab, logits, jnp.finfo(jnp.float32).min), col
 
 
-def _blocked_sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
-                  nv: int, with_grads: bool) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+def _blocked_sums(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    nv: int,
+    with_grads: bool,
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
     """`_sums` blocked over the vocabulary too: a [tokens/n, V/nv] block of logits at a time, never a row.
 
     Pass 1 walks the head blocks (outer scan) and the token chunks (inner scan) keeping an online logsumexp
@@ -182,8 +204,11 @@ def _blocked_sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.A
 
         return jax.lax.scan(chunk, None, (hs, ts, *carry))[1], None
 
-    init: Online = (jnp.full((n, b * c), jnp.finfo(jnp.float32).min), jnp.zeros((n, b * c)),
-                    jnp.zeros((n, b * c)))
+    init: Online = (
+        jnp.full((n, b * c), jnp.finfo(jnp.float32).min),
+        jnp.zeros((n, b * c)),
+        jnp.zeros((n, b * c)),
+    )
     (mx, sm, tl), _ = jax.lax.scan(lse_block, init, (wb, js))
     lse = mx + jnp.log(sm)
     ce = lse - tl
@@ -201,9 +226,12 @@ def _blocked_sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.A
             logits, col = _block_logits(hc, wj, j, vocab)
             probs = jnp.exp(logits - lc[:, None])
             scale = (1.0 + 2.0 * z_coef * lc)[:, None]
-            dlogits = (mc[:, None] * (probs * scale - (col == tc[:, None]).astype(jnp.float32))).astype(wj.dtype)
-            dwj = dwj + jax.lax.dot_general(hc, dlogits, (((0,), (0,)), ((), ())),
-                                            preferred_element_type=jnp.float32)
+            dlogits = (mc[:, None] * (probs * scale - (col == tc[:, None]).astype(jnp.float32))).astype(
+                wj.dtype
+            )
+            dwj = dwj + jax.lax.dot_general(
+                hc, dlogits, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
+            )
             return dwj, jnp.dot(dlogits, wj.T, preferred_element_type=jnp.float32)
 
         dwj, dh_j = jax.lax.scan(chunk, jnp.zeros((d, vb), jnp.float32), (hs, ts, ms, lse))
@@ -215,43 +243,80 @@ def _blocked_sums(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.A
     return sums, (dh, dw, _merge(term.reshape(n, b, c))[:, :s])
 
 
-def _dispatch(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
-              nv: int, mesh: Mesh | None, with_grads: bool
-              ) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+def _dispatch(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    nv: int,
+    mesh: Mesh | None,
+    with_grads: bool,
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
     if nv > 1:
         return _blocked_sums(h, w, targets, weights, z_coef, n, nv, with_grads)
     return _sums(h, w, targets, weights, z_coef, n, mesh, with_grads)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _fused(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int, nv: int,
-           mesh: Mesh | None) -> tuple[jax.Array, ...]:
+def _fused(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    nv: int,
+    mesh: Mesh | None,
+) -> tuple[jax.Array, ...]:
     return _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=False)[0]
 
 
-def _fused_fwd(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, z_coef: float, n: int,
-               nv: int, mesh: Mesh | None) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+def _fused_fwd(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    nv: int,
+    mesh: Mesh | None,
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
     sums, grads = _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=True)
     assert grads is not None
     return sums, grads
 
 
-def _fused_bwd(z_coef: float, n: int, nv: int, mesh: Mesh | None, res: tuple[jax.Array, ...],
-               g: tuple[jax.Array, ...]) -> tuple[jax.Array | None, ...]:
+def _fused_bwd(
+    z_coef: float, n: int, nv: int, mesh: Mesh | None, res: tuple[jax.Array, ...], g: tuple[jax.Array, ...]
+) -> tuple[jax.Array | None, ...]:
     del z_coef, n, nv, mesh
     dh, dw, dweights = res
     g_loss = g[0]  # g[1], g[2] (ce_sum, z_sum) are stop_gradient'ed by chunked_lm_loss: always zero
     # w was cast to h's dtype by chunked_lm_loss, so both cotangents take dh's dtype
-    return ((g_loss * dh.astype(jnp.float32)).astype(dh.dtype), (g_loss * dw).astype(dh.dtype), None,
-            g_loss * dweights)
+    return (
+        (g_loss * dh.astype(jnp.float32)).astype(dh.dtype),
+        (g_loss * dw).astype(dh.dtype),
+        None,
+        g_loss * dweights,
+    )
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, z_coef: float,
-                    chunk_tokens: int, mesh: Mesh | None = None, vocab_block: int = 0
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def chunked_lm_loss(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    *,
+    z_coef: float,
+    chunk_tokens: int,
+    mesh: Mesh | None = None,
+    vocab_block: int = 0,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss_sum, ce_sum, z_sum) of hidden states h [B, S, D] under the output head w [D, V] (see the module
     docstring). targets int [B, S]; weights float [B, S] (the loss mask). Only loss_sum carries a gradient.
     vocab_block > 0 also blocks the vocabulary (about that many columns per block, `_blocked_sums`); 0 or a
@@ -260,15 +325,19 @@ def chunked_lm_loss(h: jax.Array, w: jax.Array, targets: jax.Array, weights: jax
     The returned sums are float32; the gradients come back in the dtypes of h, w and weights.
     """
     if h.ndim != 3 or w.ndim != 2 or h.shape[-1] != w.shape[0]:
-        raise ValueError(f"chunked_lm_loss: h must be [batch, seq, d] and w [d, vocab]; got h {h.shape}, "
-                         f"w {w.shape}")
+        raise ValueError(
+            f"chunked_lm_loss: h must be [batch, seq, d] and w [d, vocab]; got h {h.shape}, w {w.shape}"
+        )
     if targets.shape != h.shape[:2] or weights.shape != h.shape[:2]:
-        raise ValueError(f"chunked_lm_loss: targets {targets.shape} and weights {weights.shape} must both be "
-                         f"[batch, seq] = {h.shape[:2]}")
+        raise ValueError(
+            f"chunked_lm_loss: targets {targets.shape} and weights {weights.shape} must both be "
+            f"[batch, seq] = {h.shape[:2]}"
+        )
     if w.dtype != h.dtype:
         w = w.astype(h.dtype)
     n, _ = seq_chunks(h.shape[0], h.shape[1], chunk_tokens)
     nv = vocab_blocks(w.shape[1], vocab_block)[0] if vocab_block else 1
-    loss_sum, ce_sum, z_sum = _fused(h, w, targets.astype(jnp.int32), weights.astype(jnp.float32), float(z_coef),
-                                     n, nv, mesh)
+    loss_sum, ce_sum, z_sum = _fused(
+        h, w, targets.astype(jnp.int32), weights.astype(jnp.float32), float(z_coef), n, nv, mesh
+    )
     return loss_sum, jax.lax.stop_gradient(ce_sum), jax.lax.stop_gradient(z_sum)

@@ -140,7 +140,8 @@ class ModelConfig:
     compute (not counted in the model FLOPs)."""
     remat_policy: RematPolicy = "full"
     """What a rematerialised block keeps for the backward pass (with remat on): "full" nothing (recompute
-    the block), "dots" every matmul output, "dots_no_batch" matmul outputs without batch dims (layer_stack.py)."""
+    the block), "dots" every matmul output, "dots_no_batch" matmul outputs without batch dims
+    (layer_stack.py)."""
     scan_layers: bool = True
     """Run runs of identical layers with jax.lax.scan over weights stacked inside the step (compile time flat
     in depth; the stored tree stays per layer); False: an unrolled Python loop (layer_stack.py)."""
@@ -187,14 +188,18 @@ class ModelConfig:
         if self.attention_impl not in ATTENTION_IMPLS:
             _fail("attention_impl", self.attention_impl, f"choose one of {list(ATTENTION_IMPLS)}")
         if self.loss_vocab_block is not None and self.loss_vocab_block < 0:
-            _fail("loss_vocab_block", self.loss_vocab_block, "use a positive block width, 0 (off) or None (auto)")
+            _fail("loss_vocab_block", self.loss_vocab_block,
+                  "use a positive block width, 0 (off) or None (auto)")
         if self.remat_policy not in ("full", "dots", "dots_no_batch"):
             _fail("remat_policy", self.remat_policy, 'choose "full", "dots" or "dots_no_batch"')
         if self.compute_dtype not in ("float32", "bfloat16", "auto"):
             _fail("compute_dtype", self.compute_dtype, 'choose "float32", "bfloat16" or "auto"')
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens < 0:
-            _fail("loss_chunk_tokens", self.loss_chunk_tokens,
-                  "use a positive chunk size, 0 (off) or None (auto)")
+            _fail(
+                "loss_chunk_tokens",
+                self.loss_chunk_tokens,
+                "use a positive chunk size, 0 (off) or None (auto)",
+            )
         for name in ("aux_loss_coef", "router_z_loss_coef", "logit_z_loss_coef", "norm_eps", "init_std"):
             if getattr(self, name) < 0:
                 _fail(name, getattr(self, name), "must be >= 0")

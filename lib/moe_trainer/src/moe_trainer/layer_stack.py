@@ -48,8 +48,8 @@ def _kind(cfg: ModelConfig, i: int) -> tuple[bool, bool]:
 def layer_segments(cfg: ModelConfig) -> list[tuple[int, int, int]]:
     """(first layer, unit length p, repetitions r) covering layers 0..n-1 in order (see the module docstring).
 
-    Greedy from the first layer: the unit (p <= MAX_UNIT) whose repetitions cover the most layers, the shortest
-    such unit on ties; a layer that starts no repetition is its own segment (p 1, r 1).
+    Greedy from the first layer: the unit (p <= MAX_UNIT) whose repetitions cover the most layers, the
+    shortest such unit on ties; a layer that starts no repetition is its own segment (p 1, r 1).
     """
     n = cfg.n_layers
     kinds = [_kind(cfg, i) for i in range(n)]

@@ -43,7 +43,8 @@ def loss_vocab_block(cfg: ModelConfig, mesh: Mesh | None = None) -> int:
     """Vocabulary columns per block of the fused loss (0 = whole rows): `cfg.loss_vocab_block`, or when None
     the measured choice (docs/benchmarks/trainer-accel.md): on CPU, blocks of 2048 columns once the vocabulary
     reaches 65,536 (at llama_nano's shape and vocab 128,256: 2.6x the whole-row step; at 32k only whole rows
-    were measured, 1.29x Levanter); elsewhere whole rows (not measured there). Never with a "model" mesh axis > 1: the head is vocab-sharded there, blocks would gather it."""
+    were measured, 1.29x Levanter); elsewhere whole rows (not measured there). Never with a "model" mesh axis
+    > 1: the head is vocab-sharded there, blocks would gather it."""
     if cfg.loss_vocab_block is not None:
         return cfg.loss_vocab_block
     if mesh is not None and mesh.shape.get("model", 1) > 1:
@@ -66,12 +67,20 @@ def make_lm_loss(cfg: ModelConfig, *, mesh: Mesh | None = None, dispatch: str | 
         if chunk:
             h, st = hidden_states(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
                                   dispatch=dispatch)
-            token_sum, ce_sum, z_sum = chunked_lm_loss(h, output_head(params, cfg), batch["targets"], mask,
-                                                       z_coef=cfg.logit_z_loss_coef, chunk_tokens=chunk, mesh=mesh,
-                                                       vocab_block=vocab_block)
+            token_sum, ce_sum, z_sum = chunked_lm_loss(
+                h,
+                output_head(params, cfg),
+                batch["targets"],
+                mask,
+                z_coef=cfg.logit_z_loss_coef,
+                chunk_tokens=chunk,
+                mesh=mesh,
+                vocab_block=vocab_block,
+            )
         else:
-            logits, st = forward(params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh,
-                                 dispatch=dispatch)
+            logits, st = forward(
+                params, batch["inputs"], cfg, segment_ids=batch["segment_ids"], mesh=mesh, dispatch=dispatch
+            )
             nll, logz = token_nll(logits, batch["targets"])
             ce_sum = jnp.sum(nll * mask)
             z_sum = jnp.sum(jnp.square(logz) * mask)

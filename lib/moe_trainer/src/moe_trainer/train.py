@@ -59,7 +59,8 @@ class DataConfig:
     train_cache: str = ""
     """Path (local or gs://...) of the training token cache (or use `mixture` for several weighted caches)."""
     mixture: MixtureConfig = dataclasses.field(default_factory=MixtureConfig)
-    """Several training caches mixed by weight, with optional stages (data/mixture.py); excludes train_cache."""
+    """Several training caches mixed by weight, with optional stages (data/mixture.py); excludes train_cache.
+    """
     validation: dict[str, str] = dataclasses.field(default_factory=dict)
     """Validation caches by domain name, e.g. {python: /data/val-python, web: gs://b/val-web}."""
     seq_len: int = 512
@@ -73,11 +74,14 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1:
-            raise ValueError(f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be "
-                             ">= 1")
+            raise ValueError(
+                f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= 1"
+            )
         if self.train_cache and self.mixture.enabled:
-            raise ValueError(f"data.train_cache={self.train_cache!r} and data.mixture.sources are both set: use "
-                             "train_cache for one cache, or list it as one of the mixture's sources")
+            raise ValueError(
+                f"data.train_cache={self.train_cache!r} and data.mixture.sources are both set: use "
+                "train_cache for one cache, or list it as one of the mixture's sources"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +134,8 @@ class TrainConfig:
     matmul_precision: str = "default"
     """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
     init_from: str = ""
-    """Warm start (warm_start.py): a checkpoint (run dir, checkpoints/ or step dir) or a Hugging Face directory
+    """Warm start (warm_start.py): a checkpoint (run dir, checkpoints/ or step dir) or a Hugging Face
+    directory
     whose parameters initialise this run, mapped across architectures; used only while output_dir has no
     checkpoint of its own. Empty: a fresh initialisation."""
     warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
@@ -140,8 +145,10 @@ class TrainConfig:
         if self.num_steps < 1:
             raise ValueError(f"num_steps={self.num_steps} must be >= 1")
         if self.accum_steps < 1 or self.data.batch_size % self.accum_steps:
-            raise ValueError(f"accum_steps={self.accum_steps} must be >= 1 and divide data.batch_size="
-                             f"{self.data.batch_size}")
+            raise ValueError(
+                f"accum_steps={self.accum_steps} must be >= 1 and divide data.batch_size="
+                f"{self.data.batch_size}"
+            )
         if self.run_steps is not None and self.run_steps < 1:
             raise ValueError(f"run_steps={self.run_steps} must be >= 1 or null")
 
@@ -169,7 +176,8 @@ class BatchSource(Protocol):
 
 
 def _progress_of(source: BatchSource) -> Callable[[int], dict[str, float]]:
-    """Per-source metrics of a data position (a mixture's tokens/epochs per source); none for other sources."""
+    """Per-source metrics of a data position (a mixture's tokens/epochs per source); none for other sources.
+    """
     progress = getattr(source, "progress", None)
     return progress if callable(progress) else (lambda _: {})
 
@@ -178,8 +186,9 @@ def build_mesh(cfg: MeshConfig) -> Mesh:
     n = jax.device_count()
     data = cfg.data if cfg.data > 0 else n // (cfg.expert * cfg.model)
     if data < 1:
-        raise ValueError(f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX "
-                         "sees")
+        raise ValueError(
+            f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX sees"
+        )
     return make_mesh(data=data, expert=cfg.expert, model=cfg.model)
 
 
@@ -191,15 +200,22 @@ def state_shardings(abstract_state: dict[str, Any], param_sh: Any, mesh: Mesh) -
     """Shardings of the whole train state: parameters by the rules table; each optimizer-state leaf like the
     parameter it shadows (matched by path suffix and shape); counters and windows replicated."""
     replicated = NamedSharding(mesh, P())
-    params_by_name = {name: (leaf.shape, sh) for (name, leaf), (_, sh) in
-                      zip(_path_names(abstract_state["params"]), _path_names(param_sh), strict=True)}
+    params_by_name = {
+        name: (leaf.shape, sh)
+        for (name, leaf), (_, sh) in zip(
+            _path_names(abstract_state["params"]), _path_names(param_sh), strict=True
+        )
+    }
 
     def opt_leaf(path: tuple[Any, ...], leaf: Any) -> NamedSharding:
         name = optim._path_name(path)
         best: tuple[int, NamedSharding] = (-1, replicated)
         for pname, (shape, sh) in params_by_name.items():
-            if (name == pname or name.endswith("/" + pname)) and tuple(leaf.shape) == tuple(shape) \
-                    and len(pname) > best[0]:
+            if (
+                (name == pname or name.endswith("/" + pname))
+                and tuple(leaf.shape) == tuple(shape)
+                and len(pname) > best[0]
+            ):
                 best = (len(pname), sh)
         return best[1]
 
@@ -223,9 +239,10 @@ class _Compiled:
 
 
 # XLA:CPU options of the train step. By default XLA:CPU (jax 0.10) hands dots and some reductions to YNNPACK
-# fusions. At the MoE presets' shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's own
-# Eigen GEMMs ran them ~1.3-2x faster (docs/benchmarks/trainer.md); at the dense llama_nano shape of Levanter's
-# tutorial (d 32) XLA's defaults were faster (docs/benchmarks/trainer-accel.md). So the choice is per model.
+# fusions. At the MoE presets' shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's
+# own Eigen GEMMs ran them ~1.3-2x faster (docs/benchmarks/trainer.md); at the dense llama_nano shape of
+# Levanter's tutorial (d 32) XLA's defaults were faster (docs/benchmarks/trainer-accel.md). So the choice is
+# per model.
 CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_experimental_ynn_fusion_type": ""}
 """The options that turn YNNPACK fusions off (what `compiler_options` returns when it picks "off")."""
 
@@ -245,9 +262,18 @@ def compiler_options(mesh: Mesh, model: ModelConfig | None = None) -> dict[str, 
 
 
 @functools.lru_cache(maxsize=8)
-def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.ScheduleConfig, health: HealthConfig,
-             accum_steps: int, num_steps: int, seed: int, mesh: Mesh, batch_shape: tuple[int, int],
-             xla_options: tuple[tuple[str, str], ...] | None = None) -> _Compiled:
+def _compile(
+    model: ModelConfig,
+    opt: optim.OptimizerConfig,
+    sched: optim.ScheduleConfig,
+    health: HealthConfig,
+    accum_steps: int,
+    num_steps: int,
+    seed: int,
+    mesh: Mesh,
+    batch_shape: tuple[int, int],
+    xla_options: tuple[tuple[str, str], ...] | None = None,
+) -> _Compiled:
     """The jitted init and train step for one configuration (cached so repeated ``train`` calls — resumes,
     tests — reuse the compiled executable). ``xla_options`` replaces the choice of `compiler_options`
     (benchmarks compare both; ``()`` is XLA's defaults)."""
@@ -255,8 +281,14 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
     optimizer = optim.build_optimizer(opt, abstract_params, param_logical_axes(model))
     schedule = optim.make_schedule(sched, num_steps)
     loss_fn = make_lm_loss(model, mesh=mesh)
-    step_fn = make_train_step(loss_fn, optimizer, schedule, health, accum_steps,
-                              make_router_bias_update(model, opt.router_bias_rate))
+    step_fn = make_train_step(
+        loss_fn,
+        optimizer,
+        schedule,
+        health,
+        accum_steps,
+        make_router_bias_update(model, opt.router_bias_rate),
+    )
 
     def init() -> dict[str, Any]:
         return init_state(init_params(model, jax.random.key(seed)), optimizer, health, seed)
@@ -266,9 +298,13 @@ def _compile(model: ModelConfig, opt: optim.OptimizerConfig, sched: optim.Schedu
     batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
     options = compiler_options(mesh, model) if xla_options is None else dict(xla_options)
     # metrics replicated: every process of a multi-host run can read them (they are a few scalars and vectors)
-    jit_step = jax.jit(step_fn, in_shardings=(shardings, batch_sharding),
-                       out_shardings=(shardings, NamedSharding(mesh, P())),
-                       donate_argnums=0, compiler_options=options)
+    jit_step = jax.jit(
+        step_fn,
+        in_shardings=(shardings, batch_sharding),
+        out_shardings=(shardings, NamedSharding(mesh, P())),
+        donate_argnums=0,
+        compiler_options=options,
+    )
     return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
 
 
@@ -280,28 +316,41 @@ def _open_source(config: TrainConfig, rows: tuple[int, int]) -> BatchSource:
 
     data = config.data
     if not data.train_cache and not data.mixture.enabled:
-        raise ValueError("data.train_cache is empty: point it at a token cache written by the tokenize step "
-                         "(or give data.mixture.sources and weights)")
+        raise ValueError(
+            "data.train_cache is empty: point it at a token cache written by the tokenize step "
+            "(or give data.mixture.sources and weights)"
+        )
     named = dict(data.mixture.sources) if data.mixture.enabled else {"train_cache": data.train_cache}
     caches = {name: TokenCache(path) for name, path in named.items()}
     for name, cache in caches.items():
         if cache.vocab_size > config.model.vocab_size:
             field = "data.train_cache" if not data.mixture.enabled else f"data.mixture.sources.{name}"
-            raise ValueError(f"{field} {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
-                             f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer")
+            raise ValueError(
+                f"{field} {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
+                f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer"
+            )
     lo, hi = rows
     b = data.batch_size
     if lo % (hi - lo) or b % (hi - lo):
-        raise ValueError(f"process {jax.process_index()} holds batch rows [{lo}, {hi}) of {b}: not an aligned "
-                         "equal block; choose data.batch_size and mesh so the batch splits evenly by process")
+        raise ValueError(
+            f"process {jax.process_index()} holds batch rows [{lo}, {hi}) of {b}: not an aligned "
+            "equal block; choose data.batch_size and mesh so the batch splits evenly by process"
+        )
     split = {"process_index": lo // (hi - lo), "process_count": b // (hi - lo)}
     if data.mixture.enabled:
         return MixtureLoader(caches, data.mixture, b, data.seq_len, data.seed, **split)
     return TrainLoader(caches["train_cache"], b, data.seq_len, data.seed, **split)
 
 
-def _metrics_row(step: int, m: dict[str, Any], lr_peak: float, tokens: int, dt: float | None,
-                 flops_per_token: float, peak_total: float) -> dict[str, Any]:
+def _metrics_row(
+    step: int,
+    m: dict[str, Any],
+    lr_peak: float,
+    tokens: int,
+    dt: float | None,
+    flops_per_token: float,
+    peak_total: float,
+) -> dict[str, Any]:
     m = jax.device_get(m)
     tok_count = max(float(m.get("tokens", tokens)), 1.0)
     tps = tokens / dt if dt else 0.0
@@ -349,19 +398,36 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
     ckpt_dir = config.checkpoint.dir or f"{out}/checkpoints"
     batch_shape = (config.data.batch_size, config.data.seq_len)
     with jax.default_matmul_precision(config.matmul_precision):
-        comp = _compile(config.model, config.optimizer, config.schedule, config.health, config.accum_steps,
-                        config.num_steps, config.seed, mesh, batch_shape)
+        comp = _compile(
+            config.model,
+            config.optimizer,
+            config.schedule,
+            config.health,
+            config.accum_steps,
+            config.num_steps,
+            config.seed,
+            mesh,
+            batch_shape,
+        )
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
         state = _restore_or_init(comp, ckpt, config)
         start = int(state["step"])
-        end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+        end = (
+            config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+        )
         rows = distributed.process_rows(comp.batch_sharding, batch_shape)
         source = _open_source(config, rows) if batch_source is None else batch_source
         fetch = source.batch if batch_source is None else _rows_of(batch_source, rows)
         run_config = draccus.encode(config)
         meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
-        writer = MetricsWriter(out, config.metrics, run_config=run_config, total_steps=config.num_steps,
-                               start_step=start, enabled=primary)
+        writer = MetricsWriter(
+            out,
+            config.metrics,
+            run_config=run_config,
+            total_steps=config.num_steps,
+            start_step=start,
+            enabled=primary,
+        )
         tokens = batch_shape[0] * batch_shape[1]
         fpt = train_flops_per_token(config.model, config.data.seq_len)
         peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
@@ -370,8 +436,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         last_row: dict[str, Any] | None = None
         final_eval: dict[str, Any] | None = None
         data_position = int(state["data_position"])
-        batches = Prefetcher(fetch, data_position, data_position + (end - start),
-                             depth=config.data.prefetch)
+        batches = Prefetcher(fetch, data_position, data_position + (end - start), depth=config.data.prefetch)
         progress = _progress_of(source)
         try:
             pending: tuple[int, Any] | None = None
@@ -399,10 +464,12 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 done = step + 1
                 checkpoint_now = done % config.checkpoint.every_steps == 0 or done == config.num_steps
                 evaluate_now = bool(config.data.validation) and (
-                    done == config.num_steps or (config.eval.every_steps and done % config.eval.every_steps == 0))
+                    done == config.num_steps
+                    or (config.eval.every_steps and done % config.eval.every_steps == 0)
+                )
                 if checkpoint_now or evaluate_now:
-                    # a step's rows (and eval.json) are written before its checkpoint: a run killed right after
-                    # the checkpoint and resumed from it never lacks them
+                    # a step's rows (and eval.json) are written before its checkpoint: a run killed right
+                    # after the checkpoint and resumed from it never lacks them
                     last_row = emit(pending)
                     pending = None
                 if evaluate_now:
@@ -430,8 +497,12 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         final_eval = _read_json(f"{out}/eval.json")
     steady = rates[1:] if len(rates) > 1 else rates
     return TrainResult(
-        output_dir=out, step=int(state["step"]), loss=float(last_row["loss"]) if last_row else float("nan"),
-        metrics_path=f"{out}/metrics.jsonl", checkpoint_dir=ckpt_dir, eval=final_eval,
+        output_dir=out,
+        step=int(state["step"]),
+        loss=float(last_row["loss"]) if last_row else float("nan"),
+        metrics_path=f"{out}/metrics.jsonl",
+        checkpoint_dir=ckpt_dir,
+        eval=final_eval,
         skipped_steps=int(state["health"]["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
     )
@@ -455,19 +526,22 @@ def _rows_of(source: BatchSource, rows: tuple[int, int]) -> Callable[[int], dict
 
 
 def _restore_or_init(comp: _Compiled, ckpt: Checkpointer, config: TrainConfig) -> dict[str, Any]:
-    """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state."""
+    """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state.
+    """
     latest = ckpt.latest_step()
     if latest is None and config.init_from:
         from moe_trainer.warm_start import warm_state, write_report
 
-        state, report = warm_state(comp.init(), comp.shardings, config.model, config.init_from,
-                                   config.warm_start, config.seed)
+        state, report = warm_state(
+            comp.init(), comp.shardings, config.model, config.init_from, config.warm_start, config.seed
+        )
         print(write_report(report, config.output_dir), file=sys.stderr, flush=True)
         return state
     if latest is None:
         return comp.init()
-    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                            comp.abstract_state, comp.shardings)
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
+    )
     try:
         state, _ = ckpt.restore(latest, abstract)
     except (ValueError, KeyError) as e:
@@ -485,9 +559,15 @@ def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
     model = Model(config.model, params)
 
     def run(capacity_factor: float | None | Literal["config"]) -> dict[str, Any]:
-        return evaluate(model, config.data.validation, seq_len=config.data.seq_len,
-                        batch_size=config.eval.batch_size, max_batches=config.eval.max_batches,
-                        capacity_factor=capacity_factor, mesh=mesh)
+        return evaluate(
+            model,
+            config.data.validation,
+            seq_len=config.data.seq_len,
+            batch_size=config.eval.batch_size,
+            max_batches=config.eval.max_batches,
+            capacity_factor=capacity_factor,
+            mesh=mesh,
+        )
 
     out = {"eval": run(None)}
     if config.model.capacity_factor is not None:
@@ -536,7 +616,7 @@ def parse_config(argv: list[str]) -> TrainConfig:
             if i + 1 >= len(args):
                 raise ValueError(f"{flag} needs a preset name or a YAML path")
             config_path = args[i + 1]
-            del args[i:i + 2]
+            del args[i : i + 2]
     if config_path is not None and not os.path.exists(config_path):
         config_path = preset_path(config_path)
     return draccus.parse(TrainConfig, config_path=config_path, args=args)

@@ -8,9 +8,9 @@ model, in this order:
 
 1. **copied**: the source has the same path (after the optional ``rename`` regexes) and the same shape.
 2. **grown**: same path, and the shapes differ only along an experts axis (logical axis ``experts`` or
-   ``experts_router`` of ``param_logical_axes``) that got longer: the first E_src entries are the source's; new
-   expert e takes source expert ``e mod E_src`` (its router column too) times ``1 + expert_noise * N(0, 1)``
-   with ``new_experts="copy"`` (the noise breaks the tie between a copy and its original), or the fresh
+   ``experts_router`` of ``param_logical_axes``) that got longer: the first E_src entries are the source's;
+   new expert e takes source expert ``e mod E_src`` (its router column too) times ``1 + expert_noise * N(0,
+   1)`` with ``new_experts="copy"`` (the noise breaks the tie between a copy and its original), or the fresh
    initialisation with ``new_experts="init"``; a ``router_bias`` grows with zeros.
 3. **new** (absent from the source): RMSNorm gains, QK-norm's ``q_norm``/``k_norm`` included, are **ones**
    (the norm starts as plain RMS normalisation); ``router_bias`` is **zero**; anything else keeps the new
@@ -59,15 +59,19 @@ class WarmStartConfig:
     data_position: Literal["reset", "carry"] = "reset"
     """reset: the data stream starts at 0; carry: continue where the source run's data stream was."""
     new_experts: Literal["copy", "init"] = "copy"
-    """Experts added along an experts axis: copies of source expert (e mod E_src) with noise, or fresh init."""
+    """Experts added along an experts axis: copies of source expert (e mod E_src) with noise, or fresh init.
+    """
     expert_noise: float = 0.01
     """Relative std of the multiplicative noise on copied experts (0: exact copies)."""
     rename: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Regex substitutions applied to source paths before matching, e.g. {"^layers/(\\\\d+)/moe/": "layers/\\\\1/ffn/"}."""
+    """Regex substitutions applied to source paths before matching, e.g. {"^layers/(\\\\d+)/moe/":
+    "layers/\\\\1/ffn/"}."""
 
     def __post_init__(self) -> None:
         if self.optimizer_state not in ("reset", "carry"):
-            raise ValueError(f"warm_start.optimizer_state={self.optimizer_state!r}: choose 'reset' or 'carry'")
+            raise ValueError(
+                f"warm_start.optimizer_state={self.optimizer_state!r}: choose 'reset' or 'carry'"
+            )
         if self.data_position not in ("reset", "carry"):
             raise ValueError(f"warm_start.data_position={self.data_position!r}: choose 'reset' or 'carry'")
         if self.new_experts not in ("copy", "init"):
@@ -78,7 +82,9 @@ class WarmStartConfig:
             try:
                 re.compile(pattern)
             except re.error as e:
-                raise ValueError(f"warm_start.rename pattern {pattern!r} is not a regular expression: {e}") from e
+                raise ValueError(
+                    f"warm_start.rename pattern {pattern!r} is not a regular expression: {e}"
+                ) from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,25 +118,42 @@ def flatten(tree: PyTree, is_leaf: Any = None) -> dict[str, Any]:
 
 
 def read_source(path: str, step: int | None = None) -> Source:
-    """A Hugging Face directory (config.json + safetensors) or a training checkpoint, as a warm-start source."""
+    """A Hugging Face directory (config.json + safetensors) or a training checkpoint, as a warm-start source.
+    """
     if os.path.isfile(os.path.join(path, "config.json")):
         from moe_trainer.hf import load_hf
 
         model = load_hf(path)
-        return Source(path, "hf", jax.tree.map(np.asarray, model.params), None, 0, None,
-                      dataclasses.asdict(model.config))
+        return Source(
+            path,
+            "hf",
+            jax.tree.map(np.asarray, model.params),
+            None,
+            0,
+            None,
+            dataclasses.asdict(model.config),
+        )
     from etils import epath
 
     if not epath.Path(path).exists():
-        raise FileNotFoundError(f"init_from={path!r} does not exist: give a run output dir, its checkpoints/ "
-                                "dir, a step dir, or a Hugging Face model directory (config.json + safetensors)")
+        raise FileNotFoundError(
+            f"init_from={path!r} does not exist: give a run output dir, its checkpoints/ "
+            "dir, a step dir, or a Hugging Face model directory (config.json + safetensors)"
+        )
     from moe_trainer.checkpoint import read_foreign_checkpoint
 
     state, meta, found = read_foreign_checkpoint(path, step)
     if "params" not in state:
         raise ValueError(f"init_from={path!r}: checkpoint step {found} has no params (keys {sorted(state)})")
-    return Source(path, "checkpoint", state["params"], state.get("opt_state"),
-                  int(np.asarray(state.get("data_position", 0))), found, meta.get("model_config"))
+    return Source(
+        path,
+        "checkpoint",
+        state["params"],
+        state.get("opt_state"),
+        int(np.asarray(state.get("data_position", 0))),
+        found,
+        meta.get("model_config"),
+    )
 
 
 def _is_norm_gain(name: str) -> bool:
@@ -138,8 +161,9 @@ def _is_norm_gain(name: str) -> bool:
     return last == "norm" or last.endswith("_norm")
 
 
-def _grow(name: str, src: np.ndarray, init: np.ndarray, axis: int, cfg: WarmStartConfig,
-          rng: np.random.Generator) -> np.ndarray:
+def _grow(
+    name: str, src: np.ndarray, init: np.ndarray, axis: int, cfg: WarmStartConfig, rng: np.random.Generator
+) -> np.ndarray:
     """``init`` with the source's entries along ``axis`` and new entries by the new-expert rule."""
     e_src, e_new = src.shape[axis], init.shape[axis]
     out = np.array(init, dtype=np.float32, copy=True)
@@ -157,16 +181,24 @@ def _grow(name: str, src: np.ndarray, init: np.ndarray, axis: int, cfg: WarmStar
     return out
 
 
-def _mismatch(name: str, src_shape: tuple[int, ...], shape: tuple[int, ...], axes: tuple[str, ...]) -> ValueError:
+def _mismatch(
+    name: str, src_shape: tuple[int, ...], shape: tuple[int, ...], axes: tuple[str, ...]
+) -> ValueError:
     return ValueError(
         f"warm start: parameter {name!r} has shape {tuple(src_shape)} in the source but {tuple(shape)} (axes "
         f"{axes}) in this model, and only a longer experts axis can be mapped. Match the model config field "
         "that sets this dimension to the source's, or map a differently named source parameter onto it with "
-        "warm_start.rename")
+        "warm_start.rename"
+    )
 
 
-def map_params(source: dict[str, np.ndarray], fresh: dict[str, np.ndarray], axes: dict[str, tuple[str, ...]],
-               cfg: WarmStartConfig, seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def map_params(
+    source: dict[str, np.ndarray],
+    fresh: dict[str, np.ndarray],
+    axes: dict[str, tuple[str, ...]],
+    cfg: WarmStartConfig,
+    seed: int,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The new model's flat parameters from the source's (both keyed by path), and the report of the rules."""
     renamed: dict[str, np.ndarray] = {}
     for name, value in source.items():
@@ -186,8 +218,12 @@ def map_params(source: dict[str, np.ndarray], fresh: dict[str, np.ndarray], axes
         elif src is not None:
             ax = axes.get(name, ())
             diff = [i for i in range(init.ndim) if src.ndim != init.ndim or src.shape[i] != init.shape[i]]
-            if src.ndim != init.ndim or len(diff) != 1 or ax[diff[0]] not in _EXPERT_AXES \
-                    or src.shape[diff[0]] > init.shape[diff[0]]:
+            if (
+                src.ndim != init.ndim
+                or len(diff) != 1
+                or ax[diff[0]] not in _EXPERT_AXES
+                or src.shape[diff[0]] > init.shape[diff[0]]
+            ):
                 raise _mismatch(name, src.shape, init.shape, ax)
             out[name] = _grow(name, src, init, diff[0], cfg, rng).astype(init.dtype)
             rule = "zeros" if name.endswith("router_bias") else cfg.new_experts
@@ -218,8 +254,14 @@ def carry_opt_state(source: dict[str, np.ndarray], fresh: dict[str, Any]) -> tup
     return out, carried, len(fresh) - carried
 
 
-def warm_state(fresh: dict[str, Any], shardings: dict[str, Any], model: ModelConfig, init_from: str,
-               cfg: WarmStartConfig, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def warm_state(
+    fresh: dict[str, Any],
+    shardings: dict[str, Any],
+    model: ModelConfig,
+    init_from: str,
+    cfg: WarmStartConfig,
+    seed: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The initial train state of a warm start: ``fresh`` (this run's initial state, on its shardings) with
     parameters mapped from ``init_from`` and, if asked, the optimizer state and data position carried."""
     from moe_trainer.params import is_axes_leaf, param_logical_axes
@@ -233,17 +275,28 @@ def warm_state(fresh: dict[str, Any], shardings: dict[str, Any], model: ModelCon
     opt_report: dict[str, Any] = {"mode": cfg.optimizer_state}
     if cfg.optimizer_state == "carry":
         if source.opt_state is None:
-            raise ValueError(f"warm_start.optimizer_state='carry' but {init_from} is a Hugging Face directory with "
-                             "no optimizer state; use optimizer_state='reset'")
-        opt, carried, reset = carry_opt_state(flatten(source.opt_state), flatten(jax.device_get(fresh["opt_state"])))
+            raise ValueError(
+                f"warm_start.optimizer_state='carry' but {init_from} is a Hugging Face directory with "
+                "no optimizer state; use optimizer_state='reset'"
+            )
+        opt, carried, reset = carry_opt_state(
+            flatten(source.opt_state), flatten(jax.device_get(fresh["opt_state"]))
+        )
         state["opt_state"] = _place(opt, fresh["opt_state"], shardings["opt_state"])
         opt_report.update(carried_leaves=carried, reset_leaves=reset)
     if cfg.data_position == "carry":
-        state["data_position"] = jax.device_put(np.asarray(source.data_position, np.int32),
-                                                shardings["data_position"])
-    report = {"init_from": init_from, "kind": source.kind, "source_step": source.step,
-              "source_model_config": source.model_config, "optimizer_state": opt_report,
-              "data_position": int(np.asarray(jax.device_get(state["data_position"]))), **report}
+        state["data_position"] = jax.device_put(
+            np.asarray(source.data_position, np.int32), shardings["data_position"]
+        )
+    report = {
+        "init_from": init_from,
+        "kind": source.kind,
+        "source_step": source.step,
+        "source_model_config": source.model_config,
+        "optimizer_state": opt_report,
+        "data_position": int(np.asarray(jax.device_get(state["data_position"]))),
+        **report,
+    }
     return state, report
 
 
@@ -260,7 +313,9 @@ def write_report(report: dict[str, Any], out_dir: str) -> str:
 
     with fsspec.open(f"{out_dir.rstrip('/')}/warm_start.json", "w") as f:
         json.dump(report, f, indent=1, default=str)
-    return (f"[warm start] from {report['init_from']} ({report['kind']}, step {report['source_step']}): "
-            f"{len(report['copied'])} copied, {len(report['grown'])} grown, {len(report['new'])} new "
-            f"({', '.join(sorted(set(report['new'].values()))) or '-'}), {len(report['dropped'])} dropped; "
-            f"optimizer state {report['optimizer_state']['mode']}; data position {report['data_position']}")
+    return (
+        f"[warm start] from {report['init_from']} ({report['kind']}, step {report['source_step']}): "
+        f"{len(report['copied'])} copied, {len(report['grown'])} grown, {len(report['new'])} new "
+        f"({', '.join(sorted(set(report['new'].values()))) or '-'}), {len(report['dropped'])} dropped; "
+        f"optimizer state {report['optimizer_state']['mode']}; data position {report['data_position']}"
+    )

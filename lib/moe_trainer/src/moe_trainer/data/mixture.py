@@ -5,22 +5,23 @@ high-quality cooldown set) in proportions given by weights; ``stages`` switch to
 step on (Marin's two-phase runs: pretraining, then a cooldown with more high-quality data).
 
 Which source a row reads. Global row ``j = step * B + row`` of the run belongs to the stage whose first row
-``start_step * B`` is the last one <= j; within the stage, rows are cut into blocks of ``block_size`` = K rows.
-Each block holds exactly ``c_s`` rows of source s, where ``c`` is the largest-remainder rounding of
-``K * w / sum(w)`` (ties go to the source listed first), so over every whole block the realised proportions
-equal the weights to within 1/K, and the order of the rows inside a block is a Feistel permutation of the K
-positions keyed by ``(seed, stage, block)``: position p of the block belongs to source s when
-``C_{s-1} <= p < C_s`` (C the cumulative counts), and offset o of the block reads position ``perm(o)``. Over a
-part of a block the counts follow the hypergeometric distribution (the sampling error the tests allow).
+``start_step * B`` is the last one <= j; within the stage, rows are cut into blocks of ``block_size`` = K
+rows. Each block holds exactly ``c_s`` rows of source s, where ``c`` is the largest-remainder rounding of ``K
+* w / sum(w)`` (ties go to the source listed first), so over every whole block the realised proportions equal
+the weights to within 1/K, and the order of the rows inside a block is a Feistel permutation of the K
+positions keyed by ``(seed, stage, block)``: position p of the block belongs to source s when ``C_{s-1} <= p <
+C_s`` (C the cumulative counts), and offset o of the block reads position ``perm(o)``. Over a part of a block
+the counts follow the hypergeometric distribution (the sampling error the tests allow).
 
 Which sequence of the source. Every source keeps its own stream of sequence indices ``i_s = 0, 1, 2, ...`` in
 the order its rows occur in the run: the i-th row drawn from s reads position i of s's own Feistel order,
 ``perm_{(seed, e)}(i mod N_s)`` in epoch ``e = i // N_s``, exactly as ``TrainLoader`` reads a single cache
-(a one-source mixture gives the TrainLoader's batches). So each source has its own order and epoch count, and a
-stage change neither restarts nor skips any source. ``i_s`` of a row is computed, not counted: the rows of s
+(a one-source mixture gives the TrainLoader's batches). So each source has its own order and epoch count, and
+a stage change neither restarts nor skips any source. ``i_s`` of a row is computed, not counted: the rows of s
 before the current stage (a per-stage base, O(stages) to compute once), plus ``c_s`` per whole block before
 the row's block, plus the rank of the row among the block's rows of s. Everything is a function of the step
-index and the seed, so nothing needs saving and a resumed run gets exactly the batches of an uninterrupted one.
+index and the seed, so nothing needs saving and a resumed run gets exactly the batches of an uninterrupted
+one.
 
 ``tokens_seen(step)`` (the number of training targets each source has contributed in steps ``[0, step)``) is
 computed the same way; the trainer writes it to metrics.jsonl as ``tokens/{source}`` and the epoch count as
@@ -79,13 +80,19 @@ class MixtureConfig:
                 _fail("sources", self.sources, "name the token cache of every weighted source")
             return
         if self.block_size < 1:
-            _fail("block_size", self.block_size, "must be >= 1 (rows per mixing block; 1024 is a good default)")
+            _fail(
+                "block_size", self.block_size, "must be >= 1 (rows per mixing block; 1024 is a good default)"
+            )
         starts = [0] + [st.start_step for st in self.stages]
         if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
-            _fail("stages", [st.start_step for st in self.stages],
-                  "stage start_steps must be > 0 and strictly increasing (stage 0 is `weights`, from step 0)")
-        for where, w in [("weights", self.weights)] + [(f"stages[{i}].weights", st.weights)
-                                                       for i, st in enumerate(self.stages)]:
+            _fail(
+                "stages",
+                [st.start_step for st in self.stages],
+                "stage start_steps must be > 0 and strictly increasing (stage 0 is `weights`, from step 0)",
+            )
+        for where, w in [("weights", self.weights)] + [
+            (f"stages[{i}].weights", st.weights) for i, st in enumerate(self.stages)
+        ]:
             unknown = sorted(set(w) - set(self.sources))
             if unknown:
                 _fail(where, w, f"names {unknown}, which are not sources; sources: {sorted(self.sources)}")
@@ -105,7 +112,8 @@ class MixtureConfig:
 
 
 def block_counts(weights: Mapping[str, float], names: Sequence[str], block_size: int) -> np.ndarray:
-    """Rows of each source in one block of ``block_size``: largest-remainder rounding of the normalised weights
+    """Rows of each source in one block of ``block_size``: largest-remainder rounding of the normalised
+    weights
     (ties to the source listed first), so the counts sum to block_size exactly."""
     w = np.array([float(weights.get(n, 0.0)) for n in names], dtype=np.float64)
     exact = w / w.sum() * block_size
@@ -120,11 +128,18 @@ def block_counts(weights: Mapping[str, float], names: Sequence[str], block_size:
 class MixtureSampler:
     """Which source, and which position of that source's own stream, every global row reads (no data access).
 
-    ``stages`` are (start_step, weights) pairs, the first starting at 0; see the module docstring for the rule.
+    ``stages`` are (start_step, weights) pairs, the first starting at 0; see the module docstring for the
+    rule.
     """
 
-    def __init__(self, names: Sequence[str], stages: Sequence[MixtureStage], batch_size: int, block_size: int,
-                 seed: int) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        stages: Sequence[MixtureStage],
+        batch_size: int,
+        block_size: int,
+        seed: int,
+    ) -> None:
         self.names, self.batch_size, self.block_size, self.seed = list(names), batch_size, block_size, seed
         self.stage_rows = np.array([st.start_step * batch_size for st in stages], dtype=np.int64)
         self.counts = np.stack([block_counts(st.weights, self.names, block_size) for st in stages])
@@ -138,7 +153,9 @@ class MixtureSampler:
     def _block_uncached(self, stage: int, block: int) -> tuple[np.ndarray, np.ndarray]:
         """(source id, rank among the block's rows of that source) of every offset of one block."""
         key = _splitmix64_int((self.seed ^ _MIX_TAG) + stage)
-        positions = FeistelPermutation(self.block_size, key, block)(np.arange(self.block_size, dtype=np.int64))
+        positions = FeistelPermutation(self.block_size, key, block)(
+            np.arange(self.block_size, dtype=np.int64)
+        )
         labels = np.searchsorted(self.bounds[stage], positions, side="right")
         ranks = np.empty(self.block_size, np.int64)
         for s in range(len(self.names)):
@@ -181,15 +198,28 @@ class MixtureLoader:
     ``TrainLoader``; the mixing rule is over global rows, so the split does not change what is drawn.
     """
 
-    def __init__(self, caches: Mapping[str, TokenCache], config: MixtureConfig, batch_size: int, seq_len: int,
-                 seed: int, *, process_index: int = 0, process_count: int = 1) -> None:
+    def __init__(
+        self,
+        caches: Mapping[str, TokenCache],
+        config: MixtureConfig,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        *,
+        process_index: int = 0,
+        process_count: int = 1,
+    ) -> None:
         if batch_size < 1 or seq_len < 1:
             raise ValueError(f"batch_size and seq_len must be >= 1, got {batch_size} and {seq_len}")
         if batch_size % process_count or not 0 <= process_index < process_count:
-            raise ValueError(f"batch_size {batch_size} must split evenly over process_count {process_count}, "
-                             f"and process_index {process_index} must lie in [0, {process_count})")
+            raise ValueError(
+                f"batch_size {batch_size} must split evenly over process_count {process_count}, "
+                f"and process_index {process_index} must lie in [0, {process_count})"
+            )
         if set(caches) != set(config.sources):
-            raise ValueError(f"caches {sorted(caches)} do not match the mixture's sources {sorted(config.sources)}")
+            raise ValueError(
+                f"caches {sorted(caches)} do not match the mixture's sources {sorted(config.sources)}"
+            )
         self.names = list(config.sources)
         self.caches = [caches[n] for n in self.names]
         _check_compatible(self.names, self.caches)
@@ -198,9 +228,11 @@ class MixtureLoader:
         self.num_sequences = [c.num_tokens // seq_len for c in self.caches]
         for name, cache, n in zip(self.names, self.caches, self.num_sequences, strict=True):
             if n < 1:
-                raise ValueError(f"mixture source {name!r} ({cache.path}) holds {cache.num_tokens} tokens, fewer "
-                                 f"than one sequence of seq_len={seq_len}; tokenize more data, lower seq_len or "
-                                 "remove the source")
+                raise ValueError(
+                    f"mixture source {name!r} ({cache.path}) holds {cache.num_tokens} tokens, fewer "
+                    f"than one sequence of seq_len={seq_len}; tokenize more data, lower seq_len or "
+                    "remove the source"
+                )
         self.sampler = MixtureSampler(self.names, config.schedule(), batch_size, config.block_size, seed)
         self._perms: list[dict[int, FeistelPermutation]] = [{} for _ in self.names]
 
@@ -236,12 +268,16 @@ class MixtureLoader:
 
     def tokens_seen(self, step: int) -> dict[str, int]:
         """Training targets each source contributed to steps ``[0, step)`` (all processes together)."""
-        return {n: int(r) * self.seq_len for n, r in zip(self.names, self.sampler.rows_seen(step), strict=True)}
+        return {
+            n: int(r) * self.seq_len for n, r in zip(self.names, self.sampler.rows_seen(step), strict=True)
+        }
 
     def epochs(self, step: int) -> dict[str, float]:
         """Passes over each source's sequences completed by steps ``[0, step)``."""
         rows = self.sampler.rows_seen(step)
-        return {n: float(r) / self.num_sequences[i] for i, (n, r) in enumerate(zip(self.names, rows, strict=True))}
+        return {
+            n: float(r) / self.num_sequences[i] for i, (n, r) in enumerate(zip(self.names, rows, strict=True))
+        }
 
     def progress(self, step: int) -> dict[str, float]:
         """The metrics row entries after ``step`` steps: ``tokens/{source}`` and ``epoch/{source}``."""
@@ -251,13 +287,21 @@ class MixtureLoader:
 
     def describe(self) -> dict[str, Any]:
         """What a run manifest records to reproduce the data order."""
-        return {"mixture": MIX_SCHEME, "block_size": self.config.block_size, "seed": self.seed,
-                "seq_len": self.seq_len, "batch_size": self.batch_size,
-                "stages": [{"start_step": st.start_step, "block_counts": dict(zip(self.names, map(int, c),
-                                                                                  strict=True))}
-                           for st, c in zip(self.config.schedule(), self.sampler.counts, strict=True)],
-                "sources": {n: {"cache": c.path, "num_tokens": c.num_tokens, "num_sequences": k}
-                            for n, c, k in zip(self.names, self.caches, self.num_sequences, strict=True)}}
+        return {
+            "mixture": MIX_SCHEME,
+            "block_size": self.config.block_size,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "stages": [
+                {"start_step": st.start_step, "block_counts": dict(zip(self.names, map(int, c), strict=True))}
+                for st, c in zip(self.config.schedule(), self.sampler.counts, strict=True)
+            ],
+            "sources": {
+                n: {"cache": c.path, "num_tokens": c.num_tokens, "num_sequences": k}
+                for n, c, k in zip(self.names, self.caches, self.num_sequences, strict=True)
+            },
+        }
 
     def iterate(self, start_step: int = 0, num_steps: int | None = None, prefetch: int = 4) -> Prefetcher:
         """Batches for ``start_step, start_step + 1, ...`` computed ahead on a background thread."""
@@ -271,13 +315,18 @@ def _check_compatible(names: Sequence[str], caches: Sequence[TokenCache]) -> Non
     for name, c in zip(names[1:], caches[1:], strict=True):
         same_tok = c.manifest.get("tokenizer") == first.manifest.get("tokenizer")
         if c.eos_id != first.eos_id or not same_tok:
-            raise ValueError(f"mixture source {name!r} ({c.path}) was tokenized differently from {names[0]!r} "
-                             f"({first.path}): eos_id {c.eos_id} vs {first.eos_id}, tokenizer "
-                             f"{c.manifest.get('tokenizer')} vs {first.manifest.get('tokenizer')}; tokenize every "
-                             "source with the same tokenizer")
+            raise ValueError(
+                f"mixture source {name!r} ({c.path}) was tokenized differently from {names[0]!r} "
+                f"({first.path}): eos_id {c.eos_id} vs {first.eos_id}, tokenizer "
+                f"{c.manifest.get('tokenizer')} vs {first.manifest.get('tokenizer')}; tokenize every "
+                "source with the same tokenizer"
+            )
 
 
-def open_mixture(config: MixtureConfig, batch_size: int, seq_len: int, seed: int, **split: int) -> MixtureLoader:
+def open_mixture(
+    config: MixtureConfig, batch_size: int, seq_len: int, seed: int, **split: int
+) -> MixtureLoader:
     """A MixtureLoader over the caches named by ``config.sources``."""
-    return MixtureLoader({n: TokenCache(p) for n, p in config.sources.items()}, config, batch_size, seq_len, seed,
-                         **split)
+    return MixtureLoader(
+        {n: TokenCache(p) for n, p in config.sources.items()}, config, batch_size, seq_len, seed, **split
+    )
