@@ -20,6 +20,7 @@ from marin.tracking.predictions import (
     TrackPoint,
     read_json,
     track,
+    track_points,
     verified,
 )
 
@@ -64,20 +65,6 @@ def chart(points: list[TrackPoint]) -> BandChart:
     )
 
 
-def _points_from(record: dict[str, Any], actual: dict[int, float]) -> list[TrackPoint]:
-    return [
-        TrackPoint(
-            label=str(p["label"]),
-            step=int(p["step"]),
-            point=float(p["point"]),
-            low=float(p["low"]),
-            high=float(p["high"]),
-            actual=actual.get(int(p["step"])),
-        )
-        for p in record["points"]
-    ]
-
-
 def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
     """What the step page shows about predictions for the step at ``step_path`` (None: nothing)."""
     root = step_path if "://" in step_path or step_path.startswith("/") else posixpath.join(prefix, step_path)
@@ -96,11 +83,11 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
                 HASH_KEY: verdict["prediction_sha256"],
                 "target": {"name": verdict["target"]},
             }
-            points = _points_from(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
+            points = track_points(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
         elif isinstance(record, dict):
             if not verified(record):
                 return {"kind": "prediction", "tampered": True, "sha256": record.get(HASH_KEY)}
-            kind, points = "prediction", _points_from(record, {})
+            kind, points = "prediction", track_points(record, {})
         else:
             return None
     latest = [p for p in points if p.actual is not None]

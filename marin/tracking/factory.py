@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from marin.issue_ref import IssueRef
 from marin.tracking.base import Tracker, TrackerAuthError
 from marin.tracking.local import DEFAULT_LOCAL_REPO, LocalTracker
 from marin.tracking.publisher import IssuePublisher
@@ -54,19 +55,24 @@ def make_tracker(repo: str | None, prefix: str, backend: str | None = None) -> T
     return GitHubTracker(repo, token, api_url=os.environ.get("GITHUB_API_URL") or None, policy=policy)
 
 
+def linked_issue(ctx: Any) -> IssueRef | None:
+    """The run's issue (``ctx.issue``: an IssueRef, its string form or None), or None when the run is unlinked
+    or its tracker is switched off."""
+    issue = getattr(ctx, "issue", None)
+    if issue is None:
+        return None
+    ref = issue if isinstance(issue, IssueRef) else IssueRef.parse(str(issue))
+    return None if choose_backend(ref.repo) == "off" else ref
+
+
 def issue_publisher_factory(ctx: Any) -> IssuePublisher | None:
     """The executor's hook: a publisher for runs linked to an issue, None when unlinked or switched off.
 
     ``ctx`` is the executor's RunContext (``prefix``, ``issue``: an IssueRef, its string form or None).
     Creating the publisher touches no network; problems surface on its first publish.
     """
-    issue = getattr(ctx, "issue", None)
-    if issue is None:
-        return None
-    from marin.issue_ref import IssueRef
-
-    ref = issue if isinstance(issue, IssueRef) else IssueRef.parse(str(issue))
-    if choose_backend(ref.repo) == "off":
+    ref = linked_issue(ctx)
+    if ref is None:
         return None
     tracker = make_tracker(ref.repo, ctx.prefix)
     interval = os.environ.get("MARIN_TRACKER_MIN_INTERVAL")

@@ -165,18 +165,22 @@ def track(output_path: str) -> tuple[dict[str, Any], list[TrackPoint]] | None:
         f"{output_path.rstrip('/')}/{tracking.get('metrics_file', 'metrics.jsonl')}",
         str(tracking.get("metric_path") or record["metric"]["path"]),
     )
-    points = [
+    return record, track_points(record, values)
+
+
+def track_points(record: dict[str, Any], actual: dict[int, float]) -> list[TrackPoint]:
+    """The record's eval points with the actual value at each step, where one exists."""
+    return [
         TrackPoint(
             label=str(p["label"]),
             step=int(p["step"]),
             point=float(p["point"]),
             low=float(p["low"]),
             high=float(p["high"]),
-            actual=values.get(int(p["step"])),
+            actual=actual.get(int(p["step"])),
         )
         for p in record["points"]
     ]
-    return record, points
 
 
 def tracking_section(steps: Sequence[StepView]) -> list[str]:
@@ -357,16 +361,10 @@ class PredictionPublisher:
 
 def prediction_publisher_factory(ctx: Any) -> PredictionPublisher | None:
     """The executor's hook: a publisher for runs linked to an issue (None when unlinked or switched off)."""
-    issue = getattr(ctx, "issue", None)
-    if issue is None:
-        return None
-    from marin.issue_ref import IssueRef
-    from marin.tracking.factory import choose_backend, make_tracker
+    from marin.tracking.factory import linked_issue, make_tracker
 
-    ref = issue if isinstance(issue, IssueRef) else IssueRef.parse(str(issue))
-    if choose_backend(ref.repo) == "off":
-        return None
-    return PredictionPublisher(make_tracker(ref.repo, ctx.prefix), ref.number)
+    ref = linked_issue(ctx)
+    return None if ref is None else PredictionPublisher(make_tracker(ref.repo, ctx.prefix), ref.number)
 
 
 # ---- the calibration view ------------------------------------------------------------------------------
