@@ -13,6 +13,10 @@ the terminal status is written before the lease is released (after SUCCESS, by t
 
 What is not scheduling lives beside it: a step's phases and their allowed changes (state.py), whether a bad
 attempt is retried (retry.py), the leases by step (step_leases.py) and the records (records.py).
+
+Why the file is past 400 lines: it is the one loop, and the loop's cases (queued attempts, waiting on other
+executors, results arriving out of order, retries with a back-off after a preemption) share its state;
+splitting them apart would spread one decision ("what runs next") over several files. Every function is short.
 """
 
 from __future__ import annotations

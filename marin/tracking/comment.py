@@ -106,6 +106,35 @@ def table_steps(steps: Sequence[StepView]) -> tuple[list[StepView], Counter[str]
     return [steps[i] for i in keep], Counter(s.status for i, s in enumerate(steps) if i not in kept)
 
 
+def _failed_section(steps: Sequence[StepView], outputs: Callable[[StepView], Any]) -> list[str]:
+    """The "Failed steps" section: each failed step's error (its first ERROR_LINES), where it was raised."""
+    failed = [s for s in steps if s.status == "FAILED"]
+    if not failed:
+        return []
+    lines = ["", f"#### Failed steps ({len(failed)})"]
+    for step in failed[:MAX_FAILED_SHOWN]:
+        error = (step.error_summary or "no error recorded").strip().splitlines()[:ERROR_LINES]
+        where = outputs(step).failed_at
+        lines += ["",
+                  f"**{cell(step.name)}** (attempt {step.attempt}) — log {cell(step.log_path or '—')}",
+                  fence("\n".join(error + ([f"raised at {where}"] if where else [])))]
+    if len(failed) > MAX_FAILED_SHOWN:
+        lines.append(f"… and {len(failed) - MAX_FAILED_SHOWN} more failed steps (see the dashboard)")
+    return lines
+
+
+def _interruptions_section(shown: Sequence[StepView], outputs: Callable[[StepView], Any]) -> list[str]:
+    """The "Interruptions" section: each interrupted step's ledger lines (the newest ERROR_LINES)."""
+    interrupted = [(step, outputs(step).interruptions) for step in shown]
+    interrupted = [(step, found) for step, found in interrupted if found]
+    if not interrupted:
+        return []
+    lines = ["", f"#### Interruptions ({sum(len(found) for _, found in interrupted)})"]
+    for step, found in interrupted[:MAX_FAILED_SHOWN]:
+        lines += ["", f"**{cell(step.name)}**", fence("\n".join(found[-ERROR_LINES:]))]
+    return lines
+
+
 def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOutputs],
            manifest: Mapping[str, Any] | None = None, dashboard_url: str | None = None,
            now: float | None = None) -> str:
@@ -144,23 +173,8 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
     if hidden:
         states = ", ".join(f"{n} {k}" for k, n in sorted(hidden.items()))
         lines.append(f"| … {sum(hidden.values())} more steps ({states}): see the dashboard | | | | | | |")
-    failed = [s for s in steps if s.status == "FAILED"]
-    if failed:
-        lines += ["", f"#### Failed steps ({len(failed)})"]
-        for step in failed[:MAX_FAILED_SHOWN]:
-            error = (step.error_summary or "no error recorded").strip().splitlines()[:ERROR_LINES]
-            where = outputs(step).failed_at
-            lines += ["",
-                      f"**{cell(step.name)}** (attempt {step.attempt}) — log {cell(step.log_path or '—')}",
-                      fence("\n".join(error + ([f"raised at {where}"] if where else [])))]
-        if len(failed) > MAX_FAILED_SHOWN:
-            lines.append(f"… and {len(failed) - MAX_FAILED_SHOWN} more failed steps (see the dashboard)")
-    interrupted = [(step, outputs(step).interruptions) for step in shown]
-    interrupted = [(step, found) for step, found in interrupted if found]
-    if interrupted:
-        lines += ["", f"#### Interruptions ({sum(len(found) for _, found in interrupted)})"]
-        for step, found in interrupted[:MAX_FAILED_SHOWN]:
-            lines += ["", f"**{cell(step.name)}**", fence("\n".join(found[-ERROR_LINES:]))]
+    lines += _failed_section(steps, outputs)
+    lines += _interruptions_section(shown, outputs)
     lines += tracking_section(steps)  # "on track / off track" of steps scored against a prediction
     earlier = [r for r in history if r.get("run_id") != run.run_id][-5:]
     if earlier:

@@ -25,6 +25,8 @@ What it does with them:
   comment for every running or finished step that writes ``tracking.json``.
 - :func:`list_predictions` walks a prefix for every record, checks its hash, pairs it with its verdict and
   computes the interval hit rate (``marin predictions`` and the dashboard's calibration page).
+Why the file is past 400 lines: the three records (prediction, tracking, verdict) are one protocol; their
+reading, posting, tracking and listing share the hashing and the format, so they live together.
 """
 
 from __future__ import annotations
