@@ -108,14 +108,15 @@ def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="marin jobs", description=__doc__.split("\n\n")[0])
     p.add_argument("--cluster", help="the head's Jobs API address, http://HEAD:8265 (default: $RAY_ADDRESS)")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every job marin submitted, with its experiment, issue, state and start time")
+    listing = sub.add_parser("list", help="every job marin submitted, with its experiment, issue, state and "
+                             "start time")
     logs = sub.add_parser("logs", help="a job's driver output (and its running steps' output with --steps)")
     logs.add_argument("job")
     logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--steps", action="store_true", help="also print the running steps' own output")
     stop = sub.add_parser("stop", help="stop a job (and its experiment's supervisor)")
     stop.add_argument("job")
-    for parser in (logs, stop):
+    for parser in (listing, logs, stop):
         parser.add_argument("--cluster", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     ns = p.parse_args(list(argv))
     try:

@@ -29,10 +29,15 @@ POLL_S = 1.0
 
 
 def _dashboard_url() -> str:
-    import ray._private.worker
+    """The head's Jobs API address, as the cluster itself records it (readable from any process of the job,
+    actors included; `ray.worker.get_dashboard_url` works in drivers only)."""
+    from ray._private.services import get_webui_url_from_internal_kv
 
-    url = ray._private.worker.get_dashboard_url()  # type: ignore[no-untyped-call]
-    return url if "://" in url else f"http://{url}"
+    url = get_webui_url_from_internal_kv()  # type: ignore[no-untyped-call]
+    if not url:
+        raise RuntimeError("this Ray cluster runs no dashboard, so it has no Jobs API for the supervisor to "
+                           "submit drivers through: start the head with --include-dashboard=true")
+    return str(url) if "://" in str(url) else f"http://{url}"
 
 
 def _record_driver_loss(prefix: str, experiment_id: str, row: jobs.JobRow) -> None:
@@ -136,8 +141,13 @@ def _actor_class() -> Any:
             threading.Thread(target=self._run, name="marin-supervisor", daemon=True).start()
 
         def _run(self) -> None:
-            self.loop.run()
-            self.done.set()
+            try:
+                self.loop.run()
+            except Exception as e:  # reported by the supervisor job (exit 3), never a silent hang
+                self.loop.result = {"status": "SUPERVISOR_ERROR", "exit_code": 3, "resubmits": 0,
+                                    "job": None, "error": f"{type(e).__name__}: {e}"}
+            finally:
+                self.done.set()
 
         def wait(self) -> dict[str, Any]:
             self.done.wait()
@@ -155,6 +165,8 @@ def main(argv: list[str]) -> int:
     actor = _actor_class().options(name=name, get_if_exists=True).remote(spec)
     result = ray.get(actor.wait.remote())
     ray.kill(actor)
+    if result.get("error"):
+        print(f"marin supervisor: error: {result['error']}", flush=True)
     print(
         f"marin supervisor: experiment {spec['experiment']}: last driver job {result.get('job')} ended "
         f"{result.get('status')} after {result.get('resubmits')} resubmission(s)",

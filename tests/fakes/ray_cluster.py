@@ -59,9 +59,14 @@ class LocalRayCluster:
         GCS, which a loaded 2-core machine can miss: such a start is retried (a fresh process, same flags)."""
         for attempt in range(1, tries + 1):
             log = self.workdir / f"{name}.{attempt}.log"
+            # every node of one machine needs its own agent ports: on the shared defaults the second node's
+            # dashboard agent cannot listen, and the Jobs API then fails on a driver placed there
+            ports = [f"--dashboard-agent-listen-port={free_port()}",
+                     f"--dashboard-agent-grpc-port={free_port()}",
+                     f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
-                    [_ray_bin(), "start", "--block", *args, *COMMON],
+                    [_ray_bin(), "start", "--block", *args, *ports, *COMMON],
                     env={**self.env, **env},
                     stdout=out,
                     stderr=subprocess.STDOUT,
