@@ -27,7 +27,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from marin.dashboard.paths import UnsafePathError, join
 from marin.status.live_log import read_live_log
-from marin.storage.fs import storage_for
+from marin.storage.fs import storage_on
 
 MAX_JSON_BYTES = 16 << 20
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
@@ -253,7 +253,7 @@ class PrefixStore:
         None when there is no such log yet."""
         full = self.check_inside(rel)
         url = None if self.is_local else self.fs.unstrip_protocol(full)
-        live = read_live_log(storage_for(url), url) if url else None
+        live = read_live_log(storage_on(self.fs, url.split("://", 1)[0]), url) if url else None
         if live is not None:
             data = live.encode("utf-8")
             start = _window_start(len(data), offset, max_bytes, True)

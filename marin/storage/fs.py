@@ -47,4 +47,10 @@ def storage_for(prefix: str) -> Storage:
             f"cannot open storage for prefix {prefix!r}: {e}. Install the fsspec backend for {protocol}:// "
             "(gcsfs for gs://, s3fs for s3://)"
         ) from e
+    return storage_on(fs, protocol)
+
+
+def storage_on(fs: fsspec.AbstractFileSystem, protocol: str) -> Storage:
+    """The Storage of `protocol` over a filesystem opened elsewhere (with its own options: credentials, an
+    endpoint), e.g. the dashboard's."""
     return _BY_PROTOCOL.get(protocol, FsspecStorage)(fs, protocol)

@@ -127,8 +127,9 @@ def _run_in_thread(step: Step, prefix: str) -> tuple[threading.Thread, dict[str,
 
 def test_a_running_steps_log_on_s3_shows_its_lines_while_it_runs(s3_bucket: str, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    step = Step(name="live/talk", fn=talk_then_wait, config=TalkConfig(output_path=this_output_path(),
-                                                                         gate=str(gate)))
+    step = Step(
+        name="live/talk", fn=talk_then_wait, config=TalkConfig(output_path=this_output_path(), gate=str(gate))
+    )
     prefix = f"{s3_bucket}/runs/live-{time.time_ns()}"
     thread, out = _run_in_thread(step, prefix)
     storage = storage_for(prefix)
@@ -162,8 +163,13 @@ def test_a_running_steps_log_on_s3_shows_its_lines_while_it_runs(s3_bucket: str,
 def test_a_worker_killed_mid_step_leaves_its_log_up_to_the_last_chunk(s3_bucket: str, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     gate.write_text("die")
-    step = Step(name="live/die", fn=talk_then_wait, config=TalkConfig(output_path=this_output_path(),
-                                                                        gate=str(gate)))
+    # max_preemptions=0: a killed worker is an interruption, else re-run (and killed again) up to 100 times
+    step = Step(
+        name="live/die",
+        fn=talk_then_wait,
+        max_preemptions=0,
+        config=TalkConfig(output_path=this_output_path(), gate=str(gate)),
+    )
     prefix = f"{s3_bucket}/runs/dead-{time.time_ns()}"
     thread, out = _run_in_thread(step, prefix)
     thread.join(180)
