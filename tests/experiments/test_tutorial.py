@@ -273,8 +273,8 @@ def test_the_tutorial_on_ray_lands_at_the_same_paths(tutorial: TutorialRun, ray_
     monkeypatch.delenv("MARIN_TUTORIAL_TEXT", raising=False)
     module = importlib.reload(importlib.import_module("experiments.tutorials.tiny_moe"))
     prefix = str(tmp_path_factory.mktemp("ray-prefix"))
-    result = run_experiment([module.tiny_moe_eval], ExecutorMainConfig(prefix=prefix, backend="ray"),
-                            verbose=False, script=TUTORIAL)
+    result = run_experiment([module.tiny_moe_eval, module.tiny_moe_choices],  # what the tutorial runs
+                            ExecutorMainConfig(prefix=prefix, backend="ray"), verbose=False, script=TUTORIAL)
     assert result.status == "SUCCESS", result.summary
     for name in STEPS:
         ray_path = result.output_path(name)
