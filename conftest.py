@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -68,8 +69,11 @@ def _start_server(exe_name: str, args: list[str], probe_path: str) -> tuple[subp
     last_error = ""
     for _ in range(3):
         port = _free_port()
+        # The server's log goes to a file, never to a pipe nobody reads: moto logs every request, and once a
+        # pipe's 64 KiB buffer is full the server blocks on its next log line and stops answering.
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (open for as long as the server runs)
         proc = subprocess.Popen([exe, *[a.format(port=port) for a in args]], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+                                stderr=log)
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -84,7 +88,9 @@ def _start_server(exe_name: str, args: list[str], probe_path: str) -> tuple[subp
                 pass
             time.sleep(0.2)
         proc.kill()
-        last_error = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")[-2000:]
+        proc.wait(timeout=30)
+        log.seek(0)
+        last_error = log.read().decode(errors="replace")[-2000:]
     raise RuntimeError(f"{exe_name} did not start on loopback after 3 tries: {last_error}")
 
 
