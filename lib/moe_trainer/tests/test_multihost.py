@@ -45,7 +45,8 @@ def _free_port() -> int:
 
 def _env(devices: int, gang: tuple[int, int, int] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_GANG") and k != "MARIN_COORDINATOR"}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # LLVM level 0: as conftest.py sets for every test (compile time)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
     if gang is not None:
         size, rank, port = gang
         env.update(MARIN_GANG_SIZE=str(size), MARIN_GANG_RANK=str(rank),
