@@ -73,7 +73,7 @@ def _baseline(graph: Graph, c: Criterion) -> dict[str, Any]:
         return {"kind": "step", "step": node.name, "hash": node.hash, "path": c.path,
                 "label": f"{node.name}:{c.path}"}
     if isinstance(b, int | float):
-        return {"kind": "value", "value": float(b), "label": f"{float(b):g}"}
+        return {"kind": "value", "value": float(b), "label": f"fixed {float(b):g}"}
     if is_metric(b):
         step, path = split_metric(b, "Criterion.baseline")
         node = _step_node(graph, step, "Criterion.baseline")

@@ -56,11 +56,12 @@ def _date(manifest: dict[str, Any], current: dict[str, Any] | None) -> float | N
     return None
 
 
-def row(storage: Storage, prefix: str, manifest: dict[str, Any]) -> Row:
+def row(manifest: dict[str, Any], doc: dict[str, Any] | None) -> Row:
+    """The catalogue row of one experiment from its manifest and its verdicts.json (None: no verdict)."""
     experiment = str(manifest.get("id"))
     found = manifest.get("notebook")
     notebook: dict[str, Any] = found if isinstance(found, dict) else {}
-    doc = read_verdicts(storage, prefix, experiment) or {}
+    doc = doc if isinstance(doc, dict) else {}
     current = doc.get("current") if isinstance(doc.get("current"), dict) else None
     baselines = [str((c.get("baseline") or {}).get("label")) for c in notebook.get("criteria") or []
                  if isinstance(c, dict)]
@@ -79,7 +80,11 @@ def row(storage: Storage, prefix: str, manifest: dict[str, Any]) -> Row:
 
 def build(storage: Storage, prefix: str) -> list[Row]:
     """Every experiment under `prefix`, newest first."""
-    rows = [row(storage, prefix, m) for m in list_manifests(storage, prefix) if m.get("id")]
+    return newest_first([row(m, read_verdicts(storage, prefix, str(m["id"])))
+                         for m in list_manifests(storage, prefix) if m.get("id")])
+
+
+def newest_first(rows: Sequence[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (r.date or 0.0, r.experiment), reverse=True)
 
 

@@ -52,6 +52,7 @@ SCHEMA = "marin-verdicts/v1"
 COMPUTED, PERSON = "computed", "person"
 TAIL_BYTES = 256 * 1024
 DEFAULT_FILES = ("eval.json", "metrics.jsonl")
+EPSILON = 1e-12  # floating-point noise: 1.30 - 1.25 must meet min_effect=0.05 whichever way it rounds
 
 
 def verdicts_path(prefix: str, experiment_id: str) -> str:
@@ -249,7 +250,7 @@ def judge_criterion(exp: _Experiment, c: dict[str, Any]) -> Judged:
     if not math.isfinite(ref):
         return _replace(base, value=value, baseline_value=ref, reason="the baseline is not finite")
     effect = (ref - value) if base.better == "lower" else (value - ref)
-    met = math.isfinite(effect) and effect >= base.min_effect
+    met = math.isfinite(effect) and effect >= base.min_effect - EPSILON
     return _replace(base, value=value, baseline_value=ref, effect=effect if math.isfinite(effect) else None,
                     met=met, reason="" if math.isfinite(value) else "the value is not finite (diverged)")
 
