@@ -30,7 +30,8 @@ def client(notebook_prefix: tuple[str, dict[str, str]]) -> Iterator[TestClient]:
 Prefix = tuple[str, dict[str, str]]
 
 
-def test_the_catalogue_lists_every_experiment_with_counts(client: TestClient, notebook_prefix: Prefix) -> None:
+def test_the_catalogue_lists_every_experiment_with_counts(client: TestClient,
+                                                          notebook_prefix: Prefix) -> None:
     data = client.get("/api/catalogue").json()
     assert data["headline"] == ("7 ideas: 2 worked, 1 did not work, 1 mixed, 1 inconclusive, "
                                 "1 not evaluated, 1 infra failure")
