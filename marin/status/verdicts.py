@@ -293,9 +293,11 @@ def judge(storage: Storage, prefix: str, manifest: dict[str, Any], *, run_id: st
 # ---- recording ------------------------------------------------------------------------------------------
 
 
-def _same_numbers(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _repeats(doc: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether computed `entry` says what the last computed entry of `doc` said (outcome, note, numbers)."""
+    last = next((e for e in reversed(doc.get("history") or []) if e.get("source") == COMPUTED), None)
     keys = ("outcome", "note", "criteria", "notebook_sha256")
-    return all(a.get(k) == b.get(k) for k in keys)
+    return last is not None and all(last.get(k) == entry.get(k) for k in keys)
 
 
 def record(storage: Storage, prefix: str, experiment_id: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -303,16 +305,17 @@ def record(storage: Storage, prefix: str, experiment_id: str, entry: dict[str, A
     current); returns the file's new content."""
     if entry.get("outcome") not in OUTCOMES:
         raise ValueError(f"verdict outcome {entry.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
+    existing = read_verdicts(storage, prefix, experiment_id)
+    if existing is not None and entry["source"] == COMPUTED and _repeats(existing, entry):
+        return existing  # a re-run that changed nothing writes nothing
     out: dict[str, Any] = {}
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"schema": SCHEMA, "experiment": experiment_id, "current": None, "history": []}
         history = data.setdefault("history", [])
-        if entry["source"] == COMPUTED:
-            last = next((e for e in reversed(history) if e.get("source") == COMPUTED), None)
-            if last is not None and _same_numbers(last, entry):
-                out.update(data)
-                return data
+        if entry["source"] == COMPUTED and _repeats(data, entry):
+            out.update(data)
+            return data
         history.append(entry)
         current = data.get("current")
         if entry["source"] == PERSON or not (isinstance(current, dict) and current.get("source") == PERSON):

@@ -229,3 +229,20 @@ def test_verdict_cli_refuses_an_unknown_experiment(marin_prefix: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert marin_main(["verdict", "nope", "worked", "--prefix", marin_prefix]) == 2
     assert "experiment 'nope' is not under" in capsys.readouterr().err
+
+
+def test_hello_world_declares_its_criterion_in_its_docstring_and_it_works(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    prefix = str(tmp_path / "out")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-m", "marin", "run", "experiments/hello_world.py", "--prefix", prefix,
+                    "--backend", "local"], check=True, capture_output=True, env=env, cwd=root)
+    listing = subprocess.run([sys.executable, "-m", "marin", "catalogue", "--prefix", prefix, "--format",
+                              "json"], check=True, capture_output=True, text=True, env=env, cwd=root).stdout
+    [row] = json.loads(listing)["experiments"]
+    assert row["outcome"] == "worked" and row["tags"] == ["demo"] and "exactly 45" in row["hypothesis"]
+    assert "total.json/total 45 vs 44" in row["deciding"]
