@@ -82,6 +82,23 @@ def test_two_criteria_one_met_give_mixed_and_baselines_of_every_kind(run_marin: 
     assert current["outcome"] == "mixed" and current["note"] == "3 of 4 criteria met"
 
 
+def test_a_baseline_from_another_experiments_record(run_marin: Run) -> None:
+    base, new = evals(1.30, 1.20)
+    first = run_marin([base, new], hypothesis=HYPOTHESIS, criterion=bpb(base))
+    better = Step(name="eval/new", fn=write_eval, config=EvalConfig(this_output_path(), 1.12))
+    second = run_marin([better], hypothesis="beats the first experiment's 1.20 by 0.05",
+                       criterion=Criterion("eval/new:macro.bpb", "lower", first.experiment_id, 0.05),
+                       script="tests/second.py")
+    [c] = verdict_of(second)["current"]["criteria"]
+    assert (c["value"], c["baseline_value"], c["met"]) == (1.12, 1.20, True)
+    assert c["baseline"] == f"experiment {first.experiment_id}"
+    orphan = run_marin([better], hypothesis="against nothing", script="tests/third.py",
+                       criterion=Criterion("eval/new:macro.bpb", "lower", "nobody-00000000"))
+    current = verdict_of(orphan)["current"]
+    assert current["outcome"] == "not_evaluated"
+    assert current["note"] == "baseline: no experiment nobody-00000000 under the prefix"
+
+
 def test_a_missing_metric_gives_not_evaluated(run_marin: Run) -> None:
     base, new = evals()
     result = run_marin([base, new], hypothesis=HYPOTHESIS, criterion=bpb(base, path="macro.nothing"))
