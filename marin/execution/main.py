@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from marin.definition.criterion import Criterion, declare
+from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
@@ -280,11 +280,11 @@ def executor_main(
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_flags(args)
     mode = CLI_MODE.get()
-    if mode in ("plan", "status"):
-        return _report(steps, cfg, mode)
+    doc = getattr(sys.modules.get("__main__"), "__doc__", None)
+    if mode in ("plan", "status"):  # `marin plan` checks the notebook against the DAG too
+        return _report(steps, cfg, mode, declare(hypothesis, criterion, tags, doc))
     if mode == "describe":
         return _describe(steps, cfg, issue)
-    doc = getattr(sys.modules.get("__main__"), "__doc__", None)
     result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
                             description=description, publishers=publishers, args=args,
                             hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
@@ -322,8 +322,9 @@ def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None)
     return RunResult("", experiment_id, cfg.resolved_prefix(), "DESCRIBE", empty, {}, [], [], "")
 
 
-def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunResult:
+def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook: Notebook) -> RunResult:
     graph = build_graph(steps)
+    freeze(notebook, graph)  # the definition errors `run` would raise
     prefix = normalize_prefix(cfg.resolved_prefix())
     storage = storage_for(prefix)
     plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)

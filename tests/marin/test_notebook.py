@@ -263,3 +263,24 @@ def test_hello_world_declares_its_criterion_in_its_docstring_and_it_works(tmp_pa
     [row] = json.loads(listing)["experiments"]
     assert row["outcome"] == "worked" and row["tags"] == ["demo"] and "exactly 45" in row["hypothesis"]
     assert "total.json/total 45 vs 44" in row["deciding"]
+
+
+def test_marin_plan_checks_the_docstring_criterion_against_the_dag(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "exp9_bad.py"
+    script.write_text('''"""exp9.
+
+Hypothesis: something.
+
+Criterion: eval/missing:macro.bpb lower than 1.0
+"""
+from marin import Step, executor_main, this_output_path
+from tests.marin.notebook_fns import EvalConfig, write_eval
+
+new = Step(name="eval/new", fn=write_eval, config=EvalConfig(this_output_path(), 1.2))
+if __name__ == "__main__":
+    executor_main([new])
+''')
+    assert marin_main(["plan", str(script), "--prefix", str(tmp_path / "out")]) == 2
+    assert "names step 'eval/missing', which is not in this experiment's DAG" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
