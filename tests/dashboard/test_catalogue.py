@@ -60,6 +60,7 @@ def test_the_catalogue_filters_by_outcome_and_tag(client: TestClient,
     assert {r["experiment"] for r in router["experiments"]} == {ids["worked"], ids["infra_failure"]}
     page = client.get("/catalogue", params={"outcome": "did_not_work"})
     assert page.status_code == 200 and ids["did_not_work"] in page.text and ids["worked"] not in page.text
+    assert ">worked 2</a>" in page.text and "<strong>1 idea: 1 did not work</strong>" in page.text
     bad = client.get("/api/catalogue", params={"outcome": "great"})
     assert bad.status_code == 400 and "unknown outcome(s) great" in bad.json()["detail"]
 

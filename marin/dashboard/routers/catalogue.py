@@ -82,12 +82,13 @@ def experiment_notebook(experiment_id: str, dash: Dash) -> dict[str, Any]:
 @router.get("/catalogue", response_class=HTMLResponse, include_in_schema=False)
 def catalogue_page(request: Request, dash: Dash, outcome: Outcomes = None, tag: Tags = None) -> HTMLResponse:
     shown = rows(dash, outcome, tag)
+    by_tag = rows(dash, None, tag)  # the outcome badges count every outcome, so each is a useful filter
     query = urlencode([("outcome", o) for o in outcome or [] if o] + [("tag", t) for t in tag or [] if t])
     every_tag = sorted({t for m in dash.experiments.manifests() for t in
                         ((m.get("notebook") or {}).get("tags") or []) if isinstance(t, str)})
     return page(request, "catalogue.html", {
         "prefix": dash.prefix, "rows": shown, "headline": catalogue.headline(shown),
-        "counts": catalogue.counts(shown), "outcomes": OUTCOMES, "words": catalogue.OUTCOME_WORDS,
+        "counts": catalogue.counts(by_tag), "outcomes": OUTCOMES, "words": catalogue.OUTCOME_WORDS,
         "selected": {"outcome": [o for o in outcome or [] if o], "tag": [t for t in tag or [] if t]},
         "tags": every_tag, "markdown_url": "/api/catalogue.md" + (f"?{query}" if query else ""),
         "api_url": "/api/catalogue" + (f"?{query}" if query else "")})
