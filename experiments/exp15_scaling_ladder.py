@@ -33,7 +33,7 @@ if SMALL:  # the reduced ladder also uses the tutorial's reduced corpus (read wh
 from experiments.common.progress import ConsoleProgress  # noqa: E402
 from experiments.common.scaling_ladder import build_ladder  # noqa: E402
 from experiments.tutorials.tiny_moe import decontaminated  # noqa: E402
-from marin import Step, executor_main, output_path_of, this_output_path  # noqa: E402
+from marin import Criterion, Step, executor_main, output_path_of, this_output_path  # noqa: E402
 from operators.scaling.ladder import plan_ladder  # noqa: E402
 from operators.scaling.rules import LadderRules  # noqa: E402
 from operators.tokenize import TokenizeConfig, tokenize  # noqa: E402
@@ -78,7 +78,12 @@ ladder = build_ladder(
                  "the byte corpus is large enough that the target sees no repeated data",
                  "seed-to-seed spread at the target is like the rungs' (the interval is widened by it)"))
 
+# The verdict step's record (verdict.json) counts the scored points inside their 90% intervals: every one.
+INSIDE_EVERY_INTERVAL = Criterion(metric=f"{ladder.verdict.name}:verdict.json/hits", better="higher",
+                                  baseline=len(plan.fractions) - 1, min_effect=1)
+
 if __name__ == "__main__":
     executor_main(steps=ladder.rung_steps if STAGE == "rungs" else ladder.steps,
                   description="exp15: a scaling ladder pre-registers the target's held-out loss",
+                  criterion=None if STAGE == "rungs" else INSIDE_EVERY_INTERVAL, tags=("scaling",),
                   issue=ISSUE, publishers=[ConsoleProgress()])

@@ -33,7 +33,7 @@ import dataclasses
 
 from experiments.common.progress import ConsoleProgress
 from experiments.tutorials.tiny_moe import SMALL, TINY_MOE, tiny_moe, tiny_moe_eval
-from marin import Step, executor_main, output_path_of, this_output_path
+from marin import Criterion, Step, executor_main, output_path_of, this_output_path
 from operators.evaluate import evaluate
 from operators.train import TrainConfig, WarmStartConfig, train
 
@@ -95,9 +95,19 @@ control_warm_eval = Step(
     config=dataclasses.replace(tiny_moe_eval.config, checkpoint=output_path_of(control_warm)),
 )
 
+# "Ends no worse than the control": held-out bits per byte (both domains together) no higher than the
+# control's; and the recovery: the final training loss within 0.05 nats of the control's.
+CRITERIA = [
+    Criterion(metric="eval/exp16-qknorm_warm:macro.bpb", better="lower", baseline=control_warm_eval,
+              min_effect=0.0),
+    Criterion(metric="train/exp16-qknorm_warm:loss", better="lower", baseline=control_warm, min_effect=-0.05),
+]
+
 if __name__ == "__main__":
     executor_main(
         steps=[qknorm_warm_eval, control_warm_eval],
+        criterion=CRITERIA,
+        tags=("qk_norm", "warm_start", "stability"),
         description="exp16: QK-norm warm start (the 32B rescue) vs the same warm start without it",
         publishers=[ConsoleProgress()],
     )

@@ -8,6 +8,11 @@ the 4,096-entry model on held-out python (with MARIN_TUTORIAL_SMALL=1 the tutori
 entries, so there the comparison runs the other way). Bits per byte, unlike loss per token, compares models
 with different tokenizers on the same footing.
 
+Criterion: eval/tiny_moe-bpe2048:domains.python.bpb higher than eval/tiny_moe by at least 0.05
+Tags: tokenizer, moe
+
+(`higher` is the direction the hypothesis predicts: here that the change costs bits per byte.)
+
 Only what depends on the tokenizer is new: ingest and decontaminate are the tutorial's steps (same hashes, so
 `skip` once the tutorial ran); the tokenizer, the token caches, the model and its evaluation get new steps.
 The tutorial's own evaluation is part of this experiment, so one run lines both models up.

@@ -1,6 +1,11 @@
 """Hello world: two steps, the smallest complete experiment (and what CI runs end to end).
 
-Hypothesis: the executor runs `demo/numbers` and then `demo/total`, and a second run reuses both results.
+Hypothesis: the executor runs `demo/numbers` and then `demo/total`, which adds the numbers 0..9 up to exactly
+45, and a second run reuses both results.
+
+Criterion: demo/total:total.json/total higher than 44 by at least 1
+Criterion: demo/total:total.json/total lower than 46 by at least 1
+Tags: demo
 
     marin run experiments/hello_world.py --backend local       # or: python experiments/hello_world.py
     marin plan experiments/hello_world.py --format json        # what would run, and why
@@ -38,7 +43,7 @@ class SumConfig:
     input_path: str
     """The numbers file to add up."""
     output_path: str
-    """Where total.txt goes."""
+    """Where total.txt (and total.json, the number the criterion reads) go."""
 
 
 def sum_numbers(cfg: SumConfig) -> None:
@@ -46,6 +51,8 @@ def sum_numbers(cfg: SumConfig) -> None:
         total = sum(int(line) for line in f if line.strip())
     with fsspec.open(f"{cfg.output_path}/total.txt", "w", auto_mkdir=True) as f:
         f.write(f"{total}\n")
+    with fsspec.open(f"{cfg.output_path}/total.json", "w") as f:
+        f.write(f'{{"total": {total}}}\n')
     print(f"total = {total}")
 
 

@@ -30,6 +30,8 @@ commands:
   submit SCRIPT [flags]   run the experiment's driver on a Ray cluster as a job (marin submit --help)
   jobs list|logs|stop     the experiments' jobs on a Ray cluster (marin jobs --help)
   predictions [--prefix]  every pre-registered prediction, its verdict and the interval hit rate
+  verdict EXP [OUTCOME]   show, set (--note, --by) or --recompute an experiment's verdict (docs/notebook.md)
+  catalogue [--prefix]    every experiment's hypothesis and verdict (--outcome, --tag, --format markdown)
 
 flags (also accepted by `python SCRIPT ...`):
 """
@@ -37,7 +39,8 @@ flags (also accepted by `python SCRIPT ...`):
 DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "submit": "marin.cluster.submit",
              "jobs": "marin.cluster.jobs_cli",
-             "predictions": "marin.tracking.predictions_cli"}
+             "predictions": "marin.tracking.predictions_cli",
+             "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -112,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs, predictions",
+              "submit, jobs, predictions, verdict, catalogue",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

@@ -9,6 +9,12 @@ mixture of two sources, the Python standard library's source code (`python`) and
 clearly lower for `python` than for `prose`, even though the mixture gives prose 25% of the training rows (50%
 in a cooldown stage over the last fifth of the steps) instead of its natural ~4% of the text.
 
+Criterion: eval/tiny_moe:domains.python.bpb lower than eval/tiny_moe:domains.prose.bpb by at least 0.2
+Tags: tutorial, moe, mixture
+
+(The criterion is the verdict the run records: `marin catalogue`, the issue's `marin:worked` label. The full
+run ended at 1.636 bits per byte on python and 2.079 on prose, docs/tutorial.md.)
+
     python experiments/tutorials/tiny_moe.py                 # embedded Ray; or: marin run ... --backend local
     marin plan experiments/tutorials/tiny_moe.py              # what would run, and why
     marin dashboard                                           # every step, log, curve and the issue

@@ -203,6 +203,11 @@ class ExperimentIndex:
         self.refresh()
         return sorted({s.user for _, _, s in self._manifests.values() if s.user})
 
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every readable manifest (kept fresh like the list), for views built on them (the catalogue)."""
+        self.refresh()
+        return [m for _, m, _ in self._manifests.values()]
+
     def manifest(self, key: str) -> tuple[dict[str, Any], ExperimentSummary] | None:
         self.refresh()
         found = self._manifests.get(key)

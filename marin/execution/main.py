@@ -25,11 +25,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
+from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
 from marin.execution.state import StepState
 from marin.execution.views import RunViews, summary
@@ -128,18 +130,26 @@ def run_experiment(
     script: str | None = None,
     args: Sequence[str] = (),
     verbose: bool = True,
+    hypothesis: str | None = None,
+    criterion: Criterion | Sequence[Criterion] | None = None,
+    tags: Sequence[str] | None = None,
+    script_doc: str | None = None,
 ) -> RunResult:
     """Plan and run `steps` (and everything they depend on) with the settings in `config` (the flags of
     `executor_main`; `ExecutorMainConfig()` when not given). Never raises for a failed step: see `.status`.
 
     `publishers` are added to the default ones; `script` (default: the running script) names the
-    experiment, `args` are recorded in the manifest; `verbose` prints the plan and the summary."""
+    experiment, `args` are recorded in the manifest; `verbose` prints the plan and the summary.
+    `hypothesis`, `criterion` and `tags` are the lab notebook's declaration (docs/notebook.md), each
+    falling back to its form in `script_doc` (the script's module docstring); frozen by the first run."""
     config = config or ExecutorMainConfig()
     t0 = time.time()
     script = script or script_path()
+    notebook = declare(hypothesis, criterion, tags, script_doc)  # checked before anything else
     # git runs as a subprocess (~4 ms): let it work while the DAG is hashed and planned. It only reads.
     prov_of = None if config.dry_run else provenance_started(script)
     graph = build_graph(steps)  # definition errors surface here, before any I/O
+    frozen = freeze(notebook, graph)
     prefix = normalize_prefix(config.resolved_prefix())
     storage = storage_for(prefix)
     issue_ref = (IssueRef.parse(config.issue) if config.issue else None) or IssueRef.from_script(script)
@@ -155,14 +165,14 @@ def run_experiment(
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
                          "dry run: nothing written")
     assert prov_of is not None  # started above for every run that is not a dry run
-    result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args)
+    result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
     return result
 
 
 def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,
              started: float, provenance: Callable[[], dict[str, Any]], publishers: Sequence[Publisher],
-             args: Sequence[str]) -> RunResult:
+             args: Sequence[str], notebook: dict[str, Any] | None) -> RunResult:
     """Check resources, write the manifest, run the executor, publish and record the outcome."""
     completions: Completions = queue.SimpleQueue()
     # When every step is already settled nothing is ever submitted: do not start (or join) Ray just to skip.
@@ -176,7 +186,8 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
                              prov)
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
-                           steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args))
+                           steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),
+                           notebook=notebook)
         pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
@@ -194,6 +205,7 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             ended = time.time()
+            judge_run(storage, run.prefix, run.experiment_id, run.run_id, pset.errors)
             views.final(status, ended)
             manifest.end_run(storage, run.prefix, run.experiment_id, run.run_id, status, pset.errors)
     finally:
@@ -256,18 +268,26 @@ def executor_main(
     issue: str | None = None,
     publishers: Sequence[Publisher] = (),
     argv: Sequence[str] | None = None,
+    hypothesis: str | None = None,
+    criterion: Criterion | Sequence[Criterion] | None = None,
+    tags: Sequence[str] | None = None,
 ) -> RunResult:
     """Entry point of an experiment script: parse the flags (`python SCRIPT --prefix ... --dry-run`), then
-    plan and run. Raises ExperimentFailedError (chained to the first step's error) if any step failed."""
+    plan and run. Raises ExperimentFailedError (chained to the first step's error) if any step failed.
+
+    `hypothesis`, `criterion` (a Criterion or several) and `tags` declare what the experiment tests and how
+    its verdict is decided (docs/notebook.md); each may instead be written in the script's docstring."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse_flags(args)
     mode = CLI_MODE.get()
-    if mode in ("plan", "status"):
-        return _report(steps, cfg, mode)
+    doc = getattr(sys.modules.get("__main__"), "__doc__", None)
+    if mode in ("plan", "status"):  # `marin plan` checks the notebook against the DAG too
+        return _report(steps, cfg, mode, declare(hypothesis, criterion, tags, doc))
     if mode == "describe":
         return _describe(steps, cfg, issue)
     result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
-                            description=description, publishers=publishers, args=args)
+                            description=description, publishers=publishers, args=args,
+                            hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
     if result.status == "FAILED":
         error = ExperimentFailedError(result.summary, result.failures)
         first = result.failures[0] if result.failures else None
@@ -302,8 +322,9 @@ def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None)
     return RunResult("", experiment_id, cfg.resolved_prefix(), "DESCRIBE", empty, {}, [], [], "")
 
 
-def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str) -> RunResult:
+def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook: Notebook) -> RunResult:
     graph = build_graph(steps)
+    freeze(notebook, graph)  # the definition errors `run` would raise
     prefix = normalize_prefix(cfg.resolved_prefix())
     storage = storage_for(prefix)
     plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.errors import StorageError
+from marin.errors import StepDefinitionError, StorageError
 from marin.status.files import json_text, read_json
 from marin.storage.base import Storage
 
@@ -45,6 +45,8 @@ def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None
                        "loop")
 
 
+update_json = _update  # the same compare-and-swap update, for the other records under experiments/ (verdicts)
+
 EXPERIMENTS_DIR = "experiments"  # under the prefix: one manifest per experiment
 
 
@@ -52,14 +54,38 @@ def manifest_path(prefix: str, experiment_id: str) -> str:
     return join(prefix, f"{EXPERIMENTS_DIR}/{experiment_id}.json")
 
 
+class NotebookFrozenError(StepDefinitionError):
+    """A run declares a hypothesis or criterion other than the one its experiment id was first run with."""
+
+
+def _freeze_notebook(data: dict[str, Any], experiment_id: str, notebook: dict[str, Any] | None,
+                     run_id: str, now: float) -> None:
+    """Record `notebook` (hypothesis, criteria, tags: marin/execution/notebook.py) the first time one is
+    declared; refuse a different one later (docs/notebook.md, "Frozen at launch")."""
+    if notebook is None:
+        return
+    frozen = data.get("notebook")
+    if isinstance(frozen, dict) and frozen.get("sha256") != notebook.get("sha256"):
+        raise NotebookFrozenError(
+            f"experiment {experiment_id} was first run with another hypothesis/criterion (notebook sha256 "
+            f"{str(frozen.get('sha256'))[:12]}, frozen by run {frozen.get('frozen_by')}); this run declares "
+            f"{str(notebook.get('sha256'))[:12]}. A hypothesis is never edited after launch. Fix: restore "
+            f"the recorded one (hypothesis: {str(frozen.get('hypothesis'))[:120]!r}), or register a new "
+            "experiment by renaming the script (the experiment id is the script's stem plus the DAG's hash)")
+    if not isinstance(frozen, dict):
+        data["notebook"] = {**notebook, "frozen": now, "frozen_by": run_id}
+
+
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
-              args: list[str], now: float | None = None) -> None:
-    """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock."""
+              args: list[str], now: float | None = None, notebook: dict[str, Any] | None = None) -> None:
+    """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock.
+    `notebook` is frozen into it by the first run that declares one (NotebookFrozenError on a change)."""
     now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "created": now, "runs": []}
+        _freeze_notebook(data, experiment_id, notebook, run_id, now)
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marin.status.publisher import RunView, StepView
+from marin.tracking.notebook import notebook_section
 from marin.tracking.outputs import StepOutputs
 from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
@@ -137,9 +138,10 @@ def _interruptions_section(shown: Sequence[StepView], outputs: Callable[[StepVie
 
 def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOutputs],
            manifest: Mapping[str, Any] | None = None, dashboard_url: str | None = None,
-           now: float | None = None) -> str:
+           now: float | None = None, verdicts: Mapping[str, Any] | None = None) -> str:
     """The comment body for ``run``; ``outputs`` reads a shown step's results; ``manifest`` (the experiment
-    manifest, when written) gives the git commit, the user and the earlier runs. The result is redacted."""
+    manifest, when written) gives the git commit, the user, the earlier runs and the hypothesis;
+    ``verdicts`` (the experiment's verdicts.json) the verdict. The result is redacted."""
     manifest = manifest or {}
     history = [r for r in manifest.get("runs") or [] if isinstance(r, dict)]
     now = time.time() if now is None else now
@@ -162,6 +164,7 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
                  f"issue {issue_ref}")
     if run.description.strip():
         lines += ["", "> " + "\n> ".join(run.description.strip().splitlines()[:5])]
+    lines += notebook_section(manifest, verdicts)  # hypothesis, criterion, verdict (tracking/notebook.py)
     shown, hidden = table_steps(steps)
     lines += ["", "| Step | State | Duration | Attempts | Output | W&B | Key metrics |",
               "|---|---|---|---|---|---|---|"]

@@ -31,6 +31,7 @@ from marin.status.publisher import RunView, StepView
 from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
 from marin.tracking.comment import RUN_LABELS, marker, render
 from marin.tracking.local import LocalTracker
+from marin.tracking.notebook import set_verdict_label
 from marin.tracking.outputs import StepOutputs, read_step_outputs
 from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
@@ -181,12 +182,16 @@ class IssuePublisher:
         self._last_view = run
         self._last_tracking = tracking_section([s for s in run.steps if s.status == "RUNNING"])
         self._ensure_issue(run)
+        verdicts = self._read(f"{run.prefix.rstrip('/')}/experiments/{run.experiment_id}/verdicts.json")
         body = render(run, issue_ref=self.issue_ref, outputs=self._outputs, manifest=self._manifest(run),
-                      dashboard_url=self._dashboard_link(run), now=self.clock())
+                      dashboard_url=self._dashboard_link(run), now=self.clock(), verdicts=verdicts)
         if body != self._last_body:
             self._write_comment(run, body)
             self._last_body = body
         self._set_labels(run.status)
+        current = verdicts.get("current") if isinstance(verdicts.get("current"), dict) else {}
+        if self._labels is not None and current:
+            self._labels = set_verdict_label(self.tracker, self.number, self._labels, current.get("outcome"))
         self.api_flushes += 1
 
     def _ensure_issue(self, run: RunView) -> None:
@@ -262,16 +267,17 @@ class IssuePublisher:
         return outputs
 
     def _manifest(self, run: RunView) -> Mapping[str, Any]:
-        path = f"{run.prefix.rstrip('/')}/experiments/{run.experiment_id}.json"
+        return self._read(f"{run.prefix.rstrip('/')}/experiments/{run.experiment_id}.json")
+
+    def _read(self, path: str) -> dict[str, Any]:
+        """A record under experiments/ (manifest, verdicts), or {} when absent or unreadable."""
         try:
             with fsspec.open(path, "r") as handle:
                 data = json.load(handle)
         except FileNotFoundError:
             return {}  # the executor has not written the manifest yet
         except ValueError as exc:  # a damaged manifest must not stop the status from being published
-            logger.warning("commit and run history of %s omitted: manifest %s unreadable: %s",
-                           run.experiment_id,
-                           path, exc)
+            logger.warning("%s unreadable, omitted from the status comment: %s", path, exc)
             return {}
         return data if isinstance(data, dict) else {}
 

@@ -301,3 +301,57 @@ def test_progress_bars_in_a_log_show_their_latest_state(
     shown = page.locator("#log").text_content()
     assert shown == "epoch 1\ntrain 100%|##########|\nwindows line\ndone 50%\nend\n", shown
     assert page.errors == []
+
+
+@pytest.fixture(scope="module")
+def notebook_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    """The catalogue prefix (one experiment per outcome, and hostile text: tests/fakes/notebook_prefix.py)
+    served by `marin dashboard` in a subprocess."""
+    from tests.fakes.notebook_prefix import write_notebook_prefix
+
+    prefix = tmp_path_factory.mktemp("notebook")
+    ids = write_notebook_prefix(str(prefix))
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-m", "marin.dashboard.cli", "--prefix", str(prefix), "--port",
+                               str(port), "--log-level", "warning"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            urllib.request.urlopen(url + "/api/catalogue", timeout=2).read()
+            return True
+        except OSError:
+            return False
+
+    try:
+        _wait(up, f"the dashboard on {url}", server, timeout=30)
+        yield url, ids
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_catalogue_filters_and_hostile_hypotheses_stay_text(notebook_served: tuple[str, dict[str, str]],
+                                                            page: Any) -> None:
+    from urllib.parse import quote
+
+    from playwright.sync_api import expect
+
+    url, ids = notebook_served
+    page.goto(url + "/catalogue")
+    expect(page.locator("#headline")).to_have_text(
+        "7 ideas: 2 worked, 1 did not work, 1 mixed, 1 inconclusive, 1 not evaluated, 1 infra failure")
+    expect(page.locator("#catalogue tbody tr")).to_have_count(7)
+    expect(page.locator(f"tr:has-text('{ids['hostile']}') td.desc").first).to_contain_text(
+        "hostile <script>alert('xss')</script> and <img src=x onerror=alert(1)> | pipe")
+    page.select_option("select[name=outcome]", "worked")
+    page.locator("form.filters button").click()
+    expect(page.locator("#catalogue tbody tr")).to_have_count(2)
+    page.screenshot(path=str(ARTIFACTS / "catalogue-worked.png"), full_page=True)
+    page.goto(url + "/experiments/" + quote(ids["hostile"], safe=""))
+    expect(page.locator("#notebook .note")).to_have_text("note <script>alert('xss')</script> "
+                                                         "<img src=x onerror=alert(1)>")
+    assert page.locator("img").count() == 0
+    assert page.errors == []  # no alert dialog ran, no failed request

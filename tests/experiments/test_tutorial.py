@@ -110,6 +110,13 @@ def test_tutorial_declares_its_issue_and_publishes_status(tutorial: TutorialRun)
     assert "marin:succeeded" in tracker.get_issue(1).labels
     comments = tracker.list_comments(1)
     assert len(comments) == 1 and "eval/tiny_moe" in comments[0].body
+    # the lab notebook: the docstring's hypothesis and criterion frozen, the verdict judged from eval.json
+    manifest = read_json(str(manifests[0]))
+    assert manifest["notebook"]["criteria"][0]["metric"] == "eval/tiny_moe:domains.python.bpb"
+    verdict = read_json(f"{tutorial.prefix}/experiments/{manifest['id']}/verdicts.json")["current"]
+    assert verdict["outcome"] in ("worked", "did_not_work") and verdict["criteria"][0]["value"] > 0
+    assert f"marin:{verdict['outcome']}" in tracker.get_issue(1).labels
+    assert "#### Hypothesis and verdict" in comments[0].body
 
 
 def test_tutorial_shows_up_on_the_dashboard(tutorial: TutorialRun) -> None:

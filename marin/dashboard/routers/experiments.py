@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
+from marin.dashboard.routers.catalogue import notebook_view
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
 
 router = APIRouter()
@@ -111,5 +112,6 @@ def experiments_page(
 def experiment_page(experiment_id: str, request: Request, dash: Dash) -> HTMLResponse:
     detail = get_experiment(experiment_id, dash)
     return page(
-        request, "experiment.html", {"prefix": dash.prefix, "exp": detail}
+        request, "experiment.html",
+        {"prefix": dash.prefix, "exp": detail, "notebook": notebook_view(dash, experiment_id)},
     )
