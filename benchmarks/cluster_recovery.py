@@ -1,33 +1,48 @@
 """Gang start overhead and recovery from a killed node, on a local 3-node Ray cluster (inside scripts/netns).
 
-    scripts/netns .venv/bin/python benchmarks/cluster_recovery.py [--repeats 3] [--jax]
+    scripts/netns .venv/bin/python benchmarks/cluster_recovery.py [--repeats 3] [--jax] [--train 1]
+        [--steps 60 --checkpoint-every 10] [--health-check-period-ms 1000 --health-check-failures 3]
 
 Three one-CPU nodes (the head and two workers, all with a `gang_slot`); every figure is the median of
 `--repeats` runs and every member is a fresh worker process (`max_calls=1`), as on a real cluster:
 
-- `gang_start_overhead_s`: wall time of a no-op gang of 2 (`marin.execution.gang`: placement group, rank 0's
-  free port, two members, teardown) minus that of the same no-op as one `max_calls=1` task.
-- recovery: a gang of 2 runs the step function (with `--jax`, each member first brings up
-  `jax.distributed`); at a random moment (0-2 s after both members started) the worker node of the member
-  that is not on the driver's node is SIGKILLed (its whole session: raylet, object store, workers). Then
-  `detection_s` = kill -> the supervisor's classified result (cause, hosts); `rescheduling_s` = that result ->
-  both members of the next attempt running the function on the two remaining nodes (placement group,
-  port, worker start); `jax_start_s` = members running -> jax.distributed up in all of them (with --jax).
-  The killed node is replaced between repeats.
+- `start`: wall time of a no-op gang of 2 (`marin.execution.gang`: placement group, rank 0's free port, two
+  members, teardown) minus that of the same no-op as one `max_calls=1` task; with where it goes: submit ->
+  both members running, and a bare STRICT_SPREAD placement group of two bundles (create, ready, remove).
+- `recovery` (the gang module alone): a gang of 2 runs the step function (with `--jax`, each member first
+  brings up `jax.distributed`); at a random moment (0-2 s after both members started) the worker node of
+  the member that is not on the driver's node is SIGKILLed (its whole session: raylet, object store,
+  workers). `detection_s` = kill -> the supervisor's classified result; `rescheduling_s` = that result ->
+  both members of the next attempt running on the two remaining nodes; `jax_start_s` = members running ->
+  jax.distributed up in all of them (with --jax). The killed node is replaced between repeats.
+- `training` (`--train N`, through the executor: `run_experiment` on the cluster, the gang step
+  `tests/marin/train_fns.timed_gang_train`: the train operator on the tiny preset, 16 x 128 tokens, a
+  checkpoint every K = `--checkpoint-every` steps, `max_preemptions=3`): a member's node is SIGKILLed once
+  the progress file says a random step in (K, 3K] was reached; the executor classifies, backs off, retries,
+  and the trainer resumes from its checkpoint. From the step's own records: `detection_s` = kill -> the
+  PREEMPTED event; `rescheduling_s` = PREEMPTED -> the next attempt's RUNNING (executor back-off,
+  supervisor, placement group, port, member start); `jax_start_s` = RUNNING -> jax.distributed up in both
+  members; `restore_and_first_step_s` = that -> the first step after the restore (the progress file's
+  `first_step_time`: restore, compile, one step); `kill_to_first_step_s` the whole; the ledger entry
+  (checkpoint, steps redone, restart gap, time lost) and the step's goodput (interruptions.py).
 
-What it does not measure: the trainer restoring a checkpoint and its first step after restore (a gang
-training the tiny preset needs the multi-host trainer, another branch of this issue); `steps_redone` and
-`goodput` are therefore not printed. The executor's own back-off between attempts is not included here.
+`--health-check-period-ms` / `--health-check-failures` set Ray's node health check on the test cluster
+(`RAY_health_check_period_ms`, `RAY_health_check_failure_threshold`; Ray's defaults 3000 ms and 5): how
+soon the GCS declares a SIGKILLed node dead bounds detection, since the gang supervisor waits for that
+verdict to tell a lost node from a failure (gang.py). The executor's back-off is in `rescheduling_s` of the
+training figures only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,26 +69,43 @@ def _submit(ray: Any, out: Path, *, size: int, sleep_s: float, use_jax: bool, re
     )
 
 
-def _start_overhead(ray: Any, work: Path, repeats: int) -> dict[str, float]:
+def _start_overhead(ray: Any, work: Path, repeats: int) -> dict[str, Any]:
     from tests.marin.gang_fns import PidConfig, write_pid
 
     single = ray.remote(max_calls=1)(write_pid).options(num_cpus=0, resources={"gang_slot": 1}, max_retries=0)
-    gang_s, task_s = [], []
+    gang_s, task_s, entered_s, pg_s = [], [], [], []
     for i in range(repeats):
         t0 = time.perf_counter()
+        w0 = time.time()
         result = ray.get(
             _submit(ray, work / f"noop-gang-{i}", size=2, sleep_s=0, use_jax=False, release=None)
         )
         gang_s.append(time.perf_counter() - t0)
         assert result.ok, result
+        entered_s.append(max(r["entered"] for r in _wait_ranks(work / f"noop-gang-{i}", 2)) - w0)
         t0 = time.perf_counter()
         ray.get(single.remote(PidConfig(output_path=str(work / f"noop-task-{i}"))))
         task_s.append(time.perf_counter() - t0)
+        pg_s.append(_placement_group_s(ray))
     return {
         "gang_of_2_s": statistics.median(gang_s),
         "single_task_s": statistics.median(task_s),
         "gang_start_overhead_s": statistics.median(gang_s) - statistics.median(task_s),
+        "gang_to_members_running_s": statistics.median(entered_s),
+        "placement_group_s": statistics.median(pg_s),
+        "runs": {"gang_s": gang_s, "task_s": task_s, "members_running_s": entered_s},
     }
+
+
+def _placement_group_s(ray: Any) -> float:
+    """Create, wait for and remove a STRICT_SPREAD group of two gang bundles (the gang's reservation)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    t0 = time.perf_counter()
+    pg = placement_group([{"gang_slot": 1}, {"gang_slot": 1}], strategy="STRICT_SPREAD")
+    ray.get(pg.ready())
+    remove_placement_group(pg)
+    return time.perf_counter() - t0
 
 
 def _wait_ranks(out: Path, size: int, timeout: float = 300) -> list[dict[str, Any]]:
@@ -117,13 +149,164 @@ def _recovery(ray: Any, cluster: LocalCluster, work: Path, i: int, use_jax: bool
     return row
 
 
-def main() -> int:
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_progress(out: Path, step: int, thread: threading.Thread, timeout: float = 900) -> dict[str, Any]:
+    deadline = time.time() + timeout
+    while True:
+        progress = _read_json(out / ".marin/progress.json") or {}
+        if (progress.get("step") or 0) >= step:
+            return progress
+        if not thread.is_alive() or time.time() > deadline:
+            raise RuntimeError(f"the training step at {out} never reached step {step}")
+        time.sleep(0.05)
+
+
+def _train_step(work: Path, i: int, args: argparse.Namespace) -> Any:
+    from marin import Step, this_output_path
+    from marin.definition.step import Resources
+    from tests.marin.train_fns import TimedTrainConfig, timed_gang_train
+
+    return Step(
+        name=f"bench/train-{i}",
+        fn=timed_gang_train,
+        config=TimedTrainConfig(
+            output_path=this_output_path(),
+            train_cache=str(work / "cache"),
+            num_steps=args.steps,
+            checkpoint_every=args.checkpoint_every,
+        ),
+        resources=Resources(num_cpus=0, hosts=2, resources={"gang_slot": 1}),
+        max_preemptions=3,
+    )
+
+
+def _run_in_thread(steps: list[Any], prefix: str, address: str) -> tuple[threading.Thread, dict[str, Any]]:
+    from marin import run_experiment
+    from marin.execution.argv import ExecutorMainConfig
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = run_experiment(
+                steps,
+                ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
+                verbose=False,
+                script="benchmarks/cluster_recovery.py",
+            )
+        except BaseException as e:  # reported by the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="bench-driver", daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _training_recovery(cluster: LocalCluster, work: Path, i: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A gang of 2 trains through the executor; a member's node is SIGKILLed at a random step after the
+    first checkpoint; the executor retries it and it resumes from the checkpoint."""
+    step = _train_step(work, i, args)
+    thread, box = _run_in_thread([step], str(work / f"prefix-train-{i}"), cluster.address)
+    k = args.checkpoint_every
+    kill_at = random.randint(k + 1, max(k + 1, min(args.steps - k, 3 * k)))
+    out = _wait_output(work / f"prefix-train-{i}" / "bench", f"train-{i}-", thread)
+    _wait_progress(out, kill_at, thread)
+    import ray
+
+    driver = ray.get_runtime_context().get_node_id()
+    members = [_read_json(p) for p in sorted((out / "timing").glob("*.json"))]
+    victim = next(m["node"] for m in members if m["node_id"] != driver)
+    t_kill = time.time()
+    cluster.nodes[victim].kill()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    cluster.replace(victim)
+    return _recovery_row(out, t_kill, kill_at, box["result"].status_of(step.name), k)
+
+
+def _wait_output(parent: Path, stem: str, thread: threading.Thread, timeout: float = 300) -> Path:
+    deadline = time.time() + timeout
+    while True:
+        found = [p for p in parent.glob(f"{stem}*") if p.is_dir()] if parent.is_dir() else []
+        if found:
+            return found[0]
+        if not thread.is_alive() or time.time() > deadline:
+            raise RuntimeError(f"no output path {parent}/{stem}* appeared")
+        time.sleep(0.1)
+
+
+def _recovery_row(out: Path, t_kill: float, kill_at: int, status: str, k: int) -> dict[str, Any]:
+    from marin.status import interruptions as il
+    from marin.status.files import read_events, read_status
+    from marin.storage import storage_for
+
+    storage = storage_for(str(out))
+    events = read_events(storage, str(out))
+    preempted = next(e for e in events if e["event"] == "PREEMPTED")
+    running2 = next(e for e in events if e["event"] == "RUNNING" and e["attempt"] == preempted["attempt"] + 1)
+    after = [m for m in map(_read_json, (out / "timing").glob("*.json")) if m and m["entered"] > t_kill]
+    jax_up = max(m["jax_up"] for m in after)
+    progress = _read_json(out / ".marin/progress.json")
+    first_step = float(progress["first_step_time"])
+    ledger = il.read_ledger(storage, str(out))
+    [entry] = ledger["interruptions"]
+    wall, lost = il.step_wall_and_lost(read_status(storage, str(out)), ledger)
+    return {
+        "status": status,
+        "cause": entry["cause"],
+        "kill_at_step": kill_at,
+        "checkpoint_every": k,
+        "detection_s": preempted["ts"] - t_kill,
+        "rescheduling_s": running2["ts"] - preempted["ts"],
+        "jax_start_s": jax_up - running2["ts"],
+        "restore_and_first_step_s": first_step - jax_up,
+        "kill_to_first_step_s": first_step - t_kill,
+        "ledger": {key: entry[key] for key in ("step_reached", "checkpoint_step", "resumed_from",
+                                               "steps_redone", "restart_gap_s", "time_lost_s")},
+        "goodput": (wall - lost) / wall if wall else None,
+        "step_wall_s": wall,
+    }
+
+
+def _cluster_env(args: argparse.Namespace) -> dict[str, Any]:
+    """Ray's node health check on the test cluster (the GCS declares a node dead after `threshold` missed
+    checks, `period` apart): Ray's defaults unless given. The nodes inherit this process's environment."""
+    settings = {"period_ms": args.health_check_period_ms, "failure_threshold": args.health_check_failures}
+    for key, value in settings.items():
+        if value is not None:
+            os.environ[f"RAY_health_check_{key}"] = str(value)
+    return {k: v for k, v in settings.items() if v is not None} or {"ray_defaults": True}
+
+
+def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jax", action="store_true", help="members bring up jax.distributed")
-    args = parser.parse_args()
+    parser.add_argument("--train", type=int, default=0, help="runs of the training recovery (0: none)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps of the gang")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="K: the checkpoint interval")
+    parser.add_argument("--health-check-period-ms", type=int, default=None, help="Ray's (default 3000)")
+    parser.add_argument("--health-check-failures", type=int, default=None, help="Ray's threshold (default 5)")
+    parser.add_argument("--skip-gang", action="store_true", help="only the training recovery")
+    return parser.parse_args()
+
+
+def _summary(rows: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
+    return {k: statistics.median(r[k] for r in rows) for k in keys}
+
+
+def main() -> int:
+    args = _parse()
     import ray
 
+    report: dict[str, Any] = {"health_check": _cluster_env(args), "repeats": args.repeats}
     with tempfile.TemporaryDirectory(prefix="cluster-recovery-") as tmp:
         work = Path(tmp)
         cluster = LocalCluster(work)
@@ -131,27 +314,28 @@ def main() -> int:
             cluster.head(resources={"gang_slot": 1})
             for name in ("w1", "w2"):
                 cluster.add(name, resources={"gang_slot": 1})
-            ray.init(address=cluster.address, log_to_driver=False)
-            start = _start_overhead(ray, work, args.repeats)
-            rows = [_recovery(ray, cluster, work, i, args.jax) for i in range(args.repeats)]
+            ray.init(address=cluster.address, log_to_driver=False, namespace="marin")
+            if not args.skip_gang:
+                report["start"] = _start_overhead(ray, work, args.repeats)
+                rows = [_recovery(ray, cluster, work, i, args.jax) for i in range(args.repeats)]
+                keys = ["detection_s", "rescheduling_s"] + (["jax_start_s"] if args.jax else [])
+                report["recovery"] = _summary(rows, keys)
+                report["recovery"]["detection_plus_rescheduling_s"] = (
+                    report["recovery"]["detection_s"] + report["recovery"]["rescheduling_s"]
+                )
+                report["runs"] = rows
+            if args.train:
+                from tests.marin.train_fns import write_random_cache
+
+                write_random_cache(str(work / "cache"), vocab=4096, tokens=400_000)
+                train_rows = [_training_recovery(cluster, work, i, args) for i in range(args.train)]
+                keys = ["detection_s", "rescheduling_s", "jax_start_s", "restore_and_first_step_s",
+                        "kill_to_first_step_s", "goodput"]
+                report["training"] = {"median": _summary(train_rows, keys), "runs": train_rows}
             ray.shutdown()
         finally:
             cluster.close()
-    keys = ["detection_s", "rescheduling_s"] + (["jax_start_s"] if args.jax else [])
-    summary = {k: statistics.median(r[k] for r in rows) for k in keys}
-    summary["detection_plus_rescheduling_s"] = summary["detection_s"] + summary["rescheduling_s"]
-    print(
-        json.dumps(
-            {
-                "start": start,
-                "recovery": summary,
-                "runs": rows,
-                "repeats": args.repeats,
-                "not_measured": ["restore", "first_step_after_restore", "steps_redone", "goodput"],
-            },
-            indent=1,
-        )
-    )
+    print(json.dumps(report, indent=1))
     return 0
 
 

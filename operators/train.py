@@ -34,6 +34,10 @@ the function runs on every host; the trainer joins the members with ``jax.distri
 of all their devices (docs/trainer.md "Multi-host"). Only rank 0 writes ``train_config.json``,
 ``train_result.json``, metrics and W&B; every member returns the same summary.
 
+Progress. When the engine sets ``MARIN_PROGRESS_FILE`` (``{output_path}/.marin/progress.json``), the trainer
+reports its last step, newest complete checkpoint and resume point there (``moe_trainer.progress``), which
+the interruption ledger uses for the checkpoint, the steps redone and the time lost of an interruption.
+
 Runtime fields. Knobs that cannot change results (checkpoint interval, W&B mode, progress bar) are marked
 with the dataclass field metadata ``{"marin.runtime": True}``, which the executor reads to leave them out of
 the step's identity (it is how ``marin.runtime_field`` works); operators never import ``marin``, so they
@@ -265,10 +269,22 @@ def _check_vocab(tc: TrainerConfig) -> None:
             )
 
 
+PROGRESS_ENV = "MARIN_PROGRESS_FILE"  # set by the engine for the attempt that keeps the step's records
+
+
+def with_progress_file(tc: TrainerConfig) -> TrainerConfig:
+    """The trainer config reporting progress to ``$MARIN_PROGRESS_FILE`` when the engine set it: the
+    interruption ledger reads the last step, the newest complete checkpoint and the resume point from it
+    (moe_trainer.progress). A runtime setting: it is not part of this step's config, so not of its identity.
+    """
+    path = os.environ.get(PROGRESS_ENV)
+    return dataclasses.replace(tc, progress_file=path) if path else tc
+
+
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train (or resume) the model; return the trainer's result as a dict (also written to
     train_result.json)."""
-    tc = trainer_config(config)
+    tc = with_progress_file(trainer_config(config))
     _check_vocab(tc)
     out = config.output_path.rstrip("/")
     primary = distributed.is_primary()  # rank 0 of a gang (from MARIN_GANG_RANK), or the only process

@@ -48,6 +48,7 @@ class StepLogFollower:
     def poll(self) -> None:
         from marin.status import files as sf
         from marin.status.files import read_json
+        from marin.status.live_log import read_log
         from marin.status.manifest import manifest_path
 
         data = read_json(self.storage, manifest_path(self.prefix, self.experiment_id)) or {}
@@ -57,7 +58,7 @@ class StepLogFollower:
             if status.get("status") != sf.RUNNING and step["output_path"] not in self.offsets or not attempt:
                 continue
             path = sf.log_path(step["output_path"], attempt)
-            text = self.storage.read_text(path) or ""
+            text = read_log(self.storage, path) or ""  # on an object store: the chunks shipped so far
             seen = self.offsets.get(path, 0)
             if len(text) > seen:
                 for line in text[seen:].splitlines(keepends=True):

@@ -1,10 +1,14 @@
 """The interruption ledger on a local prefix: entries opened at an interruption and completed by the next
-attempt from the step's progress file, totals, and goodput per step and per experiment."""
+attempt from the step's progress file, totals, and goodput per step and per experiment; and the train
+operator's own progress file filling a real training step's entry (local backend, its worker killed)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from marin.status import interruptions as il
 from marin.storage.fs import storage_for
@@ -102,3 +106,40 @@ def test_goodput_is_productive_time_over_wall_time_per_step_and_per_experiment(t
     assert il.ledger_lines(ledger) == [
         "interrupted 1970-01-01 00:00:30 UTC: attempt 1 preempted, attempt 2 from scratch, 40.0 s lost"
     ]
+
+
+@pytest.mark.slow
+def test_a_real_training_step_killed_after_a_checkpoint_fills_its_ledger_entry(
+    run_marin: Any, tmp_path: Path
+) -> None:
+    """The train operator reports progress to $MARIN_PROGRESS_FILE: an attempt killed after its first
+    complete checkpoint gets the checkpoint, and its successor the resume point, the steps redone and the
+    time lost (from the trainer's own timestamps)."""
+    from marin import Step, this_output_path
+    from tests.marin.train_fns import KilledTrainConfig, train_killed_once, write_toy_cache
+
+    step = Step(
+        name="ledger/train",
+        fn=train_killed_once,
+        config=KilledTrainConfig(
+            output_path=this_output_path(),
+            train_cache=write_toy_cache(str(tmp_path / "cache")),
+            counter_file=str(tmp_path / "attempts"),
+        ),
+    )
+    result = run_marin([step])
+    assert result.status_of("ledger/train") == "SUCCESS"
+    out = Path(result.output_path("ledger/train"))
+    [entry] = json.loads((out / ".marin/interruptions.json").read_text())["interruptions"]
+    assert entry["cause"] == "preempted" and entry["resumed_attempt"] == 2
+    checkpoint = entry["checkpoint_step"]
+    assert checkpoint is not None and checkpoint % 5 == 0 and entry["step_reached"] > checkpoint
+    assert entry["resumed_from"] == checkpoint  # attempt 2 restored the checkpoint attempt 1 completed
+    assert entry["steps_redone"] == entry["step_reached"] - checkpoint <= 5
+    assert entry["attempt_started"] < entry["checkpoint_time"] < entry["when"]
+    assert entry["restart_gap_s"] > 0 and entry["time_lost_s"] == pytest.approx(
+        entry["when"] - entry["checkpoint_time"] + entry["restart_gap_s"]
+    )
+    progress = json.loads((out / ".marin/progress.json").read_text())
+    assert (progress["step"], progress["checkpoint_step"], progress["resumed_from"]) == (12, 12, checkpoint)
+    assert (tmp_path / "attempts").read_text().split() == ["1", "2"]

@@ -151,6 +151,12 @@ def test_a_running_steps_log_on_s3_shows_its_lines_while_it_runs(s3_bucket: str,
         step_path = log.removeprefix(prefix + "/").split("/.marin/")[0]
         tail = client.get(f"/api/logs/{step_path}").json()
     assert tail["text"] == "talking 0\ntalking 1\ntalking 2\n" and tail["attempt"] == 1, (tail, step_path)
+    from marin.cluster.jobs_cli import StepLogFollower
+
+    [manifest] = storage.listdir(f"{prefix}/experiments") or []
+    seen: list[str] = []
+    StepLogFollower(prefix, manifest.removesuffix(".json"), seen.append).poll()  # marin jobs logs --steps
+    assert "".join(seen) == "".join(f"[live/talk] talking {i}\n" for i in range(3))
     assert thread.is_alive()  # the step is still running: the lines were read live
     gate.write_text("go")
     thread.join(120)

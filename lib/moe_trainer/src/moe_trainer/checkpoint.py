@@ -145,6 +145,10 @@ class Checkpointer:
             )
         return out["state"]
 
+    def saving(self) -> bool:
+        """Whether a save is still in flight (its checkpoint is not complete yet)."""
+        return bool(self._manager.is_saving_in_progress())
+
     def wait(self) -> None:
         """Block until the in-flight save (if any) is durable."""
         self._manager.wait_until_finished()

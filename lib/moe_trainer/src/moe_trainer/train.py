@@ -16,6 +16,9 @@ first (``distributed.py``), builds the mesh over every process's devices, has ea
 of every global batch, and writes metrics, W&B and eval.json from process 0 only; checkpoints are written and
 restored by all processes together.
 
+Progress: with ``progress_file`` set, process 0 reports the last completed step, the newest complete
+checkpoint and the resume point there (``progress.py``), every couple of seconds and at checkpoints.
+
 Mixed precision: parameters and optimizer state are float32 (master weights); the model computes in
 ``model.compute_dtype`` (bfloat16 on accelerators) with float32 router, norms, logits and loss.
 """
@@ -47,6 +50,7 @@ from moe_trainer.health import HealthConfig
 from moe_trainer.loss import make_lm_loss, make_router_bias_update
 from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_device, train_flops_per_token
 from moe_trainer.model import Model, init_params, param_logical_axes
+from moe_trainer.progress import ProgressFile, read_progress
 from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
 from moe_trainer.step import init_state, make_train_step
 from moe_trainer.warm_start import WarmStartConfig
@@ -140,6 +144,9 @@ class TrainConfig:
     checkpoint of its own. Empty: a fresh initialisation."""
     warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
     """How init_from is mapped: optimizer state reset/carry, data position, new experts, path renames."""
+    progress_file: str | None = None
+    """Where to report progress (last step, newest complete checkpoint, resume point; progress.py) for a
+    scheduler, e.g. the engine's MARIN_PROGRESS_FILE; written by process 0. None: not written."""
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -412,6 +419,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
         state = _restore_or_init(comp, ckpt, config)
         start = int(state["step"])
+        reporter = _progress_file(config, primary, start)
         end = (
             config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         )
@@ -452,6 +460,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 t_prev = t_now
                 rates.append(row["tokens_per_s"])
                 writer.log(row)
+                reporter.step_done(p[0], ckpt.saving())
                 return row
 
             for step in range(start, end):
@@ -482,16 +491,19 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 if checkpoint_now:
                     writer.flush()
                     ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
+                    reporter.checkpoint_started(done)
             if pending is not None:
                 last_row = emit(pending)
             if end > start and end % config.checkpoint.every_steps and end != config.num_steps:
                 # an invocation cut short by run_steps leaves a checkpoint where the next one resumes
                 writer.flush()
                 ckpt.save(end, state, {**meta, "step": end, "time": time.time()})
+                reporter.checkpoint_started(end)
         finally:
             batches.close()
             writer.close()
             ckpt.close()
+            reporter.close()
     if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
         last_row = _last_train_row(f"{out}/metrics.jsonl")
         final_eval = _read_json(f"{out}/eval.json")
@@ -506,6 +518,12 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         skipped_steps=int(state["health"]["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
     )
+
+
+def _progress_file(config: TrainConfig, primary: bool, start: int) -> ProgressFile:
+    """This invocation's progress reporter (progress.py): process 0 writes ``config.progress_file``."""
+    path = config.progress_file if primary else None
+    return ProgressFile(path, start_step=start, previous=read_progress(path) if start else None)
 
 
 def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedConfig) -> Callable[..., Any]:
