@@ -31,7 +31,7 @@ class StepAlerts:
 
     @property
     def active(self) -> list[Alert]:
-        return [a for a in self.alerts if a.active]
+        return [a for a in (*self.alerts, *self.risk_points) if a.active]
 
 
 def step_alerts(store: PrefixStore, rel: str, name: str = "", status: str | None = None,

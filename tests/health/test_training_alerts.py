@@ -108,6 +108,10 @@ def _run(root: Path, name: str, source: Progressions, config: TrainConfig = BASE
     return Run(out, events, rows)
 
 
+# Two compilations of the tiny train step: a few minutes on a loaded 2-core machine (past the default limit)
+pytestmark = pytest.mark.timeout(2400)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """The healthy run with default rules; one run with three faults at separate steps (NaN gradients, a

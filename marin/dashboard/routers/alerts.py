@@ -17,9 +17,11 @@ Dash = Annotated[Dashboard, Depends(get_dashboard)]
 
 @router.get("/api/alerts", tags=["alerts"])
 def alerts(dash: Dash) -> dict[str, Any]:
-    """Active alerts (fired, not resolved; failed risk points; blind watchers), critical first."""
+    """Active alerts (fired, not resolved; failed risk points; blind watchers), critical first; `step` is
+    the training step the alert fired at, `step_path` the step's output path relative to the prefix."""
     rows = active_alerts(dash.store, dash.experiments)
-    return {"active": [{"step": s.path, "name": s.name, "status": s.status, **as_json(a)} for s, a in rows]}
+    return {"active": [{**as_json(a), "step_path": s.path, "step_name": s.name, "step_status": s.status}
+                       for s, a in rows]}
 
 
 @router.get("/api/alerts/{step_path:path}", tags=["alerts"])
