@@ -142,6 +142,9 @@ class Guards(Rule):
     require_update_clipping: bool = True
     require_skip_nonfinite: bool = True
     require_grad_clipping: bool = False
+    min_steps: int = 200
+    """Runs shorter than this are not required to have update-norm clipping arm (a 20-step tutorial run has
+    no history to protect); a guard configured off fires whatever the length."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,11 +398,11 @@ def _guards(rule: Guards, h: History) -> Finding | None:
     arm_at = max(f.update_window // 2, 2)
     if rule.require_update_clipping and f.update_window < 2:
         problems.append(f"update-norm clipping is off (health.update_window={f.update_window})")
-    elif rule.require_update_clipping and arm_at > f.num_steps:
+    elif rule.require_update_clipping and arm_at > f.num_steps >= rule.min_steps:
         problems.append(f"update-norm clipping can never act: it arms after {arm_at} applied updates and the "
                         f"run has {f.num_steps} steps (health.update_window={f.update_window})")
     elif (rule.require_update_clipping and h.row.get("update_filter_armed") is False
-          and int(h.row.get("step", 0)) >= 2 * arm_at):
+          and int(h.row.get("step", 0)) >= 2 * arm_at and f.num_steps >= rule.min_steps):
         problems.append(f"update-norm clipping is on but not acting: fewer than {arm_at} of "
                         f"{h.row.get('step')} steps were applied, so its window never armed")
     if rule.require_skip_nonfinite and not f.skip_nonfinite:
