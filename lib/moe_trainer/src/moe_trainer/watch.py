@@ -624,10 +624,12 @@ class Watcher:
                 self._heartbeat()
 
     def drain(self) -> list[dict[str, Any]]:
-        """The events since the last call, as metrics.jsonl rows ``{"step", "alert", "time"}``."""
+        """The events since the last call, as metrics.jsonl rows ``{"step", "alert", "time"}``; ``step`` is
+        the newest row's (W&B needs steps that never decrease; the event keeps its own)."""
         with self._lock:
             out, self._queue = self._queue, []
-        return [{"step": e["step"], "alert": e, "time": e["time"]} for e in out]
+            step = self.step
+        return [{"step": max(step, int(e["step"])), "alert": e, "time": e["time"]} for e in out]
 
     def active(self) -> list[dict[str, Any]]:
         with self._lock:
