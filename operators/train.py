@@ -7,11 +7,14 @@ Outputs under ``output_path`` (the trainer's run directory, docs/formats.md "Tra
     wandb.json                 # the W&B run reference (offline by default: nothing leaves the machine)
     train_config.json          # the full resolved trainer config (preset + overrides), for readers of the run
     train_result.json          # final step, loss, throughput, skipped steps
+    alerts.jsonl, watch.json   # health alerts and the watcher's heartbeat (docs/health.md)
 
 The model and optimizer come from a trainer preset (``preset``: a name such as ``tiny`` or a YAML path), then
 ``model`` (ModelConfig fields, or a whole ``ModelConfig``), then ``overrides`` (any other trainer field by
 dotted path, e.g. ``{"optimizer.lr": 1e-3, "schedule.warmup_steps": 10}``), then the explicit fields of this
-config (steps, batch, sequence length, seeds). Unknown fields are errors that list the valid ones.
+config (steps, batch, sequence length, seeds). Unknown fields are errors that list the valid ones. The health
+rules are trainer fields too: ``overrides={"watch.drop_rate.max_rate": 0.05, "watch.risk_points": (...)}``
+(docs/health.md), so they are part of the step's identity.
 
 Mixtures: with ``mixture`` weights (and optionally ``mixture_stages``) the step trains on several caches,
 source ``s`` being ``{train_cache}/{s}`` (the per-domain caches of a tokenize step with

@@ -28,7 +28,7 @@ from marin.dashboard.context import Dashboard
 from marin.dashboard.files import FileNotFound
 from marin.dashboard.markdown import render as render_markdown
 from marin.dashboard.paths import UnsafePathError
-from marin.dashboard.routers import catalogue, experiments, files, issues, predictions, steps
+from marin.dashboard.routers import alerts, catalogue, experiments, files, issues, predictions, steps
 from marin.dashboard.steps import StepNotFound
 from marin.dashboard.store import CorruptFileError
 
@@ -119,7 +119,7 @@ def create_app(
     )
     app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options)
     app.state.templates = templates()
-    for module in (experiments, steps, files, issues, predictions, catalogue):
+    for module in (experiments, steps, files, issues, predictions, catalogue, alerts):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(SecurityHeaders)

@@ -35,6 +35,7 @@ from marin.storage.lease import LeaseInfo
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
 # `env` passes one explicitly, so a step that prints its environment cannot leak them into its log.
 PLATFORM_SECRETS = ("GITHUB_TOKEN", "GH_TOKEN")
+ATTEMPT_ENV = "MARIN_ATTEMPT"
 
 
 def _holds(record: StepRecord, holder: LeaseInfo | None) -> bool:
@@ -173,6 +174,8 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
             return AttemptResult.from_exception(exc, context="cannot write the step's RUNNING status",
                                                 started=started, ended=time.time())  # it started: a failure
     progress = interruptions.progress_path(record.output_path) if record is not None else None
+    if record is not None:  # the attempt's number, for steps that label what they write (docs/health.md)
+        env = {ATTEMPT_ENV: str(record.attempt), **env}
     result = _call_capturing_output(fn, config, log_path, env, started, progress)
     if record is None or not result.ok:
         return result

@@ -28,6 +28,7 @@ from typing import Any
 import fsspec
 
 from marin.status.publisher import RunView, StepView
+from marin.tracking.alerts import AlertPoster
 from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
 from marin.tracking.comment import RUN_LABELS, marker, render
 from marin.tracking.local import LocalTracker
@@ -80,6 +81,8 @@ class IssuePublisher:
         self._last_flush = float("-inf")
         self._last_view: RunView | None = None
         self._last_tracking: list[str] | None = None
+        self.alerts = AlertPoster(tracker, number, dashboard_url=self.dashboard_url, clock=clock)
+        """Posts the steps' health alerts (marin/tracking/alerts.py) at every flush and between them."""
 
     def __repr__(self) -> str:
         return f"IssuePublisher({self.issue_ref}, tracker={self.tracker!r})"
@@ -129,7 +132,8 @@ class IssuePublisher:
             with self._cv:
                 while self._pending is None and not self._stop.is_set():
                     if not self._cv.wait(timeout=max(self.min_interval_s, 1.0)):
-                        self._pending = self._retrack()  # a tracked step's evaluation landed: re-render
+                        # a tracked step's evaluation landed, or an alert is due: re-render and post
+                        self._pending = self._retrack() or self._alerts_due()
                 if self._stop.is_set():
                     return
             wait = self._last_flush + self.min_interval_s - self.clock()
@@ -165,6 +169,17 @@ class IssuePublisher:
         self._last_tracking = section
         return view
 
+    def _alerts_due(self) -> RunView | None:
+        """The last view again when one of its steps has an alert (or resolution) not posted yet."""
+        view = self._last_view
+        if view is None or view.status != "RUNNING":
+            return None
+        try:
+            return view if self.alerts.due(view) else None
+        except Exception as exc:  # an unreadable alerts file must not stop the flusher
+            self._record_failure(exc)
+            return None
+
     def _record_failure(self, exc: Exception) -> None:
         message = redact(f"{type(exc).__name__}: {exc}")
         self.error_count += 1
@@ -192,6 +207,7 @@ class IssuePublisher:
         current = verdicts.get("current") if isinstance(verdicts.get("current"), dict) else {}
         if self._labels is not None and current:
             self._labels = set_verdict_label(self.tracker, self.number, self._labels, current.get("outcome"))
+        self.alerts.poll(run)
         self.api_flushes += 1
 
     def _ensure_issue(self, run: RunView) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from marin.dashboard.alerts import StepAlerts, step_alerts
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
@@ -61,5 +62,10 @@ def get_metrics(
 def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
     step = get_step(step_path, dash)
     return page(
-        request, "step.html", {"prefix": dash.prefix, "step": step}
+        request, "step.html", {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step)}
     )
+
+
+def _alerts(dash: Dashboard, step: StepDetail) -> StepAlerts:
+    """The step's health alerts and risk points (the "Health alerts" section; docs/health.md)."""
+    return step_alerts(dash.store, step.path, step.name or "", step.status.status)

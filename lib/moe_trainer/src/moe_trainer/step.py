@@ -133,6 +133,10 @@ def apply_gradients(
         "nonfinite": decision["nonfinite"],
         "loss_spike": decision["loss_spike"],
         "grad_spike": decision["grad_spike"],
+        # guard state for the health rules (watch.py): skipped steps so far, and whether update-norm
+        # clipping has armed (its window half filled with applied updates)
+        "skipped_total": new_state["health"]["skipped_total"],
+        "update_filter_armed": health["n_updates"] >= max(health_cfg.update_window // 2, 2),
     }
     return new_state, metrics
 

@@ -54,6 +54,7 @@ from moe_trainer.progress import ProgressFile, read_progress
 from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
 from moe_trainer.step import init_state, make_train_step
 from moe_trainer.warm_start import WarmStartConfig
+from moe_trainer.watch import WatchConfig, Watcher, facts_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,8 @@ class TrainConfig:
     """Held-out evaluation interval and size."""
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     """metrics.jsonl, W&B and progress-bar settings."""
+    watch: WatchConfig = dataclasses.field(default_factory=WatchConfig)
+    """Health rules evaluated while the run trains: alerts.jsonl, watch.json (watch.py, docs/health.md)."""
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
     """Device mesh shape (over the devices of every process of a multi-host run)."""
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
@@ -383,9 +386,21 @@ def _metrics_row(
         "drop_rate": float(m.get("dropped", 0)) / max(float(m.get("assignments", 0)), 1.0),
         "expert_load": np.asarray(m.get("expert_load", np.zeros((0, 0)))).tolist(),
         "routing_entropy": np.asarray(m.get("routing_entropy", np.zeros((0,)))).tolist(),
+        "skipped_total": int(m.get("skipped_total", 0)),
+        "update_filter_armed": bool(m["update_filter_armed"]) if "update_filter_armed" in m else None,
+        "load_imbalance": _load_imbalance(m.get("expert_load")),
         "time": time.time(),
     }
     return row
+
+
+def _load_imbalance(expert_load: Any) -> float:
+    """max/mean expert load of the most unbalanced MoE layer (1.0 balanced; 0.0 without MoE layers)."""
+    load = np.asarray(expert_load if expert_load is not None else np.zeros((0, 0)), np.float64)
+    if load.ndim != 2 or load.size == 0:
+        return 0.0
+    mean = load.mean(axis=1)
+    return float(np.max(np.where(mean > 0, load.max(axis=1) / np.maximum(mean, 1e-30), 0.0)))
 
 
 def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> TrainResult:
@@ -436,6 +451,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
             start_step=start,
             enabled=primary,
         )
+        watcher = _start_watcher(config, out, start) if primary else None
         tokens = batch_shape[0] * batch_shape[1]
         fpt = train_flops_per_token(config.model, config.data.seq_len)
         peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
@@ -461,6 +477,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 rates.append(row["tokens_per_s"])
                 writer.log(row)
                 reporter.step_done(p[0], ckpt.saving())
+                _watch(watcher, writer, row)
                 return row
 
             for step in range(start, end):
@@ -484,6 +501,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 if evaluate_now:
                     evals = _evaluate(config, state["params"], mesh)
                     writer.log({"step": done, **evals, "time": time.time()})
+                    _watch(watcher, writer, {"step": done, **evals})
                     final_eval = evals["eval"]
                     if done == config.num_steps and primary:
                         _write_json(f"{out}/eval.json", final_eval)
@@ -501,6 +519,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                 reporter.checkpoint_started(end)
         finally:
             batches.close()
+            _close_watcher(watcher, writer)
             writer.close()
             ckpt.close()
             reporter.close()
@@ -524,6 +543,31 @@ def _progress_file(config: TrainConfig, primary: bool, start: int) -> ProgressFi
     """This invocation's progress reporter (progress.py): process 0 writes ``config.progress_file``."""
     path = config.progress_file if primary else None
     return ProgressFile(path, start_step=start, previous=read_progress(path) if start else None)
+
+
+def _start_watcher(config: TrainConfig, out: str, start: int) -> Watcher | None:
+    """The health watcher of this attempt (process 0 only), or None when ``watch.enabled`` is off."""
+    return Watcher(config.watch, out, facts_of(config), start_step=start).start() if config.watch.enabled \
+        else None
+
+
+def _watch(watcher: Watcher | None, writer: MetricsWriter, row: dict[str, Any]) -> None:
+    """Evaluate the health rules on a row; the alert events they raised go into metrics.jsonl too."""
+    if watcher is None:
+        return
+    watcher.observe(row)
+    for event_row in watcher.drain():
+        writer.log(event_row)
+
+
+def _close_watcher(watcher: Watcher | None, writer: MetricsWriter) -> None:
+    if watcher is None:
+        return
+    failure = sys.exc_info()[1]
+    reason = "the attempt ended" if failure is None else f"the attempt failed ({type(failure).__name__})"
+    watcher.close(reason)
+    for event_row in watcher.drain():
+        writer.log(event_row)
 
 
 def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedConfig) -> Callable[..., Any]:
