@@ -76,7 +76,11 @@ def seal(secret: Mapping[str, str], parent: Path | None = None) -> Path | None:
     parent = parent or Path(tempfile.mkdtemp(prefix="marin-submit-"))
     package = parent / f"marin_job_env_{_random.token_hex(8)}"
     package.mkdir(mode=0o700)
-    (package / "__init__.py").write_text('"""Sealed job environment written by `marin submit`."""\n')
+    # The name goes into the content too: Ray addresses a py_module by its files' contents, not its directory
+    # name, so two jobs sealed with the same secrets would otherwise share one stored zip, and the second
+    # job's driver would find only the first job's package name on its path.
+    doc = f'"""Sealed job environment {package.name}, written by `marin submit`."""\n'
+    (package / "__init__.py").write_text(doc)
     target = package / "env.json"
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
