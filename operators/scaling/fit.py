@@ -28,7 +28,8 @@ budget; :meth:`ScalingFit.loo` gives those refits' predictions, whose spread say
 forecast (Open-Athena's check of Delphi).
 
 The two-variable surface lives in :mod:`operators.scaling.surface`; the input checks in
-:mod:`operators.scaling.inputs`.
+:mod:`operators.scaling.inputs`; the noise model and interval both forms share in
+:mod:`operators.scaling.bootstrap`.
 """
 
 from __future__ import annotations
@@ -41,12 +42,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from operators.scaling.bootstrap import bootstrap_targets, interval, noise_sigma
 from operators.scaling.inputs import (
     LadderInputError,
     as_array,
     check_budgets,
     check_decreasing,
-    pooled_seed_sigma,
+    check_fixed_e,
 )
 
 FORM_OFFSET = "offset_power_law"
@@ -170,11 +172,7 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
     """The best of a grid of starts (E fractions of min L x alpha values), each run by the batched
     Levenberg-Marquardt, then polished by scipy's bounded trust-region solver from the best one."""
     lmin = float(np.exp(y.min()))
-    if fixed_e is not None and fixed_e >= lmin:
-        raise LadderInputError(
-            f"fixed_e={fixed_e} is not below the smallest loss {lmin:.5g}: E is the loss "
-            "no amount of compute removes, so it must be lower than every measured loss"
-        )
+    check_fixed_e(fixed_e, lmin)
     e_max = lmin * (1.0 - 1e-6)
     e_starts = (fixed_e,) if fixed_e is not None else tuple(f * lmin for f in E_GRID)
     starts = []
@@ -249,16 +247,8 @@ class ScalingFit:
     def predict(self, c: float, *, single_run: bool = False) -> tuple[float, float, float]:
         """(point, low, high): the law at ``c`` and its interval at ``settings.level``; for the mean over
         seeds, or (``single_run``) for one new run, widened by the seeds' spread."""
-        point = self.point(c)
         draws = np.exp(_log_model(self.boot_theta, self._u(c), self.settings.fixed_e)[0][:, 0])
-        tail = (1.0 - self.settings.level) / 2.0
-        lo, hi = np.quantile(draws, [tail, 1.0 - tail])
-        if not single_run:
-            return point, float(min(lo, point)), float(max(hi, point))
-        z = float(_normal_quantile(1.0 - tail))
-        lo_h = math.hypot(math.log(point / min(lo, point)), z * self.sigma)
-        hi_h = math.hypot(math.log(max(hi, point) / point), z * self.sigma)
-        return point, point * math.exp(-lo_h), point * math.exp(hi_h)
+        return interval(self.point(c), draws, self.settings.level, self.sigma, single_run)
 
     def loo(self, c: float) -> list[dict[str, float]]:
         """Leave-one-budget-out: each refit's prediction at ``c`` (empty when there are too few budgets)."""
@@ -320,12 +310,6 @@ class ScalingFit:
         )
 
 
-def _normal_quantile(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
-
-
 def fit_scaling_law(
     compute: Sequence[float] | np.ndarray | None = None,
     loss: Sequence[float] | np.ndarray | None = None,
@@ -353,21 +337,10 @@ def fit_scaling_law(
             raise LadderInputError(
                 "give either compute= (offset power law) or n= and d= (two-variable surface)"
             )
-        from operators.scaling.surface import fit_surface
-
-        settings = FitSettings(
-            form=FORM_SURFACE,
-            huber_delta=huber_delta,
-            bootstrap=bootstrap,
-            rng_seed=rng_seed,
-            level=level,
-            fixed_e=fixed_e,
-            min_budgets=min_budgets,
-        )
-        return fit_surface(n, d, loss, settings)
-    if compute is None:
+    elif compute is None:
         raise LadderInputError("fit_scaling_law needs compute=[...] (or n= and d=): one value per loss value")
     settings = FitSettings(
+        form=FORM_OFFSET if compute is not None else FORM_SURFACE,
         huber_delta=huber_delta,
         bootstrap=bootstrap,
         rng_seed=rng_seed,
@@ -375,6 +348,10 @@ def fit_scaling_law(
         fixed_e=fixed_e,
         min_budgets=min_budgets,
     )
+    if compute is None:
+        from operators.scaling.surface import fit_surface
+
+        return fit_surface(n, d, loss, settings)
     y_loss = as_array("loss", loss)
     c = as_array("compute", compute, n=y_loss.size)
     return _fit_offset(c, y_loss, settings, leave_one_out)
@@ -386,15 +363,9 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
     c_ref = float(np.exp(np.mean(np.log([c[g[0]] for g in groups]))))
     u, y = np.log(c / c_ref), np.log(loss)
     theta = _point_fit(u, y, settings.huber_delta, settings.fixed_e)
-    sigma = pooled_seed_sigma(y, groups)
-    source = "pooled seed spread"
-    if sigma is None or sigma <= 0:
-        resid = y - _log_model(theta[None, :], u, settings.fixed_e)[0][0]
-        dof = max(y.size - theta.size, 1)
-        sigma, source = float(math.sqrt(np.sum(resid**2) / dof)), "fit residuals (no repeated seeds)"
     fitted = _log_model(theta[None, :], u, settings.fixed_e)[0][0]
-    rng = np.random.default_rng(settings.rng_seed)
-    ys = fitted[None, :] + sigma * rng.standard_normal((settings.bootstrap, y.size))
+    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     e_max = np.exp(ys.min(axis=1)) * (1.0 - 1e-6)
     boot = refit_batch(
         np.repeat(theta[None, :], settings.bootstrap, axis=0),

@@ -95,6 +95,15 @@ def check_decreasing(compute: np.ndarray, loss: np.ndarray, groups: list[np.ndar
         )
 
 
+def check_fixed_e(fixed_e: float | None, smallest_loss: float) -> None:
+    """Refuse a fixed E that is not below every measured loss (None: E is fitted, nothing to check)."""
+    if fixed_e is not None and fixed_e >= smallest_loss:
+        raise LadderInputError(
+            f"fixed_e={fixed_e} is not below the smallest loss {smallest_loss:.5g}: E is the loss "
+            "no amount of compute removes, so it must be lower than every measured loss"
+        )
+
+
 def pooled_seed_sigma(log_loss: np.ndarray, groups: list[np.ndarray]) -> float | None:
     """Pooled within-budget standard deviation of log L (the seeds' spread); None without repeated seeds."""
     ss, dof = 0.0, 0

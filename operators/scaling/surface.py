@@ -9,7 +9,8 @@ Fitted like Hoffmann et al. (2022) and Besiroglu et al. (2024): in the log-sum-e
 minimising the summed Huber loss (delta = 1e-3) of the residuals in log L with L-BFGS-B (analytic gradient),
 started from the best points of a variable-projection grid (for fixed exponents the surface is linear in
 E, A, B: non-negative least squares), keeping the best. Intervals come from the same parametric bootstrap
-over the seeds' spread as the offset law (each replicate refitted from the point fit).
+over the seeds' spread as the offset law (:mod:`operators.scaling.bootstrap`; each replicate refitted
+from the point fit).
 A fixed E is allowed (recorded in the settings).
 
 Compute-optimal allocation under C = 6·N·D (Hoffmann et al., App. D; data-scaling-eval.md §4.3):
@@ -27,7 +28,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from operators.scaling.inputs import LadderInputError, as_array, pooled_seed_sigma
+from operators.scaling.bootstrap import bootstrap_targets, interval, noise_sigma
+from operators.scaling.inputs import LadderInputError, as_array, check_fixed_e
 
 EXPONENT_GRID = tuple(float(v) for v in np.linspace(0.05, 1.0, 20))
 
@@ -178,16 +180,7 @@ class SurfaceFit:
         fe = self.settings.fixed_e
         point = float(np.exp(_log_model(self.theta, ln, ld, fe)[0]))
         draws = np.array([np.exp(_log_model(t, ln, ld, fe)[0]) for t in self.boot_theta])
-        tail = (1.0 - self.settings.level) / 2.0
-        lo, hi = (float(v) for v in np.quantile(draws, [tail, 1.0 - tail]))
-        lo, hi = min(lo, point), max(hi, point)
-        if single_run:
-            from scipy.stats import norm
-
-            z = float(norm.ppf(1.0 - tail))
-            lo = point * math.exp(-math.hypot(math.log(point / lo), z * self.sigma))
-            hi = point * math.exp(math.hypot(math.log(hi / point), z * self.sigma))
-        return point, lo, hi
+        return interval(point, draws, self.settings.level, self.sigma, single_run)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -225,27 +218,14 @@ def fit_surface(
     y_loss = as_array("loss", loss)
     nn, dd = as_array("n", n, y_loss.size), as_array("d", d, y_loss.size)
     groups = _distinct_runs(nn, dd, 3 if settings.fixed_e is not None else 5)
-    if settings.fixed_e is not None and settings.fixed_e >= y_loss.min():
-        raise LadderInputError(
-            f"fixed_e={settings.fixed_e} is not below the smallest loss {y_loss.min():.5g}"
-        )
+    check_fixed_e(settings.fixed_e, float(y_loss.min()))
     ln, ld, y = np.log(nn), np.log(dd), np.log(y_loss)
     fe = settings.fixed_e
     theta = _fit_once(ln, ld, y, settings.huber_delta, fe, _starts(nn, dd, y_loss, fe))
-    sigma = pooled_seed_sigma(y, groups)
-    source = "pooled seed spread"
-    if sigma is None or sigma <= 0:
-        resid = y - _log_model(theta, ln, ld, fe)
-        sigma = float(math.sqrt(np.sum(resid**2) / max(y.size - theta.size, 1)))
-        source = "fit residuals (no repeated seeds)"
     fitted = _log_model(theta, ln, ld, fe)
-    rng = np.random.default_rng(settings.rng_seed)
-    boot = np.array(
-        [
-            _fit_once(ln, ld, fitted + sigma * rng.standard_normal(y.size), settings.huber_delta, fe, [theta])
-            for _ in range(settings.bootstrap)
-        ]
-    )
+    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
+    boot = np.array([_fit_once(ln, ld, y_star, settings.huber_delta, fe, [theta]) for y_star in ys])
     return SurfaceFit(
         settings=settings,
         n=nn,

@@ -8,12 +8,12 @@ alternating step by step in one run; prints one JSON object.
 Shape (both sides): hidden 32, intermediate 128, 2 layers, 2 heads (head_dim 16, no GQA), seq 512, batch 4,
 float32 compute, dense, untied head, RoPE, AdamW with clipping. Levanter runs `levanter.main.train_lm` in a
 subprocess with its own venv (`levanter_peer.py --interactive`: it pauses after every step); between two of
-its steps this process runs one step of each of our variants (`train._compile`, the real train step on random
+its steps this process runs one step of each of our variants (`harness.JaxStep`, the real train step on random
 tokens). So every pair of steps sees the same machine load, which on a shared 2-core host matters more than
 anything else.
 
 Variants: `name[:key=value,...]`; keys are ModelConfig fields (ints, bools, strings) and `ynn` = on | off |
-auto (XLA:CPU's YNNPACK fusions; auto = `train.compiler_options`' per-model choice). "auto" alone is our
+auto (XLA:CPU's YNNPACK fusions; auto = `compiled.compiler_options`' per-model choice). "auto" alone is our
 defaults. Per vocabulary the report gives each side's median tokens/s over its timed steps (Levanter: its
 `step_duration`, the jitted step up to `loss.item()`; ours: step dispatch to `block_until_ready`), the ratio
 ours / Levanter, and the median, minimum and maximum over steps of the paired ratio (Levanter's step time /
@@ -28,19 +28,16 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
 
 import jax
+from harness import JaxStep, data_parallel, parse_value
 
 from moe_trainer.config import ModelConfig
 from moe_trainer.presets import load_preset
 from moe_trainer.train import TrainConfig
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput import JaxStep  # noqa: E402
 
 YNN = {"on": (), "off": (("xla_cpu_experimental_ynn_fusion_type", ""),), "auto": None}
 
@@ -63,21 +60,9 @@ def nano_config(vocab: int) -> TrainConfig:
         compute_dtype="float32",
         logit_z_loss_coef=0.0,
     )
-    return dataclasses.replace(
-        base,
-        model=model,
-        data=dataclasses.replace(base.data, seq_len=512, batch_size=4),
-        mesh=dataclasses.replace(base.mesh, data=-1, expert=1, model=1),
+    return data_parallel(
+        dataclasses.replace(base, model=model, data=dataclasses.replace(base.data, seq_len=512, batch_size=4))
     )
-
-
-def _value(text: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, object], tuple[tuple[str, str], ...] | None]:
@@ -94,7 +79,7 @@ def parse_variant(spec: str) -> tuple[str, dict[str, object], tuple[tuple[str, s
                 raise SystemExit(f"variant {spec!r}: ynn must be on, off or auto, not {val!r}")
             ynn = YNN[val]
         elif key in {f.name for f in dataclasses.fields(ModelConfig)}:
-            changes[key] = _value(val)
+            changes[key] = parse_value(val)
         else:
             raise SystemExit(f"variant {spec!r}: {key!r} is neither a ModelConfig field nor ynn")
     return name, changes, ynn

@@ -8,9 +8,10 @@ Three token caches (written through the real ``CacheWriter``, documents of diffe
 ``MixtureLoader.batch(step)`` is timed for ``--steps`` consecutive steps of the preset's batch shape, once
 called directly on one thread (``loader``) and once consumed through the trainer's ``Prefetcher``
 (``prefetched``, what ``train`` does). The trainer's consumption is the median step time of the preset's real
-jitted train step (``train._compile``) on the same batch shape; ``ratio`` = loader tokens/s / trainer
-tokens/s. ``--compare-single`` also times the single-cache ``TrainLoader`` on the first source, alternating
-100-batch passes with the mixture (both then see the same machine load): the cost of the mixing rule itself.
+jitted train step (``harness.JaxStep`` on one random batch) on the same batch shape; ``ratio`` = loader
+tokens/s / trainer tokens/s. ``--compare-single`` also times the single-cache ``TrainLoader`` on the first
+source, alternating 100-batch passes with the mixture (both then see the same machine load): the cost of the
+mixing rule itself.
 Prints one JSON object.
 """
 
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 import numpy as np
+from harness import JaxStep, data_parallel
 
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
 from moe_trainer.data.loader import TrainLoader
@@ -90,46 +92,16 @@ def compare_single(mixture: MixtureConfig, cfg: TrainConfig, passes: int = 3) ->
 def time_trainer(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
     import jax
 
-    from moe_trainer.train import _compile, build_mesh
-
-    mesh = build_mesh(cfg.mesh)
-    shape = (cfg.data.batch_size, cfg.data.seq_len)
-    comp = _compile(
-        cfg.model,
-        cfg.optimizer,
-        cfg.schedule,
-        cfg.health,
-        cfg.accum_steps,
-        cfg.num_steps,
-        cfg.seed,
-        mesh,
-        shape,
-    )
-    state = comp.init()
-    rng = np.random.default_rng(0)
-    toks = rng.integers(0, cfg.model.vocab_size, (shape[0], shape[1] + 1), dtype=np.int32)
-    batch = jax.device_put(
-        {
-            "inputs": toks[:, :-1],
-            "targets": toks[:, 1:],
-            "segment_ids": np.zeros(shape, np.int32),
-            "loss_mask": np.ones(shape, np.float32),
-        },
-        comp.batch_sharding,
-    )
-    times = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        state, m = comp.step(state, batch)
-        jax.block_until_ready(m)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+    step = JaxStep(cfg, batches=1)
+    for _ in range(warmup):
+        step()
+    times = [step() for _ in range(steps)]
     step_s = statistics.median(times)
     return {
         "steps": steps,
         "step_time_s": step_s,
         "step_times_s": times,
-        "trainer_tokens_per_s": shape[0] * shape[1] / step_s,
+        "trainer_tokens_per_s": step.shape[0] * step.shape[1] / step_s,
         "device": str(jax.devices()[0].device_kind),
     }
 
@@ -144,8 +116,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="where the caches are written (default: a temp dir)")
     ap.add_argument("--compare-single", action="store_true", help="also time the single-cache TrainLoader")
     args = ap.parse_args()
-    cfg = load_preset(args.preset)
-    cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
+    cfg = data_parallel(load_preset(args.preset))
     if os.environ.get("JAX_PLATFORMS") == "cpu" and cfg.model.compute_dtype != "float32":
         cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
     with tempfile.TemporaryDirectory(dir=args.workdir) as root:

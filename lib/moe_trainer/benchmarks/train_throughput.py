@@ -7,7 +7,7 @@
         --override n_layers=2,d_model=128,n_experts=8,vocab_size=4096 --seq-len 256 --batch-size 2  # CPU
         check
 
-Each preset's real train step (``train._compile``: loss, grads, clipping, AdamW, health guards) runs on
+Each preset's real train step (``harness.JaxStep``: loss, grads, clipping, AdamW, health guards) runs on
 random tokens of the preset's shape; the first steps (compilation) are excluded from the timing. On CPU the
 same-shaped ``transformers`` ``Qwen3MoeForCausalLM`` (built from ``hf.hf_config_of``, fp32, torch AdamW,
 router aux loss on) is timed in the same run, its steps interleaved with ours so both see the same machine
@@ -38,54 +38,13 @@ from typing import Any
 
 import jax
 import numpy as np
+from harness import JaxStep, compile_step, data_parallel, parse_value, random_batch
 
+from moe_trainer.compiled import compile_train_step
 from moe_trainer.config import ModelConfig
 from moe_trainer.metrics import peak_flops_per_device, train_flops_per_token
 from moe_trainer.presets import load_preset
-from moe_trainer.train import TrainConfig, _compile, build_mesh
-
-
-def _batch(cfg: TrainConfig, step: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(step)
-    b, s = cfg.data.batch_size, cfg.data.seq_len
-    toks = rng.integers(0, cfg.model.vocab_size, (b, s + 1), dtype=np.int32)
-    return {"inputs": toks[:, :-1], "targets": toks[:, 1:], "segment_ids": np.zeros((b, s), np.int32),
-            "loss_mask": np.ones((b, s), np.float32)}
-
-
-class JaxStep:
-    """Our compiled train step for a preset, on random tokens of its shape."""
-
-    def __init__(self, cfg: TrainConfig, xla_options: tuple[tuple[str, str], ...] | None = None) -> None:
-        self.cfg = cfg
-        self.mesh = build_mesh(cfg.mesh)
-        self.shape = (cfg.data.batch_size, cfg.data.seq_len)
-        self.comp = _compile(
-            cfg.model,
-            cfg.optimizer,
-            cfg.schedule,
-            cfg.health,
-            cfg.accum_steps,
-            cfg.num_steps,
-            cfg.seed,
-            self.mesh,
-            self.shape,
-            xla_options,
-        )
-        self.state = self.comp.init()
-        self.batches = [jax.device_put(_batch(cfg, i), self.comp.batch_sharding) for i in range(4)]
-        self.i = 0
-        self.loss = float("nan")
-        self.cpu: list[float] = []
-
-    def __call__(self) -> float:
-        t, c = time.perf_counter(), time.process_time()
-        self.state, m = self.comp.step(self.state, self.batches[self.i % len(self.batches)])
-        jax.block_until_ready(m)
-        self.i += 1
-        self.loss = float(m["loss"])
-        self.cpu.append(time.process_time() - c)
-        return time.perf_counter() - t
+from moe_trainer.train import TrainConfig
 
 
 class TorchStep:
@@ -208,15 +167,6 @@ def bench_preset(
     return entry
 
 
-def _value(text: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None, "null": None}.get(text.lower(), text)
-
-
 def apply_override(cfg: TrainConfig, override: str | None, seq_len: int | None) -> TrainConfig:
     """ModelConfig changes from `key=value,...` (and the sequence length), validated by ModelConfig."""
     if override:
@@ -225,7 +175,7 @@ def apply_override(cfg: TrainConfig, override: str | None, seq_len: int | None) 
             key, eq, val = item.partition("=")
             if not eq:
                 raise SystemExit(f"--override: {item!r} is not key=value")
-            changes[key] = _value(val)
+            changes[key] = parse_value(val)
         cfg = dataclasses.replace(cfg, model=cfg.model.replace(**changes))
     if seq_len:
         cfg = dataclasses.replace(
@@ -238,22 +188,10 @@ def apply_override(cfg: TrainConfig, override: str | None, seq_len: int | None) 
 
 def compile_seconds(cfg: TrainConfig) -> float:
     """Wall seconds to lower and compile the train step of `cfg` (abstract state: nothing is allocated)."""
-    mesh = build_mesh(cfg.mesh)
-    shape = (cfg.data.batch_size, cfg.data.seq_len)
-    comp = _compile(
-        cfg.model,
-        cfg.optimizer,
-        cfg.schedule,
-        cfg.health,
-        cfg.accum_steps,
-        cfg.num_steps,
-        cfg.seed,
-        mesh,
-        shape,
-    )
+    comp = compile_step(cfg)
     batch = {
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=comp.batch_sharding)
-        for k, v in _batch(cfg, 0).items()
+        for k, v in random_batch(cfg, 0).items()
     }
     state = jax.tree.map(
         lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), comp.abstract_state, comp.shardings
@@ -273,7 +211,7 @@ def depth_sweep(
         for _ in range(repeats):
             for d in depths:
                 c = dataclasses.replace(cfg, model=cfg.model.replace(n_layers=d, scan_layers=scan))
-                _compile.cache_clear()
+                compile_train_step.cache_clear()
                 times[d].append(compile_seconds(c))
                 print(
                     f"compile {'scanned' if scan else 'unrolled'} {d} layers: {times[d][-1]:.1f} s",
@@ -330,8 +268,7 @@ def main() -> None:
     if args.depth_sweep:
         depths = [int(d) for d in args.depth_sweep.split(",")]
         for name in names:
-            cfg = apply_override(load_preset(name), args.override, args.seq_len)
-            cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
+            cfg = data_parallel(apply_override(load_preset(name), args.override, args.seq_len))
             if args.batch_size:
                 cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, batch_size=args.batch_size))
             report["presets"][name] = {
@@ -343,7 +280,7 @@ def main() -> None:
         cfg = apply_override(load_preset(name), args.override, args.seq_len)
         if args.batch_size:
             cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, batch_size=args.batch_size))
-        cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, data=-1, expert=1, model=1))
+        cfg = data_parallel(cfg)
         if platform_name == "cpu" and cfg.model.compute_dtype != "float32" and not args.keep_dtype:
             cfg = dataclasses.replace(cfg, model=cfg.model.replace(compute_dtype="float32"))
         with_torch = platform_name == "cpu" and not args.no_torch and args.only != "jax"

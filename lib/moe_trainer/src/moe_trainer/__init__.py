@@ -2,8 +2,8 @@
 
 Reading order: config.py -> layers.py -> attention.py -> dispatch.py / dispatch_ep.py -> moe.py -> params.py
 -> sharding.py -> model.py -> flops.py -> hf.py; then training: optim.py -> health.py -> step.py ->
-chunked_loss.py -> loss.py -> checkpoint.py -> metrics.py -> evaluate.py -> train.py (presets/ holds the YAML
-presets).
+chunked_loss.py -> loss.py -> checkpoint.py -> metrics.py -> evaluate.py -> compiled.py -> batch_source.py ->
+resume.py -> train.py (presets/ holds the YAML presets).
 
 The public API for notebooks and tools: ``load_preset``, ``count_params``, ``load_hf``, ``save_hf``,
 ``load_checkpoint``, ``feistel_permutation``, ``train``, ``TrainConfig`` (plus the model building blocks).

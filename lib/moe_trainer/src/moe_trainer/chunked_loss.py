@@ -104,6 +104,38 @@ def _pad_seq(
     return (jnp.pad(h, [*widths, (0, 0)]), jnp.pad(targets, widths), jnp.pad(weights, widths))
 
 
+def _chunk_inputs(
+    h: jax.Array, targets: jax.Array, weights: jax.Array, n: int
+) -> tuple[int, jax.Array, jax.Array, jax.Array]:
+    """Positions per chunk c, and h, targets, weights padded to n*c positions, chunk-major [n, B, c, ...]."""
+    c = -(-h.shape[1] // n)
+    hp, tp, mp = _pad_seq(h, targets, weights, n * c)
+    return c, _split(hp, n, c), _split(tp, n, c), _split(mp, n, c)
+
+
+def _loss_terms(
+    ce: jax.Array, lse: jax.Array, m: jax.Array, z_coef: float
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+    """The per-token loss ce + z_coef·lse² (also dL/dweights) and the three sums weighted by m."""
+    term = ce + z_coef * jnp.square(lse)
+    return term, (jnp.sum(m * term), jnp.sum(m * ce), jnp.sum(m * jnp.square(lse)))
+
+
+def _dlogits(
+    logits: jax.Array, lse: jax.Array, is_target: jax.Array, m: jax.Array, z_coef: float, dtype: jnp.dtype
+) -> jax.Array:
+    """dL/dlogits = m·(softmax·(1 + 2·z_coef·lse) - onehot(target)) in float32, cast to ``dtype`` for the
+    gradient matmuls; lse and m hold one value per row of logits, is_target marks each row's target."""
+    probs = jnp.exp(logits - lse[..., None])
+    scale = (1.0 + 2.0 * z_coef * lse)[..., None]
+    return (m[..., None] * (probs * scale - is_target.astype(jnp.float32))).astype(dtype)
+
+
+def _head_grad(h2: jax.Array, dlogits2: jax.Array) -> jax.Array:
+    """A chunk's float32 share of dL/dw: h2ᵀ @ dlogits2 for token rows h2 [T, D] and dlogits2 [T, V]."""
+    return jax.lax.dot_general(h2, dlogits2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
 def _sums(
     h: jax.Array,
     w: jax.Array,
@@ -116,9 +148,7 @@ def _sums(
 ) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
     """The three loss sums and, when ``with_grads``, (dL/dh, dL/dw, dL/dweights) of loss_sum."""
     b, s, d = h.shape
-    c = -(-s // n)
-    hp, tp, mp = _pad_seq(h, targets, weights, n * c)
-    xs = (_split(hp, n, c), _split(tp, n, c), _split(mp, n, c))
+    c, hs, ts, ms = _chunk_inputs(h, targets, weights, n)
     dt = h.dtype
 
     def body(
@@ -126,22 +156,16 @@ def _sums(
     ) -> tuple[jax.Array | None, tuple[jax.Array, ...]]:
         hc, tc, mc = x
         logits, lse, ce, onehot = _chunk_terms(hc, w, tc, mesh)
-        term = ce + z_coef * jnp.square(lse)  # per-token loss: also dL/dweights
-        sums = (jnp.sum(mc * term), jnp.sum(mc * ce), jnp.sum(mc * jnp.square(lse)))
+        term, sums = _loss_terms(ce, lse, mc, z_coef)
         if dw is None:
             return None, sums
-        probs = jnp.exp(logits - lse[..., None])
-        scale = (1.0 + 2.0 * z_coef * lse)[..., None]
-        dlogits = (mc[..., None] * (probs * scale - onehot.astype(jnp.float32))).astype(w.dtype)
-        dlogits2 = dlogits.reshape(b * c, -1)
+        dlogits2 = _dlogits(logits, lse, onehot, mc, z_coef, w.dtype).reshape(b * c, -1)
         dh = jnp.dot(dlogits2, w.T, preferred_element_type=jnp.float32).reshape(b, c, d).astype(dt)
-        dw = dw + jax.lax.dot_general(
-            hc.reshape(b * c, d), dlogits2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
-        )
+        dw = dw + _head_grad(hc.reshape(b * c, d), dlogits2)
         return dw, (*sums, dh, term)
 
     dw0 = jnp.zeros(w.shape, jnp.float32) if with_grads else None
-    dw, out = jax.lax.scan(body, dw0, xs)
+    dw, out = jax.lax.scan(body, dw0, (hs, ts, ms))
     sums = tuple(jnp.sum(o) for o in out[:3])
     if not with_grads:
         return sums, None
@@ -180,10 +204,8 @@ def _blocked_sums(
     """
     b, s, d = h.shape
     vocab = w.shape[1]
-    c = -(-s // n)
-    hp, tp, mp = _pad_seq(h, targets, weights, n * c)
-    hs = _split(hp, n, c).reshape(n, b * c, d)
-    ts, ms = _split(tp, n, c).reshape(n, b * c), _split(mp, n, c).reshape(n, b * c)
+    c, hs, ts, ms = _chunk_inputs(h, targets, weights, n)
+    hs, ts, ms = hs.reshape(n, b * c, d), ts.reshape(n, b * c), ms.reshape(n, b * c)
     vb = -(-vocab // nv)
     wp = jnp.pad(w, ((0, 0), (0, nv * vb - vocab))) if nv * vb != vocab else w
     wb = jnp.moveaxis(wp.reshape(d, nv, vb), 1, 0)  # [nv, D, Vb]
@@ -211,9 +233,7 @@ def _blocked_sums(
     )
     (mx, sm, tl), _ = jax.lax.scan(lse_block, init, (wb, js))
     lse = mx + jnp.log(sm)
-    ce = lse - tl
-    term = ce + z_coef * jnp.square(lse)
-    sums = (jnp.sum(ms * term), jnp.sum(ms * ce), jnp.sum(ms * jnp.square(lse)))
+    term, sums = _loss_terms(lse - tl, lse, ms, z_coef)
     if not with_grads:
         return sums, None
     dt = h.dtype
@@ -224,15 +244,8 @@ def _blocked_sums(
         def chunk(dwj: jax.Array, y: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
             hc, tc, mc, lc = y
             logits, col = _block_logits(hc, wj, j, vocab)
-            probs = jnp.exp(logits - lc[:, None])
-            scale = (1.0 + 2.0 * z_coef * lc)[:, None]
-            dlogits = (mc[:, None] * (probs * scale - (col == tc[:, None]).astype(jnp.float32))).astype(
-                wj.dtype
-            )
-            dwj = dwj + jax.lax.dot_general(
-                hc, dlogits, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
-            )
-            return dwj, jnp.dot(dlogits, wj.T, preferred_element_type=jnp.float32)
+            dlogits = _dlogits(logits, lc, col == tc[:, None], mc, z_coef, wj.dtype)
+            return dwj + _head_grad(hc, dlogits), jnp.dot(dlogits, wj.T, preferred_element_type=jnp.float32)
 
         dwj, dh_j = jax.lax.scan(chunk, jnp.zeros((d, vb), jnp.float32), (hs, ts, ms, lse))
         return dh + dh_j, dwj
@@ -273,19 +286,8 @@ def _fused(
     return _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=False)[0]
 
 
-def _fused_fwd(
-    h: jax.Array,
-    w: jax.Array,
-    targets: jax.Array,
-    weights: jax.Array,
-    z_coef: float,
-    n: int,
-    nv: int,
-    mesh: Mesh | None,
-) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
-    sums, grads = _dispatch(h, w, targets, weights, z_coef, n, nv, mesh, with_grads=True)
-    assert grads is not None
-    return sums, grads
+# the forward pass of the VJP: the sums and, as residuals, the gradients computed alongside them
+_fused_fwd = functools.partial(_dispatch, with_grads=True)
 
 
 def _fused_bwd(

@@ -21,40 +21,67 @@ checkpoint and the resume point there (``progress.py``), every couple of seconds
 
 Mixed precision: parameters and optimizer state are float32 (master weights); the model computes in
 ``model.compute_dtype`` (bfloat16 on accelerators) with float32 router, norms, logits and loss.
+
+Reading order: the configs, ``_metrics_row`` (one metrics.jsonl row of a step), then ``train``: its loop is
+the file's subject. What the loop stands on lives in modules of its own: ``compiled.py`` (the mesh, the state
+shardings and the cached jitted step), ``batch_source.py`` (opening this process's batches), ``resume.py``
+(the first state: checkpoint, warm start or fresh; a finished run's last row and eval.json).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import draccus
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from moe_trainer import distributed, optim
+from moe_trainer.batch_source import BatchSource, open_source, progress_of, rows_of
 from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+from moe_trainer.compiled import (
+    CPU_COMPILER_OPTIONS,
+    Compiled,
+    build_mesh,
+    compile_train_step,
+    compiler_options,
+    state_shardings,
+)
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.mixture import MixtureConfig
 from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import EvalConfig, evaluate
 from moe_trainer.health import HealthConfig
-from moe_trainer.loss import make_lm_loss, make_router_bias_update
 from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_device, train_flops_per_token
-from moe_trainer.model import Model, init_params, param_logical_axes
+from moe_trainer.model import Model
 from moe_trainer.progress import ProgressFile, read_progress
-from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings
-from moe_trainer.step import init_state, make_train_step
+from moe_trainer.resume import last_train_row, read_json, restore_or_init, write_json
 from moe_trainer.warm_start import WarmStartConfig
 from moe_trainer.watch import WatchConfig, Watcher, facts_of
+
+# Importable from here as before the split (tests, benchmarks and notebooks use them).
+__all__ = [
+    "CPU_COMPILER_OPTIONS",
+    "BatchSource",
+    "DataConfig",
+    "MeshConfig",
+    "TrainConfig",
+    "TrainResult",
+    "build_mesh",
+    "compiler_options",
+    "main",
+    "parse_config",
+    "state_shardings",
+    "train",
+]
+_compile = compile_train_step  # the cached compile's name before it moved to compiled.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,177 +208,6 @@ class TrainResult:
     """Median training throughput of this invocation (first step, which compiles, excluded when possible)."""
 
 
-class BatchSource(Protocol):
-    def batch(self, step: int) -> dict[str, np.ndarray]: ...
-
-
-def _progress_of(source: BatchSource) -> Callable[[int], dict[str, float]]:
-    """Per-source metrics of a data position (a mixture's tokens/epochs per source); none for other sources.
-    """
-    progress = getattr(source, "progress", None)
-    return progress if callable(progress) else (lambda _: {})
-
-
-def build_mesh(cfg: MeshConfig) -> Mesh:
-    n = jax.device_count()
-    data = cfg.data if cfg.data > 0 else n // (cfg.expert * cfg.model)
-    if data < 1:
-        raise ValueError(
-            f"mesh expert={cfg.expert} x model={cfg.model} needs more than the {n} devices JAX sees"
-        )
-    return make_mesh(data=data, expert=cfg.expert, model=cfg.model)
-
-
-def _path_names(tree: Any) -> list[tuple[str, Any]]:
-    return [(optim._path_name(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
-
-
-def state_shardings(abstract_state: dict[str, Any], param_sh: Any, mesh: Mesh) -> dict[str, Any]:
-    """Shardings of the whole train state: parameters by the rules table; each optimizer-state leaf like the
-    parameter it shadows (matched by path suffix and shape); counters and windows replicated."""
-    replicated = NamedSharding(mesh, P())
-    params_by_name = {
-        name: (leaf.shape, sh)
-        for (name, leaf), (_, sh) in zip(
-            _path_names(abstract_state["params"]), _path_names(param_sh), strict=True
-        )
-    }
-
-    def opt_leaf(path: tuple[Any, ...], leaf: Any) -> NamedSharding:
-        name = optim._path_name(path)
-        best: tuple[int, NamedSharding] = (-1, replicated)
-        for pname, (shape, sh) in params_by_name.items():
-            if (
-                (name == pname or name.endswith("/" + pname))
-                and tuple(leaf.shape) == tuple(shape)
-                and len(pname) > best[0]
-            ):
-                best = (len(pname), sh)
-        return best[1]
-
-    return {
-        "step": replicated,
-        "params": param_sh,
-        "opt_state": jax.tree_util.tree_map_with_path(opt_leaf, abstract_state["opt_state"]),
-        "health": jax.tree.map(lambda _: replicated, abstract_state["health"]),
-        "rng": replicated,
-        "data_position": replicated,
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class _Compiled:
-    step: Callable[..., Any]
-    init: Callable[[], Any]
-    abstract_state: Any
-    shardings: Any
-    batch_sharding: NamedSharding
-
-
-# XLA:CPU options of the train step. By default XLA:CPU (jax 0.10) hands dots and some reductions to YNNPACK
-# fusions. At the MoE presets' shapes (small batched expert GEMMs, [tokens, d] x [d, vocab] head chunks) XLA's
-# own Eigen GEMMs ran them ~1.3-2x faster (docs/benchmarks/trainer.md); at the dense llama_nano shape of
-# Levanter's tutorial (d 32) XLA's defaults were faster (docs/benchmarks/trainer-accel.md). So the choice is
-# per model.
-CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_experimental_ynn_fusion_type": ""}
-"""The options that turn YNNPACK fusions off (what `compiler_options` returns when it picks "off")."""
-
-
-def compiler_options(mesh: Mesh, model: ModelConfig | None = None) -> dict[str, str] | None:
-    """XLA compiler options for the train step of `model` on `mesh`'s platform (None: XLA's defaults).
-
-    CPU: YNNPACK fusions off for models with MoE layers (measured faster at the tiny preset), XLA's defaults
-    for dense models (measured faster at llama_nano; docs/benchmarks/trainer-accel.md). Other platforms:
-    XLA's defaults.
-    """
-    if mesh.devices.flat[0].platform != "cpu":
-        return None
-    if model is not None and not model.moe_layers:
-        return None
-    return dict(CPU_COMPILER_OPTIONS)
-
-
-@functools.lru_cache(maxsize=8)
-def _compile(
-    model: ModelConfig,
-    opt: optim.OptimizerConfig,
-    sched: optim.ScheduleConfig,
-    health: HealthConfig,
-    accum_steps: int,
-    num_steps: int,
-    seed: int,
-    mesh: Mesh,
-    batch_shape: tuple[int, int],
-    xla_options: tuple[tuple[str, str], ...] | None = None,
-) -> _Compiled:
-    """The jitted init and train step for one configuration (cached so repeated ``train`` calls — resumes,
-    tests — reuse the compiled executable). ``xla_options`` replaces the choice of `compiler_options`
-    (benchmarks compare both; ``()`` is XLA's defaults)."""
-    abstract_params = jax.eval_shape(lambda: init_params(model, jax.random.key(seed)))
-    optimizer = optim.build_optimizer(opt, abstract_params, param_logical_axes(model))
-    schedule = optim.make_schedule(sched, num_steps)
-    loss_fn = make_lm_loss(model, mesh=mesh)
-    step_fn = make_train_step(
-        loss_fn,
-        optimizer,
-        schedule,
-        health,
-        accum_steps,
-        make_router_bias_update(model, opt.router_bias_rate),
-    )
-
-    def init() -> dict[str, Any]:
-        return init_state(init_params(model, jax.random.key(seed)), optimizer, health, seed)
-
-    abstract = jax.eval_shape(init)
-    shardings = state_shardings(abstract, param_shardings(model, mesh), mesh)
-    batch_sharding = NamedSharding(mesh, logical_to_spec(("batch", "seq"), batch_shape, mesh))
-    options = compiler_options(mesh, model) if xla_options is None else dict(xla_options)
-    # metrics replicated: every process of a multi-host run can read them (they are a few scalars and vectors)
-    jit_step = jax.jit(
-        step_fn,
-        in_shardings=(shardings, batch_sharding),
-        out_shardings=(shardings, NamedSharding(mesh, P())),
-        donate_argnums=0,
-        compiler_options=options,
-    )
-    return _Compiled(jit_step, jax.jit(init, out_shardings=shardings), abstract, shardings, batch_sharding)
-
-
-def _open_source(config: TrainConfig, rows: tuple[int, int]) -> BatchSource:
-    """The token-cache loader of this process's rows ``[lo, hi)`` of every global batch."""
-    from moe_trainer.data.cache import TokenCache
-    from moe_trainer.data.loader import TrainLoader
-    from moe_trainer.data.mixture import MixtureLoader
-
-    data = config.data
-    if not data.train_cache and not data.mixture.enabled:
-        raise ValueError(
-            "data.train_cache is empty: point it at a token cache written by the tokenize step "
-            "(or give data.mixture.sources and weights)"
-        )
-    named = dict(data.mixture.sources) if data.mixture.enabled else {"train_cache": data.train_cache}
-    caches = {name: TokenCache(path) for name, path in named.items()}
-    for name, cache in caches.items():
-        if cache.vocab_size > config.model.vocab_size:
-            field = "data.train_cache" if not data.mixture.enabled else f"data.mixture.sources.{name}"
-            raise ValueError(
-                f"{field} {cache.path} has vocab_size {cache.vocab_size} > model.vocab_size "
-                f"{config.model.vocab_size}: raise model.vocab_size or use the matching tokenizer"
-            )
-    lo, hi = rows
-    b = data.batch_size
-    if lo % (hi - lo) or b % (hi - lo):
-        raise ValueError(
-            f"process {jax.process_index()} holds batch rows [{lo}, {hi}) of {b}: not an aligned "
-            "equal block; choose data.batch_size and mesh so the batch splits evenly by process"
-        )
-    split = {"process_index": lo // (hi - lo), "process_count": b // (hi - lo)}
-    if data.mixture.enabled:
-        return MixtureLoader(caches, data.mixture, b, data.seq_len, data.seed, **split)
-    return TrainLoader(caches["train_cache"], b, data.seq_len, data.seed, **split)
-
-
 def _metrics_row(
     step: int,
     m: dict[str, Any],
@@ -420,7 +276,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
     ckpt_dir = config.checkpoint.dir or f"{out}/checkpoints"
     batch_shape = (config.data.batch_size, config.data.seq_len)
     with jax.default_matmul_precision(config.matmul_precision):
-        comp = _compile(
+        comp = compile_train_step(
             config.model,
             config.optimizer,
             config.schedule,
@@ -432,15 +288,15 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
             batch_shape,
         )
         ckpt = Checkpointer(ckpt_dir, config.checkpoint)
-        state = _restore_or_init(comp, ckpt, config)
+        state = restore_or_init(comp, ckpt, config)
         start = int(state["step"])
         reporter = _progress_file(config, primary, start)
         end = (
             config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
         )
         rows = distributed.process_rows(comp.batch_sharding, batch_shape)
-        source = _open_source(config, rows) if batch_source is None else batch_source
-        fetch = source.batch if batch_source is None else _rows_of(batch_source, rows)
+        source = open_source(config, rows) if batch_source is None else batch_source
+        fetch = source.batch if batch_source is None else rows_of(batch_source, rows)
         run_config = draccus.encode(config)
         meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
         writer = MetricsWriter(
@@ -461,7 +317,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
         final_eval: dict[str, Any] | None = None
         data_position = int(state["data_position"])
         batches = Prefetcher(fetch, data_position, data_position + (end - start), depth=config.data.prefetch)
-        progress = _progress_of(source)
+        progress = progress_of(source)
         try:
             pending: tuple[int, Any] | None = None
             run_step: Callable[..., Any] | None = None
@@ -504,7 +360,7 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
                     _watch(watcher, writer, {"step": done, **evals})
                     final_eval = evals["eval"]
                     if done == config.num_steps and primary:
-                        _write_json(f"{out}/eval.json", final_eval)
+                        write_json(f"{out}/eval.json", final_eval)
                     t_prev = time.perf_counter()
                 if checkpoint_now:
                     writer.flush()
@@ -524,8 +380,8 @@ def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> Tr
             ckpt.close()
             reporter.close()
     if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
-        last_row = _last_train_row(f"{out}/metrics.jsonl")
-        final_eval = _read_json(f"{out}/eval.json")
+        last_row = last_train_row(f"{out}/metrics.jsonl")
+        final_eval = read_json(f"{out}/eval.json")
     steady = rates[1:] if len(rates) > 1 else rates
     return TrainResult(
         output_dir=out,
@@ -570,7 +426,7 @@ def _close_watcher(watcher: Watcher | None, writer: MetricsWriter) -> None:
         writer.log(event_row)
 
 
-def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedConfig) -> Callable[..., Any]:
+def _step_executable(comp: Compiled, state: Any, batch: Any, cfg: DistributedConfig) -> Callable[..., Any]:
     """The train step to call: the cached jit on one process; on several, compiled ahead of time and started
     only once every process has compiled it (see ``distributed.barrier``)."""
     if jax.process_count() == 1:
@@ -579,41 +435,6 @@ def _step_executable(comp: _Compiled, state: Any, batch: Any, cfg: DistributedCo
     compiled = jitted.lower(state, batch).compile()
     distributed.barrier("train_step_compiled", distributed.init_timeout_s(cfg))
     return compiled
-
-
-def _rows_of(source: BatchSource, rows: tuple[int, int]) -> Callable[[int], dict[str, np.ndarray]]:
-    """``source``'s global batches cut to this process's rows ``[lo, hi)``."""
-    lo, hi = rows
-    return lambda step: {k: v[lo:hi] for k, v in source.batch(step).items()}
-
-
-def _restore_or_init(comp: _Compiled, ckpt: Checkpointer, config: TrainConfig) -> dict[str, Any]:
-    """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state.
-    """
-    latest = ckpt.latest_step()
-    if latest is None and config.init_from:
-        from moe_trainer.warm_start import warm_state, write_report
-
-        state, report = warm_state(
-            comp.init(), comp.shardings, config.model, config.init_from, config.warm_start, config.seed
-        )
-        print(write_report(report, config.output_dir), file=sys.stderr, flush=True)
-        return state
-    if latest is None:
-        return comp.init()
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
-    )
-    try:
-        state, _ = ckpt.restore(latest, abstract)
-    except (ValueError, KeyError) as e:
-        raise ValueError(
-            f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not "
-            "match "
-            "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
-            "changed configuration, or restore the original settings"
-        ) from e
-    return state
 
 
 def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
@@ -635,35 +456,6 @@ def _evaluate(config: TrainConfig, params: Any, mesh: Mesh) -> dict[str, Any]:
     if config.model.capacity_factor is not None:
         out["eval_capacity"] = run("config")
     return out
-
-
-def _last_train_row(path: str) -> dict[str, Any] | None:
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    train_rows = [r for r in rows if "loss" in r]
-    return train_rows[-1] if train_rows else None
-
-
-def _read_json(path: str) -> Any:
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as f:
-        return json.load(f)
-
-
-def _write_json(path: str, obj: Any) -> None:
-    import fsspec
-
-    with fsspec.open(path, "w") as f:
-        json.dump(obj, f, indent=1)
 
 
 def parse_config(argv: list[str]) -> TrainConfig:
