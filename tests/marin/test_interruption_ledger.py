@@ -5,8 +5,9 @@ operator's own progress file filling a real training step's entry (local backend
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -108,28 +109,36 @@ def test_goodput_is_productive_time_over_wall_time_per_step_and_per_experiment(t
     ]
 
 
+# The run happens in a fresh interpreter: the local backend forks its workers from the executor's process,
+# and a fork of a process whose JAX runtime is already started (as pytest's is, after the in-process
+# trainer tests) deadlocks in the child's first JAX call.
+RUN_KILLED_TRAIN = """
+import json, sys
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.train_fns import KilledTrainConfig, train_killed_once, write_toy_cache
+prefix, work = sys.argv[1], sys.argv[2]
+step = Step(name="ledger/train", fn=train_killed_once, config=KilledTrainConfig(
+    output_path=this_output_path(), train_cache=write_toy_cache(work + "/cache"),
+    counter_file=work + "/attempts"))
+result = run_experiment([step], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                        script="tests/experiment_under_test.py")
+print(json.dumps({"status": result.status_of("ledger/train"), "out": result.output_path("ledger/train")}))
+"""
+
+
 @pytest.mark.slow
-def test_a_real_training_step_killed_after_a_checkpoint_fills_its_ledger_entry(
-    run_marin: Any, tmp_path: Path
-) -> None:
+def test_a_real_training_step_killed_after_a_checkpoint_fills_its_ledger_entry(tmp_path: Path) -> None:
     """The train operator reports progress to $MARIN_PROGRESS_FILE: an attempt killed after its first
     complete checkpoint gets the checkpoint, and its successor the resume point, the steps redone and the
     time lost (from the trainer's own timestamps)."""
-    from marin import Step, this_output_path
-    from tests.marin.train_fns import KilledTrainConfig, train_killed_once, write_toy_cache
-
-    step = Step(
-        name="ledger/train",
-        fn=train_killed_once,
-        config=KilledTrainConfig(
-            output_path=this_output_path(),
-            train_cache=write_toy_cache(str(tmp_path / "cache")),
-            counter_file=str(tmp_path / "attempts"),
-        ),
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_KILLED_TRAIN, str(tmp_path / "prefix"), str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600,
     )
-    result = run_marin([step])
-    assert result.status_of("ledger/train") == "SUCCESS"
-    out = Path(result.output_path("ledger/train"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["status"] == "SUCCESS"
+    out = Path(result["out"])
     [entry] = json.loads((out / ".marin/interruptions.json").read_text())["interruptions"]
     assert entry["cause"] == "preempted" and entry["resumed_attempt"] == 2
     checkpoint = entry["checkpoint_step"]
