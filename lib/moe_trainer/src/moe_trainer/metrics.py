@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
+import shutil
 import time
 import uuid
 from typing import Any
@@ -29,6 +31,8 @@ from typing import Any
 import fsspec
 import jax
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # Dense bf16 peak FLOP/s per chip, by substrings of jax's device_kind (lower case), most specific first.
 PEAK_FLOPS: tuple[tuple[str, float], ...] = (
@@ -149,10 +153,28 @@ class MetricsWriter:
         local_dir = self.output_dir if "://" not in self.output_dir else os.path.abspath("wandb-runs")
         os.makedirs(local_dir, exist_ok=True)
         mode: Any = self.cfg.wandb_mode  # validated in MetricsConfig
-        run = wandb.init(project=self.cfg.wandb_project,
-                         name=self.cfg.run_name or os.path.basename(self.root),
-                         id=run_id, resume="allow", dir=local_dir, mode=mode, config=run_config,
-                         settings=wandb.Settings(silent=True, console="off"))
+        kwargs: dict[str, Any] = dict(project=self.cfg.wandb_project,
+                                      name=self.cfg.run_name or os.path.basename(self.root),
+                                      id=run_id, resume="allow", dir=local_dir, mode=mode, config=run_config,
+                                      settings=wandb.Settings(silent=True, console="off"))
+        runs_dir = os.path.join(local_dir, "wandb")
+        before = set(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else set()
+        try:
+            run = wandb.init(**kwargs)
+        except Exception as e:  # wandb raises its own ServerResponseError; matched by its message below
+            if "is in use" not in str(e) or not os.environ.get("WANDB_SERVICE"):
+                raise
+            # The wandb-core service was inherited from a parent process (WANDB_SERVICE), and it still holds
+            # this run for a process that died without finishing it (a SIGKILLed or preempted attempt we
+            # now resume). That stale stream never ends, so resume through a service of our own.
+            log.warning("W&B run %s is still held by a dead attempt in the inherited wandb service; resuming "
+                        "it through a private service", run_id)
+            wandb.teardown()
+            os.environ.pop("WANDB_SERVICE", None)
+            for name in set(os.listdir(runs_dir)) - before if os.path.isdir(runs_dir) else ():
+                if name.startswith("offline-run-") and run_id in name:  # the refused init's empty run
+                    shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
+            run = wandb.init(**kwargs)
         url = run.url if self.cfg.wandb_mode == "online" else None
         ref = {"project": self.cfg.wandb_project, "run_id": run_id, "mode": self.cfg.wandb_mode,
                "dir": os.path.abspath(local_dir), "url": url}
