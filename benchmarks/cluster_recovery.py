@@ -298,6 +298,22 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _keep_logs(cluster: LocalCluster, work: Path) -> None:
+    """On a failure, keep the nodes' start logs and Ray's session logs (the temp dirs go)."""
+    import shutil
+
+    keep = Path(tempfile.mkdtemp(prefix="cluster-recovery-failed-", dir="/tmp"))
+    shutil.copytree(cluster.ray_temp, keep / "ray", ignore=shutil.ignore_patterns("*.sock", "sockets"),
+                    dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    for log in work.glob("*.log"):
+        shutil.copy(log, keep / log.name)
+    _progress(f"failed; logs kept in {keep}")
+
+
 def _summary(rows: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
     return {k: statistics.median(r[k] for r in rows) for k in keys}
 
@@ -316,7 +332,9 @@ def main() -> int:
                 cluster.add(name, resources={"gang_slot": 1})
             ray.init(address=cluster.address, log_to_driver=False, namespace="marin")
             if not args.skip_gang:
+                _progress("cluster up; measuring the gang start overhead")
                 report["start"] = _start_overhead(ray, work, args.repeats)
+                _progress(f"start: {report['start']}; measuring recovery")
                 rows = [_recovery(ray, cluster, work, i, args.jax) for i in range(args.repeats)]
                 keys = ["detection_s", "rescheduling_s"] + (["jax_start_s"] if args.jax else [])
                 report["recovery"] = _summary(rows, keys)
@@ -327,12 +345,16 @@ def main() -> int:
             if args.train:
                 from tests.marin.train_fns import write_random_cache
 
+                _progress("measuring the training recovery")
                 write_random_cache(str(work / "cache"), vocab=4096, tokens=400_000)
                 train_rows = [_training_recovery(cluster, work, i, args) for i in range(args.train)]
                 keys = ["detection_s", "rescheduling_s", "jax_start_s", "restore_and_first_step_s",
                         "kill_to_first_step_s", "goodput"]
                 report["training"] = {"median": _summary(train_rows, keys), "runs": train_rows}
             ray.shutdown()
+        except BaseException:
+            _keep_logs(cluster, work)
+            raise
         finally:
             cluster.close()
     print(json.dumps(report, indent=1))

@@ -21,7 +21,9 @@ as long as the executor does) that:
    log is `attempt-N.log`; rank k logs to `attempt-N.rank-k.log`;
 4. waits, asking the GCS every second which member nodes are draining (a preemption notice; Ray reports a
    drained node killed before its deadline as an unexpected death, so this is remembered). Rank 0
-   succeeding ends the attempt with success (members still running are cancelled). The first
+   succeeding ends the attempt with success; the other members then get `MARIN_GANG_FINISH_S` (30 s) to
+   end on their own (a member that is still flushing its shard of a checkpoint or its log is not killed
+   mid-write, and a member that is still starting runs) before any still running are cancelled. The first
    member that fails, or whose node dies, ends it: every other member is cancelled at once, then the
    supervisor lets the picture settle (every member's result in, every node reported dead that a member
    died with, at most `MARIN_GANG_SETTLE_S`; a member whose worker crashed gives its node
@@ -57,6 +59,7 @@ GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_R
 MEGASCALE_PORT = "8081"
 SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
 CRASH_SETTLE_S = float(os.environ.get("MARIN_GANG_CRASH_SETTLE_S", "30"))
+FINISH_S = float(os.environ.get("MARIN_GANG_FINISH_S", "30"))
 DRAIN_POLL_S = 1.0  # how often a running gang asks the GCS which nodes are draining
 TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 
@@ -356,6 +359,8 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
             outcomes[m.rank] = _outcome(ray, ref)
             kind, value = outcomes[m.rank]
             if kind in ("ok", "lease_lost") and m.rank == 0 and isinstance(value, AttemptResult):
+                if pending:  # the others end on their own, for a while, before the teardown cancels them
+                    ray.wait(list(pending), num_returns=len(pending), timeout=FINISH_S)
                 return value  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
             if outcomes[m.rank][0] != "ok" and first is None:
                 first = m

@@ -18,6 +18,7 @@ class GangConfig:
     fail_rank: int = -1
     release_file: str = ""  # when set, wait (up to sleep_s) until this file exists
     report_progress: bool = False  # rank 0 writes $MARIN_PROGRESS_FILE as a trainer with checkpoints would
+    finish_s: float = 0.0  # ranks other than 0 take this long to write their file (a shard still flushing)
 
 
 def _report_progress() -> None:
@@ -82,6 +83,8 @@ def gang_member(config: GangConfig) -> None:
         info["jax_up"] = time.time()
     out = Path(config.output_path)
     out.mkdir(parents=True, exist_ok=True)
+    if rank:
+        time.sleep(config.finish_s)
     (out / f"rank-{rank}.json").write_text(json.dumps(info))
     print(f"gang member {rank}/{size} on {info['node']} up, coordinator {coordinator}", flush=True)
     if rank == config.fail_rank:

@@ -108,6 +108,18 @@ def test_a_gang_brings_up_jax_distributed_across_distinct_nodes(
     ).exists()
 
 
+def test_members_still_working_when_rank_0_succeeds_are_let_finish(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Rank 0 succeeds at once while rank 1 (still starting, then writing for 3 s) has not ended: the attempt
+    is a success only after rank 1 had its time to end on its own, not cancelled mid-write."""
+    out = tmp_path / "gang"
+    result = _result(_start_gang(cluster, out, {"num_cpus": 0, "hosts": 2, "resources": {"gang_slot": 1}},
+                                 finish_s=3.0))
+    assert result["ok"], result
+    assert [r["rank"] for r in _ranks(out)] == [0, 1]
+
+
 def _start_run(cluster: LocalCluster, prefix: Path, steps: list[dict[str, Any]]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
