@@ -220,7 +220,9 @@ class Executor:
             self.leases.release(st)
             self._failed(key, error)
             return
-        st.previous, st.attempt = current, recorded_attempt(current)
+        # every status this run writes keeps `created`, when the step was first recorded (wall time, goodput)
+        created = (current or {}).get("created") or time.time()
+        st.previous, st.attempt = {**(current or {}), "created": created}, recorded_attempt(current)
         st.ended_attempts.clear()
         if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
             self._ledger_open.add(key)  # is completed when this run's first attempt ends

@@ -177,6 +177,18 @@ def test_retries_make_new_attempts_with_their_own_logs(run_marin: Run, tmp_path:
     assert Path(path, ".marin/logs/attempt-2.log").exists()
 
 
+def test_status_created_is_the_steps_first_record_in_every_attempt(run_marin: Run, tmp_path: Path) -> None:
+    """`created` in status.json is the time of the step's first record, kept by the FAILED of attempt 1 and
+    the RUNNING and SUCCESS of attempt 2 (a step's wall time and goodput are measured from it)."""
+    step = Step(name="r/flaky", fn=flaky, retries=1,
+                config=FlakyConfig(output_path=this_output_path(), marker=str(tmp_path / "marker")))
+    path = run_marin([step]).output_path("r/flaky")
+    status, events = meta(path, "status.json"), meta(path, "events.jsonl")
+    assert status["created"] <= events[0]["ts"] + 0.5  # when the first RUNNING was written, not later
+    assert status["ended"] - status["created"] >= status["ended"] - events[0]["ts"] - 0.5
+    assert status["created"] < events[2]["ts"]  # older than the second attempt's RUNNING
+
+
 def test_dry_run_writes_nothing(run_marin: Run, marin_prefix: str) -> None:
     _, total = two_steps()
     result = run_marin([total], dry_run=True)
