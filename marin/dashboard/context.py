@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from marin.dashboard.alerts import AlertIndex
 from marin.dashboard.experiments import ExperimentIndex
 from marin.dashboard.issues import IssueReader
 from marin.dashboard.metrics import MetricsReader
@@ -21,6 +22,7 @@ class Dashboard:
     experiments: ExperimentIndex
     metrics: MetricsReader
     issues: IssueReader
+    alerts: AlertIndex
 
     @classmethod
     def open(
@@ -28,12 +30,14 @@ class Dashboard:
     ) -> Dashboard:
         store = PrefixStore(prefix, ttl=cache_ttl, storage_options=storage_options)
         issues = IssueReader(store)
+        experiments = ExperimentIndex(store, issues.link)
         return cls(
             prefix=prefix,
             store=store,
-            experiments=ExperimentIndex(store, issues.link),
+            experiments=experiments,
             metrics=MetricsReader(store),
             issues=issues,
+            alerts=AlertIndex(store, experiments),
         )
 
 

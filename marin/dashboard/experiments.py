@@ -208,6 +208,12 @@ class ExperimentIndex:
         self.refresh()
         return [m for _, m, _ in self._manifests.values()]
 
+    def signed_manifests(self) -> list[tuple[str, Any, dict[str, Any]]]:
+        """(id, signature, manifest) of every readable manifest: a view caching what it derives from a
+        manifest knows when that manifest changed (the alert index)."""
+        self.refresh()
+        return [(k, sig, m) for k, (sig, m, _) in self._manifests.items()]
+
     def manifest(self, key: str) -> tuple[dict[str, Any], ExperimentSummary] | None:
         self.refresh()
         found = self._manifests.get(key)

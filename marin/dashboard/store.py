@@ -8,6 +8,8 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
   that one `info()` call compares the file's signature (mtime, size, inode, etag or generation — whatever the
   backend reports) and the file is re-read only when it changed. With 1,000 experiments most requests are
   served from memory and a refresh costs one stat per file that the request needs.
+- lists a directory tree once per `ttl` (`listing`): a view over many small files (the catalogue's verdicts)
+  passes each file's listed signature to `read_json`, so an unchanged file costs no call of its own;
 - reads the end of large files only (`read_range`), so a multi-GB log is never loaded whole.
 """
 
@@ -80,6 +82,7 @@ class PrefixStore:
         self.ttl = ttl if ttl is not None else (1.0 if self.is_local else 5.0)
         self._cache: dict[str, _Entry] = {}
         self._ls_cache: dict[str, _Entry] = {}
+        self._find_cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------- paths
@@ -127,22 +130,25 @@ class PrefixStore:
             return None
         return info
 
-    def read_json(self, rel: str) -> Any:
-        """Parsed JSON at `rel`, or None when the file does not exist. Raises CorruptFileError on bad JSON."""
-        return self._cached(rel, self._parse_json)
+    def read_json(self, rel: str, *, info: dict[str, Any] | None = None) -> Any:
+        """Parsed JSON at `rel`, or None when the file does not exist. Raises CorruptFileError on bad JSON.
+
+        `info`: the file's entry from :meth:`listing`; its signature stands in for the stat, so a file that
+        did not change since it was last parsed costs no storage call at all."""
+        return self._cached(rel, self._parse_json, info)
 
     def read_jsonl(self, rel: str, max_bytes: int = 4 << 20) -> list[dict[str, Any]]:
         """Rows of a JSONL file (its last `max_bytes` only, whole lines), [] when absent."""
         rows = self._cached(rel, lambda full, info: self._parse_jsonl(full, info, max_bytes))
         return rows if rows is not None else []
 
-    def _cached(self, rel: str, parse: Any) -> Any:
+    def _cached(self, rel: str, parse: Any, listed: dict[str, Any] | None = None) -> Any:
         full = self.full(rel)
         now = time.monotonic()
         fresh = self._fresh(self._cache, full, now)
         if fresh is not None:
             return fresh.value
-        info = self._info(full)
+        info = listed if listed is not None else self._info(full)
         sig = signature(info) if info is not None else None
         entry = self._cache.get(full)
         if entry is not None and entry.signature == sig:
@@ -206,6 +212,27 @@ class PrefixStore:
             )
         entries.sort(key=lambda e: e["name"])
         self._ls_cache[full] = _Entry(None, now, entries)
+        return entries
+
+    def listing(self, rel: str) -> dict[str, dict[str, Any]]:
+        """Every file under the directory `rel`, recursively: relative path -> its info (signature keys
+        included), from one listing per `ttl` (one paginated call on an object store, a walk locally); {}
+        when absent. Views over many small files (verdicts under experiments/) compare these signatures
+        with their cache instead of asking for each file."""
+        full = self.full(rel).rstrip("/")
+        now = time.monotonic()
+        fresh = self._fresh(self._find_cache, full, now)
+        if fresh is not None:
+            cached: dict[str, dict[str, Any]] = fresh.value
+            return cached
+        try:
+            found = self.fs.find(full, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            found = {}
+        base = full + "/"
+        entries = {f"{rel.rstrip('/')}/{name[len(base):]}": info for name, info in found.items()
+                   if name.startswith(base) and info.get("type", "file") == "file"}
+        self._find_cache[full] = _Entry(None, now, entries)
         return entries
 
     def cat_many(self, rels: list[str]) -> dict[str, bytes | Exception]:

@@ -4,7 +4,8 @@ One comment per experiment (and prefix) on the linked issue, found again by the 
 edited in place by every later run of the same experiment, so a restarted executor (which starts a new run)
 updates the comment people already follow instead of adding one. The body shows the current run: a step
 table (state, duration, attempts, output path, W&B link, key metrics), the failed steps with the first lines
-of their error and their log path, a dashboard link, and one line per earlier run from the manifest.
+of their error and their log path, the interruptions, the active health alerts (marin/tracking/
+alerts_section.py), a dashboard link, and one line per earlier run from the manifest.
 
 GitHub limits a comment to 65,536 characters: past ``MAX_TABLE_ROWS`` steps the table keeps the steps that
 are not SUCCESS first and counts the rest, and the whole body is cut to ``MAX_BODY_CHARS``.
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marin.status.publisher import RunView, StepView
+from marin.tracking.alerts_section import alerts_section
 from marin.tracking.notebook import notebook_section
 from marin.tracking.outputs import StepOutputs
 from marin.tracking.predictions import tracking_section
@@ -178,6 +180,7 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
         lines.append(f"| … {sum(hidden.values())} more steps ({states}): see the dashboard | | | | | | |")
     lines += _failed_section(steps, outputs)
     lines += _interruptions_section(shown, outputs)
+    lines += alerts_section(shown, outputs, now)  # active health alerts, resolved ones counted
     lines += tracking_section(steps)  # "on track / off track" of steps scored against a prediction
     earlier = [r for r in history if r.get("run_id") != run.run_id][-5:]
     if earlier:

@@ -1,7 +1,8 @@
 """Key results of a step, read from the files its function wrote (see docs/formats.md, "Trainer outputs").
 
 Only what a status comment shows: the W&B run (``wandb.json``), the last training loss (the tail of
-``metrics.jsonl``, never the whole file) and per-domain bits per byte (``eval.json``). Missing files are
+``metrics.jsonl``, never the whole file), per-domain bits per byte (``eval.json``), the interruption ledger
+and the health alerts (``alerts.jsonl``, ``watch.json``). Missing files are
 normal (most steps are not trainers); unreadable ones are reported in ``problems`` and shown as such.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import fsspec
 
+from marin.status.alerts import Alert, read_alerts
 from marin.status.interruptions import ledger_lines
 
 TAIL_BYTES = 64 * 1024
@@ -34,6 +36,10 @@ class StepOutputs:
     problems: tuple[str, ...] = ()
     interruptions: tuple[str, ...] = ()
     """The step's interruption ledger, one line per interruption (marin/status/interruptions.py)."""
+    alerts: tuple[Alert, ...] = ()
+    """The step's health alerts and risk points (``alerts.jsonl``, marin/status/alerts.py), as they fired."""
+    watch: dict[str, Any] | None = None
+    """Its watcher's heartbeat (``watch.json``), for "the watcher is blind"."""
 
 
 def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
@@ -73,6 +79,15 @@ def innermost_frame(traceback_text: str) -> str | None:
             source = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
             return lines[i].strip() + (f"\n    {source}" if source else "")
     return None
+
+
+def _read_alerts(output_path: str, values: dict[str, Any], problems: list[str]) -> None:
+    try:
+        alerts, watch = read_alerts(output_path)
+    except (OSError, ValueError) as exc:
+        problems.append(f"alerts.jsonl unreadable ({type(exc).__name__})")
+        return
+    values["alerts"], values["watch"] = tuple(alerts), watch
 
 
 def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
@@ -117,6 +132,7 @@ def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
         pass
     except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
         problems.append(f".marin/interruptions.json unreadable ({type(exc).__name__})")
+    _read_alerts(output_path, values, problems)
     if failed:
         try:
             status = _read_json(fs, f"{root}/.marin/status.json")

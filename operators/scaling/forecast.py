@@ -12,7 +12,8 @@ prediction record (refusing one whose hash does not match its content), checks t
 target's config hash (config drift since the forecast is refused), and, when ``require_posted``, waits
 until the engine has posted the record to the issue (``posted.json`` next to the record, naming its hash;
 the engine writes it after creating the comment). It then writes ``tracking.json`` (the schema the engine
-reads to show "on track / off track" while the run's evaluations land in metrics.jsonl) and trains.
+reads to show "on track / off track" while the run's evaluations land in metrics.jsonl) and trains, its
+watcher given the record's band as the ``eval_band`` health rule (:mod:`.band`).
 The DAG makes the target depend on the prediction step, so it cannot start before the record exists.
 
 **verdict** (``score_prediction``) compares the target's curve (the same eval step as every rung) with the
@@ -31,6 +32,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from operators.scaling.band import with_eval_band
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
@@ -204,7 +206,8 @@ def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
 
 def train_target(config: TargetTrainConfig) -> dict[str, Any]:
     """Check the frozen forecast, wait until it is posted, record what is tracked, then train."""
-    record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    record_path = f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}"
+    record = read_record(record_path)
     if record["target"]["config_hash"] != config.target_config_hash:
         raise ValueError(
             f"target: the prediction names config {record['target']['config_hash']} but this target "
@@ -230,7 +233,7 @@ def train_target(config: TargetTrainConfig) -> dict[str, Any]:
             "posted": posted,
         },
     )
-    return train(config.train)
+    return train(with_eval_band(config.train, record, record_path))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,9 +19,6 @@ import numpy as np
 import pytest
 
 from marin.status.alerts import fold, parse_events
-from marin.status.publisher import RunView, StepView
-from marin.tracking.alerts import AlertPoster
-from marin.tracking.local import LocalTracker
 from moe_trainer.checkpoint import CheckpointConfig
 from moe_trainer.config import ModelConfig
 from moe_trainer.health import HealthConfig
@@ -29,6 +26,7 @@ from moe_trainer.metrics import MetricsConfig
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, train
 from moe_trainer.watch import LossSpike, Stall
+from tests.health.issue import post_alerts
 
 VOCAB, SEQ, BATCH = 64, 32, 8
 # The compile key of lib/moe_trainer/tests/test_train.py's `_config` (model, optimizer, schedule, health,
@@ -138,19 +136,7 @@ def posted(runs: dict[str, Run], tmp_path_factory: pytest.TempPathFactory) -> di
 
 def _post(run: Run, prefix: Path, status: str = "SUCCESS") -> list[str]:
     """Post the run's alerts to a local issue as the issue publisher does; returns the new comment bodies."""
-    tracker = LocalTracker(str(prefix), "local/health")
-    if not tracker.list_issues():
-        tracker.create_issue("health alerts", "injected faults")
-    before = {c.id for c in tracker.list_comments(1)}
-    now = time.time()
-    step = StepView(name=f"train/{run.path.name}", hash="ab12cd34" + "0" * 56, output_path=str(run.path),
-                    status=status, attempt=1, started=now - 60, ended=now, error_summary=None, log_path=None,
-                    dependencies=())
-    view = RunView(experiment_id="exp17_health-ab12cd34", run_id="r1", script="experiments/exp17.py",
-                   description="health", issue="local/health#1", prefix=str(prefix), status="SUCCESS",
-                   started=now - 61, ended=now, steps=(step,))
-    AlertPoster(tracker, 1, dashboard_url="http://dash.local").poll(view)
-    return [c.body for c in tracker.list_comments(1) if c.id not in before]
+    return post_alerts(run.path, prefix, status=status)
 
 
 def test_healthy_run_raises_no_alert(runs: Runs, posted: Posted) -> None:

@@ -149,3 +149,42 @@ def test_dashboard_lists_active_alerts_escaped(dashboard_prefix: tuple[Path, str
         assert "<script>alert" not in step_page.text and "failed" in step_page.text
         detail = client.get(f"/api/alerts/{rel}").json()
         assert detail["status"] == "RUNNING" and detail["alerts"][0]["active"]
+
+
+def _status_comment(tracker: LocalTracker) -> str:
+    (status,) = [b for b in bodies(tracker) if b.startswith("<!-- marin-status:")]
+    return status
+
+
+def test_status_comment_lists_active_alerts_and_counts_resolved_ones(tmp_path: Path,
+                                                                     issue: LocalTracker) -> None:
+    """The publisher's status comment on a local issue: one row per active alert (rule, severity, since,
+    values), the resolved ones counted by rule, hostile text inert; a resolution updates it."""
+    from marin.tracking.publisher import IssuePublisher
+
+    out = tmp_path / "train-cafe0123"
+    hostile = f"{XSS} @octocat | `x`"
+    cfg = WatchConfig(drop_rate=DropRate(pending_steps=1, resolve_steps=1),
+                      risk_points=(RiskPoint(hostile, at_step=3, below=1.0, action=f"plan {XSS}"),))
+    w = Watcher(cfg, str(out), FACTS)
+    for step in range(1, 6):  # drop_rate fires at 1, resolves at 2, fires again at 4
+        w.observe(row(step, drop_rate=0.5 if step in (1, 4, 5) else 0.0))
+    publisher = IssuePublisher(issue, 1, min_interval_s=0)
+    publisher.publish(view(tmp_path, out), final=True)
+    status = _status_comment(issue)
+    section = status.split("#### Alerts", 1)[1]
+    assert section.startswith(" (2 active, 1 resolved)")
+    rows = [line for line in section.splitlines() if line.startswith("| `train/moe` |")]
+    assert len(rows) == 2
+    risk, drop = rows  # critical first
+    assert "risk point failed" in risk and "&lt;script&gt;" in risk and "@\u200doctocat" in risk
+    assert "drop_rate" in drop and "🟠 warning" in drop and "step 4, " in drop and "drop_rate 0.5" in drop
+    assert "<script>" not in status and "@octocat" not in status
+    assert all(line.count(" | ") == 5 for line in rows)  # hostile `|` and backticks cannot split the row
+    assert "- `train/moe`: 1 resolved (drop_rate 1)" in section
+    # the step ends and its watcher closes: nothing is active any more, both firings counted as resolved
+    w.close()
+    IssuePublisher(issue, 1, min_interval_s=0).publish(view(tmp_path, out, status="FAILED"), final=True)
+    section = _status_comment(issue).split("#### Alerts", 1)[1]
+    assert section.startswith(" (1 active, 2 resolved)")  # the failed risk point stays on the record
+    assert "drop_rate 2" in section

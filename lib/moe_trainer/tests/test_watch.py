@@ -12,7 +12,9 @@ import pytest
 
 from moe_trainer.watch import (
     ATTEMPT_ENV,
+    BandPoint,
     DropRate,
+    EvalBand,
     RiskPoint,
     RunFacts,
     Stall,
@@ -165,3 +167,50 @@ def test_eval_regression(tmp_path: Path) -> None:
     for step, bpb in ((100, 2.0), (200, 1.8), (300, 1.9), (400, 1.7)):
         w.observe({"step": step, "eval": {"micro": {"bpb": bpb}}})
     assert [(e["event"], e["step"]) for e in events(tmp_path)] == [("fired", 300), ("resolved", 400)]
+
+
+def band_eval(step: int, bpb: float) -> dict[str, Any]:
+    return {"step": step, "eval": {"micro": {"bpb": bpb}}}
+
+
+def test_eval_band_fires_outside_resolves_inside_and_ignores_other_steps(tmp_path: Path) -> None:
+    clock = Clock()
+    band = EvalBand(points=tuple(BandPoint(s, 1.5 - s / 1000, 1.4 - s / 1000, 1.6 - s / 1000, f"{s // 4}%")
+                                 for s in (100, 200, 300, 400)), source="prediction.json sha256 ab12")
+    w = Watcher(WatchConfig(eval_band=band), str(tmp_path), FACTS, clock=clock)
+    for step, bpb in ((50, 9.0), (100, 1.4), (200, 2.0), (250, 1.0), (300, 1.2), (400, 0.5)):
+        clock.t += 10
+        w.observe(band_eval(step, bpb))
+    got = [(e["event"], e["rule"], e["step"], e["silenced"]) for e in events(tmp_path)
+           if e["rule"] == "eval_band"]
+    # step 50 and 250 are no band points: neither fires nor clears; 300 is back inside: resolved
+    assert got == [("fired", "eval_band", 200, False), ("resolved", "eval_band", 300, False),
+                   ("fired", "eval_band", 400, True)]  # within the silence window of the resolution
+    fired = next(e for e in events(tmp_path) if e["event"] == "fired" and e["rule"] == "eval_band")
+    assert fired["severity"] == "warning" and math.isclose(fired["values"]["low"], 1.2)
+    assert "outside the pre-registered band [1.2000, 1.4000]" in fired["summary"] and "(50% of the run)" in \
+        fired["summary"] and "ab12" in fired["summary"]
+    assert math.isclose(fired["values"]["off_pct"], 100 * (2.0 - 1.3) / 1.3)
+
+
+def test_eval_band_refuses_a_malformed_band() -> None:
+    with pytest.raises(ValueError, match="low <= point <= high"):
+        BandPoint(100, point=2.0, low=1.0, high=1.5)
+    with pytest.raises(ValueError, match="one band point per evaluation step"):
+        EvalBand(points=(BandPoint(100, 1.0, 0.9, 1.1), BandPoint(100, 1.0, 0.9, 1.1)))
+
+
+def test_alerts_on_an_object_store_are_rewritten_whole_after_every_event() -> None:
+    import fsspec
+
+    out = "memory://watch-test/run"
+    w = Watcher(WatchConfig(drop_rate=DropRate(pending_steps=1, resolve_steps=1)), out, FACTS)
+    w.observe(row(1, drop_rate=0.5))
+    fs = fsspec.filesystem("memory")
+    assert [json.loads(x)["event"] for x in fs.cat_file("/watch-test/run/alerts.jsonl").splitlines()] == \
+        ["fired"]
+    w.observe(row(2))
+    Watcher(WatchConfig(), out, FACTS, start_step=2).close()  # a new attempt keeps the earlier lines
+    lines = fs.cat_file("/watch-test/run/alerts.jsonl").splitlines()
+    assert [json.loads(x)["event"] for x in lines] == ["fired", "resolved"]
+    fs.rm("/watch-test", recursive=True)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
-from marin.dashboard.alerts import active_alerts, as_json, step_alerts
+from marin.dashboard.alerts import as_json, step_alerts
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
 
@@ -19,7 +19,7 @@ Dash = Annotated[Dashboard, Depends(get_dashboard)]
 def alerts(dash: Dash) -> dict[str, Any]:
     """Active alerts (fired, not resolved; failed risk points; blind watchers), critical first; `step` is
     the training step the alert fired at, `step_path` the step's output path relative to the prefix."""
-    rows = active_alerts(dash.store, dash.experiments)
+    rows = dash.alerts.active()
     return {"active": [{**as_json(a), "step_path": s.path, "step_name": s.name, "step_status": s.status}
                        for s, a in rows]}
 
@@ -35,5 +35,5 @@ def alerts_of_step(step_path: str, dash: Dash) -> dict[str, Any]:
 
 @router.get("/alerts", response_class=HTMLResponse, include_in_schema=False)
 def alerts_page(request: Request, dash: Dash) -> HTMLResponse:
-    rows = active_alerts(dash.store, dash.experiments)
+    rows = dash.alerts.active()
     return page(request, "alerts.html", {"prefix": dash.prefix, "rows": rows})

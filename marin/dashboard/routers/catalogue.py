@@ -3,7 +3,9 @@
 (`/api/experiments/{id}/notebook`, also shown on the experiment page).
 
 Rows come from marin/status/catalogue.py, built from the experiment index's cached manifests and each
-experiment's `verdicts.json` (read through the prefix store's mtime-keyed cache). Every string is data:
+experiment's `verdicts.json`: `experiments/` is listed once per cache TTL and a verdicts file whose listed
+signature (mtime, size...) is unchanged is served from the prefix store's cache, so a request over 1,000
+experiments costs one listing, not 1,000 stats or reads. Every string is data:
 the page escapes it (Jinja2 autoescape), the JSON returns it as is, the Markdown export escapes cells.
 """
 
@@ -29,16 +31,23 @@ Outcomes = Annotated[list[str] | None, Query(description=f"keep these outcomes: 
 Tags = Annotated[list[str] | None, Query(description="keep experiments carrying every one of these tags")]
 
 
-def verdicts_doc(dash: Dashboard, experiment_id: str) -> dict[str, Any] | None:
+def verdicts_doc(dash: Dashboard, experiment_id: str,
+                 listed: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The experiment's verdicts.json; with `listed` (the store's listing of experiments/), a file the
+    listing does not name is absent and an unchanged one is served from the cache without a call."""
+    rel = f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json"
+    if listed is not None and rel not in listed:
+        return None
     try:
-        doc = dash.store.read_json(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+        doc = dash.store.read_json(rel, info=listed[rel] if listed is not None else None)
     except (CorruptFileError, UnsafePathError, OSError):
         return None  # shown as not evaluated; the file itself is visible under /files
     return doc if isinstance(doc, dict) else None
 
 
 def rows(dash: Dashboard, outcome: list[str] | None, tag: list[str] | None) -> list[catalogue.Row]:
-    every = [catalogue.row(m, verdicts_doc(dash, str(m["id"]))) for m in dash.experiments.manifests()
+    listed = dash.store.listing(EXPERIMENTS_DIR)  # one listing per cache TTL, not one call per experiment
+    every = [catalogue.row(m, verdicts_doc(dash, str(m["id"]), listed)) for m in dash.experiments.manifests()
              if isinstance(m.get("id"), str)]
     wanted = [o for o in outcome or [] if o]
     try:

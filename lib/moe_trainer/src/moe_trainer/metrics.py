@@ -32,6 +32,8 @@ import fsspec
 import jax
 import numpy as np
 
+from moe_trainer.jsonl import JsonlFile, is_local
+
 log = logging.getLogger(__name__)
 
 # Dense bf16 peak FLOP/s per chip, by substrings of jax's device_kind (lower case), most specific first.
@@ -113,14 +115,13 @@ class MetricsWriter:
         self.fs, self.root = fsspec.core.url_to_fs(self.output_dir)
         self.fs.makedirs(self.root, exist_ok=True)
         self.path = f"{self.root}/metrics.jsonl"
-        # Object stores cannot append: there the whole file is rewritten from memory every few rows.
-        self._local = "://" not in self.output_dir or self.output_dir.startswith("file://")
-        self._rows: list[str] = []
-        self._dirty = 0
+        rows: list[str] = []
         if start_step == 0 and self.fs.exists(self.path):
             self.fs.rm(self.path)  # a fresh run (no checkpoint) starts a fresh history
         elif start_step > 0:
-            self._truncate_after(start_step)
+            rows = self._truncate_after(start_step)
+        # Object stores cannot append: there the whole file is rewritten from memory every 50 rows (jsonl.py).
+        self._file = JsonlFile(self.fs, self.path, local=is_local(self.output_dir), lines=rows, batch=50)
         self._wandb = self._init_wandb(run_config)
         self._bar = None
         if cfg.progress_bar:
@@ -128,16 +129,16 @@ class MetricsWriter:
 
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
 
-    def _truncate_after(self, start_step: int) -> None:
+    def _truncate_after(self, start_step: int) -> list[str]:
         """Drop rows of steps > start_step (written after the checkpoint we resume from), so the history
-        stays one row per step."""
+        stays one row per step; returns the rows kept."""
         if not self.fs.exists(self.path):
-            return
+            return []
         with self.fs.open(self.path, "r") as f:
             rows = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= start_step]
         with self.fs.open(self.path, "w") as f:
             f.writelines(rows)
-        self._rows = rows
+        return rows
 
     def _init_wandb(self, run_config: dict[str, Any]) -> Any:
         if self.cfg.wandb_mode == "disabled":
@@ -186,15 +187,7 @@ class MetricsWriter:
         if not self.enabled:
             return
         row = _jsonable(row)
-        line = json.dumps(row) + "\n"
-        if self._local:
-            with self.fs.open(self.path, "a") as f:
-                f.write(line)
-        else:
-            self._rows.append(line)
-            self._dirty += 1
-            if self._dirty >= 50 or "eval" in row:
-                self._flush()
+        self._file.append(json.dumps(row) + "\n", durable="eval" in row)
         if self._wandb is not None:
             self._wandb.log(_flatten_for_wandb(row), step=int(row["step"]))
         if self._bar is not None and "loss" in row:
@@ -203,15 +196,10 @@ class MetricsWriter:
                                                                           float) else row["loss"],
                                   tok_s=f"{row.get('tokens_per_s', 0):.0f}", refresh=False)
 
-    def _flush(self) -> None:
-        with self.fs.open(self.path, "w") as f:
-            f.writelines(self._rows)
-        self._dirty = 0
-
     def flush(self) -> None:
         """Make every logged row durable (object stores buffer up to 50 rows); called before a checkpoint."""
-        if self.enabled and not self._local and self._dirty:
-            self._flush()
+        if self.enabled:
+            self._file.flush()
 
     def close(self) -> None:
         self.flush()

@@ -1,0 +1,127 @@
+"""/alerts and /catalogue over a prefix do not touch every step's or every experiment's files per request.
+
+Every storage call of the dashboard's store is counted (a proxy around its fsspec filesystem), with the cache
+TTL at zero so that nothing is trusted by time alone: a second request reads no file that did not change
+(the finished experiments' steps and verdicts cost nothing but the listings of experiments/), the running
+experiment's steps are still checked, a person's verdict is picked up by reading that one file, and a
+rewritten manifest makes its steps' alerts be read again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from marin.dashboard import create_app
+from marin.status import verdicts
+from marin.storage import storage_for
+from moe_trainer.watch import DropRate, RunFacts, WatchConfig, Watcher
+from tests.fakes.synthetic_prefix import write_prefix
+
+FACTS = RunFacts(num_steps=100, update_window=16, skip_nonfinite=True, max_grad_norm=1.0)
+COUNTED = ("info", "open", "cat_file", "ls", "find", "exists")
+
+
+class CountingFS:
+    """Forwards to a filesystem and records (method, path) of every storage call."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs, self.calls = fs, Counter[tuple[str, str]]()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._fs, name)
+        if name not in COUNTED:
+            return attr
+
+        def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls[(name, str(path))] += 1
+            return attr(path, *args, **kwargs)
+        return counted
+
+
+@pytest.fixture()
+def prefix(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """Three experiments (the second still running), an active alert on a train step of the first, and a
+    computed verdict for every experiment."""
+    write_prefix(str(tmp_path), experiments=3, metrics_rows=5, groups=3)
+    manifests = sorted((json.loads(p.read_text()) for p in (tmp_path / "experiments").glob("*.json")),
+                       key=lambda m: m["created"])
+    out = Path(next(s for s in manifests[0]["steps"] if "/train/" in s["name"])["output_path"])
+    w = Watcher(WatchConfig(drop_rate=DropRate(pending_steps=1, resolve_steps=1)), str(out), FACTS)
+    w.observe({"step": 1, "loss": 2.0, "grad_norm": 0.5, "drop_rate": 0.5, "update_filter_armed": True})
+    for m in manifests:
+        verdicts.record(storage_for(str(tmp_path)), str(tmp_path), m["id"], {
+            "outcome": "worked", "note": "", "by": "marin", "source": verdicts.COMPUTED, "at": time.time(),
+            "criteria": [], "infra": [], "notebook_sha256": None})
+    return tmp_path, manifests
+
+
+@pytest.fixture()
+def client(prefix: tuple[Path, list[dict[str, Any]]]) -> Iterator[tuple[TestClient, CountingFS]]:
+    app = create_app(str(prefix[0]), cache_ttl=0)
+    with TestClient(app) as c:
+        store = app.state.dash.store
+        counting = CountingFS(store.fs)
+        store.fs = counting
+        yield c, counting
+
+
+def _touched(calls: Counter[tuple[str, str]], roots: list[str]) -> list[tuple[str, str]]:
+    return [c for c in calls if any(c[1].startswith(r.rstrip("/") + "/") or c[1] == r for r in roots)]
+
+
+def _step_roots(manifest: dict[str, Any]) -> list[str]:
+    return [os.path.realpath(s["output_path"]) for s in manifest["steps"]]
+
+
+def test_a_second_request_reads_no_unchanged_file(client: tuple[TestClient, CountingFS],
+                                                  prefix: tuple[Path, list[dict[str, Any]]]) -> None:
+    c, fs = client
+    root, manifests = prefix
+    first = (c.get("/api/alerts").json(), c.get("/api/catalogue").json())
+    assert [a["rule"] for a in first[0]["active"]] == ["drop_rate"] and first[1]["counts"]["worked"] == 3
+    fs.calls.clear()
+    second = (c.get("/api/alerts").json(), c.get("/api/catalogue").json())
+    assert second == first
+    finished = _step_roots(manifests[0]) + _step_roots(manifests[2])
+    assert _touched(fs.calls, finished) == []  # not one stat or read of a finished experiment's steps
+    verdict_files = [os.path.realpath(verdicts.verdicts_path(str(root), m["id"])) for m in manifests]
+    assert _touched(fs.calls, verdict_files) == []
+    assert _touched(fs.calls, _step_roots(manifests[1]))  # the running experiment is still checked
+    assert ("find", os.path.realpath(root / "experiments")) in fs.calls  # one listing instead
+    # a person's verdict changes one file: the next request reads that file and no other verdict
+    verdicts.record(storage_for(str(root)), str(root), manifests[2]["id"], {
+        "outcome": "did_not_work", "note": "seed noise", "by": "alice", "source": verdicts.PERSON,
+        "at": time.time(), "criteria": [], "infra": [], "notebook_sha256": None})
+    fs.calls.clear()
+    by_id = {r["experiment"]: r for r in c.get("/api/catalogue").json()["experiments"]}
+    assert by_id[manifests[2]["id"]]["outcome"] == "did_not_work"
+    opened = {p for (method, p) in fs.calls if method == "open"}
+    assert opened & set(verdict_files) == {verdict_files[2]}
+
+
+Prefix = tuple[Path, list[dict[str, Any]]]
+
+
+def test_a_rewritten_manifest_makes_its_steps_be_read_again(client: tuple[TestClient, CountingFS],
+                                                            prefix: Prefix) -> None:
+    c, fs = client
+    root, manifests = prefix
+    assert len(c.get("/api/alerts").json()["active"]) == 1
+    out = Path(next(s for s in manifests[0]["steps"] if "/train/" in s["name"])["output_path"])
+    w = Watcher(WatchConfig(), str(out), FACTS)  # a new attempt resolves what the last one left open
+    w.close()
+    path = root / "experiments" / f"{manifests[0]['id']}.json"
+    os.utime(path, (time.time() + 5, time.time() + 5))  # the run's end rewrites its manifest
+    fs.calls.clear()
+    assert c.get("/api/alerts").json()["active"] == []
+    assert _touched(fs.calls, [os.path.realpath(out)])
+    assert _touched(fs.calls, _step_roots(manifests[2])) == []
