@@ -26,11 +26,12 @@ Three one-CPU nodes (the head and two workers, all with a `gang_slot`); every fi
   `first_step_time`: restore, compile, one step); `kill_to_first_step_s` the whole; the ledger entry
   (checkpoint, steps redone, restart gap, time lost) and the step's goodput (interruptions.py).
 
-`--health-check-period-ms` / `--health-check-failures` set Ray's node health check on the test cluster
-(`RAY_health_check_period_ms`, `RAY_health_check_failure_threshold`; Ray's defaults 3000 ms and 5): how
-soon the GCS declares a SIGKILLed node dead bounds detection, since the gang supervisor waits for that
-verdict to tell a lost node from a failure (gang.py). The executor's back-off is in `rescheduling_s` of the
-training figures only.
+`--worker-niceness` sets Ray's `worker_niceness` (Ray starts workers at nice 15, below the raylet and any
+job niced 10 on a shared machine). `--health-check-period-ms` / `--health-check-failures` set Ray's node
+health check on the test cluster (`RAY_health_check_period_ms`, `RAY_health_check_failure_threshold`; Ray's
+defaults 3000 ms and 5): how soon the GCS declares a SIGKILLed node dead bounds detection, since the gang
+supervisor waits for that verdict to tell a lost node from a failure (gang.py). The executor's back-off is
+in `rescheduling_s` of the training figures only.
 """
 
 from __future__ import annotations
@@ -295,6 +296,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--health-check-period-ms", type=int, default=None, help="Ray's (default 3000)")
     parser.add_argument("--health-check-failures", type=int, default=None, help="Ray's threshold (default 5)")
     parser.add_argument("--skip-gang", action="store_true", help="only the training recovery")
+    parser.add_argument("--worker-niceness", type=int, default=None,
+                        help="Ray's worker niceness (default 15; 0 on a machine shared with niced jobs)")
     return parser.parse_args()
 
 
@@ -323,6 +326,10 @@ def main() -> int:
     import ray
 
     report: dict[str, Any] = {"health_check": _cluster_env(args), "repeats": args.repeats}
+    if args.worker_niceness is not None:  # Ray starts its workers at nice 15 unless told otherwise
+        os.environ["RAY_worker_niceness"] = str(args.worker_niceness)  # noqa: SIM112 (Ray's own name)
+        report["worker_niceness"] = args.worker_niceness
+    report["load_average_at_start"] = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="cluster-recovery-") as tmp:
         work = Path(tmp)
         cluster = LocalCluster(work)

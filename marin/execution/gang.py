@@ -11,8 +11,11 @@ as long as the executor does) that:
    resource that starts one task per host through the slice-name resource) because it is the same
    placement-group path as `hosts=N` - one launch, one teardown (`remove_placement_group` frees every
    host), no long-lived actor to restart - and it already does multislice;
-2. orders the members: slice, then the node's `ray.io/tpu-worker-id` label when it has one, then bundle,
-   and asks rank 0's host for a free port (a probe task in rank 0's bundle);
+2. orders the members: slice, then the node's `ray.io/tpu-worker-id` label when it has one, then bundle.
+   Rank 0 picks a free port on its own host when it starts and publishes it in Ray's internal key-value
+   store (the GCS) under a key of this attempt; the other members read it there before they run the step.
+   So every member's worker starts at once: a probe task for the port, run first in rank 0's bundle, cost
+   a fresh worker start (2-5 s on a loaded 2-core machine) before any member could start;
 3. starts one member task per bundle with `max_calls=1` (a process that initialised JAX's distributed
    runtime cannot do it again, and libtpu allows one process per host) and `max_retries=0` (the executor
    owns every retry), with `MARIN_GANG_SIZE`, `MARIN_GANG_RANK`, `MARIN_COORDINATOR` (`ip:port` of rank 0)
@@ -46,6 +49,7 @@ import dataclasses
 import os
 import socket
 import time
+import uuid
 from typing import Any
 
 from marin.definition.step import Resources
@@ -60,6 +64,9 @@ MEGASCALE_PORT = "8081"
 SETTLE_S = float(os.environ.get("MARIN_GANG_SETTLE_S", "60"))
 CRASH_SETTLE_S = float(os.environ.get("MARIN_GANG_CRASH_SETTLE_S", "30"))
 FINISH_S = float(os.environ.get("MARIN_GANG_FINISH_S", "30"))
+PORT_WAIT_S = float(os.environ.get("MARIN_GANG_PORT_WAIT_S", "600"))  # rank k waits for rank 0's port
+PORT_PENDING = "0"  # the coordinator's port until rank 0 has published it
+KV_NAMESPACE = "marin_gang"
 DRAIN_POLL_S = 1.0  # how often a running gang asks the GCS which nodes are draining
 TPU_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 
@@ -237,9 +244,15 @@ def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
 
 
 def run_member(
-    payload: bytes, shared: tuple[Any, str] | None, rank: int, gang_env: dict[str, str], log_path: str
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    rank: int,
+    gang_env: dict[str, str],
+    log_path: str,
+    port_key: str,
 ) -> AttemptResult:
-    """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status."""
+    """A Ray task: one gang member. Rank 0 keeps the attempt's status record; the others write no status.
+    Rank 0 publishes the coordinator's port under `port_key`; the others wait for it (`coordinator_port`)."""
     from marin.execution.attempt_pickle import load_attempt
 
     try:
@@ -248,15 +261,55 @@ def run_member(
         return AttemptResult.from_exception(
             exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST
         )
+    try:
+        port = coordinator_port(_kv(), port_key, rank, PORT_WAIT_S)
+    except TimeoutError as exc:
+        return AttemptResult.from_exception(exc, context=f"gang member {rank} has no coordinator", host=HOST)
+    host = gang_env[COORDINATOR_ENV].rsplit(":", 1)[0]
+    gang_env = {**gang_env, COORDINATOR_ENV: f"{host}:{port}"}
     return execute_step(
         fn, config, rank_log_path(log_path, rank), {**env, **gang_env}, record if rank == 0 else None
     )
 
 
-def free_port_task() -> int:
-    """A Ray task run in rank 0's bundle: a port that is free on rank 0's host (JAX's coordinator binds
-    it)."""
-    return _free_port()
+class _KV:
+    """The attempt's port exchange through Ray's internal key-value store (kept in the GCS, reachable from
+    every worker of the cluster; the same store Ray's own libraries use for small shared records)."""
+
+    def __init__(self) -> None:
+        from ray.experimental import internal_kv
+
+        self._kv = internal_kv
+
+    def put(self, key: str, value: str) -> None:
+        self._kv._internal_kv_put(key, value, overwrite=True, namespace=KV_NAMESPACE)
+
+    def get(self, key: str) -> str | None:
+        value = self._kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+        return value.decode() if value is not None else None
+
+    def del_(self, key: str) -> None:
+        self._kv._internal_kv_del(key, namespace=KV_NAMESPACE)
+
+
+def _kv() -> _KV:
+    return _KV()
+
+
+def coordinator_port(kv: Any, key: str, rank: int, timeout_s: float, poll_s: float = 0.02) -> int:
+    """Rank 0: a port free on this host, published under `key`. Rank k: the port rank 0 published, waited
+    for up to `timeout_s` (rank 0's worker may start later; if it never does, the supervisor sees its end
+    and cancels this member first)."""
+    if rank == 0:
+        port = _free_port()
+        kv.put(key, str(port))
+        return port
+    deadline = time.monotonic() + timeout_s
+    while (value := kv.get(key)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gang rank 0 did not publish its coordinator port within {timeout_s:.0f} s")
+        time.sleep(poll_s)
+    return int(value)
 
 
 _REMOTES: dict[str, Any] = {}
@@ -313,27 +366,21 @@ def supervise(
         )
     import ray
 
-    owner = None
+    owner, port_key = None, ""
     refs: dict[Any, Member] = {}
     try:
         pg, owner = _reserve(ray, plan, name)
         ray.get(pg.ready())
         members = _members(ray, pg, plan)
-        port = ray.get(
-            _remote(free_port_task)
-            .options(num_cpus=0, max_retries=0, scheduling_strategy=_strategy(pg, members[0].bundle))
-            .remote()
-        )
-        coordinator = f"{members[0].ip}:{port}"
+        port_key = f"{name}:{uuid.uuid4().hex}"
+        coordinator = f"{members[0].ip}:{PORT_PENDING}"
         started = time.time()
         for m in members:
             options = member_options(plan, pg, m.bundle, env)
             options["name"] = f"{name}:rank-{m.rank}"
-            ref = (
-                _remote(run_member)
-                .options(**options)
-                .remote(payload, shared, m.rank, member_env(m, plan.size, coordinator, plan.slices), log_path)
-            )
+            gang_env = member_env(m, plan.size, coordinator, plan.slices)
+            ref = _remote(run_member).options(**options).remote(payload, shared, m.rank, gang_env, log_path,
+                                                                port_key)
             refs[ref] = m
         return _watch(ray, refs, members, started)
     except Exception as exc:  # reserving or launching failed: a node lost meanwhile is an interruption
@@ -342,6 +389,9 @@ def supervise(
         for ref in refs:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
+        if port_key:
+            with contextlib.suppress(Exception):
+                _kv().del_(port_key)
         _release(ray, owner)
 
 

@@ -10,7 +10,7 @@ from marin.definition.tpu import SLICES, slice_shape
 from marin.errors import StepDefinitionError
 from marin.execution import causes
 from marin.execution.causes import NodeState
-from marin.execution.gang import GangPlan, Member, member_env, rank_log_path
+from marin.execution.gang import GangPlan, Member, coordinator_port, member_env, rank_log_path
 from marin.execution.resources import check_feasible, requested
 from tests.marin.fns import NoopConfig, noop
 
@@ -134,6 +134,31 @@ def test_members_get_their_rank_the_coordinator_and_for_multislice_the_megascale
     assert GangPlan.of(Resources(tpu="v4-16", slices=2)).hosts_per_slice == 2
     assert rank_log_path("/p/.marin/logs/attempt-3.log", 0) == "/p/.marin/logs/attempt-3.log"
     assert rank_log_path("/p/.marin/logs/attempt-3.log", 2) == "/p/.marin/logs/attempt-3.rank-2.log"
+
+
+class _DictKV:
+    """The three calls `coordinator_port` makes of Ray's internal key-value store, over a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def put(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> str | None:
+        return self.data.get(key)
+
+
+def test_rank_0_publishes_a_free_port_the_others_read_and_a_missing_one_times_out_clearly() -> None:
+    import socket
+
+    kv = _DictKV()
+    with pytest.raises(TimeoutError, match="rank 0 did not publish its coordinator port within 0 s"):
+        coordinator_port(kv, "g:1", 1, timeout_s=0.05)
+    port = coordinator_port(kv, "g:1", 0, timeout_s=1)
+    assert kv.data == {"g:1": str(port)} and coordinator_port(kv, "g:1", 3, timeout_s=1) == port
+    with socket.socket() as s:
+        s.bind(("", port))  # rank 0's port is free on its host
 
 
 ALIVE = {"a": NodeState("a", "10.0.0.1", True), "b": NodeState("b", "10.0.0.2", True)}
