@@ -94,7 +94,8 @@ class LadderRules:
                 f"LadderRules: min_width={self.min_width} must be a multiple of 8 (>= 8) and "
                 f"max_width={self.max_width} at least as large"
             )
-        if self.batch_tokens is not None and (self.batch_tokens < self.seq_len or self.batch_tokens % self.seq_len):
+        fixed = self.batch_tokens
+        if fixed is not None and (fixed < self.seq_len or fixed % self.seq_len):
             raise ValueError(
                 f"LadderRules: batch_tokens={self.batch_tokens} must be a positive multiple of "
                 f"seq_len={self.seq_len} (or None for the sqrt(D) rule)"
