@@ -70,6 +70,16 @@ def replicate_sigmas(
     return np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1))
 
 
+def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """``sqrt(g' (J'J)^-1 g)`` per row: J (B, n, p) the Jacobians of log L at the data points, g (B, p) the
+    gradients at the prediction point. It is how strongly a fit's extrapolation amplifies unit noise (large
+    where E is poorly pinned down); the bootstrap-t pivot of the offset law divides by it times sigma*."""
+    info = np.einsum("bnp,bnq->bpq", jac, jac)
+    ridge = 1e-10 * np.trace(info, axis1=1, axis2=2)[:, None, None] * np.eye(info.shape[-1])
+    solved = np.linalg.solve(info + ridge, grad[..., None])[..., 0]
+    return np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0))
+
+
 def bootstrap_targets(fitted: np.ndarray, sigma: float, replicates: int, seed: int) -> np.ndarray:
     """(replicates, n) bootstrap data sets of log L around ``fitted``."""
     rng = np.random.default_rng(seed)

@@ -32,6 +32,9 @@ on a fixed set of replicates; ``benchmarks/scaling_ladder.py`` on 200 replicates
 budget; :meth:`ScalingFit.loo` gives those refits' predictions, whose spread says how much one rung moves the
 forecast (Open-Athena's check of Delphi).
 
+(About 440 lines: the batched solver, the point fit and the fit object with its record state are one
+unit; splitting them would spread the parametrisation over three files.)
+
 The two-variable surface lives in :mod:`operators.scaling.surface`; the input checks in
 :mod:`operators.scaling.inputs`; the noise model and interval both forms share in
 :mod:`operators.scaling.bootstrap`.
@@ -51,6 +54,7 @@ from operators.scaling.bootstrap import (
     BOOTSTRAP_T,
     PERCENTILE,
     bootstrap_targets,
+    gauss_newton_se,
     interval,
     noise_sigma,
     replicate_sigmas,
@@ -181,16 +185,9 @@ def refit_batch(
 
 
 def local_se(theta: np.ndarray, u: np.ndarray, u_c: np.ndarray, fixed_e: float | None) -> np.ndarray:
-    """The Gauss-Newton standard error of log L at ``u_c`` per unit noise, ``sqrt(g' (J'J)^-1 g)``, for each
-    parameter row of ``theta`` (B, p): J the Jacobian at the data points ``u``, g the gradient at ``u_c``.
-    It is how strongly that fit's extrapolation amplifies noise (large when E is poorly pinned down); the
-    bootstrap-t pivot divides by it (:mod:`operators.scaling.bootstrap`)."""
-    jac = _log_model(theta, u, fixed_e)[1]
-    grad = _log_model(theta, u_c, fixed_e)[1][:, 0, :]
-    info = np.einsum("bnp,bnq->bpq", jac, jac)
-    ridge = 1e-10 * np.trace(info, axis1=1, axis2=2)[:, None, None] * np.eye(info.shape[-1])
-    solved = np.linalg.solve(info + ridge, grad[..., None])[..., 0]
-    return np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0))
+    """Per unit noise, the Gauss-Newton standard error of log L at ``u_c`` for each parameter row of
+    ``theta`` (B, p), from the Jacobians at the data points ``u`` (:func:`bootstrap.gauss_newton_se`)."""
+    return gauss_newton_se(_log_model(theta, u, fixed_e)[1], _log_model(theta, u_c, fixed_e)[1][:, 0, :])
 
 
 def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None) -> np.ndarray:
