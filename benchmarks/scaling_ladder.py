@@ -8,8 +8,9 @@ and Besiroglu-like exponents alpha=0.35, beta=0.37), 5 rungs at half-decade comp
 3 seeds each with 0.5% multiplicative noise, the target 10x beyond the top rung. Each replicate fits the
 offset power law in 6·N·D (:func:`operators.scaling.fit_scaling_law`) and predicts the target: reported are
 the bias, median and p90 of the endpoint error against the true mean, and the coverage of the 90% interval
-(of the mean; and of the single-run interval against one noisy target run). Targets (issue #15): median
-error <= 1%, coverage 0.85-0.95.
+(of the mean; and of the single-run interval against one noisy target run), whose method the JSON names
+(the fitter's parametric bootstrap-t since 2026-12-02). Targets (issue #15): median error <= 1%, coverage
+0.85-0.95.
 
 **Real ladder.** With ``--prefix``, every ``prediction.json`` under it with its ``verdict.json``: the
 prediction, interval, actual and error at each evaluation point and the fraction of points inside
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from operators.scaling import fit_scaling_law
+from operators.scaling.bootstrap import BOOTSTRAP_T
 from operators.scaling.surface import surface_loss
 
 SURFACES = {
@@ -115,6 +117,7 @@ def main() -> None:
         result["synthetic"] = {
             "design": "5 rungs x 3 seeds, half-decade spacing, 20 tokens/param, "
             f"{args.noise:.1%} noise, target 10x the top rung",
+            "interval": BOOTSTRAP_T,
             "replicates": args.replicates,
             "bootstrap": args.bootstrap,
             "surfaces": synthetic,

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from operators.scaling.band import with_eval_band
+from operators.scaling.bootstrap import PERCENTILE
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
@@ -148,8 +149,8 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
             "module": "operators.scaling.fit",
             "loss": "summed Huber on log L",
             **settings,
-            "interval": "parametric bootstrap over the pooled seed spread, widened in quadrature by "
-            "1.645 sigma for one run",
+            "interval": fit_record["fractions"][0]["fit"].get("interval", PERCENTILE)
+            + "; low/high: one new run (its noise in the pivot), low_mean/high_mean: the mean over seeds",
             "fixed_e_assumed": settings["fixed_e"] is not None,
         },
         "inputs": fit_record["runs"],

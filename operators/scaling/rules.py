@@ -12,8 +12,10 @@ D = tokens_per_param·N), a rung is:
   width whose N (the trainer's own count, :func:`moe_trainer.flops.count_params`: active, without embedding
   and head) is closest to the wanted N in log space is chosen; D then follows from the actual N.
 - **Batch.** About ``sqrt(D)`` tokens per step, rounded to a power of two, at least ``min_batch_tokens``
-  (the research note's rule: 240-2,250 steps across a CPU ladder); steps rounded to a multiple of 4 so that
-  25/50/75/100% of the run are whole steps.
+  (the research note's rule: 240-2,250 steps across a CPU ladder); or, with ``batch_tokens`` set, the same
+  tokens per step for every rung *and* the target, so the extrapolation carries no batch-size change (the
+  2026-12-01 ladder's target doubled its batch over the top rung's and landed 16% off the law); steps
+  rounded to a multiple of 4 so that 25/50/75/100% of the run are whole steps.
 - **Learning rate.** The Delphi v2 form, ``lr = lr_ref · (B/B_ref)^0.5 · (T_ref/T)^0.3``, with the run
   length T in tokens (the token-horizon term whose absence cost Delphi v1 2.5% at 30x), times
   ``(d_ref/d)^width_exponent`` (plain AdamW on hidden matrices wants a smaller step as width grows; 0.5 is
@@ -50,7 +52,9 @@ class LadderRules:
     seq_len: int = 128
     """Tokens per training sequence (and per evaluation window)."""
     min_batch_tokens: int = 512
-    """Smallest batch in tokens."""
+    """Smallest batch in tokens (the sqrt(D) rule)."""
+    batch_tokens: int | None = None
+    """Fixed batch in tokens for every rung and the target (a multiple of ``seq_len``); None: sqrt(D)."""
     head_dim: int = 8
     """Width of one attention head."""
     mlp_ratio: int = 4
@@ -89,6 +93,12 @@ class LadderRules:
             raise ValueError(
                 f"LadderRules: min_width={self.min_width} must be a multiple of 8 (>= 8) and "
                 f"max_width={self.max_width} at least as large"
+            )
+        fixed = self.batch_tokens
+        if fixed is not None and (fixed < self.seq_len or fixed % self.seq_len):
+            raise ValueError(
+                f"LadderRules: batch_tokens={self.batch_tokens} must be a positive multiple of "
+                f"seq_len={self.seq_len} (or None for the sqrt(D) rule)"
             )
         if not 0 <= self.warmup_fraction < 1 or not 0 < self.decay_fraction <= 1:
             raise ValueError("LadderRules: warmup_fraction must be in [0, 1) and decay_fraction in (0, 1]")
@@ -196,7 +206,7 @@ def rung_for_params(
     fields = {**model_for(width, base, rules), "n_layers": depth}
     active, total, fpt = _counts(fields, rules.seq_len)
     tokens = rules.tokens_per_param * active
-    batch_tokens = max(rules.min_batch_tokens, _pow2(math.sqrt(tokens)))
+    batch_tokens = rules.batch_tokens or max(rules.min_batch_tokens, _pow2(math.sqrt(tokens)))
     batch_size = max(1, batch_tokens // rules.seq_len)
     steps = max(4, 4 * round(tokens / (batch_size * rules.seq_len) / 4))
     run_tokens = steps * batch_size * rules.seq_len

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from operators.scaling.bootstrap import bootstrap_targets, interval, noise_sigma
+from operators.scaling.bootstrap import (
+    BOOTSTRAP_T_SIGMA,
+    bootstrap_targets,
+    interval,
+    noise_sigma,
+    replicate_sigmas,
+)
 from operators.scaling.inputs import LadderInputError, as_array, check_fixed_e
 
 EXPONENT_GRID = tuple(float(v) for v in np.linspace(0.05, 1.0, 20))
@@ -141,6 +147,8 @@ class SurfaceFit:
     boot_theta: np.ndarray
     sigma: float
     sigma_source: str
+    boot_sigma: np.ndarray | None = None
+    """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
 
     @staticmethod
     def _params_of(t: np.ndarray, fixed_e: float | None) -> dict[str, float]:
@@ -180,7 +188,15 @@ class SurfaceFit:
         fe = self.settings.fixed_e
         point = float(np.exp(_log_model(self.theta, ln, ld, fe)[0]))
         draws = np.array([np.exp(_log_model(t, ln, ld, fe)[0]) for t in self.boot_theta])
-        return interval(point, draws, self.settings.level, self.sigma, single_run)
+        return interval(
+            point,
+            draws,
+            self.settings.level,
+            self.sigma,
+            single_run,
+            boot_sigma=self.boot_sigma,
+            rng_seed=self.settings.rng_seed,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +206,7 @@ class SurfaceFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
+            "interval": BOOTSTRAP_T_SIGMA,
             "fixed_e": self.settings.fixed_e is not None,
         }
 
@@ -226,6 +243,8 @@ def fit_surface(
     sigma, source = noise_sigma(y, fitted, groups, theta.size)
     ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     boot = np.array([_fit_once(ln, ld, y_star, settings.huber_delta, fe, [theta]) for y_star in ys])
+    boot_fitted = np.array([_log_model(t, ln, ld, fe) for t in boot])
+    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, source)
     return SurfaceFit(
         settings=settings,
         n=nn,
@@ -235,6 +254,7 @@ def fit_surface(
         boot_theta=boot,
         sigma=float(sigma),
         sigma_source=source,
+        boot_sigma=boot_sigma,
     )
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from operators.scaling import LadderInputError, compute_optimal, fit_scaling_law
+from operators.scaling.fit import ScalingFit
 from operators.scaling.surface import surface_loss
 
 HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -112,6 +113,31 @@ def test_intervals_cover_the_truth_in_85_to_95_percent_of_a_fixed_set_of_replica
     assert 0.85 <= np.mean(mean_hits) <= 0.95
     assert 0.85 <= np.mean(run_hits) <= 0.95
     assert np.median(errors) < 0.015  # the research note's simulation: about 1% at 10x extrapolation
+
+
+def test_bootstrap_t_state_round_trips_and_older_records_keep_the_percentile_interval() -> None:
+    rng = np.random.default_rng(3)
+    compute = np.repeat(_compute(RUNG_N), 3)
+    loss = np.repeat(_note_truth(RUNG_N), 3) * np.exp(0.005 * rng.standard_normal(compute.size))
+    fit = fit_scaling_law(compute=compute, loss=loss, bootstrap=100, leave_one_out=False)
+    target_c = float(_compute(TARGET_N))
+    assert fit.boot_sigma is not None and fit.boot_sigma.shape == (100,)
+    assert fit.to_json()["interval"].startswith("parametric bootstrap-t")
+    again = ScalingFit.from_json(fit.to_json(full=True))
+    assert again.predict(target_c) == pytest.approx(fit.predict(target_c))
+    assert again.predict(target_c, single_run=True) == pytest.approx(fit.predict(target_c, single_run=True))
+    state = fit.to_json(full=True)
+    del state["state"]["boot_sigma"]  # a record written before 2026-12-02
+    old = ScalingFit.from_json(state)
+    point, low, high = old.predict(target_c)
+    draws = np.array([ScalingFit.from_json({**state, "state": {**state["state"], "theta": t}}).point(target_c)
+                      for t in state["state"]["boot_theta"]])
+    assert (low, high) == pytest.approx(tuple(np.quantile(draws, [0.05, 0.95])))
+    assert old.to_json()["interval"] == "parametric bootstrap, percentile"
+    # the one-run interval is wider than the interval of the mean over seeds, on both sides
+    _, low1, high1 = fit.predict(target_c, single_run=True)
+    _, low0, high0 = fit.predict(target_c)
+    assert low1 < low0 < fit.point(target_c) < high0 < high1
 
 
 def test_fixed_e_is_used_and_recorded() -> None:

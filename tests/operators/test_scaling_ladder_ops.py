@@ -55,6 +55,18 @@ def test_rules_give_shapes_batches_and_learning_rates_by_the_documented_formulas
     assert trainer_overrides(rungs[0])["schedule.kind"] == "wsd"
 
 
+def test_a_fixed_batch_holds_for_every_rung_and_the_target() -> None:
+    rules = LadderRules(tokens_per_param=10.0, batch_tokens=512)
+    plan = plan_ladder(DENSE, sizes=[7.8e3, 1.86e4, 4.64e4], seeds=[0], target=3.6e12, rules=rules)
+    assert {r.batch_tokens for r in (*plan.rungs, plan.target)} == {512}
+    for r in (*plan.rungs, plan.target):  # the batch term of the learning-rate rule is the same constant
+        width = r.model["d_model"]
+        expected = 0.004 * (512 / 2048) ** 0.5 * (1.2e6 / r.tokens) ** 0.3 * (64 / width) ** 0.5
+        assert r.lr == pytest.approx(expected)
+    with pytest.raises(ValueError, match="batch_tokens=500 must be a positive multiple of seq_len=128"):
+        LadderRules(batch_tokens=500)
+
+
 def test_moe_rungs_keep_the_base_experts_and_count_active_parameters() -> None:
     moe = {**DENSE, "n_experts": 4, "top_k": 2, "n_shared_experts": 1}
     rung = rung_for_params(4e4, moe, LadderRules())
