@@ -96,7 +96,6 @@ class Executor:
             elif e.action in (FAILED_ACTION, BLOCKED):
                 st.note = e.reason
             self.board.add(e.hash, st)
-            self.leases.track(e.hash, st)
         for key, st in self.states.items():
             for dep in st.node.deps:
                 dst = self.board.get(dep.hash)
