@@ -148,7 +148,8 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ab", metavar="REV", help="alternate this git revision (before) and this checkout")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--n", type=int, default=1000, help="steps per DAG")

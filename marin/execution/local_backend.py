@@ -5,13 +5,13 @@ one attempt after another: the step function and its resolved config travel over
 which works because the worker is a fork of the process that defined them), and the `AttemptResult` comes
 back as a tuple of plain values (`AttemptResult.to_wire`, a tenth of the dataclass's pickling cost). Forking
 a fresh process per step costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm
-worker costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out a node's: an attempt starts
-only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit start meanwhile),
-and a request larger than the machine is an error before anything runs (see resources.py; custom resources are
-declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is reported
-as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each attempt
-restores the working directory and the environment it changed. Workers die with the executor
-(PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
+worker costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out
+a node's: an attempt starts only when the CPUs, GPUs, memory and custom resources it requests are free (others
+that fit start meanwhile), and a request larger than the machine is an error before anything runs (see
+resources.py; custom resources are declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker
+(segfault, `os._exit`, SIGKILL) is reported as failed and the worker is replaced; a step that calls `sys.exit`
+is an ordinary failure. Each attempt restores the working directory and the environment it changed. Workers
+die with the executor (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
 """
 
 from __future__ import annotations

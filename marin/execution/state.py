@@ -94,7 +94,8 @@ class StepState:
     config: Any = None  # the resolved config of the current attempt
     # QUEUED: its result, held until its dependencies are handled
     deferred: tuple[int, AttemptResult] | None = None
-    ended_attempts: Counter[Outcome] = dataclasses.field(default_factory=Counter)  # since the lease was taken
+    # since the lease was taken; None until an attempt ends badly (most steps never need one)
+    ended_attempts: Counter[Outcome] | None = None
 
     @property
     def path(self) -> str:
