@@ -14,7 +14,10 @@ are excluded). `--ab` runs the two trees alternately, before then after, `--pair
 drift lands in both sides of a pair) and reports each side's median and the median of the pairs'
 after/before ratios. `--profile` counts the calls made by the executor's thread (cProfile) during each
 figure, with the functions called at least `--min-calls` times, so two revisions' per-step work can be
-compared call by call.
+compared call by call. Each figure also splits its CPU: `executor_cpu_s` (the executor's process, every
+thread), `loop_thread_cpu_s` (the thread that called `run_experiment`: planning and the scheduling loop; the
+rest of the process is the local backend's reaper and the lease heartbeat) and `workers_cpu_s`; `--ab`
+reports the median ratio of each.
 """
 
 from __future__ import annotations
@@ -110,12 +113,13 @@ def _timed(fn: Any, profile: bool, min_calls: int) -> dict[str, Any]:
                  for (f, line, name), (_, nc, *_rest) in stats.items() if nc >= min_calls}
         return {"cpu_s": 0.0, "calls": sum(v[1] for v in stats.values()),
                 "functions": dict(sorted(calls.items(), key=lambda kv: -kv[1]))}
-    (me0, kids0), w0 = _cpu(), time.perf_counter()
+    (me0, kids0), w0, t0 = _cpu(), time.perf_counter(), time.thread_time()
     result = fn()
-    wall, (me1, kids1) = time.perf_counter() - w0, _cpu()
+    wall, (me1, kids1), thread = time.perf_counter() - w0, _cpu(), time.thread_time() - t0
     assert result.status == "SUCCESS", result.summary
     return {"cpu_s": round(me1 - me0 + kids1 - kids0, 4), "executor_cpu_s": round(me1 - me0, 4),
-            "workers_cpu_s": round(kids1 - kids0, 4), "wall_s": round(wall, 4)}
+            "loop_thread_cpu_s": round(thread, 4), "workers_cpu_s": round(kids1 - kids0, 4),
+            "wall_s": round(wall, 4)}
 
 
 def _child(tree: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -144,6 +148,10 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
                     "before_us_per_step": round(statistics.median(before) / args.n * 1e6, 1),
                     "after_us_per_step": round(statistics.median(after) / args.n * 1e6, 1),
                     "after_over_before": round(statistics.median(ratios), 3), "ratios": ratios}
+        for part in ("executor_cpu_s", "loop_thread_cpu_s", "workers_cpu_s"):
+            if all(part in p[0][fig] for p in pairs):  # not in --profile runs
+                out[fig][f"{part}_after_over_before"] = round(statistics.median(
+                    p[1][fig][part] / max(p[0][fig][part], 1e-9) for p in pairs), 3)
     return out
 
 
@@ -160,6 +168,8 @@ def main() -> None:
     parser.add_argument("--tree", default=HERE, help=argparse.SUPPRESS)
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ab and args.profile:
+        parser.error("--profile counts calls of one tree: run it without --ab (and with --tree for another)")
     if args.inner:
         out = _measure(os.path.abspath(args.tree), args.n, args.reruns, args.profile, args.min_calls)
     elif args.ab:

@@ -88,10 +88,15 @@ class AttemptResult:
 
     @classmethod
     def from_wire(cls, wire: tuple[Any, ...]) -> AttemptResult:
-        return cls(_OUTCOME_OF_VALUE[wire[0]], *wire[1:])
+        """The result `to_wire` described. Filled in the way unpickling fills a dataclass (its fields set on
+        a new instance, no `__init__`: a frozen one's sets each field through `object.__setattr__`)."""
+        result = cls.__new__(cls)
+        result.__dict__.update(zip(_FIELD_NAMES, (_OUTCOME_OF_VALUE[wire[0]], *wire[1:]), strict=True))
+        return result
 
 
-_OTHER_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(AttemptResult)[1:]))
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(AttemptResult))
+_OTHER_FIELDS = operator.attrgetter(*_FIELD_NAMES[1:])
 _OUTCOME_OF_VALUE = {o.value: o for o in Outcome}
 
 
