@@ -5,19 +5,23 @@
     python benchmarks/executor_cpu.py --profile                # cProfile call counts instead of CPU
 
 Figures, for a 1,000-step chain and fan-out (root -> N-2 independent steps -> sink) of no-op steps on the
-local backend: the first run on an empty prefix, and the re-run of that fully succeeded DAG (the minimum of
-`--reruns`). CPU is user + system time from `getrusage` of the process and its reaped children (the local
-backend's forked workers, reaped when the backend shuts down) around `run_experiment`, so a loaded shared
-machine inflates it far less than wall time. Every measurement runs in a fresh interpreter that imports
-`marin` from the tree it measures, after a 20-step warm-up run (lazy imports, the worker pool's first fork
-are excluded). `--ab` runs the two trees alternately, before then after, `--pairs` times (a loaded machine's
-drift lands in both sides of a pair) and reports each side's median and the median of the pairs'
-after/before ratios. `--profile` counts the calls made by the executor's thread (cProfile) during each
-figure, with the functions called at least `--min-calls` times, so two revisions' per-step work can be
-compared call by call. Each figure also splits its CPU: `executor_cpu_s` (the executor's process, every
-thread), `loop_thread_cpu_s` (the thread that called `run_experiment`: planning and the scheduling loop; the
-rest of the process is the local backend's reaper and the lease heartbeat) and `workers_cpu_s`; `--ab`
-reports the median ratio of each.
+local backend: the first run of a new DAG (the cheapest of `--firsts`, each of its own DAG), and the re-run
+of a fully succeeded one (the cheapest of `--reruns`). CPU is user + system time from `getrusage` of the
+process and its reaped children (the local backend's forked workers, reaped when the backend shuts down)
+around `run_experiment`, so a loaded shared machine inflates it far less than wall time. Each figure splits
+it: `executor_cpu_s` (the executor's process, every thread), `loop_thread_cpu_s` (the thread that called
+`run_experiment`: planning and the scheduling loop; the rest of the process is the local backend's reaper
+and the lease heartbeat) and `workers_cpu_s`.
+
+Every measurement runs in a fresh interpreter that imports `marin` from the tree it measures, after a
+20-step warm-up run (lazy imports and the worker pool's first fork are left out). `--ab` runs the two trees
+alternately, before then after, `--pairs` times (a loaded machine's drift lands on both sides of a pair) and
+reports each side's median, the median of the pairs' after/before ratios (also of each part of the CPU),
+and each side's cheapest sample with their ratio: contention only ever adds CPU time (shared caches and
+cores), so on a loaded machine the minimum is the steadiest figure. `--profile` counts the calls made by the
+executor's thread (cProfile) during each figure instead, listing the functions called at least
+`--min-calls` times, so two revisions' per-step work can be compared call by call (`--tree` picks the
+checkout to import).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def _cpu() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-def _measure(tree: str, n: int, reruns: int, profile: bool, min_calls: int) -> dict[str, Any]:
+def _measure(tree: str, n: int, firsts: int, reruns: int, profile: bool, min_calls: int) -> dict[str, Any]:
     """Run in a fresh interpreter whose `marin` comes from `tree` (see main)."""
     import marin
 
@@ -84,16 +88,17 @@ def _measure(tree: str, n: int, reruns: int, profile: bool, min_calls: int) -> d
 
             return run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
                                   script="bench_cpu.py")
-        return run_experiment(steps, prefix=prefix, backend="local", verbose=False, script="bench_cpu.py")
+        old_api: Any = run_experiment  # the keyword arguments of revisions before issue 12
+        return old_api(steps, prefix=prefix, backend="local", verbose=False, script="bench_cpu.py")
 
     prefix = tempfile.mkdtemp(prefix="marin-bench-cpu-")
     assert run(chain(20, "warm"), prefix).status == "SUCCESS"
     out: dict[str, Any] = {}
     for shape, make in (("chain", chain), ("fan", fan)):
-        steps = make(n, shape)
-        for figure, times in ((f"{shape}_first", 1), (f"{shape}_rerun", reruns)):
+        dags = [make(n, f"{shape}{i}") for i in range(firsts)]  # distinct names: distinct steps, all new
+        for figure, runs in ((f"{shape}_first", dags), (f"{shape}_rerun", [dags[0]] * reruns)):
             samples = []
-            for _ in range(times):
+            for steps in runs:
                 os.sync()
                 samples.append(_timed(lambda steps=steps: run(steps, prefix), profile, min_calls))
             out[figure] = min(samples, key=lambda s: s["cpu_s"])
@@ -124,12 +129,14 @@ def _timed(fn: Any, profile: bool, min_calls: int) -> dict[str, Any]:
 
 def _child(tree: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--tree", tree, "--n", str(args.n),
-           "--reruns", str(args.reruns), "--min-calls", str(args.min_calls), "--inner"]
+           "--firsts", str(args.firsts), "--reruns", str(args.reruns), "--min-calls", str(args.min_calls),
+           "--inner"]
     if args.profile:
         cmd.append("--profile")
     env = {**os.environ, "PYTHONPATH": tree}
     done = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout)
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
 
 
 def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +154,11 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
         out[fig] = {"before_cpu_s": statistics.median(before), "after_cpu_s": statistics.median(after),
                     "before_us_per_step": round(statistics.median(before) / args.n * 1e6, 1),
                     "after_us_per_step": round(statistics.median(after) / args.n * 1e6, 1),
-                    "after_over_before": round(statistics.median(ratios), 3), "ratios": ratios}
+                    "after_over_before": round(statistics.median(ratios), 3), "ratios": ratios,
+                    # the cheapest of every sample: what contention (which only ever adds) inflates least
+                    "before_min_us_per_step": round(min(before) / args.n * 1e6, 1),
+                    "after_min_us_per_step": round(min(after) / args.n * 1e6, 1),
+                    "min_after_over_min_before": round(min(after) / min(before), 3)}
         for part in ("executor_cpu_s", "loop_thread_cpu_s", "workers_cpu_s"):
             if all(part in p[0][fig] for p in pairs):  # not in --profile runs
                 out[fig][f"{part}_after_over_before"] = round(statistics.median(
@@ -161,21 +172,24 @@ def main() -> None:
     parser.add_argument("--ab", metavar="REV", help="alternate this git revision (before) and this checkout")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--n", type=int, default=1000, help="steps per DAG")
+    parser.add_argument("--firsts", type=int, default=3, help="first runs per shape (each of a new DAG); "
+                        "the cheapest is reported")
     parser.add_argument("--reruns", type=int, default=5, help="re-runs per DAG; the cheapest is reported")
     parser.add_argument("--profile", action="store_true", help="cProfile call counts instead of CPU")
     parser.add_argument("--min-calls", type=int, default=500, help="--profile: list functions called this "
                         "many times or more")
-    parser.add_argument("--tree", default=HERE, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default=HERE, help="the checkout to measure (default: this one)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ab and args.profile:
         parser.error("--profile counts calls of one tree: run it without --ab (and with --tree for another)")
     if args.inner:
-        out = _measure(os.path.abspath(args.tree), args.n, args.reruns, args.profile, args.min_calls)
+        out = _measure(os.path.abspath(args.tree), args.n, args.firsts, args.reruns, args.profile,
+                       args.min_calls)
     elif args.ab:
         out = _ab(args.ab, args)
     else:
-        out = _child(HERE, args)
+        out = _child(os.path.abspath(args.tree), args)
     out["load_avg_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=1))
 
