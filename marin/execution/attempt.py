@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import pickle
 import socket
 import traceback
@@ -77,6 +78,26 @@ class AttemptResult:
             fields["cause"] = "oom" if isinstance(exc, MemoryError) else "failed"
         return cls(outcome, error_type=type(exc).__name__, message=message,
                    traceback="".join(traceback.format_exception(exc)), exception=pickled, **fields)
+
+    def to_wire(self) -> tuple[Any, ...]:
+        """The fields as a tuple of plain values (the outcome by its value), for a pipe to another process.
+        Pickling the dataclass itself looks up its class and the enum's by import on every `dumps` and calls
+        the enum on every `loads` (~15 us a result, on every step of the local backend); this tuple pickles
+        in ~1 us. `from_wire` makes the equal result back."""
+        return self.outcome.value, *_OTHER_FIELDS(self)
+
+    @classmethod
+    def from_wire(cls, wire: tuple[Any, ...]) -> AttemptResult:
+        """The result `to_wire` described. Filled in the way unpickling fills a dataclass (its fields set on
+        a new instance, no `__init__`: a frozen one's sets each field through `object.__setattr__`)."""
+        result = cls.__new__(cls)
+        result.__dict__.update(zip(_FIELD_NAMES, (_OUTCOME_OF_VALUE[wire[0]], *wire[1:]), strict=True))
+        return result
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(AttemptResult))
+_OTHER_FIELDS = operator.attrgetter(*_FIELD_NAMES[1:])
+_OUTCOME_OF_VALUE = {o.value: o for o in Outcome}
 
 
 @dataclasses.dataclass(frozen=True)

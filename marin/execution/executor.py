@@ -25,7 +25,7 @@ import heapq
 import pickle
 import queue
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -96,7 +96,6 @@ class Executor:
             elif e.action in (FAILED_ACTION, BLOCKED):
                 st.note = e.reason
             self.board.add(e.hash, st)
-            self.leases.track(e.hash, st)
         for key, st in self.states.items():
             for dep in st.node.deps:
                 dst = self.board.get(dep.hash)
@@ -223,7 +222,7 @@ class Executor:
         # every status this run writes keeps `created`, when the step was first recorded (wall time, goodput)
         created = (current or {}).get("created") or time.time()
         st.previous, st.attempt = {**(current or {}), "created": created}, recorded_attempt(current)
-        st.ended_attempts.clear()
+        st.ended_attempts = None
         if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
             self._ledger_open.add(key)  # is completed when this run's first attempt ends
         if acquired.previous_owner:
@@ -330,10 +329,11 @@ class Executor:
                                                f"{error['type']}: {error['message']}")
             self._ledger_open.add(key)
         self.records.attempt_ended(st, status, error, **fields)
-        st.ended_attempts[result.outcome] += 1
+        ended = st.ended_attempts = st.ended_attempts or Counter()
+        ended[result.outcome] += 1
         policy = RetryPolicy.for_step(st.node.step)
-        if policy.retry(st.ended_attempts):
-            wait_s = policy.backoff_s(st.ended_attempts, result.outcome)
+        if policy.retry(ended):
+            wait_s = policy.backoff_s(ended, result.outcome)
             if wait_s > 0:
                 st.note = f"interrupted ({result.cause or 'preempted'}); next attempt in {wait_s:g} s"
                 heapq.heappush(self._backoff, (time.time() + wait_s, key, st.attempt))
@@ -341,7 +341,7 @@ class Executor:
                 self._launch(key)
             return
         st.ended = time.time()
-        if exhausted := policy.exhausted(st.ended_attempts):
+        if exhausted := policy.exhausted(ended):
             error = {**error, "message": f"{error['message']} ({exhausted})"}
         self.records.final(st, status, error)
         self.leases.release(st)

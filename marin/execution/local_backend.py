@@ -2,15 +2,16 @@
 
 A worker is forked the first time no idle worker is free (so at most `--max-concurrent` exist) and then runs
 one attempt after another: the step function and its resolved config travel over a pipe (pickled by reference,
-which works because the worker is a fork of the process that defined them). Forking a fresh process per step
-costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm worker costs a fraction of
-a millisecond per step. Steps get this machine's resources the way Ray hands out a node's: an attempt starts
-only when the CPUs, GPUs, memory and custom resources it requests are free (others that fit start meanwhile),
-and a request larger than the machine is an error before anything runs (see resources.py; custom resources are
-declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker (segfault, `os._exit`, SIGKILL) is reported
-as failed and the worker is replaced; a step that calls `sys.exit` is an ordinary failure. Each attempt
-restores the working directory and the environment it changed. Workers die with the executor
-(PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
+which works because the worker is a fork of the process that defined them), and the `AttemptResult` comes
+back as a tuple of plain values (`AttemptResult.to_wire`, a tenth of the dataclass's pickling cost). Forking
+a fresh process per step costs 5-7 ms on a loaded 2-core machine and a fresh interpreter about 75 ms; a warm
+worker costs a fraction of a millisecond per step. Steps get this machine's resources the way Ray hands out
+a node's: an attempt starts only when the CPUs, GPUs, memory and custom resources it requests are free (others
+that fit start meanwhile), and a request larger than the machine is an error before anything runs (see
+resources.py; custom resources are declared in MARIN_LOCAL_RESOURCES). A step that crashes its worker
+(segfault, `os._exit`, SIGKILL) is reported as failed and the worker is replaced; a step that calls `sys.exit`
+is an ordinary failure. Each attempt restores the working directory and the environment it changed. Workers
+die with the executor (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
         if os.getcwd() != cwd:
             os.chdir(cwd)
         try:
-            results.send(result)
+            results.send(result.to_wire())  # a tuple of plain values: the dataclass pickles ~10x slower
         except Exception as exc:  # an unpicklable result field: report the failure itself
-            results.send(AttemptResult.from_exception(exc, host=HOST))
+            results.send(AttemptResult.from_exception(exc, host=HOST).to_wire())
 
 
 def _worker_died(pid: int, task: Task) -> AttemptResult:
@@ -197,7 +198,7 @@ needs a new worker is started only on the executor's thread, so no worker is for
     def _collect(self, worker: _Worker) -> None:
         result: AttemptResult | None
         try:
-            result = worker.results.recv()
+            result = AttemptResult.from_wire(worker.results.recv())
         except (EOFError, OSError):
             result = None
         except Exception as exc:  # the result could not be unpickled here

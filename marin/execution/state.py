@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections import Counter
 from typing import Any
 
@@ -33,6 +34,10 @@ POLL_MIN_S, POLL_MAX_S = 0.05, 2.0
 
 
 class Phase(enum.Enum):
+    # Members are singletons compared by identity, so they hash by identity too (in C): Enum's own __hash__
+    # hashes the name in Python, a dozen calls a step in the scheduling loop's set and table lookups.
+    __hash__ = object.__hash__
+
     PENDING = "PENDING"
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
@@ -89,14 +94,15 @@ class StepState:
     config: Any = None  # the resolved config of the current attempt
     # QUEUED: its result, held until its dependencies are handled
     deferred: tuple[int, AttemptResult] | None = None
-    ended_attempts: Counter[Outcome] = dataclasses.field(default_factory=Counter)  # since the lease was taken
+    # since the lease was taken; None until an attempt ends badly (most steps never need one)
+    ended_attempts: Counter[Outcome] | None = None
 
     @property
     def path(self) -> str:
         return self.entry.output_path
 
-    @property
-    def lease(self) -> str:
+    @functools.cached_property
+    def lease(self) -> str:  # read four times a step: made once
         return sf.lease_path(self.entry.output_path)
 
     @property
@@ -122,26 +128,25 @@ def recorded_attempt(status: dict[str, Any] | None) -> int:
     return int((status or {}).get("attempt") or 0)
 
 
-class Board:
-    """Every step's state in this run, with the `running` and `waiting` sets kept in step with the phases."""
+class Board(dict[str, StepState]):
+    """Every step's state in this run by key, with the `running` and `waiting` sets kept in step with the
+    phases. A dict itself, so the loop's many lookups (`board[key]`, `board.get`) cost no Python call."""
 
     def __init__(self) -> None:
-        self.states: dict[str, StepState] = {}
+        super().__init__()
         self.running: set[str] = set()  # QUEUED or RUNNING
         self.waiting: set[str] = set()  # WAITING
 
-    def __getitem__(self, key: str) -> StepState:
-        return self.states[key]
-
-    def get(self, key: str) -> StepState | None:
-        return self.states.get(key)
+    @property
+    def states(self) -> dict[str, StepState]:
+        return self
 
     def add(self, key: str, st: StepState) -> None:
-        self.states[key] = st
+        self[key] = st
 
     def move(self, key: str, to: Phase) -> StepState:
         """Move step `key` to phase `to`; an illegal move (see TRANSITIONS) is an InternalError."""
-        st = self.states[key]
+        st = self[key]
         if to not in TRANSITIONS[st.phase]:
             raise InternalError(f"step {st.node.name} ({key[:8]}): illegal state change {st.phase.name} -> "
                                 f"{to.name}; allowed from {st.phase.name}: "

@@ -23,16 +23,16 @@ class StepLeases:
         self.ctx = ctx
         self.manager = LeaseManager(storage, ctx.executor_id, timeout_s,
                                     on_lost=lambda path: completions.put(LeaseLost(path)))
-        self._step_of: dict[str, str] = {}  # lease path -> step key
-
-    def track(self, key: str, st: StepState) -> None:
-        self._step_of[st.lease] = key
+        # lease path -> step key, of every lease this executor tried to take: the heartbeat can only report
+        # the loss of one of those (a re-run of a settled plan takes none and maps none)
+        self._step_of: dict[str, str] = {}
 
     def step_of(self, lease_path: str) -> str | None:
         return self._step_of.get(lease_path)
 
     def acquire(self, st: StepState, attempt: int) -> Acquired:
         """Try to take the step's lease for `attempt` (taking over a stale one)."""
+        self._step_of[st.lease] = st.entry.hash
         return self.manager.try_acquire(st.lease, attempt=attempt)
 
     def holds(self, st: StepState) -> bool:

@@ -81,12 +81,18 @@ def summary(states: dict[str, StepState], publisher_errors: list[dict[str, Any]]
             experiment_id: str, prefix: str) -> str:
     """The text printed at the end of a run: counts by status, then every step that did not succeed."""
     counts: dict[str, int] = {}
+    unsuccessful = []  # one pass over the steps; the lines below are only for these
     for st in states.values():
-        key = f"{st.status}({st.note})" if st.status == sf.SUCCESS and st.note != "ran" else str(st.status)
+        status = st.status
+        if status != sf.SUCCESS:
+            unsuccessful.append(st)
+            key = str(status)
+        else:
+            key = sf.SUCCESS if st.note == "ran" else f"{status}({st.note})"
         counts[key] = counts.get(key, 0) + 1
     lines = [f"experiment {experiment_id} under {prefix}: "
              + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" in {wall_s:.2f} s"]
-    for st in states.values():
+    for st in unsuccessful:
         lines.extend(_summary_lines(st))
     for err in publisher_errors:
         lines.append(f"  publisher {err['publisher']} failed (the run is unaffected): {err['error']}")

@@ -153,8 +153,10 @@ def execute_step(
     (Ray passes them once they finished): if one of them did not succeed, `fn` is not called and the result
     is SKIPPED - the executor decides what happens to the step.
     """
-    return dataclasses.replace(_attempt(fn, config, log_path, env, record, dependencies),
-                               log_path=log_path, host=HOST)
+    result = _attempt(fn, config, log_path, env, record, dependencies)
+    if result.log_path == log_path and result.host == HOST:  # the success path makes its result whole
+        return result
+    return dataclasses.replace(result, log_path=log_path, host=HOST)
 
 
 def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
@@ -176,24 +178,29 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     progress = interruptions.progress_path(record.output_path) if record is not None else None
     if record is not None:  # the attempt's number, for steps that label what they write (docs/health.md)
         env = {ATTEMPT_ENV: str(record.attempt), **env}
-    result = _call_capturing_output(fn, config, log_path, env, started, progress)
-    if record is None or not result.ok:
-        return result
-    try:
-        released = _record_success(record, started, result.ended or time.time())
-    except Exception as exc:
-        return AttemptResult.from_exception(
-            exc, context="the step finished but its SUCCESS status could not be written", started=started,
-            ended=result.ended)
-    if released is None:
-        return _lease_lost("the executor's lease was taken over while the step ran", started, result.ended)
-    return dataclasses.replace(result, lease_released=released)
+    failure, ended = _call_capturing_output(fn, config, log_path, env, progress)
+    if failure is not None:
+        return AttemptResult.from_exception(failure, started=started, ended=ended)
+    released = False
+    if record is not None:
+        try:
+            recorded = _record_success(record, started, ended)
+        except Exception as exc:
+            return AttemptResult.from_exception(
+                exc, context="the step finished but its SUCCESS status could not be written",
+                started=started, ended=ended)
+        if recorded is None:
+            return _lease_lost("the executor's lease was taken over while the step ran", started, ended)
+        released = recorded
+    # One result, made whole here: each copy of a frozen dataclass (`dataclasses.replace`) costs ~5 us.
+    return AttemptResult(Outcome.SUCCESS, started=started, ended=ended, log_path=log_path, host=HOST,
+                         lease_released=released)
 
 
 def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
-                           started: float, progress_file: str | None = None) -> AttemptResult:
-    """Call `fn(config)` with the step's env and output captured into the attempt's log; FAILED if it
-    raised."""
+                           progress_file: str | None = None) -> tuple[BaseException | None, float]:
+    """Call `fn(config)` with the step's env and output captured into the attempt's log; returns what it
+    raised (None if it returned) and when it ended."""
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
         handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
@@ -214,9 +221,7 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
     if shipper is not None:
         shipper.finish()
         os.unlink(local_log)
-    if failure is not None:
-        return AttemptResult.from_exception(failure, started=started, ended=ended)
-    return AttemptResult(Outcome.SUCCESS, started=started, ended=ended)
+    return failure, ended
 
 
 @contextlib.contextmanager
