@@ -262,7 +262,7 @@ def run_member(
             exc, context=f"gang member {rank} cannot load the step's function and config", host=HOST
         )
     try:
-        port = coordinator_port(_kv(), port_key, rank, PORT_WAIT_S)
+        port = coordinator_port(_KV(), port_key, rank, PORT_WAIT_S)
     except TimeoutError as exc:
         return AttemptResult.from_exception(exc, context=f"gang member {rank} has no coordinator", host=HOST)
     host = gang_env[COORDINATOR_ENV].rsplit(":", 1)[0]
@@ -292,14 +292,11 @@ class _KV:
         self._kv._internal_kv_del(key, namespace=KV_NAMESPACE)
 
 
-def _kv() -> _KV:
-    return _KV()
-
-
 def coordinator_port(kv: Any, key: str, rank: int, timeout_s: float, poll_s: float = 0.02) -> int:
     """Rank 0: a port free on this host, published under `key`. Rank k: the port rank 0 published, waited
     for up to `timeout_s` (rank 0's worker may start later; if it never does, the supervisor sees its end
-    and cancels this member first)."""
+    and cancels this member first). The wait asks the GCS every `poll_s` at first, backing off to every
+    0.5 s, so the members of a large slice do not flood the GCS while rank 0's worker starts."""
     if rank == 0:
         port = _free_port()
         kv.put(key, str(port))
@@ -309,6 +306,7 @@ def coordinator_port(kv: Any, key: str, rank: int, timeout_s: float, poll_s: flo
         if time.monotonic() > deadline:
             raise TimeoutError(f"gang rank 0 did not publish its coordinator port within {timeout_s:.0f} s")
         time.sleep(poll_s)
+        poll_s = min(poll_s * 1.5, 0.5)
     return int(value)
 
 
@@ -391,7 +389,7 @@ def supervise(
                 ray.cancel(ref, force=True)
         if port_key:
             with contextlib.suppress(Exception):
-                _kv().del_(port_key)
+                _KV().del_(port_key)
         _release(ray, owner)
 
 

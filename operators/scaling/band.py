@@ -21,32 +21,19 @@ import dataclasses
 from typing import Any
 
 from moe_trainer.health_rules import BandPoint, EvalBand
-from operators.scaling.records import HASH_KEY, read_record
+from operators.scaling.records import HASH_KEY
 from operators.train import TrainConfig
 
 EVAL_PREFIX = "eval."
 
 
-def band_points(record: dict[str, Any]) -> tuple[str, tuple[BandPoint, ...]]:
-    """(the metric's path inside an eval row's ``eval`` object, the band) of a prediction record."""
-    path = str(record["metric"]["path"])
-    metric = path[len(EVAL_PREFIX):] if path.startswith(EVAL_PREFIX) else path
+def eval_band(record: dict[str, Any], path: str) -> EvalBand:
+    """The EvalBand rule of the (already hash-checked) record read from ``path``."""
+    metric = str(record["metric"]["path"]).removeprefix(EVAL_PREFIX)
     points = tuple(BandPoint(step=int(p["step"]), point=float(p["point"]), low=float(p["low"]),
                              high=float(p["high"]), label=str(p.get("label") or ""))
                    for p in record["points"])
-    return metric, points
-
-
-def eval_band(record: dict[str, Any], path: str) -> EvalBand:
-    """The EvalBand rule of the (already hash-checked) record read from ``path``."""
-    metric, points = band_points(record)
     return EvalBand(metric=metric, points=points, source=f"{path} (sha256 {str(record[HASH_KEY])[:12]})")
-
-
-def read_eval_band(path: str) -> EvalBand:
-    """The EvalBand of the prediction record at ``path``, refusing a record edited after it was written
-    (``RecordTamperedError``)."""
-    return eval_band(read_record(path), path)
 
 
 def with_eval_band(train: TrainConfig, record: dict[str, Any], path: str) -> TrainConfig:

@@ -162,8 +162,9 @@ class MetricsWriter:
         before = set(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else set()
         try:
             run = wandb.init(**kwargs)
-        except Exception as e:  # wandb raises its own ServerResponseError; matched by its message below
-            if "is in use" not in str(e) or not os.environ.get("WANDB_SERVICE"):
+        except Exception as e:  # wandb's ServerResponseError (a private module): matched by name and message
+            in_use = type(e).__name__ == "ServerResponseError" and "is in use" in str(e)
+            if not in_use or not os.environ.get("WANDB_SERVICE"):
                 raise
             # The wandb-core service was inherited from a parent process (WANDB_SERVICE), and it still holds
             # this run for a process that died without finishing it (a SIGKILLed or preempted attempt we
