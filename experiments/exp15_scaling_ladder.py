@@ -5,7 +5,7 @@ the prefix). The prediction is posted there as its own comment (with its sha256)
 step; the status comment says "on track / off track" as the target's evaluations land; the verdict is
 posted when the target is scored. `marin predictions` lists every forecast under the prefix.
 
-Hypothesis (third design, 2026-12-02): five rungs (dense, byte-level, 28k-77k non-embedding parameters at
+Hypothesis: (the third design, 2026-12-02) five rungs (dense, byte-level, 28k-77k non-embedding parameters at
 10 tokens per parameter, every rung and the target at the same 512 tokens per step) with three seeds each,
 fitted with an offset power law in 6·N·D, predict the held-out bits per byte of a 246k-parameter target
 trained on 2.5M tokens (10.2x the top rung's compute) within 1.5% at the end of its run, and the actual value
