@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,13 +82,53 @@ def innermost_frame(traceback_text: str) -> str | None:
     return None
 
 
-def _read_alerts(output_path: str, values: dict[str, Any], problems: list[str]) -> None:
-    try:
-        alerts, watch = read_alerts(output_path)
-    except (OSError, ValueError) as exc:
-        problems.append(f"alerts.jsonl unreadable ({type(exc).__name__})")
-        return
-    values["alerts"], values["watch"] = tuple(alerts), watch
+def _wandb(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    wandb = _read_json(fs, f"{root}/wandb.json")
+    values = {"wandb_url": wandb.get("url") or None}
+    if values["wandb_url"] is None and wandb.get("run_id"):
+        values["wandb_label"] = f"{wandb.get('mode', 'offline')} {wandb['run_id']}"
+    return values
+
+
+def _loss(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    found = _last_loss(fs, f"{root}/metrics.jsonl")
+    return {} if found is None else {"final_loss": found[0], "loss_step": found[1]}
+
+
+def _evaluation(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    evaluation = _read_json(fs, f"{root}/eval.json")
+    domains = evaluation.get("domains") or {}
+    macro = (evaluation.get("macro") or {}).get("bpb")
+    return {"bpb": {name: float(d["bpb"]) for name, d in sorted(domains.items())
+                    if isinstance(d, dict) and isinstance(d.get("bpb"), int | float)},
+            "macro_bpb": float(macro) if isinstance(macro, int | float) else None}
+
+
+def _interruptions(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    ledger = _read_json(fs, f"{root}/.marin/interruptions.json")
+    return {"interruptions": tuple(ledger_lines(ledger if isinstance(ledger, dict) else {}))}
+
+
+def _alerts(output_path: str) -> dict[str, Any]:
+    alerts, watch = read_alerts(output_path)  # its own reader, on the output path (missing: nothing)
+    return {"alerts": tuple(alerts), "watch": watch}
+
+
+def _failure(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    status = _read_json(fs, f"{root}/.marin/status.json")
+    traceback_text = ((status.get("error") or {}).get("traceback")) or ""
+    return {"failed_at": innermost_frame(traceback_text) if isinstance(traceback_text, str) else None}
+
+
+# What each file's reader may raise on a malformed file (a missing file is normal and shows nothing).
+_READERS: tuple[tuple[str, Callable[[fsspec.AbstractFileSystem, str], dict[str, Any]],
+                      tuple[type[Exception], ...]], ...] = (
+    ("wandb.json", _wandb, (OSError, ValueError, AttributeError)),
+    ("metrics.jsonl", _loss, (OSError, ValueError)),
+    ("eval.json", _evaluation, (OSError, ValueError, AttributeError)),
+    (".marin/interruptions.json", _interruptions, (OSError, ValueError, AttributeError, KeyError, TypeError)),
+)
+_FAILURE = (".marin/status.json", _failure, (OSError, ValueError, AttributeError))
 
 
 def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
@@ -97,49 +138,13 @@ def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
     root = root.rstrip("/")
     values: dict[str, Any] = {}
     problems: list[str] = []
-    try:
-        wandb = _read_json(fs, f"{root}/wandb.json")
-        values["wandb_url"] = wandb.get("url") or None
-        if values["wandb_url"] is None and wandb.get("run_id"):
-            values["wandb_label"] = f"{wandb.get('mode', 'offline')} {wandb['run_id']}"
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, AttributeError) as exc:
-        problems.append(f"wandb.json unreadable ({type(exc).__name__})")
-    try:
-        found = _last_loss(fs, f"{root}/metrics.jsonl")
-        if found is not None:
-            values["final_loss"], values["loss_step"] = found
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as exc:
-        problems.append(f"metrics.jsonl unreadable ({type(exc).__name__})")
-    try:
-        evaluation = _read_json(fs, f"{root}/eval.json")
-        domains = evaluation.get("domains") or {}
-        values["bpb"] = {name: float(d["bpb"]) for name, d in sorted(domains.items())
-                         if isinstance(d, dict) and isinstance(d.get("bpb"), int | float)}
-        macro = (evaluation.get("macro") or {}).get("bpb")
-        values["macro_bpb"] = float(macro) if isinstance(macro, int | float) else None
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, AttributeError) as exc:
-        problems.append(f"eval.json unreadable ({type(exc).__name__})")
-    try:
-        ledger = _read_json(fs, f"{root}/.marin/interruptions.json")
-        values["interruptions"] = tuple(ledger_lines(ledger if isinstance(ledger, dict) else {}))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
-        problems.append(f".marin/interruptions.json unreadable ({type(exc).__name__})")
-    _read_alerts(output_path, values, problems)
-    if failed:
+    alerts = ("alerts.jsonl", lambda _fs, _root: _alerts(output_path), (OSError, ValueError))
+    for name, read, errors in (*_READERS, alerts, *([_FAILURE] if failed else [])):
         try:
-            status = _read_json(fs, f"{root}/.marin/status.json")
-            traceback_text = ((status.get("error") or {}).get("traceback")) or ""
-            values["failed_at"] = innermost_frame(traceback_text) if isinstance(traceback_text, str) else None
+            values.update(read(fs, root))
         except FileNotFoundError:
-            pass
-        except (OSError, ValueError, AttributeError) as exc:
-            problems.append(f".marin/status.json unreadable ({type(exc).__name__})")
+            if read is alerts[1]:  # read_alerts treats a missing file as none: this one is a store's error
+                problems.append(f"{name} unreadable (FileNotFoundError)")
+        except errors as exc:
+            problems.append(f"{name} unreadable ({type(exc).__name__})")
     return StepOutputs(**values, problems=tuple(problems))
