@@ -11,12 +11,17 @@ process and its reaped children (the local backend's forked workers, reaped when
 around `run_experiment`, so a loaded shared machine inflates it far less than wall time. Each figure splits
 it: `executor_cpu_s` (the executor's process, every thread), `loop_thread_cpu_s` (the thread that called
 `run_experiment`: planning and the scheduling loop; the rest of the process is the local backend's reaper
-and the lease heartbeat) and `workers_cpu_s`.
+and the lease heartbeat) and `workers_cpu_s`; and again into `user_cpu_s` (the Python code: what a change to
+the executor changes) and `system_cpu_s` (the kernel; on ext4 most of it is allocating the inodes of the
+status files, a cost that depends on the filesystem's recent history more than on the code: run with
+TMPDIR=/dev/shm to take the filesystem out).
 
 Every measurement runs in a fresh interpreter that imports `marin` from the tree it measures, after a
 20-step warm-up run (lazy imports and the worker pool's first fork are left out). `--ab` runs the two trees
-alternately, before then after, `--pairs` times (a loaded machine's drift lands on both sides of a pair) and
-reports each side's median, the median of the pairs' after/before ratios (also of each part of the CPU),
+alternately, `--pairs` times, in the order before-after, after-before, ... (a loaded machine's drift lands
+on both sides of a pair, and so does whatever the previous run left behind: on ext4 most of a no-op step's
+CPU is the kernel allocating inodes, and that cost grows with the inodes deleted in the last seconds, so the
+side that always ran second paid for the first one's deletions) and reports each side's median, the median of the pairs' after/before ratios (also of each part of the CPU),
 and each side's cheapest sample with their ratio: contention only ever adds CPU time (shared caches and
 cores), so on a loaded machine the minimum is the steadiest figure. `--profile` counts the calls made by the
 executor's thread (cProfile) during each figure instead, listing the functions called at least
@@ -57,6 +62,12 @@ def _cpu() -> tuple[float, float]:
     """CPU seconds so far of this process (every thread) and of its reaped children."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _system() -> float:
+    """Kernel CPU seconds so far of this process and its reaped children (file creation on ext4 is most)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_stime + kids.ru_stime
 
 
 def _measure(tree: str, n: int, firsts: int, reruns: int, profile: bool, min_calls: int) -> dict[str, Any]:
@@ -118,12 +129,14 @@ def _timed(fn: Any, profile: bool, min_calls: int) -> dict[str, Any]:
                  for (f, line, name), (_, nc, *_rest) in stats.items() if nc >= min_calls}
         return {"cpu_s": 0.0, "calls": sum(v[1] for v in stats.values()),
                 "functions": dict(sorted(calls.items(), key=lambda kv: -kv[1]))}
-    (me0, kids0), w0, t0 = _cpu(), time.perf_counter(), time.thread_time()
+    (me0, kids0), sys0, w0, t0 = _cpu(), _system(), time.perf_counter(), time.thread_time()
     result = fn()
     wall, (me1, kids1), thread = time.perf_counter() - w0, _cpu(), time.thread_time() - t0
+    system = _system() - sys0
     assert result.status == "SUCCESS", result.summary
     return {"cpu_s": round(me1 - me0 + kids1 - kids0, 4), "executor_cpu_s": round(me1 - me0, 4),
             "loop_thread_cpu_s": round(thread, 4), "workers_cpu_s": round(kids1 - kids0, 4),
+            "user_cpu_s": round(me1 - me0 + kids1 - kids0 - system, 4), "system_cpu_s": round(system, 4),
             "wall_s": round(wall, 4)}
 
 
@@ -144,7 +157,14 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
     tree = os.path.join(base, "tree")
     subprocess.run(["git", "-C", HERE, "worktree", "add", "-q", "--detach", tree, rev], check=True)
     try:
-        pairs = [(_child(tree, args), _child(HERE, args)) for _ in range(args.pairs)]
+        pairs = []
+        for i in range(args.pairs):  # ABBA: which side runs first alternates, so an order effect cancels
+            if i % 2 == 0:
+                before = _child(tree, args)
+                pairs.append((before, _child(HERE, args)))
+            else:
+                after = _child(HERE, args)
+                pairs.append((_child(tree, args), after))
     finally:
         subprocess.run(["git", "-C", HERE, "worktree", "remove", "--force", tree], check=True)
     out: dict[str, Any] = {"before": rev, "pairs": args.pairs, "n": args.n}
@@ -159,7 +179,7 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
                     "before_min_us_per_step": round(min(before) / args.n * 1e6, 1),
                     "after_min_us_per_step": round(min(after) / args.n * 1e6, 1),
                     "min_after_over_min_before": round(min(after) / min(before), 3)}
-        for part in ("executor_cpu_s", "loop_thread_cpu_s", "workers_cpu_s"):
+        for part in ("executor_cpu_s", "loop_thread_cpu_s", "workers_cpu_s", "user_cpu_s", "system_cpu_s"):
             if all(part in p[0][fig] for p in pairs):  # not in --profile runs
                 out[fig][f"{part}_after_over_before"] = round(statistics.median(
                     p[1][fig][part] / max(p[0][fig][part], 1e-9) for p in pairs), 3)
