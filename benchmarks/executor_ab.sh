@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Alternate benchmarks/executor_overhead.py between an earlier revision and this checkout, PAIRS times, on the
-# same machine and venv (before-after, then after-before, ...: whatever one run leaves behind, such as the
-# inodes it deleted that ext4 makes the next run's file creations skip, lands on both sides), and print the medians and the median after/before
+# same machine and venv (before-after, then after-before, ...: whatever one run leaves the next lands on
+# both sides), and print the medians and the median after/before
 # ratio of the pairs (benchmarks/ab_summary.py). Alternating keeps a loaded machine's drift out of the ratio.
 #
 #   benchmarks/executor_ab.sh REV PAIRS OUTDIR [executor_overhead.py flags, e.g. --no-ray]
