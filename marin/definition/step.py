@@ -8,6 +8,7 @@ dataclass, and dependencies are declared only through placeholders inside the co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import re
@@ -140,10 +141,17 @@ def main_module_name() -> str | None:
     path = getattr(main, "__file__", None)
     if not path:
         return None
+    # Asked for twice per step (the step's and its config's import path in step.json): the answer depends
+    # only on these three, and working it out normalises every sys.path entry (~20 path calls).
+    return _main_module_name(path, os.getcwd(), tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _main_module_name(path: str, cwd: str, sys_path: tuple[str, ...]) -> str | None:
     path = os.path.abspath(path)
     # Prefer the working directory (experiments.hello_world), then the shortest sys.path root.
-    others = sorted({os.path.abspath(p or os.getcwd()) for p in sys.path}, key=len)
-    for root in [os.getcwd(), *others]:
+    others = sorted({os.path.abspath(p or cwd) for p in sys_path}, key=len)
+    for root in [cwd, *others]:
         if path.startswith(root + os.sep) and path.endswith(".py"):
             parts = os.path.relpath(path, root)[:-3].split(os.sep)
             if all(p.isidentifier() for p in parts):
