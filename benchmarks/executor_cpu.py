@@ -21,7 +21,8 @@ Every measurement runs in a fresh interpreter that imports `marin` from the tree
 alternately, `--pairs` times, in the order before-after, after-before, ... (a loaded machine's drift lands
 on both sides of a pair, and so would anything one run leaves the next: on ext4 most of a no-op step's CPU
 is the kernel allocating the status files' inodes, a cost that depends on the filesystem's recent history;
-an A/A test of one tree against itself, 8 pairs in a fixed order, found no order effect, 1.007) and reports each side's median, the median of the pairs' after/before ratios (also of each part of the CPU),
+an A/A test of one tree against itself, 8 pairs in a fixed order, found no order effect, 1.007) and
+reports each side's median, the median of the pairs' after/before ratios (also of each part of the CPU),
 and each side's cheapest sample with their ratio: contention only ever adds CPU time (shared caches and
 cores), so on a loaded machine the minimum is the steadiest figure. `--profile` counts the calls made by the
 executor's thread (cProfile) during each figure instead, listing the functions called at least
