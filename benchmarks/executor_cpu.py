@@ -59,16 +59,11 @@ def noop(cfg: NoopConfig) -> None:
     """Does nothing: what remains is the executor's own cost."""
 
 
-def _cpu() -> tuple[float, float]:
-    """CPU seconds so far of this process (every thread) and of its reaped children."""
+def _cpu() -> tuple[float, float, float]:
+    """CPU seconds so far of this process (every thread), of its reaped children, and the kernel's part of
+    both (file creation on ext4 is most of it)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
-
-
-def _system() -> float:
-    """Kernel CPU seconds so far of this process and its reaped children (file creation on ext4 is most)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_stime + kids.ru_stime
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, me.ru_stime + kids.ru_stime
 
 
 def _measure(tree: str, n: int, firsts: int, reruns: int, profile: bool, min_calls: int) -> dict[str, Any]:
@@ -130,10 +125,10 @@ def _timed(fn: Any, profile: bool, min_calls: int) -> dict[str, Any]:
                  for (f, line, name), (_, nc, *_rest) in stats.items() if nc >= min_calls}
         return {"cpu_s": 0.0, "calls": sum(v[1] for v in stats.values()),
                 "functions": dict(sorted(calls.items(), key=lambda kv: -kv[1]))}
-    (me0, kids0), sys0, w0, t0 = _cpu(), _system(), time.perf_counter(), time.thread_time()
+    (me0, kids0, sys0), w0, t0 = _cpu(), time.perf_counter(), time.thread_time()
     result = fn()
-    wall, (me1, kids1), thread = time.perf_counter() - w0, _cpu(), time.thread_time() - t0
-    system = _system() - sys0
+    wall, (me1, kids1, sys1), thread = time.perf_counter() - w0, _cpu(), time.thread_time() - t0
+    system = sys1 - sys0
     assert result.status == "SUCCESS", result.summary
     return {"cpu_s": round(me1 - me0 + kids1 - kids0, 4), "executor_cpu_s": round(me1 - me0, 4),
             "loop_thread_cpu_s": round(thread, 4), "workers_cpu_s": round(kids1 - kids0, 4),
@@ -160,12 +155,8 @@ def _ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         pairs = []
         for i in range(args.pairs):  # ABBA: which side runs first alternates, so an order effect cancels
-            if i % 2 == 0:
-                before = _child(tree, args)
-                pairs.append((before, _child(HERE, args)))
-            else:
-                after = _child(HERE, args)
-                pairs.append((_child(tree, args), after))
+            runs = {t: _child(t, args) for t in ((tree, HERE) if i % 2 == 0 else (HERE, tree))}
+            pairs.append((runs[tree], runs[HERE]))
     finally:
         subprocess.run(["git", "-C", HERE, "worktree", "remove", "--force", tree], check=True)
     out: dict[str, Any] = {"before": rev, "pairs": args.pairs, "n": args.n}

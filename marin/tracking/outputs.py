@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import fsspec
 
@@ -120,15 +120,24 @@ def _failure(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
     return {"failed_at": innermost_frame(traceback_text) if isinstance(traceback_text, str) else None}
 
 
-# What each file's reader may raise on a malformed file (a missing file is normal and shows nothing).
-_READERS: tuple[tuple[str, Callable[[fsspec.AbstractFileSystem, str], dict[str, Any]],
-                      tuple[type[Exception], ...]], ...] = (
-    ("wandb.json", _wandb, (OSError, ValueError, AttributeError)),
-    ("metrics.jsonl", _loss, (OSError, ValueError)),
-    ("eval.json", _evaluation, (OSError, ValueError, AttributeError)),
-    (".marin/interruptions.json", _interruptions, (OSError, ValueError, AttributeError, KeyError, TypeError)),
+class _Reader(NamedTuple):
+    """One file a status comment reads: its reader, what it may raise on a malformed file, and whether a
+    missing file is normal (shows nothing) or, for a reader that already treats absence as empty, an error."""
+
+    name: str
+    read: Callable[[fsspec.AbstractFileSystem, str], dict[str, Any]]
+    errors: tuple[type[Exception], ...]
+    missing_ok: bool = True
+
+
+_READERS = (
+    _Reader("wandb.json", _wandb, (OSError, ValueError, AttributeError)),
+    _Reader("metrics.jsonl", _loss, (OSError, ValueError)),
+    _Reader("eval.json", _evaluation, (OSError, ValueError, AttributeError)),
+    _Reader(".marin/interruptions.json", _interruptions,
+            (OSError, ValueError, AttributeError, KeyError, TypeError)),
 )
-_FAILURE = (".marin/status.json", _failure, (OSError, ValueError, AttributeError))
+_FAILURE = _Reader(".marin/status.json", _failure, (OSError, ValueError, AttributeError))
 
 
 def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
@@ -138,13 +147,15 @@ def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
     root = root.rstrip("/")
     values: dict[str, Any] = {}
     problems: list[str] = []
-    alerts = ("alerts.jsonl", lambda _fs, _root: _alerts(output_path), (OSError, ValueError))
-    for name, read, errors in (*_READERS, alerts, *([_FAILURE] if failed else [])):
+    # read_alerts treats a missing file as no alerts: a FileNotFoundError from it is the store's error
+    alerts = _Reader("alerts.jsonl", lambda _fs, _root: _alerts(output_path), (OSError, ValueError),
+                     missing_ok=False)
+    for reader in (*_READERS, alerts, *([_FAILURE] if failed else [])):
         try:
-            values.update(read(fs, root))
+            values.update(reader.read(fs, root))
         except FileNotFoundError:
-            if read is alerts[1]:  # read_alerts treats a missing file as none: this one is a store's error
-                problems.append(f"{name} unreadable (FileNotFoundError)")
-        except errors as exc:
-            problems.append(f"{name} unreadable ({type(exc).__name__})")
+            if not reader.missing_ok:
+                problems.append(f"{reader.name} unreadable (FileNotFoundError)")
+        except reader.errors as exc:
+            problems.append(f"{reader.name} unreadable ({type(exc).__name__})")
     return StepOutputs(**values, problems=tuple(problems))
