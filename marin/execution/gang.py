@@ -55,7 +55,7 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.definition.tpu import slice_shape
 from marin.execution import causes
-from marin.execution.attempt import HOST, AttemptResult, Outcome
+from marin.execution.attempt import HOST, AttemptResult, Outcome, Wire, results_from_wire
 from marin.execution.resources import requested
 from marin.execution.worker import execute_step
 
@@ -350,10 +350,23 @@ def supervise(
     name: str,
     log_path: str,
     env: dict[str, str],
-    *dependencies: AttemptResult | None,
-) -> AttemptResult:
+    *dependencies: Wire | None,
+) -> Wire:
     """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
-    returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`."""
+    returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`, as a wire
+    tuple like every Ray attempt's (ray_backend.py); its dependencies' results come as such tuples too."""
+    return _supervise(payload, shared, plan, name, log_path, env, results_from_wire(dependencies)).to_wire()
+
+
+def _supervise(
+    payload: bytes,
+    shared: tuple[Any, str] | None,
+    plan: GangPlan,
+    name: str,
+    log_path: str,
+    env: dict[str, str],
+    dependencies: tuple[AttemptResult | None, ...],
+) -> AttemptResult:
     not_ok = [d for d in dependencies if d is None or not d.ok]
     if not_ok:
         return AttemptResult(
@@ -519,7 +532,7 @@ def submit_gang(
     after: list[Any],
 ) -> Any:
     """Start a gang attempt's supervisor on the driver's node; its reference resolves to the attempt's
-    result."""
+    result as a wire tuple (`AttemptResult.from_wire`)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()

@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 
 from marin.definition.step import Resources
+from marin.execution.attempt import AttemptResult
 from marin.execution.gang import GangPlan, submit_gang
 from tests.marin.gang_fns import GangConfig, gang_member
 
@@ -34,7 +35,7 @@ def main(address: str, output: str, resources_json: str, config_json: str) -> in
         env={},
         after=[],
     )
-    result = ray.get(ref)
+    result = AttemptResult.from_wire(ray.get(ref))  # Ray attempts return wire tuples (ray_backend.py)
     fields = {k: v for k, v in dataclasses.asdict(result).items() if k != "exception"}
     print(json.dumps({**fields, "ok": result.ok, "outcome": result.outcome.value}, default=str))
     return 0
