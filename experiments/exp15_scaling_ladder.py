@@ -5,12 +5,15 @@ the prefix). The prediction is posted there as its own comment (with its sha256)
 step; the status comment says "on track / off track" as the target's evaluations land; the verdict is
 posted when the target is scored. `marin predictions` lists every forecast under the prefix.
 
-Hypothesis: (the third design, 2026-12-02) five rungs (dense, byte-level, 28k-77k non-embedding parameters at
-10 tokens per parameter, every rung and the target at the same 512 tokens per step) with three seeds each,
-fitted with an offset power law in 6·N·D, predict the held-out bits per byte of a 246k-parameter target
-trained on 2.5M tokens (10.2x the top rung's compute) within 1.5% at the end of its run, and the actual value
-lies inside the 90% interval; the same holds at 25/50/75% of its training. The learning-rate rule is checked
-at x0.5 and x2 on the smallest and the top rung.
+Hypothesis: (the fifth design, 2026-12-03, registered here before it ran) the third design's five rungs
+(dense, byte-level, 28k-77k non-embedding parameters at 10 tokens per parameter, every rung and the target at
+the same 512 tokens per step) with six seeds each instead of three, fitted with an offset power law in 6·N·D,
+predict the held-out bits per byte of a 246k-parameter target trained on 2.5M tokens (10.2x the top rung's
+compute) within 1.5% at the end of its run, and the actual value lies inside the 90% interval; the same holds
+at 50/75% of its training (25% has missed in every ladder). The target runs at seed 100, one no earlier
+ladder has run (the third ladder's target, seed 0, ended at 1.9455: a forecast scored against a value already
+seen would not be a test). The learning-rate check runs x0.5 and x2 at the smallest and the top rung on three
+seeds (means compared), and the prediction warns when leaving one rung out moves the endpoint by more than 5%.
 
 History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one is in the catalogue).
 1. 2026-12-01, rungs of 3k-28k parameters, the batch doubling from 512 to 1,024 tokens at the target, no
@@ -26,9 +29,12 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    parameter, to cut the gradient noise taken to be the seed spread's source: -9.2% at the end, outside
    (2 of 4 points inside). The spread did not shrink (1.3-1.6%), the rungs' local slopes scattered
    (-0.07 to -0.20) and the leave-one-rung-out endpoints spanned 1.64-1.97: noise, not the batch, drove it.
-This script runs the third design, the best of the four; the fourth is reverted.
+5. 2026-12-03: the third design with six seeds per rung (the seeds' spread, half initialisation and half data
+   order, benchmarks/ladder_seed_split.py), the check on three seeds, a fresh target seed, the
+   leave-one-rung-out gate.
+This script runs the fifth design.
 
-    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 13 minutes on 2 quiet cores
+    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 22 minutes on 2 quiet cores
     MARIN_LADDER_SMALL=1 python experiments/exp15_scaling_ladder.py       # the reduced ladder CI runs
     MARIN_LADDER_STAGE=rungs python experiments/exp15_scaling_ladder.py   # only the rungs (train + eval)
     MARIN_LADDER_LR_CHECK=0 ...                                           # skip the learning-rate check
@@ -83,9 +89,11 @@ else:
     # compilation). lr_ref 0.008: the second ladder's check (x0.5, x2 at both ends) found twice the rule's
     # learning rate best at the smallest and the top rung. The check stays on by default.
     rules = LadderRules(tokens_per_param=10.0, batch_tokens=512, lr_ref=0.008)
-    plan = plan_ladder(BASE_MODEL, sizes=[2.79e4, 3.6e4, 4.64e4, 6.0e4, 7.71e4], seeds=[0, 1, 2],
-                       target=3.6e12, rules=rules, min_extrapolation=10.0,
-                       lr_multiples=() if os.environ.get("MARIN_LADDER_LR_CHECK") == "0" else (0.5, 2.0))
+    # Six seeds per rung: the seeds' spread (1.3-1.8% in log L) limited the third ladder; the check on three.
+    plan = plan_ladder(BASE_MODEL, sizes=[2.79e4, 3.6e4, 4.64e4, 6.0e4, 7.71e4], seeds=[0, 1, 2, 3, 4, 5],
+                       target=3.6e12, rules=rules, min_extrapolation=10.0, target_seed=100,
+                       lr_multiples=() if os.environ.get("MARIN_LADDER_LR_CHECK") == "0" else (0.5, 2.0),
+                       lr_check_seeds=3)
 
 base_train = TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized_bytes, "train"),
                          preset="tiny", wandb_mode="disabled")

@@ -140,7 +140,8 @@ def build_ladder(
     """Every step of the ladder (see the module docstring). ``validation`` maps domains to the held-out
     caches (``output_path_of(tokenized, "validation/python")``...) for the target's in-training evaluation."""
     trains, evals, runs = [], [], []
-    pairs = [*((r, plan.seeds) for r in plan.rungs), *((r, plan.seeds[:1]) for r in plan.lr_check)]
+    check_seeds = plan.seeds[: plan.lr_check_seeds]
+    pairs = [*((r, plan.seeds) for r in plan.rungs), *((r, check_seeds) for r in plan.lr_check)]
     for rung, seeds in pairs:
         multiple = 1.0 if "-lrx" not in rung.name else float(rung.name.rsplit("-lrx", 1)[1])
         for seed in seeds:

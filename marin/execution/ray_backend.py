@@ -142,8 +142,7 @@ def _remote_function(name: str) -> Any:
     if name not in _REMOTES:
         import ray
 
-        functions: dict[str, Callable[..., Wire]] = {"plain": _run_attempt,
-                                                              "script": _run_script_attempt}
+        functions: dict[str, Callable[..., Wire]] = {"plain": _run_attempt, "script": _run_script_attempt}
         base, _, once = name.partition("-")
         _REMOTES[name] = ray.remote(max_calls=1)(functions[base]) if once else ray.remote(functions[base])
     return _REMOTES[name]

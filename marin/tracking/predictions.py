@@ -221,6 +221,13 @@ def tracking_section(steps: Sequence[StepView]) -> list[str]:
 # ---- posting records -------------------------------------------------------------------------------------
 
 
+def _gates_line(record: dict[str, Any]) -> str:
+    """What the ladder's own checks flagged before the target ran (operators.scaling.forecast)."""
+    if "warnings" not in record:
+        return "Gates: not recorded (an older record)"
+    return "Gates (recorded, not enforced): " + ("; ".join(record["warnings"]) or "none flagged")
+
+
 def prediction_body(record: dict[str, Any]) -> str:
     """The never-edited comment of a prediction: marker, table, hash, the record in full."""
     sha = record[HASH_KEY]
@@ -242,6 +249,8 @@ def prediction_body(record: dict[str, Any]) -> str:
             *rows,
             "",
             "Assumptions: " + ("; ".join(record.get("assumptions") or []) or "none stated"),
+            "",
+            _gates_line(record),
             "",
             "<details><summary>The record (prediction.json)</summary>",
             "",

@@ -201,10 +201,27 @@ def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] 
     verdicts = {}
     for rung in sorted({r["rung"] for r in rows}):
         mine = [r for r in rows if r["rung"] == rung and r["rule_value"] is not None]
-        if mine:
-            best = min([r["value"] for r in mine] + [mine[0]["rule_value"]])
-            gap = mine[0]["rule_value"] / best - 1
-            verdicts[rung] = {"rule_gap": gap, "ok": gap <= tolerance}
+        if not mine:
+            continue
+        # Several seeds: compare means over the seeds the check ran on (the rule's runs of the same seeds).
+        seeds = sorted({r["seed"] for r in mine})
+        rule = {r["seed"]: r["rule_value"] for r in mine}
+        rule_mean = float(np.mean([rule[s] for s in seeds]))
+        means = {
+            m: float(np.mean([r["value"] for r in mine if r["multiple"] == m]))
+            for m in sorted({r["multiple"] for r in mine})
+        }
+        best_multiple, best = min(means.items(), key=lambda kv: kv[1])
+        gap = rule_mean / min(best, rule_mean) - 1
+        verdict: dict[str, Any] = {"rule_gap": gap, "ok": gap <= tolerance, "seeds": len(seeds),
+                                   "rule_mean": rule_mean, "means": {f"{m:g}": v for m, v in means.items()},
+                                   "best_multiple": best_multiple if best < rule_mean else 1.0}
+        if len(seeds) > 1:
+            # The seeds' spread of the rule's runs, as a fraction of its mean: the gap's standard error is
+            # about sqrt(2) times this (two means of len(seeds) runs each), so a gap below it is noise.
+            spread = float(np.std([rule[s] for s in seeds], ddof=1))
+            verdict["mean_se"] = spread / math.sqrt(len(seeds)) / rule_mean
+        verdicts[rung] = verdict
     return {
         "runs": rows,
         "by_rung": verdicts,

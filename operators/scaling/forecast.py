@@ -82,12 +82,44 @@ class PredictionConfig:
     """The issue the forecast is posted to (owner/repo#N)."""
     assumptions: tuple[str, ...] = ()
     """Stated assumptions (as Marin's #6044 did): what would make the forecast wrong."""
+    loo_spread_limit: float = 0.05
+    """Warn when the leave-one-rung-out predictions at the endpoint span more than this fraction of the
+    point (the fourth real ladder: 20%, missed by 9%; the third: 4%, within 2%)."""
 
 
 def _point(fit: ScalingFit, compute: float) -> dict[str, float]:
     point, low, high = fit.predict(compute, single_run=True)
     _, low_mean, high_mean = fit.predict(compute)
     return {"point": point, "low": low, "high": high, "low_mean": low_mean, "high_mean": high_mean}
+
+
+def ladder_warnings(
+    points: list[dict[str, Any]], lr_check: dict[str, Any] | None, loo_spread_limit: float
+) -> list[str]:
+    """The gates that flagged, in words, for the record and its comment (recorded, not enforced: a person
+    decides whether to run the target anyway). Only the endpoint's leave-one-rung-out spread is gated: at
+    the early points the schedule, not the law, dominates (every real ladder missed at 25%)."""
+    out = []
+    for p in points:
+        gates = p.get("gates") or {}
+        if gates.get("residual_flag"):
+            out.append(f"{p['label']}: a residual of {gates['max_abs_residual_sigmas']:.1f} sigma (above 3)")
+        back = gates.get("backtest_top_rung") or {}
+        if back.get("flag"):
+            out.append(f"{p['label']}: the fit without the top rung misses it by {back['error']:+.1%}")
+    end = points[-1]
+    if end.get("loo_spread_rel") is not None and end["loo_spread_rel"] > loo_spread_limit:
+        out.append(
+            f"{end['label']}: leaving one rung out moves the prediction over {end['loo_spread_rel']:.1%} of "
+            f"the point (limit {loo_spread_limit:.0%}): the law is not pinned down by the rungs"
+        )
+    for rung, v in sorted(((lr_check or {}).get("by_rung") or {}).items()):
+        if not v["ok"]:
+            out.append(
+                f"learning-rate check at {rung}: the rule is {v['rule_gap']:.1%} worse than the best "
+                f"multiple tried ({v.get('seeds', 1)} seed{'s' if v.get('seeds', 1) != 1 else ''})"
+            )
+    return out
 
 
 def predict_target(config: PredictionConfig) -> dict[str, Any]:
@@ -106,6 +138,8 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
         c6, ct = 6.0 * t.n_params * tokens, t.flops_per_token * tokens
         fit, alt = ScalingFit.from_json(entry["fit"]), ScalingFit.from_json(entry["fit_trainer_flops"])
         loo = fit.loo(c6)
+        spread = (max(r["prediction"] for r in loo) - min(r["prediction"] for r in loo)) if loo else None
+        point = _point(fit, c6)
         points.append(
             {
                 "label": f"{entry['fraction']:.0%}",
@@ -114,12 +148,11 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
                 "tokens": tokens,
                 "compute_6nd": c6,
                 "compute_trainer": ct,
-                **_point(fit, c6),
+                **point,
                 "trainer_flops_axis": alt.point(ct),
                 "loo": loo,
-                "loo_spread": (max(r["prediction"] for r in loo) - min(r["prediction"] for r in loo))
-                if loo
-                else None,
+                "loo_spread": spread,
+                "loo_spread_rel": None if spread is None else spread / point["point"],
                 "params": entry["fit"]["params"],
                 "sigma_log": entry["fit"]["sigma_log"],
                 "gates": entry["gates"],
@@ -156,6 +189,8 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
         "inputs": fit_record["runs"],
         "fit_sha256": fit_sha,
         "lr_check": fit_record["lr_check"],
+        "warnings": ladder_warnings(points, fit_record["lr_check"], config.loo_spread_limit),
+        "loo_spread_limit": config.loo_spread_limit,
         "scoring": "signed relative error (predicted - actual) / actual; hit = actual inside the interval",
         "interval_covers": "one run at the target's seed (the target is a single run)",
         "assumptions": list(config.assumptions),

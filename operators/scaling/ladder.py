@@ -10,8 +10,9 @@
 - no seeds, or repeated seeds.
 
 The learning-rate check (``lr_multiples``, e.g. (0.5, 2.0)) adds runs of the smallest and the largest rung
-at those multiples of the rule's learning rate (first seed only); the fit step reports whether the rule's
-own learning rate is within ``lr_check_tolerance`` of the best of them (the research note: about 0.3%).
+at those multiples of the rule's learning rate (on the first ``lr_check_seeds`` seeds, default one); the fit
+step reports whether the rule's own learning rate is within ``lr_check_tolerance`` of the best of them (the
+research note: about 0.3%), comparing means over those seeds when there are several.
 
 experiments/common/scaling_ladder.py turns a plan into steps; nothing here knows about steps.
 """
@@ -36,6 +37,8 @@ class LadderPlan:
     lr_check: tuple[RungSpec, ...]
     fractions: tuple[float, ...]
     rules: LadderRules
+    lr_check_seeds: int = 1
+    """How many of ``seeds`` (the first ones) the learning-rate check runs on."""
 
     @property
     def extrapolation(self) -> float:
@@ -72,6 +75,7 @@ def plan_ladder(
     rules: LadderRules | None = None,
     target_seed: int | None = None,
     lr_multiples: Sequence[float] = (),
+    lr_check_seeds: int = 1,
     fractions: Sequence[float] = EVAL_FRACTIONS,
     min_extrapolation: float = 1.0,
 ) -> LadderPlan:
@@ -116,6 +120,11 @@ def plan_ladder(
     for m in lr_multiples:
         if not m > 0 or m == 1.0:
             raise ValueError(f"plan_ladder: lr_multiples={list(lr_multiples)} must be positive and not 1.0")
+    if not 1 <= lr_check_seeds <= len(seeds):
+        raise ValueError(
+            f"plan_ladder: lr_check_seeds={lr_check_seeds} must be between 1 and the number of seeds "
+            f"({len(seeds)})"
+        )
     check = tuple(r.with_lr_multiple(m) for r in (rungs[0], rungs[-1]) for m in lr_multiples)
     return LadderPlan(
         rungs=tuple(rungs),
@@ -125,4 +134,5 @@ def plan_ladder(
         lr_check=check,
         fractions=tuple(fractions),
         rules=rules,
+        lr_check_seeds=lr_check_seeds,
     )

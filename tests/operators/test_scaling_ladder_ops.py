@@ -256,3 +256,63 @@ def test_seal_hashes_the_canonical_json_without_the_hash() -> None:
 def test_write_record_round_trips(tmp_path: Path) -> None:
     written = write_record(str(tmp_path / "r.json"), {"x": 1})
     assert read_record(str(tmp_path / "r.json")) == written
+
+
+def test_learning_rate_check_on_several_seeds_compares_means(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    plan = plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1, 2], target=5e12,
+                       lr_multiples=(0.5, 2.0), lr_check_seeds=2)
+    assert plan.lr_check_seeds == 2
+    with pytest.raises(ValueError, match=r"lr_check_seeds=4 must be between 1 and the number of seeds \(3\)"):
+        plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1, 2], target=5e12, lr_check_seeds=4)
+    rule = {r.seed: r for r in ladder_runs if r.rung == "n2000"}
+    rule_end = {s: json.loads((Path(r.curve) / CURVE_FILE).read_text())["points"][-1]["value"]
+                for s, r in rule.items()}
+    # x0.5 beats the rule by 1% on seed 0 but loses by 3% on seed 1; x2 loses on both.
+    factors = {(0.5, 0): 0.99, (0.5, 1): 1.03, (2.0, 0): 1.02, (2.0, 1): 1.02}
+    check = tuple(
+        RungRun(rung=f"n2000-lrx{m:g}", seed=s, lr_multiple=m,
+                curve=_curve(tmp_path / f"lr-{m}-{s}", 2000, [rule_end[s] * f] * 4))
+        for (m, s), f in factors.items()
+    )
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=(*ladder_runs, *check), bootstrap=50))
+    verdict = json.loads((tmp_path / "fit" / FIT_FILE).read_text())["lr_check"]["by_rung"]["n2000"]
+    assert verdict["seeds"] == 2 and verdict["ok"] and verdict["best_multiple"] == 1.0
+    assert verdict["rule_gap"] == 0.0 and verdict["means"]["0.5"] > verdict["rule_mean"]
+    assert verdict["mean_se"] > 0
+    # The same check on seed 0 alone would have picked x0.5, 1% better than the rule: a failed check.
+    one = tuple(r for r in check if r.seed == 0)
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit1"), runs=(*ladder_runs, *one), bootstrap=50))
+    single = json.loads((tmp_path / "fit1" / FIT_FILE).read_text())["lr_check"]["by_rung"]["n2000"]
+    assert not single["ok"] and single["best_multiple"] == 0.5
+    assert single["rule_gap"] == pytest.approx(1 / 0.99 - 1) and "mean_se" not in single
+
+
+def test_prediction_records_and_posts_the_gates_that_flagged(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    from marin.tracking.predictions import prediction_body
+    from operators.scaling.forecast import ladder_warnings
+
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    predict_target(_prediction_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    end = record["points"][-1]
+    assert end["loo_spread_rel"] == pytest.approx(end["loo_spread"] / end["point"])
+    assert end["loo_spread_rel"] < 0.05
+    assert record["warnings"] == [] and record["loo_spread_limit"] == 0.05
+    assert "Gates (recorded, not enforced): none flagged" in prediction_body(record)
+    loose = [*record["points"][:-1], {**end, "loo_spread_rel": 0.2}]
+    lr_check = {"by_rung": {"d40-L3": {"ok": False, "rule_gap": 0.019, "seeds": 3}}}
+    warnings = ladder_warnings(loose, lr_check, 0.05)
+    assert warnings == [
+        "100%: leaving one rung out moves the prediction over 20.0% of the point (limit 5%): the law is not "
+        "pinned down by the rungs",
+        "learning-rate check at d40-L3: the rule is 1.9% worse than the best multiple tried (3 seeds)",
+    ]
+    body = prediction_body({**record, "warnings": warnings})
+    assert "Gates (recorded, not enforced): 100%: leaving one rung out" in body
+    assert "Gates: not recorded (an older record)" in prediction_body(
+        {k: v for k, v in record.items() if k != "warnings"}
+    )
