@@ -115,9 +115,16 @@ def ladder_warnings(
         )
     for rung, v in sorted(((lr_check or {}).get("by_rung") or {}).items()):
         if not v["ok"]:
+            seeds = v.get("seeds", 1)
+            noise = (
+                f"; the rule's mean has a standard error of {v['mean_se']:.1%}, so a gap under about "
+                f"{math.sqrt(2) * v['mean_se']:.1%} is the seeds' noise"
+                if "mean_se" in v
+                else ""
+            )
             out.append(
                 f"learning-rate check at {rung}: the rule is {v['rule_gap']:.1%} worse than the best "
-                f"multiple tried ({v.get('seeds', 1)} seed{'s' if v.get('seeds', 1) != 1 else ''})"
+                f"multiple tried ({seeds} seed{'s' if seeds != 1 else ''}{noise})"
             )
     return out
 

@@ -304,12 +304,19 @@ def test_prediction_records_and_posts_the_gates_that_flagged(
     assert record["warnings"] == [] and record["loo_spread_limit"] == 0.05
     assert "Gates (recorded, not enforced): none flagged" in prediction_body(record)
     loose = [*record["points"][:-1], {**end, "loo_spread_rel": 0.2}]
-    lr_check = {"by_rung": {"d40-L3": {"ok": False, "rule_gap": 0.019, "seeds": 3}}}
+    lr_check = {
+        "by_rung": {
+            "d24-L3": {"ok": False, "rule_gap": 0.003, "seeds": 3, "mean_se": 0.015},
+            "d40-L3": {"ok": False, "rule_gap": 0.019, "seeds": 1},
+        }
+    }
     warnings = ladder_warnings(loose, lr_check, 0.05)
     assert warnings == [
         "100%: leaving one rung out moves the prediction over 20.0% of the point (limit 5%): the law is not "
         "pinned down by the rungs",
-        "learning-rate check at d40-L3: the rule is 1.9% worse than the best multiple tried (3 seeds)",
+        "learning-rate check at d24-L3: the rule is 0.3% worse than the best multiple tried (3 seeds; the "
+        "rule's mean has a standard error of 1.5%, so a gap under about 2.1% is the seeds' noise)",
+        "learning-rate check at d40-L3: the rule is 1.9% worse than the best multiple tried (1 seed)",
     ]
     body = prediction_body({**record, "warnings": warnings})
     assert "Gates (recorded, not enforced): 100%: leaving one rung out" in body
