@@ -32,12 +32,12 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
 5. 2026-12-03: the third design with six seeds per rung (the seeds' spread, half initialisation and half data
    order, benchmarks/ladder_seed_split.py), the check on three seeds, a fresh target seed, the
    leave-one-rung-out gate: -3.45% at the end, outside (50% and 75% inside: +2.4%, -0.1%). The point moved
-   0.2% from the third's; the same forecast is -1.9% and -3.45% off the two target seeds: the law's bias
+   0.2% from the third's; this forecast is -2.1% and -3.45% off the two target seeds: the law's bias
    (E fitted at 0), which no gate flagged. The check on three seeds found the rule within 0.32% of the best
    at both ends.
 This script runs the fifth design.
 
-    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 22 minutes on 2 quiet cores
+    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # 13 min, 2 quiet cores (2026-12-03)
     MARIN_LADDER_SMALL=1 python experiments/exp15_scaling_ladder.py       # the reduced ladder CI runs
     MARIN_LADDER_STAGE=rungs python experiments/exp15_scaling_ladder.py   # only the rungs (train + eval)
     MARIN_LADDER_LR_CHECK=0 ...                                           # skip the learning-rate check

@@ -355,26 +355,14 @@ def supervise(
     """A Ray task: one attempt of a gang step (see the module docstring). Never raises for the step's sake;
     returns rank 0's result, or a failure record with `cause`, `preempted`, `hosts` and `gang`, as a wire
     tuple like every Ray attempt's (ray_backend.py); its dependencies' results come as such tuples too."""
-    return _supervise(payload, shared, plan, name, log_path, env, results_from_wire(dependencies)).to_wire()
-
-
-def _supervise(
-    payload: bytes,
-    shared: tuple[Any, str] | None,
-    plan: GangPlan,
-    name: str,
-    log_path: str,
-    env: dict[str, str],
-    dependencies: tuple[AttemptResult | None, ...],
-) -> AttemptResult:
-    not_ok = [d for d in dependencies if d is None or not d.ok]
+    not_ok = [d for d in results_from_wire(dependencies) if d is None or not d.ok]
     if not_ok:
         return AttemptResult(
             Outcome.SKIPPED,
             error_type="DependencyNotSucceeded",
             log_path=log_path,
             message=f"a dependency's attempt did not succeed: {not_ok[0] and not_ok[0].message}",
-        )
+        ).to_wire()
     import ray
 
     owner, port_key = None, ""
@@ -393,9 +381,9 @@ def _supervise(
             ref = _remote(run_member).options(**options).remote(payload, shared, m.rank, gang_env, log_path,
                                                                 port_key)
             refs[ref] = m
-        return _watch(ray, refs, members, started)
+        return _watch(ray, refs, members, started).to_wire()
     except Exception as exc:  # reserving or launching failed: a node lost meanwhile is an interruption
-        return _start_failure(exc, log_path)
+        return _start_failure(exc, log_path).to_wire()
     finally:
         for ref in refs:
             with contextlib.suppress(Exception):
