@@ -34,7 +34,8 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    leave-one-rung-out gate: -3.45% at the end, outside (50% and 75% inside: +2.4%, -0.1%). The point moved
    0.2% from the third's; this forecast is -2.1% and -3.45% off the two target seeds: the law's bias
    (E fitted at 0), which no gate flagged. The check on three seeds found the rule within 0.32% of the best
-   at both ends.
+   at both ends; afterwards the target itself at x0.5 ended 0.92% lower and at x2 2.0% higher
+   (benchmarks/ladder_target_lr.py): the rule is mistuned at the target, a third of the miss.
 This script runs the fifth design.
 
     python experiments/exp15_scaling_ladder.py --prefix ladder-out        # 13 min, 2 quiet cores (2026-12-03)

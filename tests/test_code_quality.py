@@ -1,8 +1,10 @@
 """The lint and type checks are part of the suite: ruff clean on all code, mypy clean on the engine, the
-operators and the trainer library (the same commands as scripts/check)."""
+operators and the trainer library (the same commands as scripts/check); and the engine's size habits (issue
+12): no function in marin/ over 60 lines, no file over 400 lines without a module docstring saying why."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +25,39 @@ def test_ruff_is_clean() -> None:
 def test_mypy_is_clean_on_engine_operators_and_trainer() -> None:
     out = _run("mypy", "marin", "operators", "lib/moe_trainer/src/moe_trainer")
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
+
+
+MAX_FUNCTION_LINES = 60
+DOCSTRING_ABOVE_LINES = 400
+
+
+def _size_offences(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source, filename=str(path))
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        lines = source.count("\n")
+        if lines > DOCSTRING_ABOVE_LINES and not ast.get_docstring(tree):
+            found.append(f"{where}: {lines} lines and no module docstring")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{where}:{node.lineno} {node.name} is {length} lines")
+    return found
+
+
+def test_engine_functions_and_files_stay_readable() -> None:
+    offences = _size_offences(ROOT / "marin")
+    assert not offences, "split these (or say why in the module docstring):\n" + "\n".join(offences)
+
+
+def test_size_check_finds_a_long_function_and_an_undocumented_long_file(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def too_long():\n{body}\n" + "\n" * DOCSTRING_ABOVE_LINES)
+    documented = '"""Why it is long."""\n' + "\n" * DOCSTRING_ABOVE_LINES + "def f():\n    pass\n"
+    (tmp_path / "ok.py").write_text(documented)
+    offences = _size_offences(tmp_path)
+    assert len(offences) == 2, offences
+    assert "no module docstring" in offences[0] and "too_long is 61 lines" in offences[1]
