@@ -16,6 +16,9 @@ Steps (names under ``{name}/``), in DAG order:
   for the engine to post the record to the issue, and evaluates the held-out set during training at the
   same fractions, so the issue and the dashboard show "on track / off track" as each evaluation lands.
 - ``target/eval``: the same curve eval step as the rungs; ``verdict``: verdict.json, posted by the engine.
+- ``target/train-lrx{m}`` and ``target/eval-lrx{m}`` when the plan has ``target_lr_multiples``: the target
+  at other multiples of the rule's learning rate, after the forecast (they depend on ``prediction``, and
+  the fit never reads them); the verdict says whether the rule's rate was the best at the target's end.
 
 The target's config hash in the record is the identity hash of the *plain* target train step (the same
 training config without the dependency on the forecast), computed here with the engine's graph builder.
@@ -34,12 +37,14 @@ from marin.graph.dag import build_graph
 from operators.scaling.curve import CurveConfig, evaluate_curve
 from operators.scaling.fitstep import FitConfig, RungRun, fit_ladder
 from operators.scaling.forecast import (
+    AfterForecastConfig,
     PredictionConfig,
     TargetSpec,
     TargetTrainConfig,
     VerdictConfig,
     predict_target,
     score_prediction,
+    train_after_forecast,
     train_target,
 )
 from operators.scaling.ladder import LadderPlan
@@ -60,6 +65,7 @@ class Ladder:
     target_eval: Step
     verdict: Step
     target_config_hash: str
+    target_lr_evals: tuple[Step, ...] = ()
 
     @property
     def steps(self) -> list[Step]:
@@ -228,6 +234,7 @@ def build_ladder(
         description="the target's held-out curve",
         config=_curve(target_train, target, plan, tokenized, metric, eval_max_batches),
     )
+    checks = _target_lr_check(name, plan, base_train, tokenized, prediction, metric, eval_max_batches)
     verdict = Step(
         name=f"{name}/verdict",
         fn=score_prediction,
@@ -236,6 +243,7 @@ def build_ladder(
             output_path=this_output_path(),
             prediction=output_path_of(prediction),
             target_curve=output_path_of(target_eval),
+            target_lr_check=tuple((m, output_path_of(e)) for m, e in checks),
         ),
     )
     return Ladder(
@@ -248,4 +256,36 @@ def build_ladder(
         target_eval=target_eval,
         verdict=verdict,
         target_config_hash=config_hash,
+        target_lr_evals=tuple(e for _, e in checks),
     )
+
+
+def _target_lr_check(
+    name: str,
+    plan: LadderPlan,
+    base_train: TrainConfig,
+    tokenized: Step,
+    prediction: Step,
+    metric: str,
+    eval_max_batches: int | None,
+) -> list[tuple[float, Step]]:
+    """(multiple, eval step) per run of the target at another multiple of the rule's learning rate; each
+    train step depends on the prediction step, so it starts only once the forecast is frozen."""
+    out = []
+    for rung in plan.target_lr_check:
+        multiple = float(rung.name.rsplit("-lrx", 1)[1])
+        config = _train_config(base_train, rung, plan.target_seed, rung.eval_steps(plan.fractions))
+        t = Step(
+            name=f"{name}/target/train-lrx{multiple:g}",
+            fn=train_after_forecast,
+            description=f"the target at x{multiple:g} the rule's learning rate (after the forecast)",
+            config=AfterForecastConfig(train=config, prediction=output_path_of(prediction)),
+        )
+        e = Step(
+            name=f"{name}/target/eval-lrx{multiple:g}",
+            fn=evaluate_curve,
+            description=f"held-out {metric} of the target at x{multiple:g} the rule's learning rate",
+            config=_curve(t, rung, plan, tokenized, metric, eval_max_batches),
+        )
+        out.append((multiple, e))
+    return out

@@ -70,6 +70,7 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
     root = step_path if "://" in step_path or step_path.startswith("/") else posixpath.join(prefix, step_path)
     root = root.rstrip("/")
     kind, found = "tracked run", track(root)
+    notes: list[str] = []
     if found is not None:
         record, points = found
     else:
@@ -84,6 +85,9 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
                 "target": {"name": verdict["target"]},
             }
             points = track_points(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
+            lr_check = verdict.get("target_lr_check")
+            if isinstance(lr_check, dict) and isinstance(lr_check.get("summary"), str):
+                notes.append(lr_check["summary"])  # the target's learning-rate check
         elif isinstance(record, dict):
             if not verified(record):
                 return {"kind": "prediction", "tampered": True, "sha256": record.get(HASH_KEY)}
@@ -99,5 +103,6 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
         "target": (record.get("target") or {}).get("name"),
         "points": points,
         "summary": latest[-1].describe() if latest else "no evaluation yet",
+        "notes": notes,
         "chart": chart(points),
     }

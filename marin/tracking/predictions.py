@@ -283,6 +283,7 @@ def verdict_body(verdict: dict[str, Any]) -> str:
             "| Point | Step | Predicted | 90% interval | Actual | Error | |",
             "|---|---|---|---|---|---|---|",
             *rows,
+            *(["", str(verdict["target_lr_check"]["summary"])] if "target_lr_check" in verdict else []),
         ]
     )
 

@@ -14,6 +14,11 @@ at those multiples of the rule's learning rate (on the first ``lr_check_seeds`` 
 step reports whether the rule's own learning rate is within ``lr_check_tolerance`` of the best of them (the
 research note: about 0.3%), comparing means over those seeds when there are several.
 
+``target_lr_multiples`` adds runs of the target itself at those multiples (its seed, after the forecast is
+frozen: they do not feed the fit). The verdict reports whether the rule's rate was within the tolerance of
+the best of them at the target's end, which is the assumption a check at the rungs cannot test: on
+2026-12-03 the rule sat on a flat optimum at every rung and was 0.9% off at a target 10x beyond them.
+
 experiments/common/scaling_ladder.py turns a plan into steps; nothing here knows about steps.
 """
 
@@ -39,6 +44,8 @@ class LadderPlan:
     rules: LadderRules
     lr_check_seeds: int = 1
     """How many of ``seeds`` (the first ones) the learning-rate check runs on."""
+    target_lr_check: tuple[RungSpec, ...] = ()
+    """The target at other multiples of the rule's learning rate (scored by the verdict, never fitted)."""
 
     @property
     def extrapolation(self) -> float:
@@ -78,6 +85,7 @@ def plan_ladder(
     lr_check_seeds: int = 1,
     fractions: Sequence[float] = EVAL_FRACTIONS,
     min_extrapolation: float = 1.0,
+    target_lr_multiples: Sequence[float] = (),
 ) -> LadderPlan:
     """A ladder from compute ``budgets`` (6·N·D) or parameter counts ``sizes``, and a ``target`` budget."""
     rules = rules or LadderRules()
@@ -117,9 +125,11 @@ def plan_ladder(
             f"only {ratio:.2f}x the top rung {rungs[-1].name} ({rungs[-1].compute_6nd():.3g}); "
             f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
         )
-    for m in lr_multiples:
-        if not m > 0 or m == 1.0:
-            raise ValueError(f"plan_ladder: lr_multiples={list(lr_multiples)} must be positive and not 1.0")
+    for label, multiples in (("lr_multiples", lr_multiples), ("target_lr_multiples", target_lr_multiples)):
+        if any(not m > 0 or m == 1.0 for m in multiples) or len(set(multiples)) != len(multiples):
+            raise ValueError(
+                f"plan_ladder: {label}={list(multiples)} must be distinct, positive and not 1.0 (the rule)"
+            )
     if not 1 <= lr_check_seeds <= len(seeds):
         raise ValueError(
             f"plan_ladder: lr_check_seeds={lr_check_seeds} must be between 1 and the number of seeds "
@@ -135,4 +145,5 @@ def plan_ladder(
         fractions=tuple(fractions),
         rules=rules,
         lr_check_seeds=lr_check_seeds,
+        target_lr_check=tuple(target_rung.with_lr_multiple(m) for m in target_lr_multiples),
     )
