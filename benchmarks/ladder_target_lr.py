@@ -7,8 +7,8 @@ exp15's target (the same rules, corpus, seed and held-out set as the ladder's, w
 dependency and the in-training evaluation, which change nothing it learns) at each multiple of the rule's
 learning rate in ``LR_MULTIPLES`` (default 1, 0.5, 2: the rule's run is the control, and should reproduce
 the ladder's target), and scores each on the held-out set at 25/50/75/100% of its run. For a ladder not yet
-run, ``plan_ladder(target_lr_multiples=...)`` does the same inside the ladder, after the forecast, and the
-verdict reports it; this script is for ladders already scored without it.
+run, ``plan_ladder(target_lr_multiples=...)`` does the same inside the ladder, after the forecast, and
+posts the comparison as a note on the prediction; this script is for ladders already scored without it.
 
     scripts/netns .venv/bin/python benchmarks/ladder_target_lr.py --prefix ladder-out/diag --backend local
     LR_MULTIPLES=1,1.5 ...   # other multiples; about 3 minutes a run on 2 quiet cores

@@ -68,8 +68,20 @@ def measure(tree: Path, shape: str, n: int, reps: int) -> list[dict[str, float]]
 def _side(tree: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     cmd = [sys.executable, __file__, "--inner", "--tree", str(tree), "--shape", args.shape,
            "--n", str(args.n), "--reps", str(args.reps)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tree)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree)
+    if out.returncode != 0:
+        raise SystemExit(f"ray_cpu_split: the run in {tree} failed (rc {out.returncode}):\n"
+                         f"{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _revision(tree: Path) -> dict[str, Any]:
+    """The measured checkout: its commit and whether its working tree had uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout.strip()
+
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
 
 
 def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -91,8 +103,8 @@ def ab(rev: str, args: argparse.Namespace) -> dict[str, Any]:
             subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(before_tree)],
                            check=False)
     pair_meds = {s: [_medians(runs) for runs in sides[s]] for s in sides}
-    out: dict[str, Any] = {"rev": rev, "pairs": args.pairs, "reps": args.reps, "shape": args.shape,
-                           "n": args.n}
+    out: dict[str, Any] = {"rev": rev, "after": _revision(HERE), "pairs": args.pairs, "reps": args.reps,
+                           "shape": args.shape, "n": args.n}
     for part in PARTS:
         ratios = [a[part] / b[part] for a, b in zip(pair_meds["after"], pair_meds["before"], strict=True)]
         out[part] = {"before_median": statistics.median(r[part] for runs in sides["before"] for r in runs),

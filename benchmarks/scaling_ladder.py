@@ -96,8 +96,6 @@ def real_ladder(prefix: str) -> list[dict[str, Any]]:
             entry["endpoint_error_pct"] = verdict["points"][-1]["error_pct"]
             entry["endpoint_inside"] = verdict["points"][-1]["inside"]
             entry["coverage"] = verdict["hits"] / verdict["n"]
-            if "target_lr_check" in verdict:  # the target at other learning rates, when the ladder ran them
-                entry["target_lr_check"] = verdict["target_lr_check"]
         out.append(entry)
     return out
 

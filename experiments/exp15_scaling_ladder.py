@@ -86,7 +86,7 @@ tokenized_bytes = Step(
 BASE_MODEL = {"vocab_size": 257, "n_experts": 0, "qk_norm": True, "logit_z_loss_coef": 0.0}
 if SMALL:
     rules = LadderRules(tokens_per_param=2.0, min_batch_tokens=64, seq_len=32, min_width=8, head_dim=4)
-    # The reduced ladder also runs the target at x0.5 and x2 of the rule's rate (scored by the verdict).
+    # The reduced ladder also runs the target at x0.5 and x2 of the rule's rate (target/lr-check).
     plan = plan_ladder(BASE_MODEL, sizes=[1.5e3, 3e3, 6e3], seeds=[0, 1], target=2.7e9, rules=rules,
                        target_lr_multiples=(0.5, 2.0))
 else:

@@ -16,9 +16,11 @@ Steps (names under ``{name}/``), in DAG order:
   for the engine to post the record to the issue, and evaluates the held-out set during training at the
   same fractions, so the issue and the dashboard show "on track / off track" as each evaluation lands.
 - ``target/eval``: the same curve eval step as the rungs; ``verdict``: verdict.json, posted by the engine.
-- ``target/train-lrx{m}`` and ``target/eval-lrx{m}`` when the plan has ``target_lr_multiples``: the target
-  at other multiples of the rule's learning rate, after the forecast (they depend on ``prediction``, and
-  the fit never reads them); the verdict says whether the rule's rate was the best at the target's end.
+- ``target/train-lrx{m}``, ``target/eval-lrx{m}`` and ``target/lr-check`` when the plan has
+  ``target_lr_multiples``: the target at other multiples of the rule's learning rate, after the forecast is
+  frozen and posted (they depend on ``prediction``; the fit never reads them), and the note that says
+  whether the rule's rate was the best at the target's end (:mod:`operators.scaling.lrcheck`), posted to
+  the issue by the engine. A separate leaf: a failed check run never holds back the verdict.
 
 The target's config hash in the record is the identity hash of the *plain* target train step (the same
 training config without the dependency on the forecast), computed here with the engine's graph builder.
@@ -48,6 +50,7 @@ from operators.scaling.forecast import (
     train_target,
 )
 from operators.scaling.ladder import LadderPlan
+from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
 from operators.scaling.rules import RungSpec, trainer_overrides
 from operators.train import TrainConfig, train
 
@@ -65,11 +68,12 @@ class Ladder:
     target_eval: Step
     verdict: Step
     target_config_hash: str
-    target_lr_evals: tuple[Step, ...] = ()
+    lr_check: Step | None = None
+    """The target's learning-rate check (None: the plan has no target_lr_multiples)."""
 
     @property
     def steps(self) -> list[Step]:
-        return [self.verdict]
+        return [self.verdict] if self.lr_check is None else [self.verdict, self.lr_check]
 
     @property
     def rung_steps(self) -> list[Step]:
@@ -216,6 +220,7 @@ def build_ladder(
             assumptions=tuple(assumptions),
         ),
     )
+    posted = (issue is not None) if require_posted is None else require_posted
     target_train = Step(
         name=f"{name}/target/train",
         fn=train_target,
@@ -225,7 +230,7 @@ def build_ladder(
             train=target_train_config,
             prediction=output_path_of(prediction),
             target_config_hash=config_hash,
-            require_posted=(issue is not None) if require_posted is None else require_posted,
+            require_posted=posted,
         ),
     )
     target_eval = Step(
@@ -234,7 +239,6 @@ def build_ladder(
         description="the target's held-out curve",
         config=_curve(target_train, target, plan, tokenized, metric, eval_max_batches),
     )
-    checks = _target_lr_check(name, plan, base_train, tokenized, prediction, metric, eval_max_batches)
     verdict = Step(
         name=f"{name}/verdict",
         fn=score_prediction,
@@ -243,7 +247,6 @@ def build_ladder(
             output_path=this_output_path(),
             prediction=output_path_of(prediction),
             target_curve=output_path_of(target_eval),
-            target_lr_check=tuple((m, output_path_of(e)) for m, e in checks),
         ),
     )
     return Ladder(
@@ -256,7 +259,8 @@ def build_ladder(
         target_eval=target_eval,
         verdict=verdict,
         target_config_hash=config_hash,
-        target_lr_evals=tuple(e for _, e in checks),
+        lr_check=_target_lr_check(name, plan, base_train, tokenized, prediction, target_eval,
+                                  metric, eval_max_batches, posted),
     )
 
 
@@ -266,20 +270,22 @@ def _target_lr_check(
     base_train: TrainConfig,
     tokenized: Step,
     prediction: Step,
+    target_eval: Step,
     metric: str,
     eval_max_batches: int | None,
-) -> list[tuple[float, Step]]:
-    """(multiple, eval step) per run of the target at another multiple of the rule's learning rate; each
-    train step depends on the prediction step, so it starts only once the forecast is frozen."""
-    out = []
-    for rung in plan.target_lr_check:
-        multiple = float(rung.name.rsplit("-lrx", 1)[1])
+    require_posted: bool,
+) -> Step | None:
+    """The target at each of the plan's other learning-rate multiples (train + eval, each train step
+    waiting for the frozen, posted forecast) and the step comparing their ends; None without multiples."""
+    runs = []
+    for multiple, rung in plan.target_lr_check:
         config = _train_config(base_train, rung, plan.target_seed, rung.eval_steps(plan.fractions))
         t = Step(
             name=f"{name}/target/train-lrx{multiple:g}",
             fn=train_after_forecast,
             description=f"the target at x{multiple:g} the rule's learning rate (after the forecast)",
-            config=AfterForecastConfig(train=config, prediction=output_path_of(prediction)),
+            config=AfterForecastConfig(train=config, prediction=output_path_of(prediction),
+                                       require_posted=require_posted),
         )
         e = Step(
             name=f"{name}/target/eval-lrx{multiple:g}",
@@ -287,5 +293,17 @@ def _target_lr_check(
             description=f"held-out {metric} of the target at x{multiple:g} the rule's learning rate",
             config=_curve(t, rung, plan, tokenized, metric, eval_max_batches),
         )
-        out.append((multiple, e))
-    return out
+        runs.append((multiple, output_path_of(e)))
+    if not runs:
+        return None
+    return Step(
+        name=f"{name}/target/lr-check",
+        fn=check_target_lr,
+        description="was the rule's learning rate the best at the target?",
+        config=TargetLrCheckConfig(
+            output_path=this_output_path(),
+            prediction=output_path_of(prediction),
+            target_curve=output_path_of(target_eval),
+            runs=tuple(runs),
+        ),
+    )

@@ -4,7 +4,8 @@ Reads the records through :mod:`marin.tracking.predictions` (the engine's generi
 ``prediction.json``, ``tracking.json`` and ``verdict.json``). For a step page, :func:`for_step` finds what
 the step wrote: a tracked run (``tracking.json``: the live curve against the band, "on track / off track"
 per landed evaluation), a verdict (``verdict.json``), or the prediction itself (``prediction.json``), and
-lays the points out as a small inline SVG (server-side coordinates, so no script is needed).
+lays the points out as a small inline SVG (server-side coordinates, so no script is needed); or a note on a
+prediction (``note.json``: its title and text, no chart).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from marin.tracking.predictions import (
     HASH_KEY,
+    NOTE_FILE,
     PREDICTION_FILE,
     VERDICT_FILE,
     TrackPoint,
@@ -69,8 +71,10 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
     """What the step page shows about predictions for the step at ``step_path`` (None: nothing)."""
     root = step_path if "://" in step_path or step_path.startswith("/") else posixpath.join(prefix, step_path)
     root = root.rstrip("/")
+    note = read_json(f"{root}/{NOTE_FILE}")
+    if isinstance(note, dict):
+        return _note(note)
     kind, found = "tracked run", track(root)
-    notes: list[str] = []
     if found is not None:
         record, points = found
     else:
@@ -85,9 +89,6 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
                 "target": {"name": verdict["target"]},
             }
             points = track_points(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
-            lr_check = verdict.get("target_lr_check")
-            if isinstance(lr_check, dict) and isinstance(lr_check.get("summary"), str):
-                notes.append(lr_check["summary"])  # the target's learning-rate check
         elif isinstance(record, dict):
             if not verified(record):
                 return {"kind": "prediction", "tampered": True, "sha256": record.get(HASH_KEY)}
@@ -103,6 +104,20 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
         "target": (record.get("target") or {}).get("name"),
         "points": points,
         "summary": latest[-1].describe() if latest else "no evaluation yet",
-        "notes": notes,
         "chart": chart(points),
+    }
+
+
+def _note(note: dict[str, Any]) -> dict[str, Any]:
+    if not verified(note):
+        return {"kind": "note", "tampered": True, "sha256": note.get(HASH_KEY), "file": NOTE_FILE}
+    return {
+        "kind": "note",
+        "tampered": False,
+        "sha256": note["prediction_sha256"],
+        "metric": note.get("title", "note"),
+        "target": note.get("target"),
+        "points": [],
+        "summary": note.get("text", ""),
+        "chart": None,
     }

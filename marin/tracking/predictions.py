@@ -11,7 +11,10 @@ The engine knows no ML. It reads three JSON files that steps write in a document
   record's path and hash, and which rows of its ``metrics.jsonl`` carry the metric (``metric_path``, e.g.
   ``eval.micro.bpb`` on rows with a ``step``);
 - ``verdict.json`` (``marin-verdict/v1``): ``prediction_sha256``, ``points`` (``actual``, ``error_pct``,
-  ``inside``), ``hits``/``n``, sealed like the prediction.
+  ``inside``), ``hits``/``n``, sealed like the prediction;
+- ``note.json`` (``marin-prediction-note/v1``): something a step found out about a prediction after it was
+  frozen (e.g. whether the target's learning rate was the best one: operators/scaling/lrcheck.py):
+  ``prediction_sha256``, ``title``, ``text``, sealed like the prediction.
 
 What it does with them:
 
@@ -19,8 +22,8 @@ What it does with them:
   its *own* comment the moment its step succeeds — a comment it never edits, whose first line is a marker
   with the record's hash and whose text quotes the hash — then writes ``posted.json`` next to the record
   (hash, comment id, URL, creation time). The target step waits for that receipt, so the forecast is on the
-  issue before the target's first training step on any backend. A verdict is posted the same way, quoting
-  the prediction's hash. Both are idempotent: a restarted run finds the comment by its marker.
+  issue before the target's first training step on any backend. A verdict, and a note, is posted the same
+  way, quoting the prediction's hash. All are idempotent: a restarted run finds the comment by its marker.
 - :func:`tracking_section` adds "on track / off track by x% (outside the 90% interval)" lines to the status
   comment for every running or finished step that writes ``tracking.json``.
 - :func:`list_predictions` walks a prefix for every record, checks its hash, pairs it with its verdict and
@@ -47,14 +50,16 @@ from marin.tracking.base import Tracker
 
 logger = logging.getLogger(__name__)
 HASH_KEY = "record_sha256"
-PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE = (
+PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE, NOTE_FILE = (
     "prediction.json",
     "posted.json",
     "tracking.json",
     "verdict.json",
+    "note.json",
 )
 PREDICTION_MARKER = "<!-- marin-prediction:{sha} -->"
 VERDICT_MARKER = "<!-- marin-verdict:{sha} -->"
+NOTE_MARKER = "<!-- marin-note:{sha} -->"
 
 
 def record_hash(record: dict[str, Any]) -> str:
@@ -283,7 +288,20 @@ def verdict_body(verdict: dict[str, Any]) -> str:
             "| Point | Step | Predicted | 90% interval | Actual | Error | |",
             "|---|---|---|---|---|---|---|",
             *rows,
-            *(["", str(verdict["target_lr_check"]["summary"])] if "target_lr_check" in verdict else []),
+        ]
+    )
+
+
+def note_body(note: dict[str, Any]) -> str:
+    """The comment of a note on a prediction, quoting the prediction's hash."""
+    return "\n".join(
+        [
+            NOTE_MARKER.format(sha=note[HASH_KEY]),
+            f"### {note['title']} (prediction `{note['prediction_sha256']}`)",
+            "",
+            str(note["text"]),
+            "",
+            f"Note sha256 `{note[HASH_KEY]}`.",
         ]
     )
 
@@ -322,11 +340,11 @@ class PredictionPublisher:
         record = read_json(f"{root}/{PREDICTION_FILE}")
         if record is not None:
             self._post_prediction(root, record)
-        verdict = read_json(f"{root}/{VERDICT_FILE}")
-        if verdict is not None and verified(verdict):
-            post_record(
-                self.tracker, self.number, VERDICT_MARKER.format(sha=verdict[HASH_KEY]), verdict_body(verdict)
-            )
+        kinds = ((VERDICT_FILE, VERDICT_MARKER, verdict_body), (NOTE_FILE, NOTE_MARKER, note_body))
+        for name, marker, body in kinds:
+            found = read_json(f"{root}/{name}")
+            if found is not None and verified(found):
+                post_record(self.tracker, self.number, marker.format(sha=found[HASH_KEY]), body(found))
 
     def _ensure_issue(self, record: dict[str, Any]) -> None:
         from marin.tracking.base import TrackerNotFound

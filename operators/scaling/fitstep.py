@@ -34,6 +34,11 @@ from operators.scaling.records import read_json
 FIT_FILE = "fit.json"
 
 
+LR_CHECK_TOLERANCE = 0.003
+"""The rule's learning rate passes a check when it ends within this fraction of the best multiple's loss
+(the research note: about 0.3%); the rungs' check here and the target's (:mod:`.lrcheck`) share it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RungRun:
     """One run of the ladder as the fit step sees it: which rung, which seed, where its curve is."""
@@ -66,7 +71,7 @@ class FitConfig:
     """Seed of the bootstrap."""
     level: float = 0.9
     """Interval level."""
-    lr_check_tolerance: float = 0.003
+    lr_check_tolerance: float = LR_CHECK_TOLERANCE
     """Relative loss gap the rule's learning rate may have to the best multiple tried."""
 
 

@@ -19,10 +19,10 @@ The DAG makes the target depend on the prediction step, so it cannot start befor
 **verdict** (``score_prediction``) compares the target's curve (the same eval step as every rung) with the
 record: at each point the signed error ``(predicted - actual) / actual`` in % (Marin's convention: negative
 means the forecast was too low) and whether the actual is inside the interval; written as the sealed
-``verdict.json`` quoting the prediction's hash. With runs of the target at other multiples of the rule's
-learning rate (the ladder's ``target_lr_multiples``), it also says whether the rule's rate was within the
-tolerance of the best of them at the target's end (``target_lr_check``): the record's assumption that the
-rule is not mistuned at the target, which no check at the rungs can test.
+``verdict.json`` quoting the prediction's hash.
+
+**after the forecast** (``train_after_forecast``): a run that must start only once the record is frozen and
+posted, without being scored against it (the target at other learning rates: :mod:`.lrcheck`).
 """
 
 from __future__ import annotations
@@ -288,12 +288,19 @@ class AfterForecastConfig:
     """The run (its output_path is this step's)."""
     prediction: str
     """The prediction step's output path: the run starts only once the forecast is frozen."""
+    require_posted: bool = True
+    """Also wait for the engine's posted.json (the record is on the issue), as the target does."""
+    post_timeout_s: float = runtime_field(default=600.0)
+    """How long to wait for posted.json."""
 
 
 def train_after_forecast(config: AfterForecastConfig) -> dict[str, Any]:
-    """Train a run that must not start before the forecast is frozen, such as the target at another
-    learning rate: the record is read (its hash checked) first; the forecast's tracking does not apply."""
-    read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    """Train a run that must not start before the forecast is frozen and posted, such as the target at
+    another learning rate: the record is read (its hash checked) first; the forecast's tracking does not
+    apply (no tracking.json, no band alert)."""
+    record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    if config.require_posted:
+        _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s)
     return train(config.train)
 
 
@@ -305,38 +312,6 @@ class VerdictConfig:
     """The prediction step's output path."""
     target_curve: str
     """The target's eval step output path (curve.json)."""
-    target_lr_check: tuple[tuple[float, str], ...] = ()
-    """(multiple of the rule's learning rate, that run's eval step output path) per run of the target's
-    learning-rate check (``plan_ladder(target_lr_multiples=...)``); empty: no check."""
-    lr_check_tolerance: float = 0.003
-    """The rule's rate passes the check when the target ends within this fraction of the best multiple."""
-
-
-def _end_value(curve: dict[str, Any], where: str) -> float:
-    ends = [p for p in curve["points"] if float(p["fraction"]) == 1.0]
-    if not ends:
-        raise ValueError(f"verdict: the curve {where} has no evaluation at the end of its run")
-    return float(ends[0]["value"])
-
-
-def target_lr_check(rule_end: float, runs: tuple[tuple[float, str], ...], tolerance: float) -> dict[str, Any]:
-    """The target's end at each learning-rate multiple (the rule's run is 1), the best multiple, and how far
-    the rule's run ended above the best's, as a fraction: ``held`` when that is within ``tolerance``."""
-    values = {1.0: rule_end}
-    for multiple, path in runs:
-        where = f"{path.rstrip('/')}/{CURVE_FILE}"
-        values[float(multiple)] = _end_value(read_json(where), where)
-    finite = {m: v for m, v in values.items() if math.isfinite(v)}
-    best = min(finite, key=lambda m: finite[m]) if finite else 1.0
-    gap = (rule_end - values[best]) / values[best] if math.isfinite(rule_end) else math.inf
-    check = {
-        "values": {f"{m:g}": values[m] for m in sorted(values)},
-        "best_multiple": best,
-        "rule_gap": gap,
-        "tolerance": tolerance,
-        "held": bool(gap <= tolerance),
-    }
-    return {**check, "summary": lr_check_line(check)}
 
 
 def score_prediction(config: VerdictConfig) -> dict[str, Any]:
@@ -379,10 +354,6 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
         "curve_sha256": hashlib.sha256(read_bytes(curve_path)).hexdigest(),
         "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    if config.target_lr_check:
-        verdict["target_lr_check"] = target_lr_check(
-            rows[-1]["actual"], config.target_lr_check, config.lr_check_tolerance
-        )
     sealed = write_record(f"{config.output_path.rstrip('/')}/{VERDICT_FILE}", verdict)
     end = rows[-1]
     print(
@@ -392,17 +363,4 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
         file=sys.stderr,
         flush=True,
     )
-    if "target_lr_check" in verdict:
-        print(f"[verdict] {verdict['target_lr_check']['summary']}", file=sys.stderr, flush=True)
     return sealed
-
-
-def lr_check_line(check: dict[str, Any]) -> str:
-    """One sentence on the target's learning-rate check (kept in the verdict; its comment and log show it)."""
-    others = ", ".join(f"x{m} {v:.4f}" for m, v in check["values"].items() if m != "1")
-    state = "the rule held" if check["held"] else "the rule is MISTUNED at the target"
-    return (
-        f"Learning rate at the target: the rule's rate ended at {check['values']['1']:.4f} ({others}); "
-        f"best x{check['best_multiple']:g}, the rule's run {100 * check['rule_gap']:.2f}% above it: {state} "
-        f"(tolerance {100 * check['tolerance']:.2f}%)."
-    )

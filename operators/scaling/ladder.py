@@ -15,9 +15,10 @@ step reports whether the rule's own learning rate is within ``lr_check_tolerance
 research note: about 0.3%), comparing means over those seeds when there are several.
 
 ``target_lr_multiples`` adds runs of the target itself at those multiples (its seed, after the forecast is
-frozen: they do not feed the fit). The verdict reports whether the rule's rate was within the tolerance of
-the best of them at the target's end, which is the assumption a check at the rungs cannot test: on
-2026-12-03 the rule sat on a flat optimum at every rung and was 0.9% off at a target 10x beyond them.
+frozen and posted: they do not feed the fit), and a step that says whether the rule's rate was within the
+tolerance of the best of them at the target's end (:mod:`.lrcheck`), the assumption a check at the rungs
+cannot test: on 2026-12-03 the rule sat on a flat optimum at both rungs and was 0.9% off at a target 10x
+beyond them.
 
 experiments/common/scaling_ladder.py turns a plan into steps; nothing here knows about steps.
 """
@@ -44,8 +45,14 @@ class LadderPlan:
     rules: LadderRules
     lr_check_seeds: int = 1
     """How many of ``seeds`` (the first ones) the learning-rate check runs on."""
-    target_lr_check: tuple[RungSpec, ...] = ()
-    """The target at other multiples of the rule's learning rate (scored by the verdict, never fitted)."""
+    target_lr_multiples: tuple[float, ...] = ()
+    """Multiples of the rule's learning rate the target is also trained at, after the forecast (never
+    fitted; :mod:`.lrcheck` compares their ends with the target's)."""
+
+    @property
+    def target_lr_check(self) -> tuple[tuple[float, RungSpec], ...]:
+        """(multiple, the target at that multiple of the rule's learning rate) per check run."""
+        return tuple((m, self.target.with_lr_multiple(m)) for m in self.target_lr_multiples)
 
     @property
     def extrapolation(self) -> float:
@@ -126,7 +133,8 @@ def plan_ladder(
             f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
         )
     for label, multiples in (("lr_multiples", lr_multiples), ("target_lr_multiples", target_lr_multiples)):
-        if any(not m > 0 or m == 1.0 for m in multiples) or len(set(multiples)) != len(multiples):
+        names = {f"{m:g}" for m in multiples}  # as the runs' names write them
+        if any(not m > 0 or f"{m:g}" == "1" for m in multiples) or len(names) != len(multiples):
             raise ValueError(
                 f"plan_ladder: {label}={list(multiples)} must be distinct, positive and not 1.0 (the rule)"
             )
@@ -145,5 +153,5 @@ def plan_ladder(
         fractions=tuple(fractions),
         rules=rules,
         lr_check_seeds=lr_check_seeds,
-        target_lr_check=tuple(target_rung.with_lr_multiple(m) for m in target_lr_multiples),
+        target_lr_multiples=tuple(float(m) for m in target_lr_multiples),
     )

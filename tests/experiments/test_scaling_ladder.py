@@ -97,33 +97,32 @@ def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
     assert "on track" in status[0].body or "off track by" in status[0].body
 
 
-def test_the_targets_learning_rate_check_runs_after_the_forecast_and_is_in_the_verdict(
-    ladder: LadderRun,
-) -> None:
+def test_the_targets_learning_rate_check_runs_after_the_forecast_and_is_posted(ladder: LadderRun) -> None:
     p = ladder.paths
-    prediction_ended = read(f"{p['exp15/prediction']}/.marin/status.json")["ended"]
+    posted = read(f"{p['exp15/prediction']}/posted.json")
     fitted = {r["step_hash"] for r in read(f"{p['exp15/prediction']}/prediction.json")["inputs"]}
     rule_step = read(f"{p['exp15/target/train']}/.marin/step.json")
     rule_lr = rule_step["config"]["train"]["overrides"]["optimizer.lr"]
     ends = {"1": read(f"{p['exp15/target/eval']}/curve.json")["points"][-1]["value"]}
     for m in (0.5, 2.0):
-        train = f"{p[f'exp15/target/train-lrx{m:g}']}/.marin"
-        step = read(f"{train}/step.json")
+        train = p[f"exp15/target/train-lrx{m:g}"]
+        step = read(f"{train}/.marin/step.json")
         assert "exp15/prediction" in [d["name"] for d in step["dependencies"]]
-        assert read(f"{train}/status.json")["started"] >= prediction_ended
+        first_row = json.loads(Path(f"{train}/metrics.jsonl").read_text().splitlines()[0])
+        assert posted["comment_created"] <= first_row["time"]  # trained only once the forecast was posted
         assert step["config"]["train"]["overrides"]["optimizer.lr"] == pytest.approx(m * rule_lr)
         assert step["config"]["train"]["seed"] == rule_step["config"]["train"]["seed"]
         assert step["hash"] not in fitted  # the forecast never saw these runs
+        assert not Path(f"{train}/tracking.json").exists()  # not scored against the band
         ends[f"{m:g}"] = read(f"{p[f'exp15/target/eval-lrx{m:g}']}/curve.json")["points"][-1]["value"]
-    verdict = read(f"{p['exp15/verdict']}/verdict.json")
-    check = verdict["target_lr_check"]
-    assert check["values"] == ends and ends["1"] == verdict["endpoint"]["actual"]
+    note = read(f"{p['exp15/target/lr-check']}/note.json")
+    assert note["prediction_sha256"] == posted["record_sha256"] and note["values"] == ends
     best = min(ends, key=lambda k: ends[k])
-    assert check["best_multiple"] == float(best)
-    assert check["rule_gap"] == pytest.approx(ends["1"] / ends[best] - 1)
-    assert check["held"] == (check["rule_gap"] <= check["tolerance"])
-    verdicts = [c for c in _comments(ladder) if c.body.startswith("<!-- marin-verdict:")]
-    assert check["summary"].startswith("Learning rate at the target") and check["summary"] in verdicts[0].body
+    assert note["best_multiple"] == float(best)
+    assert note["rule_gap"] == pytest.approx(ends["1"] / ends[best] - 1)
+    marker = f"<!-- marin-note:{note['record_sha256']} -->"
+    notes = [c for c in _comments(ladder) if c.body.startswith(marker)]
+    assert len(notes) == 1 and note["text"] in notes[0].body and posted["record_sha256"] in notes[0].body
 
 
 def test_dashboard_shows_the_band_and_the_verdict(ladder: LadderRun) -> None:
@@ -136,10 +135,9 @@ def test_dashboard_shows_the_band_and_the_verdict(ladder: LadderRun) -> None:
     page = client.get(f"/steps/{rel}")
     assert page.status_code == 200 and 'id="prediction"' in page.text and "band-chart" in page.text
     assert ("on track" in page.text) or ("off track" in page.text)
-    verdict_page = client.get(f"/steps/{os.path.relpath(ladder.paths['exp15/verdict'], ladder.prefix)}")
-    assert verdict_page.status_code == 200 and 'class="prediction-note">Learning rate at the target' in (
-        verdict_page.text
-    )
+    note_page = client.get(f"/steps/{os.path.relpath(ladder.paths['exp15/target/lr-check'], ladder.prefix)}")
+    assert note_page.status_code == 200 and 'id="prediction-note"' in note_page.text
+    assert "Learning rate at the target:" in note_page.text and "learning rate ended at" in note_page.text
     listing = client.get("/api/predictions").json()
     assert listing["scored"] == 1 and listing["predictions"][0]["verdict_verified"] is True
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from marin.tracking.predictions import verdict_body
+from marin.tracking.predictions import note_body
 from moe_trainer.data.cache import write_json_atomic
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder
@@ -25,6 +26,7 @@ from operators.scaling.forecast import (
 )
 from operators.scaling.inputs import LadderInputError
 from operators.scaling.ladder import plan_ladder
+from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
 from operators.scaling.records import RecordTamperedError, read_record, record_hash, seal, write_record
 from operators.scaling.rules import (
     LadderRules,
@@ -246,45 +248,54 @@ def test_verdict_scores_each_point_against_the_interval(tmp_path: Path, ladder_r
     assert not (tmp_path / "prediction" / POSTED_FILE).exists()
 
 
-def test_verdict_says_whether_the_rule_was_the_best_learning_rate_at_the_target(
+def test_the_targets_learning_rate_check_says_whether_the_rule_held(
     tmp_path: Path, ladder_runs: list[RungRun]
 ) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
     predict_target(_prediction_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
     t = _target()
-    _curve(tmp_path / "target-eval", t.n_params, [3.0, 2.6, 2.3, 2.000], t.tokens_per_step)
+    rule = _curve(tmp_path / "target-eval", t.n_params, [3.0, 2.6, 2.3, 2.000], t.tokens_per_step)
     half = _curve(tmp_path / "half", t.n_params, [3.1, 2.6, 2.2, 1.982], t.tokens_per_step)
     double = _curve(tmp_path / "double", t.n_params, [2.9, 2.7, 2.4, 2.040], t.tokens_per_step)
+    diverged = _curve(tmp_path / "diverged", t.n_params, [2.9, 2.7, 2.4, math.nan], t.tokens_per_step)
 
-    def verdict(runs: tuple[tuple[float, str], ...], out: str) -> dict[str, object]:
-        return score_prediction(
-            VerdictConfig(
-                output_path=str(tmp_path / out),
-                prediction=str(tmp_path / "prediction"),
-                target_curve=str(tmp_path / "target-eval"),
-                target_lr_check=runs,
-            )
+    def check(runs: tuple[tuple[float, str], ...], out: str, target: str = rule) -> dict[str, Any]:
+        return check_target_lr(
+            TargetLrCheckConfig(output_path=str(tmp_path / out), prediction=str(tmp_path / "prediction"),
+                                target_curve=target, runs=runs)
         )
 
-    check = verdict(((0.5, half), (2.0, double)), "v1")["target_lr_check"]
-    assert check["values"] == {"0.5": 1.982, "1": 2.0, "2": 2.04}
-    assert check["best_multiple"] == 0.5 and check["rule_gap"] == pytest.approx(2.0 / 1.982 - 1)
-    assert check["held"] is False and "MISTUNED" in check["summary"] and "0.91% above" in check["summary"]
-    held = verdict(((2.0, double),), "v2")["target_lr_check"]
+    note = check(((0.5, half), (2.0, double)), "c1")
+    assert note["prediction_sha256"] == record["record_sha256"]
+    assert note["values"] == {"0.5": 1.982, "1": 2.0, "2": 2.04}
+    assert note["best_multiple"] == 0.5 and note["rule_gap"] == pytest.approx(2.0 / 1.982 - 1)
+    assert note["held"] is False and "MISTUNED" in note["text"] and "0.91% above" in note["text"]
+    assert read_record(str(tmp_path / "c1" / "note.json")) == note
+    body = note_body(note)
+    assert body.startswith(f"<!-- marin-note:{note['record_sha256']} -->") and note["text"] in body
+    assert record["record_sha256"] in body
+    held = check(((2.0, double), (4.0, diverged)), "c2")  # a diverged run is listed, never the best
+    assert held["values"] == {"1": 2.0, "2": 2.04, "4": None}
     assert held["best_multiple"] == 1.0 and held["rule_gap"] == 0.0 and held["held"] is True
-    assert "target_lr_check" not in verdict((), "v3")  # no check asked: the verdict's format is unchanged
-    body = verdict_body(read_record(str(tmp_path / "v1" / "verdict.json")))
-    assert check["summary"] in body
+    assert "x4 diverged" in held["text"] and "the rule held" in held["text"]
+    lost = check(((0.5, half),), "c3", target=diverged)  # the rule's own run diverged: it did not hold
+    assert lost["rule_gap"] is None and lost["held"] is False and "did not hold" in lost["text"]
+    (tmp_path / "no-end").mkdir()
+    write_json_atomic(str(tmp_path / "no-end" / CURVE_FILE), {"points": [{"fraction": 0.5, "value": 2.0}]})
+    with pytest.raises(ValueError, match="no-end/curve.json has no evaluation at the end of its run"):
+        check(((0.5, str(tmp_path / "no-end")),), "c4")
 
 
 def test_plan_adds_the_targets_learning_rate_runs_and_refuses_bad_multiples() -> None:
     plan = plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1], target=5e12,
                        target_lr_multiples=(0.5, 2))
     target, runs = plan.target, plan.target_lr_check
-    assert [r.name for r in runs] == [f"{target.name}-lrx0.5", f"{target.name}-lrx2"]
-    assert [r.lr / target.lr for r in runs] == pytest.approx([0.5, 2.0])
-    assert all(r.model == target.model and r.num_steps == target.num_steps for r in runs)
-    for bad in ((1.0,), (0.5, 0.5), (-2.0,)):
+    assert [m for m, _ in runs] == [0.5, 2.0]
+    assert [r.name for _, r in runs] == [f"{target.name}-lrx0.5", f"{target.name}-lrx2"]
+    assert [r.lr / target.lr for _, r in runs] == pytest.approx([0.5, 2.0])
+    assert all(r.model == target.model and r.num_steps == target.num_steps for _, r in runs)
+    for bad in ((1.0,), (0.5, 0.5), (-2.0,), (0.5, 0.5000001)):  # the last two would share a run's name
         with pytest.raises(ValueError, match="target_lr_multiples=.*distinct, positive and not 1.0"):
             plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0], target=5e12, target_lr_multiples=bad)
 
