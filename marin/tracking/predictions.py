@@ -233,6 +233,14 @@ def _gates_line(record: dict[str, Any]) -> str:
     return "Gates (recorded, not enforced): " + ("; ".join(record["warnings"]) or "none flagged")
 
 
+def _law_line(record: dict[str, Any]) -> str:
+    """The fitted form, and whether E was fitted or fixed (a fixed E is an assumption the reader must see)."""
+    form = record.get("form", {})
+    fixed = record.get("fitter", {}).get("fixed_e")
+    e_text = "E fitted" if fixed is None else f"E fixed at {fixed:g} (an assumption, not fitted)"
+    return f"Law: `{form.get('formula', '?')}` in {form.get('x', '?')}; {e_text}"
+
+
 def prediction_body(record: dict[str, Any]) -> str:
     """The never-edited comment of a prediction: marker, table, hash, the record in full."""
     sha = record[HASH_KEY]
@@ -252,6 +260,8 @@ def prediction_body(record: dict[str, Any]) -> str:
             "| Point | Step | Predicted | 90% interval |",
             "|---|---|---|---|",
             *rows,
+            "",
+            _law_line(record),
             "",
             "Assumptions: " + ("; ".join(record.get("assumptions") or []) or "none stated"),
             "",

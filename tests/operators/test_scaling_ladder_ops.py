@@ -358,6 +358,7 @@ def test_prediction_records_and_posts_the_gates_that_flagged(
     assert end["loo_spread_rel"] < 0.05
     assert record["warnings"] == [] and record["loo_spread_limit"] == 0.05
     assert "Gates (recorded, not enforced): none flagged" in prediction_body(record)
+    assert "Law: `L = E + A * C^(-alpha)` in C = 6 * N * D; E fitted" in prediction_body(record)
     loose = [*record["points"][:-1], {**end, "loo_spread_rel": 0.2}]
     lr_check = {
         "by_rung": {
@@ -378,3 +379,14 @@ def test_prediction_records_and_posts_the_gates_that_flagged(
     assert "Gates: not recorded (an older record)" in prediction_body(
         {k: v for k, v in record.items() if k != "warnings"}
     )
+
+
+def test_prediction_comment_states_a_fixed_e(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+    from marin.tracking.predictions import prediction_body
+
+    runs = tuple(ladder_runs)
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=runs, bootstrap=50, fixed_e=0.5))
+    predict_target(_prediction_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    assert record["fitter"]["fixed_e"] == 0.5 and record["fitter"]["fixed_e_assumed"]
+    assert "E fixed at 0.5 (an assumption, not fitted)" in prediction_body(record)
