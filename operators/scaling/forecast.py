@@ -96,6 +96,35 @@ def _point(fit: ScalingFit, compute: float) -> dict[str, float]:
     return {"point": point, "low": low, "high": high, "low_mean": low_mean, "high_mean": high_mean}
 
 
+def late_drop_gate(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The target's fall between its last two scored points as the forecast implies it (point at the one
+    before minus point at the end), against each rung's measured fall there (the mean over its seeds, the
+    rule's runs only). ``flag`` when the forecast's fall is larger than every rung's: the end law then
+    carries a late gain that grows through the rungs past them. In all seven real ladders before this gate
+    the rungs' fall from 75% to 100% (the WSD decay) grew with size while the targets fell by no more than
+    the top rungs, and every forecast that implied a larger fall ended 2-9% below its target."""
+    if len(points) < 2:
+        return None
+    prev, end = points[-2], points[-1]
+    keys = (f"{prev['fraction']:g}", f"{end['fraction']:g}")
+    falls: dict[str, list[float]] = {}
+    for r in runs:
+        if r["lr_multiple"] == 1.0 and all(k in r["values"] for k in keys):
+            falls.setdefault(r["rung"], []).append(r["values"][keys[0]] - r["values"][keys[1]])
+    if not falls:
+        return None
+    rungs = {rung: sum(v) / len(v) for rung, v in falls.items()}
+    top = max(rungs, key=lambda rung: rungs[rung])
+    implied = prev["point"] - end["point"]
+    return {
+        "from": prev["label"],
+        "implied": implied,
+        "rungs": rungs,
+        "rung_max": top,
+        "flag": implied > rungs[top],
+    }
+
+
 def ladder_warnings(
     points: list[dict[str, Any]], lr_check: dict[str, Any] | None, loo_spread_limit: float
 ) -> list[str]:
@@ -111,6 +140,14 @@ def ladder_warnings(
         if back.get("flag"):
             out.append(f"{p['label']}: the fit without the top rung misses it by {back['error']:+.1%}")
     end = points[-1]
+    late = (end.get("gates") or {}).get("late_drop") or {}
+    if late.get("flag"):
+        top = late["rung_max"]
+        out.append(
+            f"{end['label']}: the forecast has the target falling by {late['implied']:.3f} from "
+            f"{late['from']} to the end, more than any rung fell there (at most {late['rungs'][top]:.3f}, "
+            f"{top}): the end law carries the rungs' growing late gain past them"
+        )
     if end.get("loo_spread_rel") is not None and end["loo_spread_rel"] > loo_spread_limit:
         out.append(
             f"{end['label']}: leaving one rung out moves the prediction over {end['loo_spread_rel']:.1%} of "
@@ -168,6 +205,9 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
                 "gates": entry["gates"],
             }
         )
+    late = late_drop_gate(points, fit_record["runs"])
+    if late is not None:
+        points[-1]["gates"] = {**points[-1]["gates"], "late_drop": late}
     settings = fit_record["fractions"][0]["fit"]["settings"]
     record = {
         "schema": PREDICTION_SCHEMA,

@@ -390,3 +390,47 @@ def test_prediction_comment_states_a_fixed_e(tmp_path: Path, ladder_runs: list[R
     record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
     assert record["fitter"]["fixed_e"] == 0.5 and record["fitter"]["fixed_e_assumed"]
     assert "E fixed at 0.5 (an assumption, not fitted)" in prediction_body(record)
+
+
+def _late_points(prev: float, end: float) -> list[dict[str, Any]]:
+    return [
+        {"label": "75%", "fraction": 0.75, "point": prev, "gates": {}},
+        {"label": "100%", "fraction": 1.0, "point": end, "gates": {}},
+    ]
+
+
+def _late_runs() -> list[dict[str, Any]]:
+    # two rungs, two seeds each; the rule's runs fall by 0.20 (small) and 0.30 (big) on average from 75% to
+    # the end; a learning-rate check run that fell by 0.9 must not count
+    rows = [("small", 3.2, 3.0), ("small", 3.4, 3.2), ("big", 2.8, 2.45), ("big", 2.9, 2.65)]
+    runs = [{"rung": r, "lr_multiple": 1.0, "values": {"0.75": a, "1": b}} for r, a, b in rows]
+    return [*runs, {"rung": "big-lrx2", "lr_multiple": 2.0, "values": {"0.75": 3.0, "1": 2.1}}]
+
+
+def test_late_drop_gate_flags_a_forecast_that_falls_more_than_every_rung() -> None:
+    from operators.scaling.forecast import ladder_warnings, late_drop_gate
+
+    gate = late_drop_gate(_late_points(2.0, 1.65), _late_runs())
+    assert gate is not None and gate["flag"] and gate["rung_max"] == "big"
+    assert gate["implied"] == pytest.approx(0.35)
+    assert gate["rungs"] == pytest.approx({"small": 0.2, "big": 0.3})
+    points = _late_points(2.0, 1.65)
+    points[-1]["gates"] = {"late_drop": gate}
+    assert ladder_warnings(points, None, 0.05) == [
+        "100%: the forecast has the target falling by 0.350 from 75% to the end, more than any rung fell "
+        "there (at most 0.300, big): the end law carries the rungs' growing late gain past them"
+    ]
+    calm = late_drop_gate(_late_points(2.0, 1.75), _late_runs())
+    assert calm is not None and not calm["flag"]
+    assert late_drop_gate(_late_points(2.0, 1.75)[1:], _late_runs()) is None
+
+
+def test_prediction_records_the_late_drop_gate(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    predict_target(_prediction_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    prev, end = record["points"][-2], record["points"][-1]
+    late = end["gates"]["late_drop"]
+    assert late["from"] == prev["label"] and late["implied"] == pytest.approx(prev["point"] - end["point"])
+    assert set(late["rungs"]) == {r.rung for r in ladder_runs}
+    assert late["flag"] == (late["implied"] > max(late["rungs"].values()))
