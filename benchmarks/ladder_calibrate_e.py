@@ -13,8 +13,10 @@ re-run: the offset power law ``L = E + A·C^-alpha`` (the project's fitter, Hube
 - the three target runs at 3.64e12 (6·N·D) that the third, fifth and sixth ladders scored
   (``...-real-v3.json``, ``...-real-v5.json``, ``...-real-v6.json``).
 
-Prints JSON: the calibrated law, the free fit of the rungs alone for comparison, and both laws' points at
-the budgets the seventh design considers.
+Prints JSON: the calibrated law, the free fit of the rungs alone for comparison, the rungs with E fixed at
+the registered 0.584 (what exp15's seventh design forecasts), and the points of each at the budgets the
+seventh design considered; and, after the fact, the calibration with the seventh ladder's target (d72-L5 at
+1.04e13) added, which is not what the seventh ladder used.
 
     .venv/bin/python benchmarks/ladder_calibrate_e.py
 """
@@ -33,7 +35,11 @@ TARGETS = (
     "2026-12-03-scaling-ladder-real-v5.json",
     "2026-12-03-scaling-ladder-real-v6.json",
 )
+SEVENTH = "2026-12-04-scaling-ladder-real-v7.json"
+SEVENTH_RUNGS = "2026-12-04-scaling-ladder-real-v7-rungs.json"
+REGISTERED_E = 0.584
 BUDGETS = (3.64e12, 6e12, 1e13)
+BOOTSTRAP = 20  # the fewest the fitter takes: only point estimates are printed
 
 
 def _rungs() -> tuple[list[float], list[float], float]:
@@ -44,21 +50,29 @@ def _rungs() -> tuple[list[float], list[float], float]:
     return [r["compute_6nd"] for r in runs], [r["values"]["1"] for r in runs], target_compute
 
 
+def _end(verdict_file: str) -> float:
+    verdict = json.loads((RUNS / verdict_file).read_text())["real"][0]
+    return float(next(p["actual"] for p in verdict["points"] if p["label"] == "100%"))
+
+
 def _target_ends() -> list[float]:
-    ends = []
-    for name in TARGETS:
-        verdict = json.loads((RUNS / name).read_text())["real"][0]
-        ends.append(next(p["actual"] for p in verdict["points"] if p["label"] == "100%"))
-    return ends
+    return [_end(name) for name in TARGETS]
+
+
+def _seventh() -> tuple[float, float]:
+    t = json.loads((RUNS / SEVENTH_RUNGS).read_text())["target"]
+    return 6.0 * t["n_params"] * t["num_steps"] * t["tokens_per_step"], _end(SEVENTH)
 
 
 def main() -> None:
     compute, loss, target_compute = _rungs()
     ends = _target_ends()
     with_targets = compute + [target_compute] * len(ends)
-    calibrated = fit_scaling_law(compute=with_targets, loss=loss + ends, bootstrap=200)
-    free = fit_scaling_law(compute=compute, loss=loss, bootstrap=200)
-    fixed = fit_scaling_law(compute=compute, loss=loss, fixed_e=calibrated.params["E"], bootstrap=200)
+    calibrated = fit_scaling_law(compute=with_targets, loss=loss + ends, bootstrap=BOOTSTRAP)
+    free = fit_scaling_law(compute=compute, loss=loss, bootstrap=BOOTSTRAP)
+    fixed = fit_scaling_law(compute=compute, loss=loss, fixed_e=REGISTERED_E, bootstrap=BOOTSTRAP)
+    c7, end7 = _seventh()
+    later = fit_scaling_law(compute=[*with_targets, c7], loss=[*loss, *ends, end7], bootstrap=BOOTSTRAP)
     out = {
         "inputs": {"rung_runs": len(loss), "target_compute_6nd": target_compute, "target_ends": ends},
         "calibrated": calibrated.params,
@@ -66,11 +80,12 @@ def main() -> None:
         "points": {
             f"{c:.3g}": {
                 "rungs_free_E": free.point(c),
-                "rungs_fixed_E": fixed.point(c),
+                "rungs_E_0.584": fixed.point(c),
                 "calibrated_law": calibrated.point(c),
             }
-            for c in BUDGETS
+            for c in (*BUDGETS, c7)
         },
+        "after_the_fact_with_seventh_target": {"compute_6nd": c7, "end": end7, "law": later.params},
     }
     print(json.dumps(out, indent=1))
 

@@ -1,12 +1,13 @@
 """Other ways to forecast a ladder's endpoint, scored after the fact on the committed ladder records.
 
 Not forecasts: these rules were written after the targets were seen, to say which one a next design should
-register. For every recorded ladder whose rungs are committed (the third, fourth, fifth, sixth and seventh;
-the sixth reuses the fifth's rungs) it refits the rungs and prints each rule's signed error against the
-target (docs/benchmarks/scaling-ladder.md, 2026-12-04):
+register. For every ladder whose rung curves are committed (the third to the seventh; the sixth reuses the
+fifth's rungs) it refits the rungs, prints each rule's signed error against the target, and re-runs the
+prediction's ``late_drop`` gate on the registered forecast (docs/benchmarks/scaling-ladder.md, 2026-12-04):
 
 - ``end_free_e``: the offset law through the rungs' ends, E fitted (what the first six ladders registered);
-- ``end_fixed_e``: the same with E = 0.584 (benchmarks/ladder_calibrate_e.py; the seventh registered it);
+- ``end_fixed_e``: the same with E = 0.584 (benchmarks/ladder_calibrate_e.py; the seventh registered it,
+  and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
 - ``p75_minus_max_fall``: the law through the rungs' 75% points, at the target's 75%, minus the largest
   fall any rung had from 75% to its end;
 - ``p75_over_top_ratio``: that 75% forecast divided by the top rung's ratio of its 75% to its end value.
@@ -20,56 +21,65 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from operators.scaling import fit_scaling_law
+from operators.scaling.forecast import late_drop_gate
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runs"
 FIXED_E = 0.584
-# (ladder, rungs record, target's (N, steps, tokens per step), the target's end value)
+BOOTSTRAP = 20  # the fewest the fitter takes: only point estimates are used here
+# (ladder, its rungs and registered points, its verdict)
 LADDERS = (
-    ("third", "2026-12-02-scaling-ladder-real-v3-rungs.json", (246400, 4812, 512), 1.9455),
-    ("fourth", "2026-12-02-scaling-ladder-real-v4-rungs.json", (246400, 4812, 1024), 1.8124),
-    ("fifth", "2026-12-03-scaling-ladder-real-v5-rungs.json", (246400, 4812, 512), 1.9724),
-    ("sixth", "2026-12-03-scaling-ladder-real-v5-rungs.json", (246400, 4812, 512), 1.9490),
-    ("seventh", "2026-12-04-scaling-ladder-real-v7-rungs.json", (415592, 8116, 512), 1.78996),
+    ("third", "2026-12-02-scaling-ladder-real-v3-rungs.json", "2026-12-02-scaling-ladder-real-v3.json"),
+    ("fourth", "2026-12-02-scaling-ladder-real-v4-rungs.json", "2026-12-02-scaling-ladder-real-v4.json"),
+    ("fifth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v5.json"),
+    ("sixth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v6.json"),
+    ("seventh", "2026-12-04-scaling-ladder-real-v7-rungs.json", "2026-12-04-scaling-ladder-real-v7.json"),
 )
 
 
-def _means(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
-    by_rung: dict[str, list[float]] = {}
-    for r in runs:
-        by_rung.setdefault(r["rung"], []).append(r["values"][key])
-    return {rung: float(np.mean(v)) for rung, v in by_rung.items()}
+def _fit_point(compute: list[float], loss: list[float], at: float, fixed_e: float | None = None) -> float:
+    return fit_scaling_law(compute=compute, loss=loss, fixed_e=fixed_e, bootstrap=BOOTSTRAP).point(at)
 
 
-def rules(runs: list[dict[str, Any]], target_compute: float) -> dict[str, float]:
-    """Each rule's endpoint forecast from the rule's runs of one ladder."""
+def rules(runs: list[dict[str, Any]], target_compute: float, falls: dict[str, float]) -> dict[str, float]:
+    """Each rule's endpoint forecast from one ladder's rule runs and their mean falls from 75% to the end."""
     end_x, end_y = [r["compute_6nd"] for r in runs], [r["values"]["1"] for r in runs]
-    x75, y75 = [0.75 * c for c in end_x], [r["values"]["0.75"] for r in runs]
-    p75 = fit_scaling_law(compute=x75, loss=y75, bootstrap=50).point(0.75 * target_compute)
-    m75, m100 = _means(runs, "0.75"), _means(runs, "1")
-    top = min(m100, key=lambda rung: m100[rung])
+    p75 = _fit_point([0.75 * c for c in end_x], [r["values"]["0.75"] for r in runs], 0.75 * target_compute)
+    ends: dict[str, list[float]] = {}
+    for r in runs:
+        ends.setdefault(r["rung"], []).append(r["values"]["1"])
+    top = min(ends, key=lambda rung: sum(ends[rung]) / len(ends[rung]))
+    top_end = sum(ends[top]) / len(ends[top])
     return {
-        "end_free_e": fit_scaling_law(compute=end_x, loss=end_y, bootstrap=50).point(target_compute),
-        "end_fixed_e": fit_scaling_law(compute=end_x, loss=end_y, fixed_e=FIXED_E, bootstrap=50).point(
-            target_compute
-        ),
-        "p75_minus_max_fall": p75 - max(m75[k] - m100[k] for k in m100),
-        "p75_over_top_ratio": p75 / (m75[top] / m100[top]),
+        "end_free_e": _fit_point(end_x, end_y, target_compute),
+        "end_fixed_e": _fit_point(end_x, end_y, target_compute, FIXED_E),
+        "p75_minus_max_fall": p75 - max(falls.values()),
+        "p75_over_top_ratio": p75 * top_end / (top_end + falls[top]),
+    }
+
+
+def ladder(rungs_file: str, verdict_file: str) -> dict[str, Any]:
+    record = json.loads((RUNS / rungs_file).read_text())
+    verdict = json.loads((RUNS / verdict_file).read_text())["real"][0]
+    runs = [r for r in record["fit_runs"] if r["lr_multiple"] == 1.0]
+    t = record["target"]
+    # older records' points carry no fraction: it is the step over the run's length
+    points = [{**p, "fraction": p["step"] / t["num_steps"]} for p in record["points"]]
+    gate = late_drop_gate(points, runs)
+    assert gate is not None, rungs_file
+    actual = next(p["actual"] for p in verdict["points"] if p["label"] == "100%")
+    forecasts = rules(runs, 6.0 * t["n_params"] * t["num_steps"] * t["tokens_per_step"], gate["rungs"])
+    return {
+        "target": verdict["target"],
+        "actual": actual,
+        "actual_fall": next(p["actual"] for p in verdict["points"] if p["label"] == "75%") - actual,
+        "late_drop": gate,
+        **{k: {"forecast": v, "error_pct": 100 * (v / actual - 1)} for k, v in forecasts.items()},
     }
 
 
 def main() -> None:
-    out = {}
-    for name, record, (n, steps, tokens), actual in LADDERS:
-        runs = [r for r in json.loads((RUNS / record).read_text())["fit_runs"] if r["lr_multiple"] == 1.0]
-        forecasts = rules(runs, 6.0 * n * steps * tokens)
-        out[name] = {
-            "actual": actual,
-            **{k: {"forecast": v, "error_pct": 100 * (v / actual - 1)} for k, v in forecasts.items()},
-        }
-    print(json.dumps(out, indent=1))
+    print(json.dumps({name: ladder(rungs, verdict) for name, rungs, verdict in LADDERS}, indent=1))
 
 
 if __name__ == "__main__":

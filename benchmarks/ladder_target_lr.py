@@ -11,7 +11,11 @@ run, ``plan_ladder(target_lr_multiples=...)`` does the same inside the ladder, a
 posts the comparison as a note on the prediction; this script is for ladders already scored without it.
 
     scripts/netns .venv/bin/python benchmarks/ladder_target_lr.py --prefix ladder-out/diag --backend local
-    LR_MULTIPLES=1,1.5 ...   # other multiples; about 3 minutes a run on 2 quiet cores
+    LR_MULTIPLES=1,1.5 ...   # other multiples
+
+It trains the target of exp15 as it stands: since the seventh design that is d72-L5 at seed 300 (about 10
+minutes a run on 2 quiet cores); the figures recorded on 2026-12-03 (runs/2026-12-03-ladder-target-lr.json)
+are of the fifth design's d64-L4 at seed 100 (about 3 minutes a run), at fedb53d's exp15.
 """
 
 from __future__ import annotations
