@@ -214,3 +214,26 @@ def test_alerts_on_an_object_store_are_rewritten_whole_after_every_event() -> No
     lines = fs.cat_file("/watch-test/run/alerts.jsonl").splitlines()
     assert [json.loads(x)["event"] for x in lines] == ["fired", "resolved"]
     fs.rm("/watch-test", recursive=True)
+
+
+def test_skipped_steps_fire_on_a_burst_not_on_isolated_skips_of_a_fast_run(tmp_path: Path) -> None:
+    clock = Clock()
+    sparse = Watcher(WatchConfig(), str(tmp_path / "sparse"), FACTS, clock=clock)
+    for step in range(1, 1001):  # 50 steps a second: the whole run is 20 s, one skip every 150 steps
+        clock.t += 0.02
+        sparse.observe(row(step, skipped=step % 150 == 0))
+    assert [e for e in events(tmp_path / "sparse") if e["rule"] == "skipped_steps"] == []
+    burst = Watcher(WatchConfig(), str(tmp_path / "burst"), FACTS, clock=clock)
+    for step in range(1, 401):
+        clock.t += 0.02
+        burst.observe(row(step, skipped=step in (150, 300, 330, 349)))
+    fired = [e for e in events(tmp_path / "burst") if e["rule"] == "skipped_steps" and e["event"] == "fired"]
+    assert [e["step"] for e in fired] == [349] and fired[0]["values"]["skipped"] == 3  # 300, 330, 349
+    assert "in the last 900 s and 100 steps" in fired[0]["summary"]
+
+
+def test_skip_rate_refuses_an_empty_window() -> None:
+    from moe_trainer.health_rules import SkipRate
+
+    with pytest.raises(ValueError, match="window_steps"):
+        SkipRate(window_steps=0)

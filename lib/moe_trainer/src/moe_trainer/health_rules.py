@@ -86,7 +86,8 @@ class History:
     facts: RunFacts
     rows: deque[dict[str, Any]] = dataclasses.field(default_factory=lambda: deque(maxlen=HISTORY))
     tokens_per_s: deque[float] = dataclasses.field(default_factory=lambda: deque(maxlen=2048))
-    skips: deque[float] = dataclasses.field(default_factory=lambda: deque(maxlen=4096))
+    skips: deque[tuple[float, int]] = dataclasses.field(default_factory=lambda: deque(maxlen=4096))
+    """(time, step) of each skipped step."""
     evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     steps_seen: int = 0
     last_progress: float = 0.0
@@ -287,17 +288,29 @@ class Guards(Rule):
 
 @dataclasses.dataclass(frozen=True)
 class SkipRate(Rule):
-    """``max_skips`` or more skipped steps within ``window_s`` seconds (Marin: 3 in 15 minutes)."""
+    """``max_skips`` or more skipped steps within ``window_s`` seconds (Marin: 3 in 15 minutes) and within
+    the last ``window_steps`` steps: a burst, not the isolated skips of a fast run, for which 15 minutes is
+    the whole run (a ladder's tiny runs skip about one step in 130, spread over thousands of steps)."""
 
     max_skips: int = 3
     window_s: float = 900.0
+    window_steps: int = 100
+    """Count only skips this many steps back or fewer."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_skips < 1 or self.window_steps < 1 or not self.window_s > 0:
+            fail("skipped_steps.max_skips/window_steps/window_s",
+                 (self.max_skips, self.window_steps, self.window_s), "use >= 1, >= 1 and > 0")
 
     def check(self, h: History) -> Finding | None:
-        n = sum(1 for t in h.skips if t >= h.now - self.window_s)
+        step = int(h.row.get("step", 0))
+        n = sum(1 for t, s in h.skips if t >= h.now - self.window_s and s > step - self.window_steps)
         if n < self.max_skips:
             return None
-        return Finding(f"{n} skipped steps in the last {self.window_s:g} s (limit {self.max_skips - 1})",
-                       {"skipped": n, "window_s": self.window_s})
+        return Finding(f"{n} skipped steps in the last {self.window_s:g} s and {self.window_steps} steps "
+                       f"(limit {self.max_skips - 1})",
+                       {"skipped": n, "window_s": self.window_s, "window_steps": self.window_steps})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -217,7 +217,7 @@ class Watcher:
                 h.last_progress = h.now
                 h.tokens_per_s.append(num(row.get("tokens_per_s")))
                 if row.get("skipped"):
-                    h.skips.append(h.now)
+                    h.skips.append((h.now, self.step))
                 self._evaluate_rows("train", "time")  # a train row is progress: it clears the stall
                 self._risk_points(row, evals=False)
 
