@@ -130,7 +130,8 @@ LR_ASSUMPTION = (
     "the learning-rate rule is not mistuned at the target's size (checked up to the top rung)" if SMALL else
     "the learning-rate rule is not mistuned at the target's size (not checked in this design; at d64-L4 "
     "x0.5 of the rule ended 0.5-0.9% lower than the rule's rate)")
-FIXED_E_ASSUMPTION = () if E_FIXED is None else (f"the irreducible loss is E = {E_FIXED} bits per byte (fixed)",)
+FIXED_E_ASSUMPTION = () if E_FIXED is None else (
+    f"the irreducible loss is E = {E_FIXED} bits per byte (fixed)",)
 
 base_train = TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized_bytes, "train"),
                          preset="tiny", wandb_mode="disabled")
