@@ -1,11 +1,12 @@
 """Other ways to forecast a ladder's endpoint, scored after the fact on the committed ladder records.
 
 Not forecasts: these rules were written after the targets were seen, to say which one a next design should
-register. For every ladder whose rung curves are committed (the third to the seventh; the sixth reuses the
+register. For every ladder whose rung curves are committed (the third to the eighth; the sixth reuses the
 fifth's rungs) it refits the rungs, prints each rule's signed error against the target, and re-runs the
 prediction's ``late_drop`` gate on the registered forecast (docs/benchmarks/scaling-ladder.md, 2026-12-04):
 
-- ``end_free_e``: the offset law through the rungs' ends, E fitted (what the first six ladders registered);
+- ``end_free_e``: the offset law through the rungs' ends, E fitted (what every ladder but the seventh
+  registered);
 - ``end_fixed_e``: the same with E = 0.584 (benchmarks/ladder_calibrate_e.py; the seventh registered it,
   and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
 - ``p75_minus_max_fall``: the law through the rungs' 75% points, at the target's 75%, minus the largest
@@ -34,6 +35,7 @@ LADDERS = (
     ("fifth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v5.json"),
     ("sixth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v6.json"),
     ("seventh", "2026-12-04-scaling-ladder-real-v7-rungs.json", "2026-12-04-scaling-ladder-real-v7.json"),
+    ("eighth", "2026-12-04-scaling-ladder-real-v8-rungs.json", "2026-12-04-scaling-ladder-real-v8.json"),
 )
 
 

@@ -100,10 +100,10 @@ def late_drop_gate(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> 
     """The target's fall between its last two scored points as the forecast implies it (point at the one
     before minus point at the end), against each rung's measured fall there (the mean over its seeds, the
     rule's runs only). ``flag`` when the forecast's fall is larger than every rung's: the end law then
-    carries a late gain that grows through the rungs past them. In the third to seventh real ladders (the
-    ones whose rungs' curves are on record) the rungs' fall from 75% to 100% (the WSD decay) grew with size
-    while no target fell by more than the top rungs; every one of those forecasts implied a larger fall and
-    ended 1.9-9.2% below its target (benchmarks/ladder_end_rules.py re-checks this on the records)."""
+    extrapolates a late gain no rung showed. In the third to eighth real ladders (the ones whose rungs'
+    curves are on record) no target fell from 75% to 100% (the WSD decay) by more than the top rungs did;
+    every one of those forecasts implied a larger fall and ended 1.9-9.2% below its target
+    (benchmarks/ladder_end_rules.py re-checks this on the records)."""
     if len(points) < 2:
         return None
     prev, end = points[-2], points[-1]
@@ -147,7 +147,7 @@ def ladder_warnings(
         out.append(
             f"{end['label']}: the forecast has the target falling by {late['implied']:.3f} from "
             f"{late['from']} to the end, more than any rung fell there (at most {late['rungs'][top]:.3f}, "
-            f"{top}): the end law carries the rungs' growing late gain past them"
+            f"{top}): the end law extrapolates a late gain no rung showed"
         )
     if end.get("loo_spread_rel") is not None and end["loo_spread_rel"] > loo_spread_limit:
         out.append(

@@ -418,7 +418,7 @@ def test_late_drop_gate_flags_a_forecast_that_falls_more_than_every_rung() -> No
     points[-1]["gates"] = {"late_drop": gate}
     assert ladder_warnings(points, None, 0.05) == [
         "100%: the forecast has the target falling by 0.350 from 75% to the end, more than any rung fell "
-        "there (at most 0.300, big): the end law carries the rungs' growing late gain past them"
+        "there (at most 0.300, big): the end law extrapolates a late gain no rung showed"
     ]
     calm = late_drop_gate(_late_points(2.0, 1.75), _late_runs())
     assert calm is not None and not calm["flag"]
