@@ -42,12 +42,15 @@ BUDGETS = (3.64e12, 6e12, 1e13)
 BOOTSTRAP = 20  # the fewest the fitter takes: only point estimates are printed
 
 
+def _compute(target: dict[str, float]) -> float:
+    """6·N·D of a recorded target."""
+    return 6.0 * target["n_params"] * target["num_steps"] * target["tokens_per_step"]
+
+
 def _rungs() -> tuple[list[float], list[float], float]:
     record = json.loads(RUNGS.read_text())
     runs = [r for r in record["fit_runs"] if r["lr_multiple"] == 1.0]
-    t = record["target"]
-    target_compute = 6.0 * t["n_params"] * t["num_steps"] * t["tokens_per_step"]
-    return [r["compute_6nd"] for r in runs], [r["values"]["1"] for r in runs], target_compute
+    return [r["compute_6nd"] for r in runs], [r["values"]["1"] for r in runs], _compute(record["target"])
 
 
 def _end(verdict_file: str) -> float:
@@ -60,8 +63,7 @@ def _target_ends() -> list[float]:
 
 
 def _seventh() -> tuple[float, float]:
-    t = json.loads((RUNS / SEVENTH_RUNGS).read_text())["target"]
-    return 6.0 * t["n_params"] * t["num_steps"] * t["tokens_per_step"], _end(SEVENTH)
+    return _compute(json.loads((RUNS / SEVENTH_RUNGS).read_text())["target"]), _end(SEVENTH)
 
 
 def main() -> None:
