@@ -11,7 +11,12 @@ prediction's ``late_drop`` gate on the registered forecast (docs/benchmarks/scal
   and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
 - ``p75_minus_max_fall``: the law through the rungs' 75% points, at the target's 75%, minus the largest
   fall any rung had from 75% to its end;
-- ``p75_over_top_ratio``: that 75% forecast divided by the top rung's ratio of its 75% to its end value.
+- ``p75_over_top_ratio``: that 75% forecast divided by the top rung's ratio of its 75% to its end value;
+- ``p75_minus_mean_fall``: that 75% forecast minus the mean over rungs of each rung's mean fall from 75% to
+  the end (the point of the ``pre_decay_anchor`` end rule, operators/scaling/forecast.py, which the ninth
+  design registered after seeing these).
+
+``law_at_75`` scores that 75% forecast itself against the target's 75% value.
 
     .venv/bin/python benchmarks/ladder_end_rules.py
 """
@@ -57,6 +62,8 @@ def rules(runs: list[dict[str, Any]], target_compute: float, falls: dict[str, fl
         "end_fixed_e": _fit_point(end_x, end_y, target_compute, FIXED_E),
         "p75_minus_max_fall": p75 - max(falls.values()),
         "p75_over_top_ratio": p75 * top_end / (top_end + falls[top]),
+        "p75_minus_mean_fall": p75 - sum(falls.values()) / len(falls),
+        "p75": p75,
     }
 
 
@@ -71,11 +78,14 @@ def ladder(rungs_file: str, verdict_file: str) -> dict[str, Any]:
     assert gate is not None, rungs_file
     actual = next(p["actual"] for p in verdict["points"] if p["label"] == "100%")
     forecasts = rules(runs, 6.0 * t["n_params"] * t["num_steps"] * t["tokens_per_step"], gate["rungs"])
+    p75 = forecasts.pop("p75")
+    actual_75 = next(p["actual"] for p in verdict["points"] if p["label"] == "75%")
     return {
         "target": verdict["target"],
         "actual": actual,
         "actual_fall": next(p["actual"] for p in verdict["points"] if p["label"] == "75%") - actual,
         "late_drop": gate,
+        "law_at_75": {"forecast": p75, "actual": actual_75, "error_pct": 100 * (p75 / actual_75 - 1)},
         **{k: {"forecast": v, "error_pct": 100 * (v / actual - 1)} for k, v in forecasts.items()},
     }
 

@@ -146,9 +146,11 @@ def build_ladder(
     bootstrap: int = 1000,
     assumptions: Sequence[str] = (),
     require_posted: bool | None = None,
+    end_rule: str = "law",
 ) -> Ladder:
     """Every step of the ladder (see the module docstring). ``validation`` maps domains to the held-out
-    caches (``output_path_of(tokenized, "validation/python")``...) for the target's in-training evaluation."""
+    caches (``output_path_of(tokenized, "validation/python")``...) for the target's in-training evaluation.
+    ``end_rule`` picks how the endpoint is forecast (:class:`operators.scaling.forecast.PredictionConfig`)."""
     trains, evals, runs = [], [], []
     check_seeds = plan.seeds[: plan.lr_check_seeds]
     pairs = [*((r, plan.seeds) for r in plan.rungs), *((r, check_seeds) for r in plan.lr_check)]
@@ -218,6 +220,7 @@ def build_ladder(
             experiment=name,
             issue=issue,
             assumptions=tuple(assumptions),
+            end_rule=end_rule,
         ),
     )
     posted = (issue is not None) if require_posted is None else require_posted
@@ -259,8 +262,9 @@ def build_ladder(
         target_eval=target_eval,
         verdict=verdict,
         target_config_hash=config_hash,
-        lr_check=_target_lr_check(name, plan, base_train, tokenized, prediction, target_eval,
-                                  metric, eval_max_batches, posted),
+        lr_check=_target_lr_check(
+            name, plan, base_train, tokenized, prediction, target_eval, metric, eval_max_batches, posted
+        ),
     )
 
 
@@ -284,8 +288,9 @@ def _target_lr_check(
             name=f"{name}/target/train-lrx{multiple:g}",
             fn=train_after_forecast,
             description=f"the target at x{multiple:g} the rule's learning rate (after the forecast)",
-            config=AfterForecastConfig(train=config, prediction=output_path_of(prediction),
-                                       require_posted=require_posted),
+            config=AfterForecastConfig(
+                train=config, prediction=output_path_of(prediction), require_posted=require_posted
+            ),
         )
         e = Step(
             name=f"{name}/target/eval-lrx{multiple:g}",

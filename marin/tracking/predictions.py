@@ -238,7 +238,17 @@ def _law_line(record: dict[str, Any]) -> str:
     form = record.get("form", {})
     fixed = record.get("fitter", {}).get("fixed_e")
     e_text = "E fitted" if fixed is None else f"E fixed at {fixed:g} (an assumption, not fitted)"
-    return f"Law: `{form.get('formula', '?')}` in {form.get('x', '?')}; {e_text}"
+    line = f"Law: `{form.get('formula', '?')}` in {form.get('x', '?')}; {e_text}"
+    rule = record.get("end_rule")
+    if rule:
+        law = record["points"][-1].get("end_law") or {}
+        line += (
+            f". Endpoint rule `{rule['id']}`: the law at the target's {rule['anchor']} minus the rungs' mean "
+            f"fall from {rule['anchor']} to the end, {rule['fall_mean']:.4f} (sd of one run's fall "
+            f"{rule['fall_sd']:.4f}, {rule['runs']} runs)"
+            + (f"; the end law alone says {law['point']:.4f}" if "point" in law else "")
+        )
+    return line
 
 
 def prediction_body(record: dict[str, Any]) -> str:
@@ -293,7 +303,13 @@ def verdict_body(verdict: dict[str, Any]) -> str:
             f"Endpoint: predicted {end['point']:.4f}, actual {end['actual']:.4f}, "
             f"error {end['error_pct']:+.2f}% ({'inside' if end['inside'] else 'outside'} the 90% interval); "
             f"{verdict['hits']}/{verdict['n']} points "
-            f"inside. Verdict sha256 `{verdict[HASH_KEY]}`.",
+            f"inside. Verdict sha256 `{verdict[HASH_KEY]}`."
+            + (
+                f" The end law alone (not the registered endpoint) said {end['end_law']['point']:.4f}, "
+                f"{end['end_law']['error_pct']:+.2f}%."
+                if "end_law" in end
+                else ""
+            ),
             "",
             "| Point | Step | Predicted | 90% interval | Actual | Error | |",
             "|---|---|---|---|---|---|---|",

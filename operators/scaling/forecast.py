@@ -7,6 +7,17 @@ over seeds is kept too), the alternative forecast on the trainer-FLOPs axis, the
 predictions, the functional form, fitter and settings, every rung's step hash, curve hash and values, the
 target step's config hash, the issue, the assumptions, and ``record_sha256``.
 
+**The endpoint rule** (``end_rule``). ``"law"`` (the default): the end is forecast like every other point,
+by the law fitted through the rungs' values there. ``"pre_decay_anchor"``: the law through the rungs' last
+point before the end (75%: before the WSD decay, which starts at 80%) gives the target's value there, and
+the end is that value minus the rungs' mean fall from that point to the end (each rung weighs the same; a
+rung's fall is the mean over its seeds). Its interval adds, in quadrature, the anchor's interval and the
+spread of one run's fall (the standard deviation of every rung run's fall, times the normal quantile of the
+level). The law's own end forecast is kept in the point's ``end_law``, so the verdict can score both. Why:
+in the third to eighth real ladders the registered 75% points landed within 0.9% of every
+10-tokens-per-parameter target, while the end law implied a fall past the decay larger than any rung's
+and ended 1.9-9.2% low (docs/benchmarks/scaling-ladder.md).
+
 **target train** (``train_target``) runs the target with the train operator, but first: it reads the
 prediction record (refusing one whose hash does not match its content), checks that the record names this
 target's config hash (config drift since the forecast is refused), and, when ``require_posted``, waits
@@ -30,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -40,6 +52,7 @@ from operators.scaling.bootstrap import PERCENTILE
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
+from operators.scaling.inputs import LadderInputError
 from operators.scaling.records import HASH_KEY, read_json, read_record, write_record
 from operators.train import TrainConfig, runtime_field, train
 
@@ -88,12 +101,99 @@ class PredictionConfig:
     loo_spread_limit: float = 0.05
     """Warn when the leave-one-rung-out predictions at the endpoint span more than this fraction of the
     point (the fourth real ladder: 20%, missed by 9%; the third: 4%, within 2%)."""
+    end_rule: str = "law"
+    """How the endpoint is forecast: ``"law"`` or ``"pre_decay_anchor"`` (the module docstring)."""
+
+    def __post_init__(self) -> None:
+        if self.end_rule not in END_RULES:
+            raise ValueError(
+                f"PredictionConfig: end_rule={self.end_rule!r} is not one of {', '.join(END_RULES)}: "
+                "'law' fits the end like every point, 'pre_decay_anchor' takes the law at the point before "
+                "the end minus the rungs' mean fall from there"
+            )
+
+
+END_RULES = ("law", "pre_decay_anchor")
 
 
 def _point(fit: ScalingFit, compute: float) -> dict[str, float]:
     point, low, high = fit.predict(compute, single_run=True)
     _, low_mean, high_mean = fit.predict(compute)
     return {"point": point, "low": low, "high": high, "low_mean": low_mean, "high_mean": high_mean}
+
+
+def rung_falls(runs: list[dict[str, Any]], start: float, end: float) -> dict[str, list[float]]:
+    """Each rung's falls (one per seed, the rule's runs only) between fractions ``start`` and ``end``; runs
+    without a value at either fraction are left out."""
+    keys = (f"{start:g}", f"{end:g}")
+    falls: dict[str, list[float]] = {}
+    for r in runs:
+        if r["lr_multiple"] == 1.0 and all(k in r["values"] for k in keys):
+            falls.setdefault(r["rung"], []).append(r["values"][keys[0]] - r["values"][keys[1]])
+    return falls
+
+
+def anchored_end(points: list[dict[str, Any]], runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
+    """The ``pre_decay_anchor`` endpoint (module docstring): the point before the end minus the rungs' mean
+    fall from there to the end, with its interval; the leave-one-rung-out forecasts recomputed the same way
+    (each drops the rung from the anchor's law and from the mean fall)."""
+    if len(points) < 2:
+        raise ValueError("prediction: the pre_decay_anchor rule needs an evaluation point before the end")
+    anchor, end = points[-2], points[-1]
+    falls = rung_falls(runs, anchor["fraction"], end["fraction"])
+    every = [f for v in falls.values() for f in v]
+    if len(falls) < 2 or len(every) < 3:
+        raise LadderInputError(
+            f"prediction: the pre_decay_anchor rule needs the falls from {anchor['label']} to the end of at "
+            f"least two rungs and three runs; the rungs have {len(every)} run(s) with both points "
+            f"({sorted(falls)}). Evaluate every rung at both fractions, or use end_rule='law'"
+        )
+    means = {rung: sum(v) / len(v) for rung, v in falls.items()}
+    fall = sum(means.values()) / len(means)
+    sd = statistics.stdev(every)
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    one_run, mean_of_seeds = z * sd * math.sqrt(1 + 1 / len(every)), z * sd / math.sqrt(len(every))
+    point = anchor["point"] - fall
+    by_compute = {}
+    for r in runs:
+        if r["rung"] in falls:
+            by_compute[anchor["fraction"] * float(r["compute_6nd"])] = r["rung"]
+    loo = []
+    for row in anchor.get("loo") or []:
+        left = next(
+            (rung for c, rung in by_compute.items() if math.isclose(c, row["left_out"], rel_tol=1e-6)), None
+        )
+        rest = [m for rung, m in means.items() if rung != left]
+        loo.append(
+            {
+                "left_out": row["left_out"],
+                "rung": left,
+                "prediction": row["prediction"] - sum(rest) / len(rest),
+            }
+        )
+    spread = (max(r["prediction"] for r in loo) - min(r["prediction"] for r in loo)) if loo else None
+    return {
+        "point": point,
+        "low": point - math.hypot(anchor["point"] - anchor["low"], one_run),
+        "high": point + math.hypot(anchor["high"] - anchor["point"], one_run),
+        "low_mean": point - math.hypot(anchor["point"] - anchor["low_mean"], mean_of_seeds),
+        "high_mean": point + math.hypot(anchor["high_mean"] - anchor["point"], mean_of_seeds),
+        "trainer_flops_axis": anchor["trainer_flops_axis"] - fall,
+        "loo": loo,
+        "loo_spread": spread,
+        "loo_spread_rel": None if spread is None else spread / point,
+        "rule": {
+            "id": "pre_decay_anchor",
+            "anchor": anchor["label"],
+            "formula": f"L_end = L_{anchor['label']} (the law at the target's {anchor['label']}) - mean fall",
+            "fall_mean": fall,
+            "fall_sd": sd,
+            "rung_falls": means,
+            "runs": len(every),
+            "interval": f"the anchor's interval and {z:.3f} x the runs' fall sd (x sqrt(1 + 1/runs) for one "
+            "run, / sqrt(runs) for the mean over seeds), added in quadrature",
+        },
+    }
 
 
 def late_drop_gate(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -107,11 +207,7 @@ def late_drop_gate(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> 
     if len(points) < 2:
         return None
     prev, end = points[-2], points[-1]
-    keys = (f"{prev['fraction']:g}", f"{end['fraction']:g}")
-    falls: dict[str, list[float]] = {}
-    for r in runs:
-        if r["lr_multiple"] == 1.0 and all(k in r["values"] for k in keys):
-            falls.setdefault(r["rung"], []).append(r["values"][keys[0]] - r["values"][keys[1]])
+    falls = rung_falls(runs, prev["fraction"], end["fraction"])
     if not falls:
         return None
     rungs = {rung: sum(v) / len(v) for rung, v in falls.items()}
@@ -206,10 +302,31 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
                 "gates": entry["gates"],
             }
         )
+    settings = fit_record["fractions"][0]["fit"]["settings"]
+    end_rule = None
+    if config.end_rule == "pre_decay_anchor":
+        end = points[-1]
+        law = {
+            k: end[k]
+            for k in (
+                "point",
+                "low",
+                "high",
+                "low_mean",
+                "high_mean",
+                "trainer_flops_axis",
+                "loo",
+                "loo_spread",
+                "loo_spread_rel",
+            )
+        }
+        law["late_drop"] = late_drop_gate(points, fit_record["runs"])
+        anchored = anchored_end(points, fit_record["runs"], float(settings["level"]))
+        end_rule = anchored.pop("rule")
+        end.update(anchored, end_law=law)
     late = late_drop_gate(points, fit_record["runs"])
     if late is not None:
         points[-1]["gates"] = {**points[-1]["gates"], "late_drop": late}
-    settings = fit_record["fractions"][0]["fit"]["settings"]
     record = {
         "schema": PREDICTION_SCHEMA,
         "experiment": config.experiment,
@@ -228,7 +345,9 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
             "x": "C = 6 * N * D",
             "n": "non-embedding active parameters",
             "alternative_x": "trainer FLOPs per token * tokens",
+            "end_rule": config.end_rule,
         },
+        "end_rule": end_rule,
         "fitter": {
             "module": "operators.scaling.fit",
             "loss": "summed Huber on log L",
@@ -381,6 +500,13 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
                 "inside": bool(p["low"] <= actual <= p["high"]) and math.isfinite(actual),
             }
         )
+        if "end_law" in p:  # the pre_decay_anchor rule: the end law's own forecast, scored beside it
+            law = p["end_law"]
+            rows[-1]["end_law"] = {
+                "point": law["point"],
+                "error_pct": 100.0 * (law["point"] - actual) / actual,
+                "inside": bool(law["low"] <= actual <= law["high"]) and math.isfinite(actual),
+            }
     verdict = {
         "schema": VERDICT_SCHEMA,
         "prediction_sha256": record[HASH_KEY],

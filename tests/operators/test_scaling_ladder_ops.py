@@ -262,8 +262,12 @@ def test_the_targets_learning_rate_check_says_whether_the_rule_held(
 
     def check(runs: tuple[tuple[float, str], ...], out: str, target: str = rule) -> dict[str, Any]:
         return check_target_lr(
-            TargetLrCheckConfig(output_path=str(tmp_path / out), prediction=str(tmp_path / "prediction"),
-                                target_curve=target, runs=runs)
+            TargetLrCheckConfig(
+                output_path=str(tmp_path / out),
+                prediction=str(tmp_path / "prediction"),
+                target_curve=target,
+                runs=runs,
+            )
         )
 
     note = check(((0.5, half), (2.0, double)), "c1")
@@ -288,8 +292,9 @@ def test_the_targets_learning_rate_check_says_whether_the_rule_held(
 
 
 def test_plan_adds_the_targets_learning_rate_runs_and_refuses_bad_multiples() -> None:
-    plan = plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1], target=5e12,
-                       target_lr_multiples=(0.5, 2))
+    plan = plan_ladder(
+        DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1], target=5e12, target_lr_multiples=(0.5, 2)
+    )
     target, runs = plan.target, plan.target_lr_check
     assert [m for m, _ in runs] == [0.5, 2.0]
     assert [r.name for _, r in runs] == [f"{target.name}-lrx0.5", f"{target.name}-lrx2"]
@@ -316,19 +321,31 @@ def test_write_record_round_trips(tmp_path: Path) -> None:
 def test_learning_rate_check_on_several_seeds_compares_means(
     tmp_path: Path, ladder_runs: list[RungRun]
 ) -> None:
-    plan = plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1, 2], target=5e12,
-                       lr_multiples=(0.5, 2.0), lr_check_seeds=2)
+    plan = plan_ladder(
+        DENSE,
+        budgets=[5e9, 5e10, 5e11],
+        seeds=[0, 1, 2],
+        target=5e12,
+        lr_multiples=(0.5, 2.0),
+        lr_check_seeds=2,
+    )
     assert plan.lr_check_seeds == 2
     with pytest.raises(ValueError, match=r"lr_check_seeds=4 must be between 1 and the number of seeds \(3\)"):
         plan_ladder(DENSE, budgets=[5e9, 5e10, 5e11], seeds=[0, 1, 2], target=5e12, lr_check_seeds=4)
     rule = {r.seed: r for r in ladder_runs if r.rung == "n2000"}
-    rule_end = {s: json.loads((Path(r.curve) / CURVE_FILE).read_text())["points"][-1]["value"]
-                for s, r in rule.items()}
+    rule_end = {
+        s: json.loads((Path(r.curve) / CURVE_FILE).read_text())["points"][-1]["value"]
+        for s, r in rule.items()
+    }
     # x0.5 beats the rule by 1% on seed 0 but loses by 3% on seed 1; x2 loses on both.
     factors = {(0.5, 0): 0.99, (0.5, 1): 1.03, (2.0, 0): 1.02, (2.0, 1): 1.02}
     check = tuple(
-        RungRun(rung=f"n2000-lrx{m:g}", seed=s, lr_multiple=m,
-                curve=_curve(tmp_path / f"lr-{m}-{s}", 2000, [rule_end[s] * f] * 4))
+        RungRun(
+            rung=f"n2000-lrx{m:g}",
+            seed=s,
+            lr_multiple=m,
+            curve=_curve(tmp_path / f"lr-{m}-{s}", 2000, [rule_end[s] * f] * 4),
+        )
         for (m, s), f in factors.items()
     )
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=(*ladder_runs, *check), bootstrap=50))
@@ -445,3 +462,97 @@ def test_prediction_records_the_late_drop_gate(tmp_path: Path, ladder_runs: list
     # on one offset power law the fall over the last quarter shrinks as compute grows: nothing to flag
     assert not late["flag"] and late["implied"] < min(late["rungs"].values())
     assert not any("falling by" in w for w in record["warnings"])
+
+
+def _anchored_config(tmp_path: Path):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(_prediction_config(tmp_path), end_rule="pre_decay_anchor")
+
+
+def test_pre_decay_anchor_forecasts_the_end_from_the_point_before_it(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    from marin.tracking.predictions import prediction_body, verdict_body
+
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
+    predict_target(_prediction_config(tmp_path))
+    by_law = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    (tmp_path / "prediction" / PREDICTION_FILE).unlink()
+    predict_target(_anchored_config(tmp_path))
+    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    anchor, end = record["points"][-2], record["points"][-1]
+    assert anchor == by_law["points"][-2]  # only the endpoint changes
+    # the rule by hand: each rung's mean fall over its seeds, then the mean over rungs
+    falls: dict[str, list[float]] = {}
+    for r in record["inputs"]:
+        falls.setdefault(r["rung"], []).append(r["values"]["0.75"] - r["values"]["1"])
+    mean_fall = float(np.mean([np.mean(v) for v in falls.values()]))
+    every = [f for v in falls.values() for f in v]
+    assert end["point"] == pytest.approx(anchor["point"] - mean_fall)
+    rule = record["end_rule"]
+    assert rule["id"] == "pre_decay_anchor" and rule["anchor"] == "75%" and rule["runs"] == 15
+    assert rule["fall_mean"] == pytest.approx(mean_fall) and rule["fall_sd"] == pytest.approx(
+        np.std(every, ddof=1)
+    )
+    half = 1.6448536 * np.std(every, ddof=1) * math.sqrt(1 + 1 / 15)
+    assert end["high"] - end["point"] == pytest.approx(math.hypot(anchor["high"] - anchor["point"], half))
+    assert end["point"] - end["low"] == pytest.approx(math.hypot(anchor["point"] - anchor["low"], half))
+    assert end["low"] < end["low_mean"] < end["point"] < end["high_mean"] < end["high"]
+    # the end law's own forecast is kept, identical to the plain record's
+    assert end["end_law"]["point"] == by_law["points"][-1]["point"]
+    assert end["end_law"]["late_drop"] == by_law["points"][-1]["gates"]["late_drop"]
+    assert record["form"]["end_rule"] == "pre_decay_anchor" and by_law["end_rule"] is None
+    # leaving a rung out drops it from the anchor's law and from the mean fall
+    assert {r["rung"] for r in end["loo"]} == set(falls)
+    left = next(r for r in end["loo"] if r["rung"] == "n70000")
+    anchor_loo = next(r for r in anchor["loo"] if r["left_out"] == left["left_out"])
+    rest = [np.mean(v) for k, v in falls.items() if k != "n70000"]
+    assert left["prediction"] == pytest.approx(anchor_loo["prediction"] - np.mean(rest))
+    body = prediction_body(record)
+    assert "Endpoint rule `pre_decay_anchor`: the law at the target's 75% minus the rungs' mean fall" in body
+    assert f"the end law alone says {end['end_law']['point']:.4f}" in body
+    # the verdict scores the registered endpoint and, beside it, the end law's
+    t = _target()
+    actual = [p["point"] for p in record["points"][:3]] + [end["point"] * 1.01]
+    _curve(tmp_path / "target-eval", t.n_params, actual, t.tokens_per_step)
+    verdict = score_prediction(
+        VerdictConfig(
+            output_path=str(tmp_path / "verdict"),
+            prediction=str(tmp_path / "prediction"),
+            target_curve=str(tmp_path / "target-eval"),
+        )
+    )
+    scored = verdict["endpoint"]
+    assert scored["error_pct"] == pytest.approx(100 * (1 / 1.01 - 1))
+    assert scored["end_law"]["error_pct"] == pytest.approx(100 * (end["end_law"]["point"] / actual[-1] - 1))
+    assert "The end law alone (not the registered endpoint) said" in verdict_body(verdict)
+
+
+def test_pre_decay_anchor_refuses_rungs_without_the_anchor_and_unknown_rules(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    from operators.scaling.forecast import PredictionConfig, anchored_end
+
+    with pytest.raises(ValueError, match="end_rule='anchored' is not one of law, pre_decay_anchor"):
+        PredictionConfig(output_path="x", fit="y", target=_target(), experiment="t", end_rule="anchored")
+    points = _late_points(2.0, 1.65)
+    for p in points:
+        p.update(
+            low=p["point"] - 0.1,
+            high=p["point"] + 0.1,
+            low_mean=p["point"] - 0.05,
+            high_mean=p["point"] + 0.05,
+            trainer_flops_axis=p["point"],
+        )
+    only_ends = [{**r, "compute_6nd": 1e12, "values": {"1": r["values"]["1"]}} for r in _late_runs()]
+    with pytest.raises(LadderInputError, match="needs the falls from 75% to the end of at least two rungs"):
+        anchored_end(points, only_ends, 0.9)
+    with pytest.raises(ValueError, match="needs an evaluation point before the end"):
+        anchored_end(points[1:], _late_runs(), 0.9)
+    # with the falls there: 2.0 minus the mean of the rungs' means (0.2 and 0.3); the check run ignored
+    runs = [{**r, "compute_6nd": 1e12} for r in _late_runs()]
+    got = anchored_end(points, runs, 0.9)
+    assert got["point"] == pytest.approx(1.75) and got["rule"]["rung_falls"] == pytest.approx(
+        {"small": 0.2, "big": 0.3}
+    )
