@@ -19,6 +19,14 @@ seventh design considered; and, after the fact, the calibration with the seventh
 1.04e13) added, which is not what the seventh ladder used.
 
     .venv/bin/python benchmarks/ladder_calibrate_e.py
+
+``--family l4`` (the tenth design's E): the same calibration for the four-layer family alone, through the
+ninth ladder's rungs (d24-L4..d48-L4, seeds 10-15, ``...-real-v9-rungs.json``) and every four-layer target
+on record at the end: d64-L4 (the three above), d88-L4 (the eighth) and d96-L4 (the ninth). It also prints
+its backtest: the calibration without d96-L4, fixed in the law through the eighth's and through the ninth's
+rungs, forecasting d96-L4's end; and the fixed-E forecast at d104-L4 (the tenth design's target).
+
+    .venv/bin/python benchmarks/ladder_calibrate_e.py --family l4
 """
 
 from __future__ import annotations
@@ -92,5 +100,80 @@ def main() -> None:
     print(json.dumps(out, indent=1))
 
 
+L4_RUNGS = {
+    "eighth": "2026-12-04-scaling-ladder-real-v8-rungs.json",
+    "ninth": "2026-12-04-scaling-ladder-real-v9-rungs.json",
+}
+L4_TARGETS = (  # (rungs record naming the target, verdict)
+    ("2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-02-scaling-ladder-real-v3.json"),
+    ("2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v5.json"),
+    ("2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v6.json"),
+    ("2026-12-04-scaling-ladder-real-v8-rungs.json", "2026-12-04-scaling-ladder-real-v8.json"),
+    ("2026-12-04-scaling-ladder-real-v9-rungs.json", "2026-12-04-scaling-ladder-real-v9.json"),
+)
+D104_L4 = 6.0 * 693224 * 13540 * 512  # the tenth design's target, d104-L4 (operators.scaling.rules)
+
+
+def _rule_ends(rungs_file: str) -> tuple[list[float], list[float]]:
+    runs = [r for r in json.loads((RUNS / rungs_file).read_text())["fit_runs"] if r["lr_multiple"] == 1.0]
+    return [r["compute_6nd"] for r in runs], [r["values"]["1"] for r in runs]
+
+
+def l4_family() -> dict[str, object]:
+    """The four-layer family's calibration, its backtest on d96-L4 and its forecast at d104-L4."""
+    targets = [
+        (_compute(json.loads((RUNS / rungs).read_text())["target"]), _end(verdict))
+        for rungs, verdict in L4_TARGETS
+    ]
+    compute, loss = _rule_ends(L4_RUNGS["ninth"])
+
+    def calibrate(
+        rung_c: list[float], rung_l: list[float], pairs: list[tuple[float, float]]
+    ) -> dict[str, float]:
+        return fit_scaling_law(
+            compute=[*rung_c, *(c for c, _ in pairs)],
+            loss=[*rung_l, *(v for _, v in pairs)],
+            bootstrap=BOOTSTRAP,
+        ).params
+
+    law = calibrate(compute, loss, targets)
+    d96_c, d96_end = targets[-1]
+    backtest = {}
+    for name, rungs_file in L4_RUNGS.items():
+        rc, rl = _rule_ends(rungs_file)
+        e = calibrate(rc, rl, targets[:-1])["E"]
+        fixed = fit_scaling_law(compute=rc, loss=rl, fixed_e=e, bootstrap=200)
+        point, low, high = fixed.predict(d96_c, single_run=True)
+        backtest[f"{name}_rungs"] = {
+            "E_without_d96": e,
+            "forecast": point,
+            "low": low,
+            "high": high,
+            "actual": d96_end,
+            "error_pct": 100 * (point / d96_end - 1),
+        }
+    fixed = fit_scaling_law(compute=compute, loss=loss, fixed_e=round(law["E"], 3), bootstrap=1000)
+    point, low, high = fixed.predict(D104_L4, single_run=True)
+    return {
+        "inputs": {"rung_runs": len(loss), "targets": [{"compute_6nd": c, "end": v} for c, v in targets]},
+        "calibrated": law,
+        "free_rungs_only": fit_scaling_law(compute=compute, loss=loss, bootstrap=BOOTSTRAP).params,
+        "backtest_d96_L4": backtest,
+        "d104_L4": {
+            "compute_6nd": D104_L4,
+            "E_fixed": round(law["E"], 3),
+            "forecast": point,
+            "low": low,
+            "high": high,
+            "law": fixed.params,
+        },
+    }
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:] == ["--family", "l4"]:
+        print(json.dumps(l4_family(), indent=1))
+    else:
+        main()

@@ -92,10 +92,10 @@ def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
     )
     verdicts = [c for c in comments if c.body.startswith("<!-- marin-verdict:")]
     assert len(verdicts) == 1 and sha in verdicts[0].body
-    # exp15's endpoint rule: registered on the comment, and the end law scored beside it in the verdict
-    assert "Endpoint rule `pre_decay_anchor`" in prediction[0].body
-    law = verdict["endpoint"]["end_law"]
-    assert f"The end law alone (not the registered endpoint) said {law['point']:.4f}" in verdicts[0].body
+    # exp15's fixed E is stated on the comment and in the record's assumptions
+    record = read(f"{p['exp15/prediction']}/prediction.json")
+    assert "E fixed at 1.174 (an assumption, not fitted)" in prediction[0].body
+    assert any(a.startswith("the irreducible loss is E = 1.174") for a in record["assumptions"])
     status = [c for c in comments if c.body.startswith("<!-- marin-status:")]
     assert len(status) == 1 and f"Prediction `{sha[:12]}`" in status[0].body
     assert "on track" in status[0].body or "off track by" in status[0].body
