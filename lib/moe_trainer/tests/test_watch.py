@@ -183,14 +183,26 @@ def test_eval_band_fires_outside_resolves_inside_and_ignores_other_steps(tmp_pat
         w.observe(band_eval(step, bpb))
     got = [(e["event"], e["rule"], e["step"], e["silenced"]) for e in events(tmp_path)
            if e["rule"] == "eval_band"]
-    # step 50 and 250 are no band points: neither fires nor clears; 300 is back inside: resolved
+    # step 50 and 250 are no band points: neither fires nor clears; 300 is back inside: resolved; 400 leaves
+    # the band again 10 s later and is posted (no silence by default: each band point is its own check)
     assert got == [("fired", "eval_band", 200, False), ("resolved", "eval_band", 300, False),
-                   ("fired", "eval_band", 400, True)]  # within the silence window of the resolution
+                   ("fired", "eval_band", 400, False)]
     fired = next(e for e in events(tmp_path) if e["event"] == "fired" and e["rule"] == "eval_band")
     assert fired["severity"] == "warning" and math.isclose(fired["values"]["low"], 1.2)
     assert "outside the pre-registered band [1.2000, 1.4000]" in fired["summary"] and "(50% of the run)" in \
         fired["summary"] and "ab12" in fired["summary"]
     assert math.isclose(fired["values"]["off_pct"], 100 * (2.0 - 1.3) / 1.3)
+
+
+def test_eval_band_silence_is_still_available_by_override(tmp_path: Path) -> None:
+    clock = Clock()
+    band = EvalBand(points=tuple(BandPoint(s, 1.0, 0.9, 1.1) for s in (100, 200, 300)), silence_s=60.0)
+    w = Watcher(WatchConfig(eval_band=band), str(tmp_path), FACTS, clock=clock)
+    for step, bpb in ((100, 2.0), (200, 1.0), (300, 2.0)):
+        clock.t += 10
+        w.observe(band_eval(step, bpb))
+    got = [(e["event"], e["step"], e["silenced"]) for e in events(tmp_path) if e["rule"] == "eval_band"]
+    assert got == [("fired", 100, False), ("resolved", 200, False), ("fired", 300, True)]
 
 
 def test_eval_band_refuses_a_malformed_band() -> None:

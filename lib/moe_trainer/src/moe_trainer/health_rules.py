@@ -473,6 +473,11 @@ class EvalBand(Rule):
 
     rows: ClassVar[str] = "eval"
     resolve_steps: int = 1
+    silence_s: float = 0.0
+    """No silence by default: each band point is its own pre-registered check, and a later point outside
+    the band is the news even right after an earlier one resolved (the ninth real ladder's target left the
+    band at 75% five minutes after it had come back in at 50%; under the rules' 30-minute default that
+    firing was recorded as silenced and never posted)."""
     metric: str = "micro.bpb"
     """Path inside the eval row's ``eval`` object."""
     points: tuple[BandPoint, ...] = ()
