@@ -1,12 +1,13 @@
 """Other ways to forecast a ladder's endpoint, scored after the fact on the committed ladder records.
 
 Not forecasts: these rules were written after the targets were seen, to say which one a next design should
-register. For every ladder whose rung curves are committed (the third to the eighth; the sixth reuses the
-fifth's rungs) it refits the rungs, prints each rule's signed error against the target, and re-runs the
-prediction's ``late_drop`` gate on the registered forecast (docs/benchmarks/scaling-ladder.md, 2026-12-04):
+register. For every ladder whose rung curves are committed (the third to the tenth; the sixth reuses the
+fifth's rungs, the tenth the ninth's) it refits the rungs, prints each rule's signed error against the
+target, and re-runs the prediction's ``late_drop`` gate on the registered forecast
+(docs/benchmarks/scaling-ladder.md, 2026-12-04):
 
-- ``end_free_e``: the offset law through the rungs' ends, E fitted (what every ladder but the seventh
-  registered);
+- ``end_free_e``: the offset law through the rungs' ends, E fitted (what the first six ladders and the
+  eighth registered);
 - ``end_fixed_e``: the same with E = 0.584 (benchmarks/ladder_calibrate_e.py; the seventh registered it,
   and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
 - ``p75_minus_max_fall``: the law through the rungs' 75% points, at the target's 75%, minus the largest
@@ -41,6 +42,8 @@ LADDERS = (
     ("sixth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v6.json"),
     ("seventh", "2026-12-04-scaling-ladder-real-v7-rungs.json", "2026-12-04-scaling-ladder-real-v7.json"),
     ("eighth", "2026-12-04-scaling-ladder-real-v8-rungs.json", "2026-12-04-scaling-ladder-real-v8.json"),
+    ("ninth", "2026-12-04-scaling-ladder-real-v9-rungs.json", "2026-12-04-scaling-ladder-real-v9.json"),
+    ("tenth", "2026-12-04-scaling-ladder-real-v10-rungs.json", "2026-12-04-scaling-ladder-real-v10.json"),
 )
 
 
@@ -69,9 +72,11 @@ def rules(runs: list[dict[str, Any]], target_compute: float, falls: dict[str, fl
 
 def ladder(rungs_file: str, verdict_file: str) -> dict[str, Any]:
     record = json.loads((RUNS / rungs_file).read_text())
-    verdict = json.loads((RUNS / verdict_file).read_text())["real"][0]
-    runs = [r for r in record["fit_runs"] if r["lr_multiple"] == 1.0]
     t = record["target"]
+    # a prefix can hold several ladders (the tenth reused the ninth's): the verdict of this record's target
+    verdicts = json.loads((RUNS / verdict_file).read_text())["real"]
+    verdict = next(v for v in verdicts if v["target"] == t["name"])
+    runs = [r for r in record["fit_runs"] if r["lr_multiple"] == 1.0]
     # older records' points carry no fraction: it is the step over the run's length
     points = [{**p, "fraction": p["step"] / t["num_steps"]} for p in record["points"]]
     gate = late_drop_gate(points, runs)

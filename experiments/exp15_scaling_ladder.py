@@ -69,7 +69,10 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    forecast d96-L4's 75% at +0.9%): four rungs over 3.7x in N do not pin E, and the "accurate 75% points"
    of the earlier ladders were partly their seeds' luck. The target fell 0.256 from 75% to the end (the
    rungs' mean 0.280).
-10. 2026-12-04: E fixed from the four-layer family's targets (the hypothesis above).
+10. 2026-12-04: E fixed at 1.174 from the four-layer family's rungs and targets (the hypothesis above), the
+   ninth's rungs, the end law, target d104-L4 (25x), seed 600: 1.6624 [1.6319, 1.6940] against 1.6637,
+   -0.08%, inside: the issue's figure, met once in ten ladders, on an E taken from the family's earlier
+   targets (the rungs alone would have said -4.98%); 25% and 50% outside, 75% inside (+1.42%).
 This script runs the tenth design.
 
     python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 35 min, 2 quiet cores
