@@ -22,9 +22,10 @@ seventh design considered; and, after the fact, the calibration with the seventh
 
 ``--family l4`` (the tenth design's E): the same calibration for the four-layer family alone, through the
 ninth ladder's rungs (d24-L4..d48-L4, seeds 10-15, ``...-real-v9-rungs.json``) and every four-layer target
-on record at the end: d64-L4 (the three above), d88-L4 (the eighth) and d96-L4 (the ninth). It also prints
-its backtest: the calibration without d96-L4, fixed in the law through the eighth's and through the ninth's
-rungs, forecasting d96-L4's end; and the fixed-E forecast at d104-L4 (the tenth design's target).
+at 10 tokens per parameter on record (the fourth ladder's, at 20, is left out), at the end: d64-L4 (the
+three above), d88-L4 (the eighth) and d96-L4 (the ninth). It also prints its backtest: the calibration
+without d96-L4, fixed in the law through the eighth's and through the ninth's rungs, forecasting d96-L4's
+end; and the fixed-E forecast at d104-L4 (the tenth design's target).
 
     .venv/bin/python benchmarks/ladder_calibrate_e.py --family l4
 """

@@ -72,10 +72,13 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
 10. 2026-12-04: E fixed at 1.174 from the four-layer family's rungs and targets (the hypothesis above), the
    ninth's rungs, the end law, target d104-L4 (25x), seed 600: 1.6624 [1.6319, 1.6940] against 1.6637,
    -0.08%, inside: the issue's figure, met once in ten ladders, on an E taken from the family's earlier
-   targets (the rungs alone would have said -4.98%); 25% and 50% outside, 75% inside (+1.42%).
+   targets (the rungs alone would have said -4.98%), 1.57x past the largest of them; 25% and 50% outside,
+   75% inside (+1.42%), so the script's criterion (every point inside) failed. "Every four-layer target"
+   in the hypothesis means every one at 10 tokens per parameter: the fourth ladder's d64-L4 target (20
+   tokens per parameter, 1.8124) is not in the calibration.
 This script runs the tenth design.
 
-    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 35 min, 2 quiet cores
+    python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 32 min, 2 quiet cores
     MARIN_LADDER_SMALL=1 python experiments/exp15_scaling_ladder.py       # the reduced ladder CI runs
     MARIN_LADDER_STAGE=rungs python experiments/exp15_scaling_ladder.py   # only the rungs (train + eval)
     MARIN_LADDER_LR_CHECK=1 ...                                           # add the rungs' learning-rate check

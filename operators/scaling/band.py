@@ -6,7 +6,8 @@ through the hash-checked reader (:func:`operators.scaling.records.read_record`: 
 was written is refused, so is the run) and gives the trainer's watcher the band with :func:`with_eval_band`:
 ``watch.eval_band`` (``moe_trainer.health_rules.EvalBand``) gets the metric, one ``BandPoint`` (step,
 point, low, high, label) per evaluation point, and the record's path and sha256 as its source. The watcher
-then fires an ``eval_band`` alert (severity, pending and silence like every rule; docs/health.md) when an
+then fires an ``eval_band`` alert (severity and pending like every rule, no silence window by default;
+docs/health.md) when an
 evaluation at one of those steps lands outside its interval, and resolves it when a later one lands inside;
 the engine posts both to the experiment's issue. No risk point has to be written by hand.
 

@@ -12,8 +12,11 @@ by the law fitted through the rungs' values there. ``"pre_decay_anchor"``: the l
 point before the end (75%: before the WSD decay, which starts at 80%) gives the target's value there, and
 the end is that value minus the rungs' mean fall from that point to the end (each rung weighs the same; a
 rung's fall is the mean over its seeds). Its interval adds, in quadrature, the anchor's interval and the
-spread of one run's fall (the standard deviation of every rung run's fall, times the normal quantile of the
-level). The law's own end forecast is kept in the point's ``end_law``, so the verdict can score both. Why:
+spread of one run's fall (the standard deviation of every rung run's fall, pooled over rungs, times the
+normal quantile of the level, times sqrt(1 + 1/runs); for the mean over seeds, divided by sqrt(runs)). The
+law's own end forecast (with its ``late_drop`` gate) is kept in the point's ``end_law``, so the verdict can
+score both; the end point's ``params``, ``sigma_log`` and fit ``gates`` stay the end law's, and its
+``late_drop`` gate, recomputed on the registered point, cannot flag (its fall is the rungs' mean). Why:
 in the third to eighth real ladders the registered 75% points landed within 0.9% of every
 10-tokens-per-parameter target, while the end law implied a fall past the decay larger than any rung's
 and ended 1.9-9.2% low (docs/benchmarks/scaling-ladder.md).
@@ -143,10 +146,19 @@ def anchored_end(points: list[dict[str, Any]], runs: list[dict[str, Any]], level
     falls = rung_falls(runs, anchor["fraction"], end["fraction"])
     every = [f for v in falls.values() for f in v]
     if len(falls) < 2 or len(every) < 3:
+        keys = (f"{anchor['fraction']:g}", f"{end['fraction']:g}")
+        lacking = sorted(
+            {
+                f"{r['rung']} seed {r.get('seed', '?')}"
+                for r in runs
+                if r["lr_multiple"] == 1.0 and not all(k in r["values"] for k in keys)
+            }
+        )
         raise LadderInputError(
             f"prediction: the pre_decay_anchor rule needs the falls from {anchor['label']} to the end of at "
-            f"least two rungs and three runs; the rungs have {len(every)} run(s) with both points "
-            f"({sorted(falls)}). Evaluate every rung at both fractions, or use end_rule='law'"
+            f"least two rungs and three runs; {len(every)} run(s) have both points (rungs {sorted(falls)}), "
+            f"these lack one: {', '.join(lacking) or 'none'}. Evaluate every rung at both fractions, or use "
+            "end_rule='law'"
         )
     means = {rung: sum(v) / len(v) for rung, v in falls.items()}
     fall = sum(means.values()) / len(means)
@@ -163,6 +175,11 @@ def anchored_end(points: list[dict[str, Any]], runs: list[dict[str, Any]], level
         left = next(
             (rung for c, rung in by_compute.items() if math.isclose(c, row["left_out"], rel_tol=1e-6)), None
         )
+        if left is None:
+            raise ValueError(
+                f"prediction: the anchor's leave-one-rung-out row at compute {row['left_out']:.4g} matches "
+                f"no rung with a fall (rungs at {sorted(by_compute)}): the fit and its runs disagree"
+            )
         rest = [m for rung, m in means.items() if rung != left]
         loo.append(
             {

@@ -526,6 +526,8 @@ def test_pre_decay_anchor_forecasts_the_end_from_the_point_before_it(
     scored = verdict["endpoint"]
     assert scored["error_pct"] == pytest.approx(100 * (1 / 1.01 - 1))
     assert scored["end_law"]["error_pct"] == pytest.approx(100 * (end["end_law"]["point"] / actual[-1] - 1))
+    law = end["end_law"]
+    assert scored["end_law"]["inside"] == (law["low"] <= actual[-1] <= law["high"])
     assert "The end law alone (not the registered endpoint) said" in verdict_body(verdict)
 
 
@@ -548,6 +550,11 @@ def test_pre_decay_anchor_refuses_rungs_without_the_anchor_and_unknown_rules(
     only_ends = [{**r, "compute_6nd": 1e12, "values": {"1": r["values"]["1"]}} for r in _late_runs()]
     with pytest.raises(LadderInputError, match="needs the falls from 75% to the end of at least two rungs"):
         anchored_end(points, only_ends, 0.9)
+    # one rung with falls is not enough either; the message names the runs that lack a point
+    one_rung = [{**r, "compute_6nd": 1e12, "seed": i} for i, r in enumerate(_late_runs())]
+    one_rung = [r if r["rung"] != "small" else {**r, "values": {"1": r["values"]["1"]}} for r in one_rung]
+    with pytest.raises(LadderInputError, match=r"these lack one: small seed 0, small seed 1\."):
+        anchored_end(points, one_rung, 0.9)
     with pytest.raises(ValueError, match="needs an evaluation point before the end"):
         anchored_end(points[1:], _late_runs(), 0.9)
     # with the falls there: 2.0 minus the mean of the rungs' means (0.2 and 0.3); the check run ignored

@@ -476,7 +476,7 @@ class EvalBand(Rule):
     silence_s: float = 0.0
     """No silence by default: each band point is its own pre-registered check, and a later point outside
     the band is the news even right after an earlier one resolved (the ninth real ladder's target left the
-    band at 75% five minutes after it had come back in at 50%; under the rules' 30-minute default that
+    band at 75% three minutes after it had come back in at 50%; under the rules' 30-minute default that
     firing was recorded as silenced and never posted)."""
     metric: str = "micro.bpb"
     """Path inside the eval row's ``eval`` object."""
