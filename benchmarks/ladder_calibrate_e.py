@@ -171,10 +171,59 @@ def l4_family() -> dict[str, object]:
     }
 
 
+D112_L4 = 6.0 * 753712 * 14720 * 512  # the eleventh design's target, d112-L4 (operators.scaling.rules)
+
+
+def l4_eleventh() -> dict[str, object]:
+    """The eleventh design's E: the same calibration with the tenth's target (d104-L4, seed 600) added, and
+    the forecast it gives at d112-L4 through the four rungs the eleventh reuses (the ninth's, seeds 10-12;
+    its fifth rung, d56-L4, had not run when this was written, so the registered point will differ)."""
+    targets = [
+        (_compute(json.loads((RUNS / rungs).read_text())["target"]), _end(verdict))
+        for rungs, verdict in L4_TARGETS
+    ]
+    tenth = json.loads((RUNS / "2026-12-04-scaling-ladder-real-v10-rungs.json").read_text())["target"]
+    verdicts = json.loads((RUNS / "2026-12-04-scaling-ladder-real-v10.json").read_text())["real"]
+    d104 = next(v for v in verdicts if v["target"] == tenth["name"])
+    targets.append(
+        (_compute(tenth), float(next(p["actual"] for p in d104["points"] if p["label"] == "100%")))
+    )
+    compute, loss = _rule_ends(L4_RUNGS["ninth"])
+    law = fit_scaling_law(
+        compute=[*compute, *(c for c, _ in targets)],
+        loss=[*loss, *(v for _, v in targets)],
+        bootstrap=BOOTSTRAP,
+    ).params
+    runs = json.loads((RUNS / L4_RUNGS["ninth"]).read_text())["fit_runs"]
+    first3 = [r for r in runs if r["lr_multiple"] == 1.0 and r["seed"] in (10, 11, 12)]
+    e = round(law["E"], 3)
+    fixed = fit_scaling_law(
+        compute=[r["compute_6nd"] for r in first3],
+        loss=[r["values"]["1"] for r in first3],
+        fixed_e=e,
+        bootstrap=1000,
+    )
+    point, low, high = fixed.predict(D112_L4, single_run=True)
+    return {
+        "inputs": {"rung_runs": len(loss), "targets": [{"compute_6nd": c, "end": v} for c, v in targets]},
+        "calibrated": law,
+        "d112_L4_from_four_rungs_seeds_10_12": {
+            "compute_6nd": D112_L4,
+            "E_fixed": e,
+            "forecast": point,
+            "low": low,
+            "high": high,
+            "law": fixed.params,
+        },
+    }
+
+
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] == ["--family", "l4"]:
         print(json.dumps(l4_family(), indent=1))
+    elif sys.argv[1:] == ["--family", "l4-eleventh"]:
+        print(json.dumps(l4_eleventh(), indent=1))
     else:
         main()

@@ -94,8 +94,8 @@ def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
     assert len(verdicts) == 1 and sha in verdicts[0].body
     # exp15's fixed E is stated on the comment and in the record's assumptions
     record = read(f"{p['exp15/prediction']}/prediction.json")
-    assert "E fixed at 1.174 (an assumption, not fitted)" in prediction[0].body
-    assert any(a.startswith("the irreducible loss is E = 1.174") for a in record["assumptions"])
+    assert "E fixed at 1.176 (an assumption, not fitted)" in prediction[0].body
+    assert any(a.startswith("the irreducible loss is E = 1.176") for a in record["assumptions"])
     status = [c for c in comments if c.body.startswith("<!-- marin-status:")]
     assert len(status) == 1 and f"Prediction `{sha[:12]}`" in status[0].body
     assert "on track" in status[0].body or "off track by" in status[0].body
