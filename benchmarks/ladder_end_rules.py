@@ -1,9 +1,9 @@
 """Other ways to forecast a ladder's endpoint, scored after the fact on the committed ladder records.
 
 Not forecasts: these rules were written after the targets were seen, to say which one a next design should
-register. For every ladder whose rung curves are committed (the third to the tenth; the sixth reuses the
-fifth's rungs, the tenth the ninth's) it refits the rungs, prints each rule's signed error against the
-target, and re-runs the prediction's ``late_drop`` gate on the registered forecast
+register. For every ladder whose rung curves are committed (the third to the eleventh; the sixth reuses
+the fifth's rungs, the tenth and eleventh the ninth's) it refits the rungs, prints each rule's signed error
+against the target, and re-runs the prediction's ``late_drop`` gate on the registered forecast
 (docs/benchmarks/scaling-ladder.md, 2026-12-04):
 
 - ``end_free_e``: the offset law through the rungs' ends, E fitted (what the first six ladders and the
@@ -44,6 +44,7 @@ LADDERS = (
     ("eighth", "2026-12-04-scaling-ladder-real-v8-rungs.json", "2026-12-04-scaling-ladder-real-v8.json"),
     ("ninth", "2026-12-04-scaling-ladder-real-v9-rungs.json", "2026-12-04-scaling-ladder-real-v9.json"),
     ("tenth", "2026-12-04-scaling-ladder-real-v10-rungs.json", "2026-12-04-scaling-ladder-real-v10.json"),
+    ("eleventh", "2026-12-04-scaling-ladder-real-v11-rungs.json", "2026-12-04-scaling-ladder-real-v11.json"),
 )
 
 

@@ -75,7 +75,10 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    75% inside (+1.42%), so the script's criterion (every point inside) failed. "Every four-layer target"
    in the hypothesis means every one at 10 tokens per parameter: the fourth ladder's d64-L4 target (20
    tokens per parameter, 1.8124) is not in the calibration.
-11. 2026-12-04: the tenth's method with five rungs x three seeds (the hypothesis above), target d112-L4.
+11. 2026-12-04: the tenth's method with five rungs x three seeds (the hypothesis above), target d112-L4
+   (14x), seed 700: 1.6490 [1.6183, 1.6778] against 1.6439, +0.31%, inside; 75% inside (+0.80%), 25% and
+   50% outside, so the criterion (every point inside) failed. The rungs alone (E fitted) would have said
+   -4.02%; E is the lab's record, stated.
 This script runs the eleventh design.
 
     python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 33 min, 2 quiet cores
