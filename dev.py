@@ -106,8 +106,9 @@ def compile_project() -> None:
 
     With PYTHONDONTWRITEBYTECODE=1 set, as on these machines, no process writes .pyc files, so each of the
     many step, Ray worker and test subprocesses would otherwise compile the same sources again."""
-    dirs = [d for d in ("marin", "operators", "experiments", "tests", "benchmarks", "lib/moe_trainer") if
-            (ROOT / d).is_dir()]
+    packages = ("marin", "operators", "openlab_records", "experiments", "tests", "benchmarks",
+                "lib/moe_trainer")
+    dirs = [d for d in packages if (ROOT / d).is_dir()]
     subprocess.run([str(PY), "-m", "compileall", "-q", "-j", "0", *dirs], cwd=ROOT, stdout=subprocess.DEVNULL,
                    check=False)  # a file that does not compile is reported by the run itself, not here
 

@@ -24,7 +24,7 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_is_clean_on_engine_operators_and_trainer() -> None:
-    out = _run("mypy", "marin", "operators", "lib/moe_trainer/src/moe_trainer")
+    out = _run("mypy", "marin", "operators", "openlab_records", "lib/moe_trainer/src/moe_trainer")
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
 
 
