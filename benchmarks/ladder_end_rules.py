@@ -14,7 +14,7 @@ against the target, and re-runs the prediction's ``late_drop`` gate on the regis
   fall any rung had from 75% to its end;
 - ``p75_over_top_ratio``: that 75% forecast divided by the top rung's ratio of its 75% to its end value;
 - ``p75_minus_mean_fall``: that 75% forecast minus the mean over rungs of each rung's mean fall from 75% to
-  the end (the point of the ``pre_decay_anchor`` end rule, operators/scaling/forecast.py, which the ninth
+  the end (the point of the ``pre_decay_anchor`` end rule, operators/scaling/end_rule.py, which the ninth
   design registered after seeing these).
 
 ``law_at_75`` scores that 75% forecast itself against the target's 75% value.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.scaling import fit_scaling_law
-from operators.scaling.forecast import late_drop_gate
+from operators.scaling.gates import late_drop_gate
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runs"
 FIXED_E = 0.584

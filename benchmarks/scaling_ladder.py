@@ -76,7 +76,8 @@ def backtest(
 
 
 def real_ladder(prefix: str) -> list[dict[str, Any]]:
-    from marin.tracking.predictions import list_predictions, read_json
+    from marin.tracking.predictions import list_predictions
+    from openlab_records import read_json
 
     out = []
     for row in list_predictions(prefix)["predictions"]:

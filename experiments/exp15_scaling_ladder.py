@@ -152,7 +152,7 @@ else:
 # comment. The reduced ladder uses the same settings.
 E_FIXED: float | None = 1.176
 # The endpoint rule: "law" (the end fitted like every point). The ninth design registered "pre_decay_anchor"
-# (operators/scaling/forecast.py) and missed by -7.50%.
+# (operators/scaling/end_rule.py) and missed by -7.50%.
 END_RULE = "law"
 LR_ASSUMPTION = (
     "the learning-rate rule is not mistuned at the target's size (checked up to the top rung)" if SMALL else

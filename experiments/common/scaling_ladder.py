@@ -38,20 +38,17 @@ from marin import Step, output_path_of, this_output_path
 from marin.graph.dag import build_graph
 from operators.scaling.curve import CurveConfig, evaluate_curve
 from operators.scaling.fitstep import FitConfig, RungRun, fit_ladder
-from operators.scaling.forecast import (
+from operators.scaling.ladder import LadderPlan
+from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
+from operators.scaling.prediction import PredictionConfig, TargetSpec, predict_target
+from operators.scaling.rules import RungSpec, trainer_overrides
+from operators.scaling.target import (
     AfterForecastConfig,
-    PredictionConfig,
-    TargetSpec,
     TargetTrainConfig,
-    VerdictConfig,
-    predict_target,
-    score_prediction,
     train_after_forecast,
     train_target,
 )
-from operators.scaling.ladder import LadderPlan
-from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
-from operators.scaling.rules import RungSpec, trainer_overrides
+from operators.scaling.verdict import VerdictConfig, score_prediction
 from operators.train import TrainConfig, train
 
 
@@ -150,7 +147,8 @@ def build_ladder(
 ) -> Ladder:
     """Every step of the ladder (see the module docstring). ``validation`` maps domains to the held-out
     caches (``output_path_of(tokenized, "validation/python")``...) for the target's in-training evaluation.
-    ``end_rule`` picks how the endpoint is forecast (:class:`operators.scaling.forecast.PredictionConfig`)."""
+    ``end_rule`` picks how the endpoint is forecast
+    (:class:`operators.scaling.prediction.PredictionConfig`)."""
     trains, evals, runs = [], [], []
     check_seeds = plan.seeds[: plan.lr_check_seeds]
     pairs = [*((r, plan.seeds) for r in plan.rungs), *((r, check_seeds) for r in plan.lr_check)]

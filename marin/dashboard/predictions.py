@@ -1,11 +1,11 @@
 """The dashboard's view of pre-registered predictions: a step's band chart, and the calibration list.
 
-Reads the records through :mod:`marin.tracking.predictions` (the engine's generic reader of
-``prediction.json``, ``tracking.json`` and ``verdict.json``). For a step page, :func:`for_step` finds what
-the step wrote: a tracked run (``tracking.json``: the live curve against the band, "on track / off track"
-per landed evaluation), a verdict (``verdict.json``), or the prediction itself (``prediction.json``), and
-lays the points out as a small inline SVG (server-side coordinates, so no script is needed); or a note on a
-prediction (``note.json``: its title and text, no chart).
+Reads the records through :mod:`marin.tracking.predictions` (the engine's typed, generic reading of
+``prediction.json``, ``tracking.json`` and ``verdict.json``: :mod:`openlab_records`). For a step page,
+:func:`for_step` finds what the step wrote: a tracked run (``tracking.json``: the live curve against the
+band, "on track / off track" per landed evaluation), a verdict (``verdict.json``), or the prediction
+itself (``prediction.json``), and lays the points out as a small inline SVG (server-side coordinates, so
+no script is needed); or a note on a prediction (``note.json``: its title and text, no chart).
 """
 
 from __future__ import annotations
@@ -14,17 +14,8 @@ import dataclasses
 import posixpath
 from typing import Any
 
-from marin.tracking.predictions import (
-    HASH_KEY,
-    NOTE_FILE,
-    PREDICTION_FILE,
-    VERDICT_FILE,
-    TrackPoint,
-    read_json,
-    track,
-    track_points,
-    verified,
-)
+from marin.tracking.predictions import TrackPoint, read_record, sealed_as, track, track_points
+from openlab_records import HASH_KEY, NOTE_FILE, PREDICTION_FILE, VERDICT_FILE, Note, Prediction, Verdict
 
 WIDTH, HEIGHT, PAD = 560, 220, 44
 
@@ -67,57 +58,60 @@ def chart(points: list[TrackPoint]) -> BandChart:
     )
 
 
+def _what_is_there(root: str) -> tuple[str, Prediction | Verdict, list[TrackPoint]] | dict[str, Any] | None:
+    """(kind, record, points) for a tracked run, a verdict or a prediction; a dict for a tampered one."""
+    found = track(root)
+    if found is not None:
+        return "tracked run", found[0], found[1]
+    verdict = sealed_as(Verdict, read_record(f"{root}/{VERDICT_FILE}"), f"{root}/{VERDICT_FILE}")
+    if verdict is not None:
+        actual = {p.band.step: p.actual for p in verdict.points}
+        return "verdict", verdict, track_points([p.band for p in verdict.points], actual)
+    raw = read_record(f"{root}/{PREDICTION_FILE}")
+    if not isinstance(raw, dict):
+        return None
+    record = sealed_as(Prediction, raw, f"{root}/{PREDICTION_FILE}")
+    if record is None:
+        return {"kind": "prediction", "tampered": True, "sha256": raw.get(HASH_KEY)}
+    return "prediction", record, track_points(record.points, {})
+
+
 def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
     """What the step page shows about predictions for the step at ``step_path`` (None: nothing)."""
     root = step_path if "://" in step_path or step_path.startswith("/") else posixpath.join(prefix, step_path)
     root = root.rstrip("/")
-    note = read_json(f"{root}/{NOTE_FILE}")
+    note = read_record(f"{root}/{NOTE_FILE}")
     if isinstance(note, dict):
         return _note(note)
-    kind, found = "tracked run", track(root)
-    if found is not None:
-        record, points = found
-    else:
-        verdict = read_json(f"{root}/{VERDICT_FILE}")
-        record = read_json(f"{root}/{PREDICTION_FILE}")
-        if verified(verdict):
-            kind = "verdict"
-            record = {
-                "points": verdict["points"],
-                "metric": {"name": verdict["metric"]},
-                HASH_KEY: verdict["prediction_sha256"],
-                "target": {"name": verdict["target"]},
-            }
-            points = track_points(record, {int(p["step"]): float(p["actual"]) for p in verdict["points"]})
-        elif isinstance(record, dict):
-            if not verified(record):
-                return {"kind": "prediction", "tampered": True, "sha256": record.get(HASH_KEY)}
-            kind, points = "prediction", track_points(record, {})
-        else:
-            return None
+    found = _what_is_there(root)
+    if found is None or isinstance(found, dict):
+        return found
+    kind, record, points = found
     latest = [p for p in points if p.actual is not None]
+    sha = record.prediction_sha256 if isinstance(record, Verdict) else record.sha256
     return {
         "kind": kind,
         "tampered": False,
-        "sha256": record[HASH_KEY],
-        "metric": record["metric"]["name"],
-        "target": (record.get("target") or {}).get("name"),
+        "sha256": sha,
+        "metric": record.metric,
+        "target": record.target,
         "points": points,
         "summary": latest[-1].describe() if latest else "no evaluation yet",
         "chart": chart(points),
     }
 
 
-def _note(note: dict[str, Any]) -> dict[str, Any]:
-    if not verified(note):
-        return {"kind": "note", "tampered": True, "sha256": note.get(HASH_KEY), "file": NOTE_FILE}
+def _note(raw: dict[str, Any]) -> dict[str, Any]:
+    note = sealed_as(Note, raw, NOTE_FILE)
+    if note is None:
+        return {"kind": "note", "tampered": True, "sha256": raw.get(HASH_KEY), "file": NOTE_FILE}
     return {
         "kind": "note",
         "tampered": False,
-        "sha256": note["prediction_sha256"],
-        "metric": note.get("title", "note"),
-        "target": note.get("target"),
+        "sha256": note.prediction_sha256,
+        "metric": note.title,
+        "target": note.details.get("target"),
         "points": [],
-        "summary": note.get("text", ""),
+        "summary": note.text,
         "chart": None,
     }

@@ -1,4 +1,4 @@
-"""Choosing the tracker backend, and the publisher factory the executor consults for every run.
+"""Choosing the tracker backend, and the publisher factories the executor consults for every run.
 
 Backend choice for a repository (``MARIN_TRACKER`` overrides it: ``github``, ``local`` or ``off``):
 a repository whose owner is ``local`` always uses the local tracker; otherwise GitHub when ``GITHUB_TOKEN`` is
@@ -11,11 +11,12 @@ Enterprise or a test server; ``MARIN_DASHBOARD_URL`` adds dashboard links; ``MAR
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from marin.issue_ref import IssueRef
+from marin.status.publisher import RunContext
 from marin.tracking.base import Tracker, TrackerAuthError
 from marin.tracking.local import DEFAULT_LOCAL_REPO, LocalTracker
+from marin.tracking.predictions import PredictionPublisher
 from marin.tracking.publisher import IssuePublisher
 from marin.tracking.retry import RetryPolicy
 
@@ -55,7 +56,7 @@ def make_tracker(repo: str | None, prefix: str, backend: str | None = None) -> T
     return GitHubTracker(repo, token, api_url=os.environ.get("GITHUB_API_URL") or None, policy=policy)
 
 
-def linked_issue(ctx: Any) -> IssueRef | None:
+def linked_issue(ctx: RunContext) -> IssueRef | None:
     """The run's issue (``ctx.issue``: an IssueRef, its string form or None), or None when the run is unlinked
     or its tracker is switched off."""
     issue = getattr(ctx, "issue", None)
@@ -65,7 +66,7 @@ def linked_issue(ctx: Any) -> IssueRef | None:
     return None if choose_backend(ref.repo) == "off" else ref
 
 
-def issue_publisher_factory(ctx: Any) -> IssuePublisher | None:
+def issue_publisher_factory(ctx: RunContext) -> IssuePublisher | None:
     """The executor's hook: a publisher for runs linked to an issue, None when unlinked or switched off.
 
     ``ctx`` is the executor's RunContext (``prefix``, ``issue``: an IssueRef, its string form or None).
@@ -78,3 +79,10 @@ def issue_publisher_factory(ctx: Any) -> IssuePublisher | None:
     interval = os.environ.get("MARIN_TRACKER_MIN_INTERVAL")
     return IssuePublisher(tracker, ref.number, dashboard_url=os.environ.get("MARIN_DASHBOARD_URL") or None,
                           min_interval_s=float(interval) if interval else DEFAULT_INTERVALS[tracker.kind])
+
+
+def prediction_publisher_factory(ctx: RunContext) -> PredictionPublisher | None:
+    """The executor's hook: a publisher of the run's predictions, verdicts and notes to its issue (None when
+    the run is unlinked or its tracker switched off)."""
+    ref = linked_issue(ctx)
+    return None if ref is None else PredictionPublisher(make_tracker(ref.repo, ctx.prefix), ref.number)

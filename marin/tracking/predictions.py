@@ -1,43 +1,30 @@
-"""Pre-registered predictions: post frozen records to the issue, track a run against them, list them all.
+"""Pre-registered predictions on the issue: post each frozen record once, track a run against it, list them.
 
-The engine knows no ML. It reads three JSON files that steps write in a documented format
-(docs/scaling-ladder.md, "Records"), generically:
+The engine knows no ML. It reads the records of :mod:`openlab_records` (docs/scaling-ladder.md, "Records")
+through their typed readers and uses only their generic fields: a prediction's points (label, step, point,
+90% interval), metric, target, issue, assumptions, the ``warnings`` its step's gates flagged and the
+``summary`` lines its step rendered (the engine posts them as they are); a verdict's scored points; a
+tracking file's prediction and metric path; a note's title and text. Errors are signed one way everywhere:
+``(predicted - actual) / actual`` (:func:`openlab_records.error_pct`), so the verdict, this status comment,
+the dashboard, the alert and the listing agree in sign and value.
 
-- ``prediction.json`` (schema ``marin-prediction/v1``): ``points`` (each ``label``, ``step``, ``point``,
-  ``low``, ``high``), ``metric`` (``name``, ``path``), ``target`` (``name``, ``config_hash``), ``issue``,
-  and ``record_sha256``, the sha256 of the record's canonical JSON without that key (sorted keys, compact
-  separators, UTF-8, no NaN);
-- ``tracking.json`` (``marin-tracking/v1``), written by a step that is scored against a prediction: the
-  record's path and hash, and which rows of its ``metrics.jsonl`` carry the metric (``metric_path``, e.g.
-  ``eval.micro.bpb`` on rows with a ``step``);
-- ``verdict.json`` (``marin-verdict/v1``): ``prediction_sha256``, ``points`` (``actual``, ``error_pct``,
-  ``inside``), ``hits``/``n``, sealed like the prediction;
-- ``note.json`` (``marin-prediction-note/v1``): something a step found out about a prediction after it was
-  frozen (e.g. whether the target's learning rate was the best one: operators/scaling/lrcheck.py):
-  ``prediction_sha256``, ``title``, ``text``, sealed like the prediction.
-
-What it does with them:
-
-- :class:`PredictionPublisher` (registered for every run linked to an issue) posts each new prediction as
-  its *own* comment the moment its step succeeds — a comment it never edits, whose first line is a marker
-  with the record's hash and whose text quotes the hash — then writes ``posted.json`` next to the record
-  (hash, comment id, URL, creation time). The target step waits for that receipt, so the forecast is on the
-  issue before the target's first training step on any backend. A verdict, and a note, is posted the same
-  way, quoting the prediction's hash. All are idempotent: a restarted run finds the comment by its marker.
+- :class:`PredictionPublisher` (registered for every run linked to an issue, by
+  :func:`marin.tracking.factory.prediction_publisher_factory`) posts each new prediction as its *own*
+  comment the moment its step succeeds — a comment it never edits, whose first line is a marker with the
+  record's hash and whose text quotes the hash — then writes ``posted.json`` next to the record (hash,
+  comment id, URL, creation time). The target step waits for that receipt, so the forecast is on the issue
+  before the target's first training step on any backend. A verdict, and a note, is posted the same way,
+  quoting the prediction's hash. All are idempotent: a restarted run finds the comment by its marker.
 - :func:`tracking_section` adds "on track / off track by x% (outside the 90% interval)" lines to the status
   comment for every running or finished step that writes ``tracking.json``.
 - :func:`list_predictions` walks a prefix for every record, checks its hash, pairs it with its verdict and
   computes the interval hit rate (``marin predictions`` and the dashboard's calibration page).
-Why the file is past 400 lines: the three records (prediction, tracking, verdict) are one protocol; their
-reading, posting, tracking and listing share the hashing and the format, so they live together.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import logging
 import math
 import time
 from collections.abc import Sequence
@@ -46,52 +33,47 @@ from typing import Any
 import fsspec
 
 from marin.status.publisher import RunView, StepView
-from marin.tracking.base import Tracker
-
-logger = logging.getLogger(__name__)
-HASH_KEY = "record_sha256"
-PREDICTION_FILE, POSTED_FILE, TRACKING_FILE, VERDICT_FILE, NOTE_FILE = (
-    "prediction.json",
-    "posted.json",
-    "tracking.json",
-    "verdict.json",
-    "note.json",
+from marin.tracking.base import Comment, Tracker
+from openlab_records import (
+    HASH_KEY,
+    NOTE_FILE,
+    POSTED_FILE,
+    PREDICTION_FILE,
+    TRACKING_FILE,
+    VERDICT_FILE,
+    Band,
+    Note,
+    Prediction,
+    RecordFormatError,
+    Tracking,
+    Verdict,
+    error_pct,
+    is_sealed,
+    read_json,
+    write_json_atomic,
 )
+
 PREDICTION_MARKER = "<!-- marin-prediction:{sha} -->"
 VERDICT_MARKER = "<!-- marin-verdict:{sha} -->"
 NOTE_MARKER = "<!-- marin-note:{sha} -->"
 
 
-def record_hash(record: dict[str, Any]) -> str:
-    """sha256 of the record's canonical JSON without ``record_sha256``."""
-    body = {k: v for k, v in record.items() if k != HASH_KEY}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def verified(record: Any) -> bool:
-    """Whether ``record`` is sealed and its content matches its hash (an edited file does not)."""
-    return isinstance(record, dict) and record.get(HASH_KEY) == record_hash(record)
-
-
-def read_json(path: str) -> Any:
-    """The JSON at ``path``, or None when the file does not exist (or is being written)."""
-    fs, p = fsspec.core.url_to_fs(path)
+def read_record(path: str) -> Any:
+    """The JSON at ``path`` for a reader that polls: None when it is missing or not JSON yet."""
     try:
-        with fs.open(p, "rb") as handle:
-            return json.loads(handle.read())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError:
+        return read_json(path)
+    except RecordFormatError:
         return None
 
 
-def write_json(path: str, obj: Any) -> None:
-    fs, p = fsspec.core.url_to_fs(path)
-    tmp = f"{p}.tmp-{time.time_ns()}"
-    with fs.open(tmp, "w") as handle:
-        json.dump(obj, handle, indent=1, sort_keys=True)
-    fs.mv(tmp, p)
+def sealed_as(kind: type[Prediction] | type[Verdict] | type[Note], raw: Any, where: str) -> Any:
+    """``raw`` as a typed record when it is sealed and well-formed; None otherwise."""
+    if not is_sealed(raw):
+        return None
+    try:
+        return kind.from_json(raw, where)
+    except RecordFormatError:
+        return None
 
 
 # ---- tracking a running step against its prediction ----------------------------------------------------
@@ -117,18 +99,21 @@ class TrackPoint:
 
     @property
     def error_pct(self) -> float | None:
-        """(predicted - actual) / actual in %, the record's scoring convention."""
-        return None if self.actual is None else 100.0 * (self.point - self.actual) / self.actual
+        """``(predicted - actual) / actual`` in %, the one sign convention (positive: forecast too high)."""
+        return None if self.actual is None else error_pct(self.point, self.actual)
+
+    @property
+    def state_text(self) -> str:
+        """The state, with the signed error when off track (``off track by -6.25%``)."""
+        return f"off track by {self.error_pct:+.2f}%" if self.state == "off track" else self.state
 
     def describe(self) -> str:
         if self.actual is None:
             return f"pending (predicted {self.point:.4f} [{self.low:.4f}, {self.high:.4f}])"
-        off = 100.0 * (self.actual - self.point) / self.point
         where = "inside" if self.state == "on track" else "outside"
-        head = "on track" if self.state == "on track" else f"off track by {off:+.2f}%"
         return (
-            f"{head} ({where} the 90% interval): actual {self.actual:.4f}, predicted {self.point:.4f} "
-            f"[{self.low:.4f}, {self.high:.4f}]"
+            f"{self.state_text} ({where} the 90% interval): actual {self.actual:.4f}, predicted "
+            f"{self.point:.4f} [{self.low:.4f}, {self.high:.4f}]"
         )
 
 
@@ -160,156 +145,115 @@ def metric_rows(metrics_path: str, metric_path: str) -> dict[int, float]:
     return out
 
 
-def track(output_path: str) -> tuple[dict[str, Any], list[TrackPoint]] | None:
-    """(prediction record, points) for a step that writes tracking.json; None for other steps."""
-    tracking = read_json(f"{output_path.rstrip('/')}/{TRACKING_FILE}")
-    if not isinstance(tracking, dict) or "prediction" not in tracking:
-        return None
-    record = read_json(str(tracking["prediction"]))
-    if not verified(record) or record.get(HASH_KEY) != tracking.get(HASH_KEY):
-        return None
-    values = metric_rows(
-        f"{output_path.rstrip('/')}/{tracking.get('metrics_file', 'metrics.jsonl')}",
-        str(tracking.get("metric_path") or record["metric"]["path"]),
-    )
-    return record, track_points(record, values)
+def track_points(points: Sequence[Band], actual: dict[int, float]) -> list[TrackPoint]:
+    """The bands with the actual value at each step, where one exists."""
+    return [TrackPoint(p.label, p.step, p.point, p.low, p.high, actual.get(p.step)) for p in points]
 
 
-def track_points(record: dict[str, Any], actual: dict[int, float]) -> list[TrackPoint]:
-    """The record's eval points with the actual value at each step, where one exists."""
-    return [
-        TrackPoint(
-            label=str(p["label"]),
-            step=int(p["step"]),
-            point=float(p["point"]),
-            low=float(p["low"]),
-            high=float(p["high"]),
-            actual=actual.get(int(p["step"])),
-        )
-        for p in record["points"]
+def track(output_path: str) -> tuple[Prediction, list[TrackPoint]] | None:
+    """(prediction, points) for a step that writes tracking.json; None for other steps."""
+    raw = read_record(f"{output_path.rstrip('/')}/{TRACKING_FILE}")
+    try:
+        tracking = Tracking.from_json(raw) if isinstance(raw, dict) else None
+    except RecordFormatError:
+        return None
+    if tracking is None:
+        return None
+    record = sealed_as(Prediction, read_record(tracking.prediction), tracking.prediction)
+    if record is None or record.sha256 != tracking.prediction_sha256:
+        return None
+    values = metric_rows(f"{output_path.rstrip('/')}/{tracking.metrics_file}", tracking.metric_path)
+    return record, track_points(record.points, values)
+
+
+def _tracked_step_lines(name: str, record: Prediction, points: list[TrackPoint]) -> list[str]:
+    landed = [p for p in points if p.actual is not None]
+    lines = [
+        "",
+        f"#### Prediction `{str(record.sha256)[:12]}` for `{name}` ({record.metric}): "
+        f"{landed[-1].describe() if landed else 'no evaluation yet'}",
+        "",
+        "| Point | Step | Predicted | 90% interval | Actual | State |",
+        "|---|---|---|---|---|---|",
     ]
+    for p in points:
+        actual = f"{p.actual:.4f}" if p.actual is not None else "—"
+        lines.append(
+            f"| {p.label} | {p.step} | {p.point:.4f} | [{p.low:.4f}, {p.high:.4f}] | {actual} "
+            f"| {p.state_text} |"
+        )
+    return lines
 
 
 def tracking_section(steps: Sequence[StepView]) -> list[str]:
     """Status-comment lines for every running or finished step tracked against a prediction."""
     lines: list[str] = []
     for step in steps:
-        if step.status not in ("RUNNING", "SUCCESS"):
-            continue
-        found = track(step.output_path)
-        if found is None:
-            continue
-        record, points = found
-        landed = [p for p in points if p.actual is not None]
-        latest = landed[-1] if landed else points[0]
-        lines += [
-            "",
-            f"#### Prediction `{record[HASH_KEY][:12]}` for `{step.name}` ({record['metric']['name']}): "
-            f"{latest.describe() if landed else 'no evaluation yet'}",
-            "",
-            "| Point | Step | Predicted | 90% interval | Actual | State |",
-            "|---|---|---|---|---|---|",
-        ]
-        for p in points:
-            actual = f"{p.actual:.4f}" if p.actual is not None else "—"
-            state = (
-                p.state
-                if p.actual is None or p.state == "on track"
-                else f"off track by {100.0 * (p.actual - p.point) / p.point:+.2f}%"
-            )
-            lines.append(
-                f"| {p.label} | {p.step} | {p.point:.4f} | [{p.low:.4f}, {p.high:.4f}] | {actual} | {state} |"
-            )
+        found = track(step.output_path) if step.status in ("RUNNING", "SUCCESS") else None
+        if found is not None:
+            lines += _tracked_step_lines(step.name, *found)
     return lines
 
 
 # ---- posting records -------------------------------------------------------------------------------------
 
 
-def _gates_line(record: dict[str, Any]) -> str:
-    """What the ladder's own checks flagged before the target ran (operators.scaling.forecast)."""
-    if "warnings" not in record:
+def _gates_line(record: Prediction) -> str:
+    """What the step's own gates flagged before the target ran."""
+    if record.warnings is None:
         return "Gates: not recorded (an older record)"
-    return "Gates (recorded, not enforced): " + ("; ".join(record["warnings"]) or "none flagged")
+    return "Gates (recorded, not enforced): " + ("; ".join(record.warnings) or "none flagged")
 
 
-def _law_line(record: dict[str, Any]) -> str:
-    """The fitted form, and whether E was fitted or fixed (a fixed E is an assumption the reader must see)."""
-    form = record.get("form", {})
-    fixed = record.get("fitter", {}).get("fixed_e")
-    e_text = "E fitted" if fixed is None else f"E fixed at {fixed:g} (an assumption, not fitted)"
-    line = f"Law: `{form.get('formula', '?')}` in {form.get('x', '?')}; {e_text}"
-    rule = record.get("end_rule")
-    if rule:
-        law = record["points"][-1].get("end_law") or {}
-        line += (
-            f". Endpoint rule `{rule['id']}`: the law at the target's {rule['anchor']} minus the rungs' mean "
-            f"fall from {rule['anchor']} to the end, {rule['fall_mean']:.4f} (sd of one run's fall "
-            f"{rule['fall_sd']:.4f}, {rule['runs']} runs)"
-            + (f"; the end law alone says {law['point']:.4f}" if "point" in law else "")
-        )
-    return line
-
-
-def prediction_body(record: dict[str, Any]) -> str:
-    """The never-edited comment of a prediction: marker, table, hash, the record in full."""
-    sha = record[HASH_KEY]
-    rows = [
-        f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] |"
-        for p in record["points"]
-    ]
-    target = record.get("target", {})
+def prediction_body(record: Prediction) -> str:
+    """The never-edited comment of a prediction: marker, table, hash, the step's summary, the record."""
+    sha = str(record.sha256)
+    rows = [f"| {p.label} | {p.step} | {p.point:.4f} | [{p.low:.4f}, {p.high:.4f}] |" for p in record.points]
+    full = {**record.to_json(), HASH_KEY: sha}
     return "\n".join(
         [
             PREDICTION_MARKER.format(sha=sha),
-            f"### 🔒 Pre-registered prediction for `{target.get('name', '?')}` ({record['metric']['name']})",
+            f"### 🔒 Pre-registered prediction for `{record.target}` ({record.metric})",
             "",
             f"Frozen before the target's first step. Record sha256 `{sha}`; target config hash "
-            f"`{target.get('config_hash', '?')}`. This comment is never edited.",
+            f"`{record.target_config_hash}`. This comment is never edited.",
             "",
             "| Point | Step | Predicted | 90% interval |",
             "|---|---|---|---|",
             *rows,
+            *[line for s in record.summary or () for line in ("", s)],
             "",
-            _law_line(record),
-            "",
-            "Assumptions: " + ("; ".join(record.get("assumptions") or []) or "none stated"),
+            "Assumptions: " + ("; ".join(record.assumptions or ()) or "none stated"),
             "",
             _gates_line(record),
             "",
             "<details><summary>The record (prediction.json)</summary>",
             "",
             "```json",
-            json.dumps(record, indent=1, sort_keys=True)[:40_000],
+            json.dumps(full, indent=1, sort_keys=True)[:40_000],
             "```",
             "</details>",
         ]
     )
 
 
-def verdict_body(verdict: dict[str, Any]) -> str:
+def verdict_body(verdict: Verdict) -> str:
     """The comment of a verdict, quoting the prediction's hash."""
     rows = [
-        f"| {p['label']} | {p['step']} | {p['point']:.4f} | [{p['low']:.4f}, {p['high']:.4f}] | "
-        f"{p['actual']:.4f} | {p['error_pct']:+.2f}% | {'✅ inside' if p['inside'] else '❌ outside'} |"
-        for p in verdict["points"]
+        f"| {p.band.label} | {p.band.step} | {p.band.point:.4f} | [{p.band.low:.4f}, {p.band.high:.4f}] | "
+        f"{p.actual:.4f} | {p.error_pct:+.2f}% | {'✅ inside' if p.inside else '❌ outside'} |"
+        for p in verdict.points
     ]
-    end = verdict["points"][-1]
+    end = verdict.endpoint
     return "\n".join(
         [
-            VERDICT_MARKER.format(sha=verdict[HASH_KEY]),
-            f"### Verdict on prediction `{verdict['prediction_sha256']}` ({verdict['metric']})",
+            VERDICT_MARKER.format(sha=verdict.sha256),
+            f"### Verdict on prediction `{verdict.prediction_sha256}` ({verdict.metric})",
             "",
-            f"Endpoint: predicted {end['point']:.4f}, actual {end['actual']:.4f}, "
-            f"error {end['error_pct']:+.2f}% ({'inside' if end['inside'] else 'outside'} the 90% interval); "
-            f"{verdict['hits']}/{verdict['n']} points "
-            f"inside. Verdict sha256 `{verdict[HASH_KEY]}`."
-            + (
-                f" The end law alone (not the registered endpoint) said {end['end_law']['point']:.4f}, "
-                f"{end['end_law']['error_pct']:+.2f}%."
-                if "end_law" in end
-                else ""
-            ),
+            f"Endpoint: predicted {end.band.point:.4f}, actual {end.actual:.4f}, error {end.error_pct:+.2f}% "
+            f"((predicted - actual) / actual; {'inside' if end.inside else 'outside'} the 90% interval); "
+            f"{verdict.hits}/{len(verdict.points)} points inside. Verdict sha256 `{verdict.sha256}`."
+            + "".join(f" {s}" for s in verdict.summary or ()),
             "",
             "| Point | Step | Predicted | 90% interval | Actual | Error | |",
             "|---|---|---|---|---|---|---|",
@@ -318,35 +262,30 @@ def verdict_body(verdict: dict[str, Any]) -> str:
     )
 
 
-def note_body(note: dict[str, Any]) -> str:
+def note_body(note: Note) -> str:
     """The comment of a note on a prediction, quoting the prediction's hash."""
     return "\n".join(
         [
-            NOTE_MARKER.format(sha=note[HASH_KEY]),
-            f"### {note['title']} (prediction `{note['prediction_sha256']}`)",
+            NOTE_MARKER.format(sha=note.sha256),
+            f"### {note.title} (prediction `{note.prediction_sha256}`)",
             "",
-            str(note["text"]),
+            note.text,
             "",
-            f"Note sha256 `{note[HASH_KEY]}`.",
+            f"Note sha256 `{note.sha256}`.",
         ]
     )
 
 
-def _find(tracker: Tracker, number: int, marker: str) -> Any | None:
+def post_record(tracker: Tracker, number: int, marker: str, body: str) -> Comment:
+    """The comment starting with ``marker``, created with ``body`` if there is none (never edited)."""
     for comment in tracker.list_comments(number):
         if comment.body.startswith(marker):
             return comment
-    return None
-
-
-def post_record(tracker: Tracker, number: int, marker: str, body: str) -> Any:
-    """The comment starting with ``marker``, created with ``body`` if there is none (never edited)."""
-    found = _find(tracker, number, marker)
-    return found if found is not None else tracker.create_comment(number, body)
+    return tracker.create_comment(number, body)
 
 
 class PredictionPublisher:
-    """Posts predictions and verdicts of a run's steps to issue ``number`` (see the module docstring)."""
+    """Posts predictions, verdicts and notes of a run's steps to issue ``number`` (the module docstring)."""
 
     name = "predictions"
 
@@ -358,21 +297,23 @@ class PredictionPublisher:
         for step in run.steps:
             if step.status != "SUCCESS" or step.output_path in self._done:
                 continue
-            self._handle(step.output_path)
+            self._handle(step.output_path.rstrip("/"))
             self._done.add(step.output_path)
 
-    def _handle(self, output_path: str) -> None:
-        root = output_path.rstrip("/")
-        record = read_json(f"{root}/{PREDICTION_FILE}")
-        if record is not None:
-            self._post_prediction(root, record)
-        kinds = ((VERDICT_FILE, VERDICT_MARKER, verdict_body), (NOTE_FILE, NOTE_MARKER, note_body))
-        for name, marker, body in kinds:
-            found = read_json(f"{root}/{name}")
-            if found is not None and verified(found):
-                post_record(self.tracker, self.number, marker.format(sha=found[HASH_KEY]), body(found))
+    def _handle(self, root: str) -> None:
+        raw = read_record(f"{root}/{PREDICTION_FILE}")
+        if raw is not None:
+            self._post_prediction(root, raw)
+        verdict = sealed_as(Verdict, read_record(f"{root}/{VERDICT_FILE}"), f"{root}/{VERDICT_FILE}")
+        if verdict is not None:
+            post_record(
+                self.tracker, self.number, VERDICT_MARKER.format(sha=verdict.sha256), verdict_body(verdict)
+            )
+        note = sealed_as(Note, read_record(f"{root}/{NOTE_FILE}"), f"{root}/{NOTE_FILE}")
+        if note is not None:
+            post_record(self.tracker, self.number, NOTE_MARKER.format(sha=note.sha256), note_body(note))
 
-    def _ensure_issue(self, record: dict[str, Any]) -> None:
+    def _ensure_issue(self, record: Prediction) -> None:
         from marin.tracking.base import TrackerNotFound
         from marin.tracking.local import LocalTracker
 
@@ -384,43 +325,32 @@ class PredictionPublisher:
             # a fresh prefix has an empty local tracker: create the issue the run refers to
             self.tracker.ensure_issue(
                 self.number,
-                title=str(record.get("experiment") or "experiment"),
-                body=f"Experiment `{record.get('experiment')}`.",
+                title=str(record.experiment or "experiment"),
+                body=f"Experiment `{record.experiment}`.",
             )
 
-    def _post_prediction(self, root: str, record: Any) -> None:
-        if not verified(record):
+    def _post_prediction(self, root: str, raw: Any) -> None:
+        if not is_sealed(raw):
             raise ValueError(
                 f"{root}/{PREDICTION_FILE} does not match its record_sha256: it was edited after "
                 "it was written, so it is not posted"
             )
-        sha = record[HASH_KEY]
-        posted = read_json(f"{root}/{POSTED_FILE}")
-        if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
+        record = Prediction.from_json(raw, f"{root}/{PREDICTION_FILE}")
+        posted = read_record(f"{root}/{POSTED_FILE}")
+        if isinstance(posted, dict) and posted.get(HASH_KEY) == record.sha256:
             return
         self._ensure_issue(record)
-        comment = post_record(
-            self.tracker, self.number, PREDICTION_MARKER.format(sha=sha), prediction_body(record)
-        )
-        write_json(
-            f"{root}/{POSTED_FILE}",
-            {
-                HASH_KEY: sha,
-                "issue": f"{self.tracker.repo}#{self.number}",
-                "comment_id": comment.id,
-                "comment_url": comment.url,
-                "comment_created": comment.created,
-                "posted_at": time.time(),
-            },
-        )
-
-
-def prediction_publisher_factory(ctx: Any) -> PredictionPublisher | None:
-    """The executor's hook: a publisher for runs linked to an issue (None when unlinked or switched off)."""
-    from marin.tracking.factory import linked_issue, make_tracker
-
-    ref = linked_issue(ctx)
-    return None if ref is None else PredictionPublisher(make_tracker(ref.repo, ctx.prefix), ref.number)
+        marker = PREDICTION_MARKER.format(sha=record.sha256)
+        comment = post_record(self.tracker, self.number, marker, prediction_body(record))
+        receipt = {
+            HASH_KEY: record.sha256,
+            "issue": f"{self.tracker.repo}#{self.number}",
+            "comment_id": comment.id,
+            "comment_url": comment.url,
+            "comment_created": comment.created,
+            "posted_at": time.time(),
+        }
+        write_json_atomic(f"{root}/{POSTED_FILE}", receipt)
 
 
 # ---- the calibration view ------------------------------------------------------------------------------
@@ -428,63 +358,55 @@ def prediction_publisher_factory(ctx: Any) -> PredictionPublisher | None:
 
 def _records(prefix: str, filename: str) -> list[tuple[str, Any]]:
     fs, root = fsspec.core.url_to_fs(prefix)
-    root = root.rstrip("/")
     found = []
-    for path in sorted(fs.glob(f"{root}/**/{filename}")):
+    for path in sorted(fs.glob(f"{root.rstrip('/')}/**/{filename}")):
         if "/.marin/" in path or "/checkpoints/" in path:
             continue
-        with fs.open(path, "rb") as handle:
-            try:
-                found.append(
-                    (fs.unstrip_protocol(path) if "://" in prefix else path, json.loads(handle.read()))
-                )
-            except json.JSONDecodeError:
-                found.append((path, None))
+        found.append(
+            (fs.unstrip_protocol(path) if "://" in prefix else path, read_record(fs.unstrip_protocol(path)))
+        )
     return found
+
+
+def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]]) -> dict[str, Any]:
+    record = sealed_as(Prediction, raw, path)
+    sha = raw.get(HASH_KEY) if isinstance(raw, dict) else None
+    end = record.endpoint if record is not None else None
+    vpath, vraw = (
+        verdicts.get(sha, (None, None)) if record is not None else (None, None)
+    )  # a tampered copy: none
+    posted = read_record(path.rsplit("/", 1)[0] + "/" + POSTED_FILE)
+    verdict = sealed_as(Verdict, vraw, str(vpath)) if vraw is not None else None
+    vend = verdict.endpoint if verdict is not None else None
+    return {
+        "path": path,
+        "verified": record is not None,
+        "sha256": sha,
+        "experiment": record.experiment if record else None,
+        "issue": record.issue if record else None,
+        "target": record.target if record else None,
+        "metric": record.metric if record else None,
+        "point": end.point if end else None,
+        "low": end.low if end else None,
+        "high": end.high if end else None,
+        "posted": posted if isinstance(posted, dict) and posted.get(HASH_KEY) == sha else None,
+        "verdict_path": vpath,
+        "verdict_verified": is_sealed(vraw) if vraw else None,
+        "actual": vend.actual if vend else None,
+        "error_pct": vend.error_pct if vend else None,
+        "inside": vend.inside if vend else None,
+        "points_inside": f"{verdict.hits}/{len(verdict.points)}" if verdict else None,
+    }
 
 
 def list_predictions(prefix: str) -> dict[str, Any]:
     """Every prediction under ``prefix`` with its verdict, and the hit rate of the scored intervals."""
-    verdicts = {
+    verdicts: dict[Any, tuple[str | None, Any]] = {
         v.get("prediction_sha256"): (path, v)
         for path, v in _records(prefix, VERDICT_FILE)
         if isinstance(v, dict)
     }
-    rows = []
-    for path, record in _records(prefix, PREDICTION_FILE):
-        ok = verified(record)
-        sha = record.get(HASH_KEY) if isinstance(record, dict) else None
-        end = record["points"][-1] if ok else {}
-        vpath, verdict = verdicts.get(sha, (None, None)) if ok else (None, None)  # a tampered copy has none
-        posted = read_json(path.rsplit("/", 1)[0] + "/" + POSTED_FILE)
-        row = {
-            "path": path,
-            "verified": ok,
-            "sha256": sha,
-            "experiment": record.get("experiment") if ok else None,
-            "issue": record.get("issue") if ok else None,
-            "target": (record.get("target") or {}).get("name") if ok else None,
-            "metric": record["metric"]["name"] if ok else None,
-            "point": end.get("point"),
-            "low": end.get("low"),
-            "high": end.get("high"),
-            "posted": posted if isinstance(posted, dict) and posted.get(HASH_KEY) == sha else None,
-            "verdict_path": vpath,
-            "verdict_verified": verified(verdict) if verdict else None,
-            "actual": None,
-            "error_pct": None,
-            "inside": None,
-            "points_inside": None,
-        }
-        if verdict is not None and verified(verdict):
-            vend = verdict["points"][-1]
-            row.update(
-                actual=vend["actual"],
-                error_pct=vend["error_pct"],
-                inside=vend["inside"],
-                points_inside=f"{verdict['hits']}/{verdict['n']}",
-            )
-        rows.append(row)
+    rows = [_listing_row(path, raw, verdicts) for path, raw in _records(prefix, PREDICTION_FILE)]
     scored = [r for r in rows if r["inside"] is not None]
     return {
         "prefix": prefix,

@@ -1,8 +1,8 @@
 """The prediction record as a health rule: the target run's watcher alerts when an evaluation leaves its band.
 
 A scaling ladder pre-registers the target's held-out metric at each evaluation point with a 90% interval
-(``prediction.json``, :mod:`.forecast`). The target's train step (``train_target``) reads that record
-through the hash-checked reader (:func:`operators.scaling.records.read_record`: a record edited after it
+(``prediction.json``, :mod:`.prediction`). The target's train step (``train_target``) reads that record
+through the hash-checked reader (:func:`openlab_records.read_sealed`: a record edited after it
 was written is refused, so is the run) and gives the trainer's watcher the band with :func:`with_eval_band`:
 ``watch.eval_band`` (``moe_trainer.health_rules.EvalBand``) gets the metric, one ``BandPoint`` (step,
 point, low, high, label) per evaluation point, and the record's path and sha256 as its source. The watcher
@@ -19,25 +19,23 @@ pending_steps, silence_s, enabled) keep what the step's overrides say.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from moe_trainer.health_rules import BandPoint, EvalBand
-from operators.scaling.records import HASH_KEY
+from openlab_records import Prediction
 from operators.train import TrainConfig
 
 EVAL_PREFIX = "eval."
 
 
-def eval_band(record: dict[str, Any], path: str) -> EvalBand:
+def eval_band(record: Prediction, path: str) -> EvalBand:
     """The EvalBand rule of the (already hash-checked) record read from ``path``."""
-    metric = str(record["metric"]["path"]).removeprefix(EVAL_PREFIX)
-    points = tuple(BandPoint(step=int(p["step"]), point=float(p["point"]), low=float(p["low"]),
-                             high=float(p["high"]), label=str(p.get("label") or ""))
-                   for p in record["points"])
-    return EvalBand(metric=metric, points=points, source=f"{path} (sha256 {str(record[HASH_KEY])[:12]})")
+    metric = record.metric_path.removeprefix(EVAL_PREFIX)
+    points = tuple(BandPoint(step=p.step, point=float(p.point), low=float(p.low), high=float(p.high),
+                             label=p.label) for p in record.points)
+    return EvalBand(metric=metric, points=points, source=f"{path} (sha256 {str(record.sha256)[:12]})")
 
 
-def with_eval_band(train: TrainConfig, record: dict[str, Any], path: str) -> TrainConfig:
+def with_eval_band(train: TrainConfig, record: Prediction, path: str) -> TrainConfig:
     """``train`` with the record's band as its watcher's ``eval_band`` rule (metric, points, source)."""
     band = eval_band(record, path)
     overrides = {**train.overrides, "watch.eval_band.metric": band.metric,

@@ -9,10 +9,9 @@ Refusals (a :class:`LadderInputError` naming the rungs): a rung and seed without
 train or eval step failed, or never ran), non-finite values, fewer than three distinct budgets, losses that
 do not decrease with compute.
 
-Gates recorded (not enforced, so a person decides): the largest residual in units of the seeds' spread
-(flag above 3), the backtest (fit without the top rung, predict it; flag when off by more than
-max(1%, 2·SE)), the leave-one-rung-out spread at the target, and the learning-rate check when the ladder has
-one (the rule's learning rate within ``lr_check_tolerance`` of the best multiple tried).
+Gates recorded (not enforced, so a person decides; :mod:`.gates`): the largest residual in units of the
+seeds' spread, the top-rung backtest, and the learning-rate check when the ladder has one (the rule's
+learning rate within ``lr_check_tolerance`` of the best multiple tried).
 """
 
 from __future__ import annotations
@@ -26,17 +25,13 @@ from typing import Any
 import numpy as np
 
 from moe_trainer.data.cache import write_json_atomic
+from openlab_records import read_json
 from operators.scaling.curve import CURVE_FILE
-from operators.scaling.fit import ScalingFit, fit_scaling_law
+from operators.scaling.fit import fit_scaling_law
+from operators.scaling.gates import LR_CHECK_TOLERANCE, fit_gates, rung_lr_check
 from operators.scaling.inputs import LadderInputError
-from operators.scaling.records import read_json
 
 FIT_FILE = "fit.json"
-
-
-LR_CHECK_TOLERANCE = 0.003
-"""The rule's learning rate passes a check when it ends within this fraction of the best multiple's loss
-(the research note: about 0.3%); the rungs' check here and the target's (:mod:`.lrcheck`) share it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,46 +143,13 @@ def _points_at(loaded: list[dict[str, Any]], fraction: float) -> tuple[np.ndarra
     return np.asarray(c6), np.asarray(ct), np.asarray(value)
 
 
-def _gates(fit: ScalingFit, compute: np.ndarray, value: np.ndarray, config: FitConfig) -> dict[str, Any]:
-    resid = fit.residuals() / max(fit.sigma, 1e-12)
-    top = compute.max()
-    keep = compute < top * (1 - 1e-9)
-    backtest: dict[str, Any] = {"ran": False}
-    if len(np.unique(compute[keep])) >= 3:
-        sub = fit_scaling_law(
-            compute=compute[keep],
-            loss=value[keep],
-            fixed_e=config.fixed_e,
-            huber_delta=config.huber_delta,
-            bootstrap=200,
-            rng_seed=config.rng_seed,
-            leave_one_out=False,
-        )
-        actual = float(np.mean(value[~keep]))
-        point, low, high = sub.predict(float(top))
-        se = (math.log(high) - math.log(low)) / (2 * 1.645)
-        error = point / actual - 1
-        backtest = {
-            "ran": True,
-            "predicted": point,
-            "actual": actual,
-            "error": error,
-            "flag": abs(error) > max(0.01, 2 * se),
-        }
-    return {
-        "max_abs_residual_sigmas": float(np.max(np.abs(resid))),
-        "residual_flag": bool(np.max(np.abs(resid)) > 3.0),
-        "backtest_top_rung": backtest,
-    }
-
-
-def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] | None:
-    checks = [i for i in loaded if i["run"].lr_multiple != 1.0]
-    if not checks:
-        return None
+def _lr_check_rows(loaded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per learning-rate check run: its end value and the rule's run of the same rung and seed."""
     rows = []
-    for item in checks:
+    for item in loaded:
         run = item["run"]
+        if run.lr_multiple == 1.0:
+            continue
         base_name = run.rung.rsplit("-lrx", 1)[0]
         base = [
             i
@@ -203,36 +165,7 @@ def _lr_check(loaded: list[dict[str, Any]], tolerance: float) -> dict[str, Any] 
                 "rule_value": base[0]["curve"]["points"][-1]["value"] if base else None,
             }
         )
-    verdicts = {}
-    for rung in sorted({r["rung"] for r in rows}):
-        mine = [r for r in rows if r["rung"] == rung and r["rule_value"] is not None]
-        if not mine:
-            continue
-        # Several seeds: compare means over the seeds the check ran on (the rule's runs of the same seeds).
-        seeds = sorted({r["seed"] for r in mine})
-        rule = {r["seed"]: r["rule_value"] for r in mine}
-        rule_mean = float(np.mean([rule[s] for s in seeds]))
-        means = {
-            m: float(np.mean([r["value"] for r in mine if r["multiple"] == m]))
-            for m in sorted({r["multiple"] for r in mine})
-        }
-        best_multiple, best = min(means.items(), key=lambda kv: kv[1])
-        gap = rule_mean / min(best, rule_mean) - 1
-        verdict: dict[str, Any] = {"rule_gap": gap, "ok": gap <= tolerance, "seeds": len(seeds),
-                                   "rule_mean": rule_mean, "means": {f"{m:g}": v for m, v in means.items()},
-                                   "best_multiple": best_multiple if best < rule_mean else 1.0}
-        if len(seeds) > 1:
-            # The seeds' spread of the rule's runs, as a fraction of its mean: the gap's standard error is
-            # about sqrt(2) times this (two means of len(seeds) runs each), so a gap below it is noise.
-            spread = float(np.std([rule[s] for s in seeds], ddof=1))
-            verdict["mean_se"] = spread / math.sqrt(len(seeds)) / rule_mean
-        verdicts[rung] = verdict
-    return {
-        "runs": rows,
-        "by_rung": verdicts,
-        "tolerance": tolerance,
-        "passed": all(v["ok"] for v in verdicts.values()),
-    }
+    return rows
 
 
 def fit_ladder(config: FitConfig) -> dict[str, Any]:
@@ -257,12 +190,15 @@ def fit_ladder(config: FitConfig) -> dict[str, Any]:
                 "x": "6*N*D",
                 "fit": fit.to_json(full=True),
                 "fit_trainer_flops": alt.to_json(full=True),
-                "gates": _gates(fit, c6, value, config),
+                "gates": fit_gates(
+                    fit, c6, value, fixed_e=config.fixed_e, huber_delta=config.huber_delta,
+                    rng_seed=config.rng_seed,
+                ),
             }
         )
     record = {
         "fractions": fractions,
-        "lr_check": _lr_check(loaded, config.lr_check_tolerance),
+        "lr_check": rung_lr_check(_lr_check_rows(loaded), config.lr_check_tolerance),
         "runs": [
             {
                 "rung": i["run"].rung,

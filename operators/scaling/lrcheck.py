@@ -5,7 +5,7 @@ the check at the smallest and the top rung (:mod:`.fitstep`) cannot test that, a
 sat on a flat optimum at both rungs and ended 0.9% above the best multiple at a target 10x beyond them
 (docs/benchmarks/scaling-ladder.md). With ``plan_ladder(target_lr_multiples=...)`` the ladder trains the
 target at those multiples of the rule's rate after the forecast is frozen and posted
-(:func:`~operators.scaling.forecast.train_after_forecast`; the fit never reads them), and this step compares
+(:func:`~operators.scaling.target.train_after_forecast`; the fit never reads them), and this step compares
 their ends with the target's own.
 
 It writes ``note.json``, a record sealed like the prediction (schema ``marin-prediction-note/v1``): the
@@ -23,12 +23,9 @@ import math
 import sys
 from typing import Any
 
+from openlab_records import NOTE_FILE, PREDICTION_FILE, Note, Prediction, read_json, read_sealed, write_sealed
 from operators.scaling.curve import CURVE_FILE
-from operators.scaling.fitstep import LR_CHECK_TOLERANCE
-from operators.scaling.forecast import PREDICTION_FILE
-from operators.scaling.records import HASH_KEY, read_json, read_record, write_record
-
-NOTE_FILE, NOTE_SCHEMA = "note.json", "marin-prediction-note/v1"
+from operators.scaling.gates import LR_CHECK_TOLERANCE, rule_gap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +44,10 @@ class TargetLrCheckConfig:
 
 def _end_value(curve_dir: str) -> float:
     path = f"{curve_dir.rstrip('/')}/{CURVE_FILE}"
-    ends = [p for p in read_json(path)["points"] if float(p["fraction"]) == 1.0]
+    curve = read_json(path)
+    if curve is None:
+        raise FileNotFoundError(f"target learning-rate check: no {path}: that run's eval step has not run")
+    ends = [p for p in curve["points"] if float(p["fraction"]) == 1.0]
     if not ends:
         raise ValueError(f"target learning-rate check: {path} has no evaluation at the end of its run")
     return float(ends[0]["value"])
@@ -59,7 +59,7 @@ def compare_ends(ends: dict[float, float], tolerance: float) -> dict[str, Any]:
     finite = {m: v for m, v in ends.items() if math.isfinite(v)}
     best = min(finite, key=lambda m: finite[m]) if finite else None
     rule = ends[1.0]
-    gap = (rule - finite[best]) / finite[best] if best is not None and math.isfinite(rule) else None
+    gap = rule_gap(rule, finite[best]) if best is not None and math.isfinite(rule) else None
     return {
         "values": {f"{m:g}": (v if math.isfinite(v) else None) for m, v in sorted(ends.items())},
         "best_multiple": best,
@@ -91,22 +91,20 @@ def check_target_lr(config: TargetLrCheckConfig) -> dict[str, Any]:
     """Compare the target's end with its runs at other learning rates; write the sealed note.json."""
     if not config.runs:
         raise ValueError("target learning-rate check: no runs at other multiples (target_lr_multiples)")
-    record = read_record(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    path = f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}"
+    record = Prediction.from_json(read_sealed(path), path)
     ends = {1.0: _end_value(config.target_curve)}
     for multiple, curve_dir in config.runs:
         ends[float(multiple)] = _end_value(curve_dir)
     check = compare_ends(ends, config.tolerance)
-    note = {
-        "schema": NOTE_SCHEMA,
-        "kind": "target_lr_check",
-        "prediction_sha256": record[HASH_KEY],
-        "experiment": record["experiment"],
-        "issue": record["issue"],
-        "target": record["target"]["name"],
-        "title": "Learning rate at the target",
-        "text": describe(check),
-        **check,
-    }
-    sealed = write_record(f"{config.output_path.rstrip('/')}/{NOTE_FILE}", note)
-    print(f"[lr-check] {record['target']['name']}: {note['text']}", file=sys.stderr, flush=True)
+    assert record.sha256 is not None  # read_sealed checked it
+    note = Note(
+        prediction_sha256=record.sha256,
+        title="Learning rate at the target",
+        text=describe(check),
+        details={"kind": "target_lr_check", "experiment": record.experiment, "issue": record.issue,
+                 "target": record.target, **check},
+    )
+    sealed = write_sealed(f"{config.output_path.rstrip('/')}/{NOTE_FILE}", note.to_json())
+    print(f"[lr-check] {record.target}: {note.text}", file=sys.stderr, flush=True)
     return sealed

@@ -167,8 +167,8 @@ def _comments(ladder: LadderRun) -> list[Any]:
 
 def test_an_edited_prediction_is_detected(ladder: LadderRun, tmp_path: Path) -> None:
     from marin.tracking.predictions import list_predictions
-    from operators.scaling.forecast import VerdictConfig, score_prediction
-    from operators.scaling.records import RecordTamperedError
+    from openlab_records import RecordTamperedError
+    from operators.scaling.verdict import VerdictConfig, score_prediction
 
     copy = tmp_path / "prefix" / "prediction"
     shutil.copytree(ladder.paths["exp15/prediction"], copy)

@@ -26,8 +26,8 @@ from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
 from moe_trainer.health import HealthConfig
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.train import MeshConfig
-from operators.scaling.forecast import PREDICTION_FILE, TargetTrainConfig, train_target
-from operators.scaling.records import RecordTamperedError, write_record
+from openlab_records import PREDICTION_FILE, RecordTamperedError, write_sealed
+from operators.scaling.target import TargetTrainConfig, train_target
 from operators.train import TrainConfig
 from tests.health.issue import post_alerts
 
@@ -69,7 +69,7 @@ def _prediction(root: Path, band: list[tuple[float, float, float]]) -> str:
     """A sealed prediction record (the fields train_target and the band read), one band per eval step."""
     points = [{"label": f"{s / STEPS:.0%}", "fraction": s / STEPS, "step": s, "point": p, "low": lo,
                "high": hi} for s, (p, lo, hi) in zip(EVAL_STEPS, band, strict=True)]
-    write_record(str(root / PREDICTION_FILE), {
+    write_sealed(str(root / PREDICTION_FILE), {
         "schema": "marin-prediction/v1", "experiment": "test_band", "issue": "local/health#1",
         "metric": {"name": "micro.bpb", "path": "eval.micro.bpb"}, "points": points,
         "target": {"name": "tiny", "config_hash": CONFIG_HASH}})

@@ -12,22 +12,24 @@ import pytest
 
 from marin.tracking.predictions import note_body
 from moe_trainer.data.cache import write_json_atomic
-from operators.scaling.curve import CURVE_FILE
-from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder
-from operators.scaling.forecast import (
+from openlab_records import (
     POSTED_FILE,
     PREDICTION_FILE,
-    TargetSpec,
-    TargetTrainConfig,
-    VerdictConfig,
-    predict_target,
-    score_prediction,
-    train_target,
+    Note,
+    Prediction,
+    RecordTamperedError,
+    Verdict,
+    read_sealed,
+    record_hash,
+    seal,
+    write_sealed,
 )
+from operators.scaling.curve import CURVE_FILE
+from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder
 from operators.scaling.inputs import LadderInputError
 from operators.scaling.ladder import plan_ladder
 from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
-from operators.scaling.records import RecordTamperedError, read_record, record_hash, seal, write_record
+from operators.scaling.prediction import TargetSpec, predict_target
 from operators.scaling.rules import (
     LadderRules,
     layers_for,
@@ -35,6 +37,8 @@ from operators.scaling.rules import (
     rung_for_params,
     trainer_overrides,
 )
+from operators.scaling.target import TargetTrainConfig, train_target
+from operators.scaling.verdict import VerdictConfig, score_prediction
 from operators.train import TrainConfig
 
 DENSE = {"vocab_size": 257, "n_experts": 0}
@@ -170,7 +174,7 @@ def test_prediction_record_is_sealed_and_tampering_is_detected(
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
     predict_target(_prediction_config(tmp_path))
     path = tmp_path / "prediction" / PREDICTION_FILE
-    record = read_record(str(path))
+    record = read_sealed(str(path))
     assert record["target"]["config_hash"] == "c" * 64 and len(record["points"]) == 4
     end = record["points"][-1]
     truth = _law(6 * 2.5e5 * 20 * 2.5e5)
@@ -180,7 +184,7 @@ def test_prediction_record_is_sealed_and_tampering_is_detected(
     edited["points"][-1]["point"] = truth  # "improving" the forecast after the fact
     path.write_text(json.dumps(edited))
     with pytest.raises(RecordTamperedError, match="was edited after it was written"):
-        read_record(str(path))
+        read_sealed(str(path))
     with pytest.raises(RecordTamperedError):
         score_prediction(
             VerdictConfig(
@@ -192,7 +196,7 @@ def test_prediction_record_is_sealed_and_tampering_is_detected(
 
 
 def _prediction_config(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from operators.scaling.forecast import PredictionConfig
+    from operators.scaling.prediction import PredictionConfig
 
     return PredictionConfig(
         output_path=str(tmp_path / "prediction"),
@@ -230,7 +234,7 @@ def test_target_refuses_config_drift_and_waits_for_the_post(
 def test_verdict_scores_each_point_against_the_interval(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
     predict_target(_prediction_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     actual = [p["point"] * 1.001 for p in record["points"][:3]] + [record["points"][-1]["high"] * 1.05]
     t = _target()
     _curve(tmp_path / "target-eval", t.n_params, actual, t.tokens_per_step)
@@ -244,7 +248,7 @@ def test_verdict_scores_each_point_against_the_interval(tmp_path: Path, ladder_r
     assert verdict["prediction_sha256"] == record["record_sha256"]
     assert [p["inside"] for p in verdict["points"]] == [True, True, True, False]
     assert verdict["points"][0]["error_pct"] == pytest.approx(100 * (1 / 1.001 - 1))
-    assert verdict["hits"] == 3 and read_record(str(tmp_path / "verdict" / "verdict.json")) == verdict
+    assert verdict["hits"] == 3 and read_sealed(str(tmp_path / "verdict" / "verdict.json")) == verdict
     assert not (tmp_path / "prediction" / POSTED_FILE).exists()
 
 
@@ -253,7 +257,7 @@ def test_the_targets_learning_rate_check_says_whether_the_rule_held(
 ) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
     predict_target(_prediction_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     t = _target()
     rule = _curve(tmp_path / "target-eval", t.n_params, [3.0, 2.6, 2.3, 2.000], t.tokens_per_step)
     half = _curve(tmp_path / "half", t.n_params, [3.1, 2.6, 2.2, 1.982], t.tokens_per_step)
@@ -275,8 +279,8 @@ def test_the_targets_learning_rate_check_says_whether_the_rule_held(
     assert note["values"] == {"0.5": 1.982, "1": 2.0, "2": 2.04}
     assert note["best_multiple"] == 0.5 and note["rule_gap"] == pytest.approx(2.0 / 1.982 - 1)
     assert note["held"] is False and "MISTUNED" in note["text"] and "0.91% above" in note["text"]
-    assert read_record(str(tmp_path / "c1" / "note.json")) == note
-    body = note_body(note)
+    assert read_sealed(str(tmp_path / "c1" / "note.json")) == note
+    body = note_body(Note.from_json(note))
     assert body.startswith(f"<!-- marin-note:{note['record_sha256']} -->") and note["text"] in body
     assert record["record_sha256"] in body
     held = check(((2.0, double), (4.0, diverged)), "c2")  # a diverged run is listed, never the best
@@ -314,8 +318,8 @@ def test_seal_hashes_the_canonical_json_without_the_hash() -> None:
 
 
 def test_write_record_round_trips(tmp_path: Path) -> None:
-    written = write_record(str(tmp_path / "r.json"), {"x": 1})
-    assert read_record(str(tmp_path / "r.json")) == written
+    written = write_sealed(str(tmp_path / "r.json"), {"x": 1})
+    assert read_sealed(str(tmp_path / "r.json")) == written
 
 
 def test_learning_rate_check_on_several_seeds_compares_means(
@@ -350,14 +354,14 @@ def test_learning_rate_check_on_several_seeds_compares_means(
     )
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=(*ladder_runs, *check), bootstrap=50))
     verdict = json.loads((tmp_path / "fit" / FIT_FILE).read_text())["lr_check"]["by_rung"]["n2000"]
-    assert verdict["seeds"] == 2 and verdict["ok"] and verdict["best_multiple"] == 1.0
+    assert verdict["seeds"] == 2 and verdict["held"] and verdict["best_multiple"] == 1.0
     assert verdict["rule_gap"] == 0.0 and verdict["means"]["0.5"] > verdict["rule_mean"]
     assert verdict["mean_se"] > 0
     # The same check on seed 0 alone would have picked x0.5, 1% better than the rule: a failed check.
     one = tuple(r for r in check if r.seed == 0)
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit1"), runs=(*ladder_runs, *one), bootstrap=50))
     single = json.loads((tmp_path / "fit1" / FIT_FILE).read_text())["lr_check"]["by_rung"]["n2000"]
-    assert not single["ok"] and single["best_multiple"] == 0.5
+    assert not single["held"] and single["best_multiple"] == 0.5
     assert single["rule_gap"] == pytest.approx(1 / 0.99 - 1) and "mean_se" not in single
 
 
@@ -365,22 +369,23 @@ def test_prediction_records_and_posts_the_gates_that_flagged(
     tmp_path: Path, ladder_runs: list[RungRun]
 ) -> None:
     from marin.tracking.predictions import prediction_body
-    from operators.scaling.forecast import ladder_warnings
+    from operators.scaling.gates import ladder_warnings
 
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
     predict_target(_prediction_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     end = record["points"][-1]
     assert end["loo_spread_rel"] == pytest.approx(end["loo_spread"] / end["point"])
     assert end["loo_spread_rel"] < 0.05
     assert record["warnings"] == [] and record["loo_spread_limit"] == 0.05
-    assert "Gates (recorded, not enforced): none flagged" in prediction_body(record)
-    assert "Law: `L = E + A * C^(-alpha)` in C = 6 * N * D; E fitted" in prediction_body(record)
+    assert "Gates (recorded, not enforced): none flagged" in prediction_body(Prediction.from_json(record))
+    law = "Law: `L = E + A * C^(-alpha)` in C = 6 * N * D; E fitted"
+    assert law in prediction_body(Prediction.from_json(record))
     loose = [*record["points"][:-1], {**end, "loo_spread_rel": 0.2}]
     lr_check = {
         "by_rung": {
-            "d24-L3": {"ok": False, "rule_gap": 0.003, "seeds": 3, "mean_se": 0.015},
-            "d40-L3": {"ok": False, "rule_gap": 0.019, "seeds": 1},
+            "d24-L3": {"held": False, "rule_gap": 0.003, "seeds": 3, "mean_se": 0.015},
+            "d40-L3": {"held": False, "rule_gap": 0.019, "seeds": 1},
         }
     }
     warnings = ladder_warnings(loose, lr_check, 0.05)
@@ -391,10 +396,10 @@ def test_prediction_records_and_posts_the_gates_that_flagged(
         "rule's mean has a standard error of 1.5%, so a gap under about 2.1% is the seeds' noise)",
         "learning-rate check at d40-L3: the rule is 1.9% worse than the best multiple tried (1 seed)",
     ]
-    body = prediction_body({**record, "warnings": warnings})
+    body = prediction_body(Prediction.from_json({**record, "warnings": warnings}))
     assert "Gates (recorded, not enforced): 100%: leaving one rung out" in body
     assert "Gates: not recorded (an older record)" in prediction_body(
-        {k: v for k, v in record.items() if k != "warnings"}
+        Prediction.from_json({k: v for k, v in record.items() if k != "warnings"})
     )
 
 
@@ -404,9 +409,9 @@ def test_prediction_comment_states_a_fixed_e(tmp_path: Path, ladder_runs: list[R
     runs = tuple(ladder_runs)
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=runs, bootstrap=50, fixed_e=0.5))
     predict_target(_prediction_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     assert record["fitter"]["fixed_e"] == 0.5 and record["fitter"]["fixed_e_assumed"]
-    assert "E fixed at 0.5 (an assumption, not fitted)" in prediction_body(record)
+    assert "E fixed at 0.5 (an assumption, not fitted)" in prediction_body(Prediction.from_json(record))
 
 
 def _late_points(prev: float, end: float) -> list[dict[str, Any]]:
@@ -425,7 +430,7 @@ def _late_runs() -> list[dict[str, Any]]:
 
 
 def test_late_drop_gate_flags_a_forecast_that_falls_more_than_every_rung() -> None:
-    from operators.scaling.forecast import ladder_warnings, late_drop_gate
+    from operators.scaling.gates import ladder_warnings, late_drop_gate
 
     gate = late_drop_gate(_late_points(2.0, 1.65), _late_runs())
     assert gate is not None and gate["flag"] and gate["rung_max"] == "big"
@@ -451,7 +456,7 @@ def test_late_drop_gate_flags_a_forecast_that_falls_more_than_every_rung() -> No
 def test_prediction_records_the_late_drop_gate(tmp_path: Path, ladder_runs: list[RungRun]) -> None:
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
     predict_target(_prediction_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     prev, end = record["points"][-2], record["points"][-1]
     late = end["gates"]["late_drop"]
     assert late["from"] == prev["label"] and late["implied"] == pytest.approx(prev["point"] - end["point"])
@@ -477,10 +482,10 @@ def test_pre_decay_anchor_forecasts_the_end_from_the_point_before_it(
 
     fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=100))
     predict_target(_prediction_config(tmp_path))
-    by_law = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    by_law = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     (tmp_path / "prediction" / PREDICTION_FILE).unlink()
     predict_target(_anchored_config(tmp_path))
-    record = read_record(str(tmp_path / "prediction" / PREDICTION_FILE))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     anchor, end = record["points"][-2], record["points"][-1]
     assert anchor == by_law["points"][-2]  # only the endpoint changes
     # the rule by hand: each rung's mean fall over its seeds, then the mean over rungs
@@ -509,7 +514,7 @@ def test_pre_decay_anchor_forecasts_the_end_from_the_point_before_it(
     anchor_loo = next(r for r in anchor["loo"] if r["left_out"] == left["left_out"])
     rest = [np.mean(v) for k, v in falls.items() if k != "n70000"]
     assert left["prediction"] == pytest.approx(anchor_loo["prediction"] - np.mean(rest))
-    body = prediction_body(record)
+    body = prediction_body(Prediction.from_json(record))
     assert "Endpoint rule `pre_decay_anchor`: the law at the target's 75% minus the rungs' mean fall" in body
     assert f"the end law alone says {end['end_law']['point']:.4f}" in body
     # the verdict scores the registered endpoint and, beside it, the end law's
@@ -528,13 +533,14 @@ def test_pre_decay_anchor_forecasts_the_end_from_the_point_before_it(
     assert scored["end_law"]["error_pct"] == pytest.approx(100 * (end["end_law"]["point"] / actual[-1] - 1))
     law = end["end_law"]
     assert scored["end_law"]["inside"] == (law["low"] <= actual[-1] <= law["high"])
-    assert "The end law alone (not the registered endpoint) said" in verdict_body(verdict)
+    assert "The end law alone (not the registered endpoint) said" in verdict_body(Verdict.from_json(verdict))
 
 
 def test_pre_decay_anchor_refuses_rungs_without_the_anchor_and_unknown_rules(
     tmp_path: Path, ladder_runs: list[RungRun]
 ) -> None:
-    from operators.scaling.forecast import PredictionConfig, anchored_end
+    from operators.scaling.end_rule import anchored_end
+    from operators.scaling.prediction import PredictionConfig
 
     with pytest.raises(ValueError, match="end_rule='anchored' is not one of law, pre_decay_anchor"):
         PredictionConfig(output_path="x", fit="y", target=_target(), experiment="t", end_rule="anchored")

@@ -13,16 +13,9 @@ import pytest
 
 from marin.status.publisher import RunView, StepView
 from marin.tracking.local import LocalTracker
-from marin.tracking.predictions import (
-    POSTED_FILE,
-    PredictionPublisher,
-    list_predictions,
-    record_hash,
-    tracking_section,
-    verified,
-)
+from marin.tracking.predictions import PredictionPublisher, list_predictions, tracking_section
 from marin.tracking.predictions_cli import main as predictions_main
-from operators.scaling.records import seal
+from openlab_records import POSTED_FILE, is_sealed, record_hash, seal
 
 POINTS = [
     {"label": "50%", "step": 50, "point": 2.0, "low": 1.9, "high": 2.1},
@@ -80,9 +73,9 @@ def _view(prefix: Path, *steps: tuple[str, str, str]) -> RunView:
 
 
 def test_operator_and_engine_hash_records_the_same_way() -> None:
-    record = _record()
-    assert record["record_sha256"] == record_hash(record) and verified(record)
-    assert not verified({**record, "points": POINTS[:1]})
+    record = _record()  # sealed by the one writer both sides import (openlab_records)
+    assert record["record_sha256"] == record_hash(record) and is_sealed(record)
+    assert not is_sealed({**record, "points": POINTS[:1]})
 
 
 def test_prediction_is_posted_once_as_its_own_comment_with_a_receipt(tmp_path: Path) -> None:
@@ -141,7 +134,8 @@ def test_status_comment_says_on_track_and_off_track_as_evaluations_land(tmp_path
     assert "| 100% | 100 | 1.5000 | [1.4500, 1.5500] | — | pending |" in lines
     _tracked(tmp_path, 2.05, 1.6)
     lines = "\n".join(tracking_section(_view(tmp_path, ("exp15/target/train", "target", "SUCCESS")).steps))
-    assert "off track by +6.67% (outside the 90% interval): actual 1.6000" in lines
+    # (predicted - actual) / actual = (1.5 - 1.6) / 1.6: the run came in above the forecast: negative
+    assert "off track by -6.25% (outside the 90% interval): actual 1.6000" in lines
 
 
 def _verdict(prediction: dict[str, Any], actual: float) -> dict[str, Any]:
@@ -217,7 +211,7 @@ def test_status_comment_refreshes_when_an_evaluation_lands_between_transitions(t
         time.sleep(0.1)
     assert "no evaluation yet" in status_body()
     _tracked(tmp_path, 2.3, None)  # the 50% evaluation lands; no state transition happens
-    while "off track by +15.00%" not in status_body():
+    while "off track by -13.04%" not in status_body():  # (2.0 - 2.3) / 2.3
         assert time.time() < deadline, status_body()
         time.sleep(0.2)
     publisher.publish(dataclasses.replace(view, status="SUCCESS"), final=True)

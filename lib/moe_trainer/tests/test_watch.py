@@ -191,7 +191,9 @@ def test_eval_band_fires_outside_resolves_inside_and_ignores_other_steps(tmp_pat
     assert fired["severity"] == "warning" and math.isclose(fired["values"]["low"], 1.2)
     assert "outside the pre-registered band [1.2000, 1.4000]" in fired["summary"] and "(50% of the run)" in \
         fired["summary"] and "ab12" in fired["summary"]
-    assert math.isclose(fired["values"]["off_pct"], 100 * (2.0 - 1.3) / 1.3)
+    # the one sign convention, (predicted - actual) / actual: the run came in above the forecast, so negative
+    assert math.isclose(fired["values"]["error_pct"], 100 * (1.3 - 2.0) / 2.0)
+    assert "forecast error -35.00%" in fired["summary"]
 
 
 def test_eval_band_silence_is_still_available_by_override(tmp_path: Path) -> None:

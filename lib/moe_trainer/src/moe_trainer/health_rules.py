@@ -505,12 +505,14 @@ class EvalBand(Rule):
         value = eval_value(h.evals[-1], self.metric)
         if math.isfinite(value) and p.low <= value <= p.high:
             return None
-        off = 100.0 * (value - p.point) / p.point if p.point and math.isfinite(value) else math.nan
+        # the signed forecast error, (predicted - actual) / actual, as the verdict and the engine state it
+        # (openlab_records.error_pct; this library imports nothing outside itself, so it says it again)
+        error = 100.0 * (p.point - value) / value if value and math.isfinite(value) else math.nan
         where = f" ({p.label} of the run)" if p.label else ""
         return Finding(f"eval {self.metric} at step {p.step}{where} is {value:.4f}, outside the "
-                       f"pre-registered band [{p.low:.4f}, {p.high:.4f}] (predicted {p.point:.4f}; off by "
-                       f"{off:+.2f}%)" + (f"; band from {self.source}" if self.source else ""),
-                       {"value": value, "point": p.point, "low": p.low, "high": p.high, "off_pct": off,
+                       f"pre-registered band [{p.low:.4f}, {p.high:.4f}] (predicted {p.point:.4f}; forecast "
+                       f"error {error:+.2f}%)" + (f"; band from {self.source}" if self.source else ""),
+                       {"value": value, "point": p.point, "low": p.low, "high": p.high, "error_pct": error,
                         "label": p.label, "source": self.source or None})
 
 

@@ -1,0 +1,117 @@
+"""The target-train steps: runs that start only once the forecast is frozen, and posted to the issue.
+
+**target train** (``train_target``) runs the target with the train operator, but first: it reads the
+prediction record (refusing one whose hash does not match its content), checks that the record names this
+target's config hash (config drift since the forecast is refused), and, when ``require_posted``, waits until
+the engine has posted the record to the issue (``posted.json`` next to the record, naming its hash; the
+engine writes it after creating the comment). It then writes ``tracking.json`` (the engine reads it to show
+"on track / off track" while the run's evaluations land in metrics.jsonl) and trains, its watcher given the
+record's band as the ``eval_band`` health rule (:mod:`.band`). The DAG makes the target depend on the
+prediction step, so it cannot start before the record exists.
+
+**after the forecast** (``train_after_forecast``): a run that must start only once the record is frozen and
+posted, without being scored against it (the target at other learning rates: :mod:`.lrcheck`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from openlab_records import (
+    HASH_KEY,
+    POSTED_FILE,
+    PREDICTION_FILE,
+    TRACKING_FILE,
+    Prediction,
+    RecordFormatError,
+    Tracking,
+    read_json,
+    read_sealed,
+    write_json_atomic,
+)
+from operators.scaling.band import with_eval_band
+from operators.train import TrainConfig, runtime_field, train
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetTrainConfig:
+    train: TrainConfig
+    """The target's training run (its output_path is this step's)."""
+    prediction: str
+    """The prediction step's output path."""
+    target_config_hash: str
+    """Must equal the record's target.config_hash."""
+    require_posted: bool = True
+    """Wait for the engine's posted.json (the record is on the issue) before training."""
+    post_timeout_s: float = runtime_field(default=600.0)
+    """How long to wait for posted.json."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AfterForecastConfig:
+    train: TrainConfig
+    """The run (its output_path is this step's)."""
+    prediction: str
+    """The prediction step's output path: the run starts only once the forecast is frozen."""
+    require_posted: bool = True
+    """Also wait for the engine's posted.json (the record is on the issue), as the target does."""
+    post_timeout_s: float = runtime_field(default=600.0)
+    """How long to wait for posted.json."""
+
+
+def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
+    path = f"{prediction.rstrip('/')}/{POSTED_FILE}"
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            posted = read_json(path)
+        except RecordFormatError:
+            posted = None  # a receipt being written by a store without atomic renames: look again
+        if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
+            return posted
+        if time.time() > deadline:
+            raise TimeoutError(
+                f"target: the prediction {sha[:12]} was not posted to its issue within "
+                f"{timeout_s:.0f} s (no {path} naming it). The issue-tracker publisher posts it "
+                "when the prediction step succeeds; check the run's publisher errors, or set "
+                "require_posted=False for a ladder without an issue"
+            )
+        time.sleep(0.25)
+
+
+def train_target(config: TargetTrainConfig) -> dict[str, Any]:
+    """Check the frozen forecast, wait until it is posted, record what is tracked, then train."""
+    record_path = f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}"
+    record = Prediction.from_json(read_sealed(record_path), record_path)
+    if record.target_config_hash != config.target_config_hash:
+        raise ValueError(
+            f"target: the prediction names config {record.target_config_hash} but this target "
+            f"is {config.target_config_hash}: the config changed after the forecast; re-run the "
+            "prediction for the new config (a new record) instead of scoring an old one"
+        )
+    assert record.sha256 is not None  # read_sealed checked it
+    posted = (
+        _wait_posted(config.prediction, record.sha256, config.post_timeout_s)
+        if config.require_posted
+        else None
+    )
+    tracking = Tracking(
+        prediction=record_path,
+        prediction_sha256=record.sha256,
+        metric_path=record.metric_path,
+        details={"posted": posted},
+    )
+    write_json_atomic(f"{config.train.output_path.rstrip('/')}/{TRACKING_FILE}", tracking.to_json())
+    return train(with_eval_band(config.train, record, record_path))
+
+
+def train_after_forecast(config: AfterForecastConfig) -> dict[str, Any]:
+    """Train a run that must not start before the forecast is frozen and posted, such as the target at
+    another learning rate: the record is read (its hash checked) first; the forecast's tracking does not
+    apply (no tracking.json, no band alert)."""
+    record = read_sealed(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    if config.require_posted:
+        _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s)
+    return train(config.train)
