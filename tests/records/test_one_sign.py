@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 import marin.dashboard
 from marin.dashboard.app import create_app
 from marin.dashboard.predictions import for_step
-from marin.status.publisher import RunView, StepView
 from marin.tracking.predictions import tracking_section, verdict_body
 from marin.tracking.predictions_cli import main as predictions_main
 from moe_trainer.data.cache import write_json_atomic
@@ -28,6 +27,7 @@ from openlab_records import PREDICTION_FILE, Prediction, Tracking, Verdict, read
 from operators.scaling.band import eval_band
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.verdict import VerdictConfig, score_prediction
+from tests.tracking.test_predictions import _view
 
 V1 = Path(__file__).resolve().parents[1] / "fakes" / "records_v1" / "prediction-law.json"
 FACTOR = (1.0, 1.0, 1.0, 1.02)  # the run's actual value over the forecast, per point
@@ -64,33 +64,6 @@ def prefix(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _view(prefix: Path) -> RunView:
-    step = StepView(
-        name="exp/target",
-        hash="h" * 64,
-        output_path=str(prefix / "exp/target"),
-        status="SUCCESS",
-        attempt=1,
-        started=1.0,
-        ended=2.0,
-        error_summary=None,
-        log_path=None,
-        dependencies=(),
-    )
-    return RunView(
-        experiment_id="exp-1",
-        run_id="r",
-        script="exp.py",
-        description="",
-        issue=None,
-        prefix=str(prefix),
-        status="SUCCESS",
-        started=1.0,
-        ended=2.0,
-        steps=(step,),
-    )
-
-
 def test_every_surface_states_the_same_signed_error(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
     verdict = Verdict.from_json(read_sealed(str(prefix / "exp/verdict/verdict.json")))
     end = verdict.endpoint
@@ -101,7 +74,8 @@ def test_every_surface_states_the_same_signed_error(prefix: Path, capsys: pytest
     assert text == "-1.96%"
 
     assert f"error {text}" in verdict_body(verdict)  # the verdict's issue comment
-    status = "\n".join(tracking_section(_view(prefix).steps))  # the status comment
+    view = _view(prefix, ("exp/target", "exp/target", "SUCCESS"))
+    status = "\n".join(tracking_section(view.steps))  # the status comment
     assert (
         f"off track by {text} (outside the 90% interval)" in status and f"| off track by {text} |" in status
     )
