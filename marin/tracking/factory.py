@@ -18,7 +18,7 @@ from marin.tracking.base import Tracker, TrackerAuthError
 from marin.tracking.local import DEFAULT_LOCAL_REPO, LocalTracker
 from marin.tracking.predictions import PredictionPublisher
 from marin.tracking.publisher import IssuePublisher
-from marin.tracking.retry import RetryPolicy
+from marin.tracking.retry import BackoffPolicy
 
 BACKENDS = ("github", "local", "off")
 DEFAULT_INTERVALS = {"github": 10.0, "local": 1.0}
@@ -52,7 +52,7 @@ def make_tracker(repo: str | None, prefix: str, backend: str | None = None) -> T
                                "MARIN_TRACKER=github "
                                f"(or pass --backend local) to use the local tracker instead")
     attempts = os.environ.get("MARIN_TRACKER_MAX_ATTEMPTS")
-    policy = RetryPolicy(max_attempts=max(1, int(attempts))) if attempts else RetryPolicy()
+    policy = BackoffPolicy(max_attempts=max(1, int(attempts))) if attempts else BackoffPolicy()
     return GitHubTracker(repo, token, api_url=os.environ.get("GITHUB_API_URL") or None, policy=policy)
 
 

@@ -27,7 +27,7 @@ from marin.tracking.base import (
     TrackerUnavailable,
 )
 from marin.tracking.redact import redact, register_secret
-from marin.tracking.retry import RetryPolicy, Transient
+from marin.tracking.retry import BackoffPolicy, Transient
 
 if TYPE_CHECKING:
     from github.Issue import Issue as GhIssue
@@ -91,7 +91,7 @@ class GitHubTracker(Tracker):
     kind = "github"
 
     def __init__(self, repo: str, token: str, *, api_url: str | None = None,
-                 policy: RetryPolicy | None = None, timeout_s: float = 15.0, throttle: bool = True) -> None:
+                 policy: BackoffPolicy | None = None, timeout_s: float = 15.0, throttle: bool = True) -> None:
         """``throttle=False`` drops PyGithub's pauses between requests (0.25 s, 1 s between writes), which
         GitHub asks clients to keep; tests against a local server turn them off."""
         from github import Auth, Github
@@ -102,7 +102,7 @@ class GitHubTracker(Tracker):
         register_secret(token)
         self.repo = repo
         self.api_url = (api_url or DEFAULT_API_URL).rstrip("/")
-        self.policy = policy or RetryPolicy()
+        self.policy = policy or BackoffPolicy()
         pauses: dict[str, Any] = {} if throttle else {"seconds_between_requests": 0,
                                                       "seconds_between_writes": 0}
         self._gh = Github(auth=Auth.Token(token), base_url=self.api_url, retry=None, timeout=int(timeout_s),

@@ -36,7 +36,7 @@ from marin.tracking.notebook import set_verdict_label
 from marin.tracking.outputs import StepOutputs, read_step_outputs
 from marin.tracking.predictions import tracking_section
 from marin.tracking.redact import redact
-from marin.tracking.retry import RetryAborted, RetryPolicy, Transient
+from marin.tracking.retry import BackoffPolicy, RetryAborted, Transient
 
 logger = logging.getLogger(__name__)
 TERMINAL_STEP_STATES = frozenset({"SUCCESS", "FAILED"})
@@ -53,13 +53,13 @@ class IssuePublisher:
     name = "issue-tracker"
 
     def __init__(self, tracker: Tracker, number: int, *, dashboard_url: str | None = None,
-                 min_interval_s: float = 10.0, find_policy: RetryPolicy | None = None,
+                 min_interval_s: float = 10.0, find_policy: BackoffPolicy | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.tracker, self.number = tracker, number
         self.issue_ref = f"{tracker.repo}#{number}"
         self.dashboard_url = dashboard_url.rstrip("/") if dashboard_url else None
         self.min_interval_s = min_interval_s
-        self.find_policy = find_policy or RetryPolicy(max_attempts=3, base_delay_s=1.0)
+        self.find_policy = find_policy or BackoffPolicy(max_attempts=3, base_delay_s=1.0)
         self.clock = clock
         self.errors: list[str] = []
         """Redacted messages of the first MAX_KEPT_ERRORS failed flushes (a later flush may have

@@ -34,7 +34,7 @@ class Transient:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class BackoffPolicy:
     max_attempts: int = 5
     """Attempts per call, the first included."""
     base_delay_s: float = 1.0

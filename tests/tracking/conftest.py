@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from marin.tracking.github import GitHubTracker
-from marin.tracking.retry import RetryPolicy
+from marin.tracking.retry import BackoffPolicy
 from tests.fakes.github_api import FakeGitHub
 
 TOKEN = "ghp_SeCrEt0123456789abcdefTOKEN"
@@ -39,6 +39,6 @@ def sleeps() -> SleepRecorder:
 
 @pytest.fixture
 def gh_tracker(fake_github: FakeGitHub, sleeps: SleepRecorder) -> GitHubTracker:
-    policy = RetryPolicy(max_attempts=4, base_delay_s=0.5, max_rate_limit_wait_s=120, sleep=sleeps)
+    policy = BackoffPolicy(max_attempts=4, base_delay_s=0.5, max_rate_limit_wait_s=120, sleep=sleeps)
     return GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, policy=policy, throttle=False,
                          timeout_s=5)

@@ -18,7 +18,7 @@ from marin.tracking.comment import MAX_BODY_CHARS, marker
 from marin.tracking.github import GitHubTracker
 from marin.tracking.local import LocalTracker
 from marin.tracking.publisher import IssuePublisher, PublishError
-from marin.tracking.retry import RetryPolicy
+from marin.tracking.retry import BackoffPolicy
 from tests.fakes.github_api import FakeGitHub, Fault
 from tests.tracking.conftest import REPO, TOKEN, SleepRecorder
 from tests.tracking.views import run, step, with_status
@@ -35,7 +35,7 @@ def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyp
 
 def publisher(tracker: GitHubTracker | LocalTracker, interval: float = 0.0, **kw: object) -> IssuePublisher:
     return IssuePublisher(tracker, 1, min_interval_s=interval,
-                          find_policy=RetryPolicy(max_attempts=3, sleep=lambda s: None), **kw)  # type: ignore[arg-type]
+                          find_policy=BackoffPolicy(max_attempts=3, sleep=lambda s: None), **kw)  # type: ignore[arg-type]
 
 
 def test_one_comment_created_then_edited_with_labels(gh_tracker: GitHubTracker, fake_github: FakeGitHub,
@@ -175,7 +175,7 @@ def test_unreachable_tracker_is_reported_not_raised_into_the_run(tmp_path: Path,
     with FakeGitHub(token=TOKEN) as server:
         url = server.base_url  # a port that nothing listens on once the server is gone
     tracker = GitHubTracker(REPO, TOKEN, api_url=url, throttle=False, timeout_s=2,
-                            policy=RetryPolicy(max_attempts=3, base_delay_s=0.01))
+                            policy=BackoffPolicy(max_attempts=3, base_delay_s=0.01))
     pub = publisher(tracker, interval=0.05)
     prefix = str(tmp_path)
     pub.publish(run(prefix, [step("a", prefix, "RUNNING")]), final=False)  # returns at once
@@ -263,7 +263,7 @@ def test_token_never_leaves_the_process(fake_github: FakeGitHub, tmp_path: Path,
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     caplog.set_level(logging.DEBUG)  # PyGithub and urllib3 log requests at DEBUG
     tracker = GitHubTracker(REPO, TOKEN, api_url=fake_github.base_url, throttle=False,
-                            policy=RetryPolicy(max_attempts=2, sleep=lambda s: None))
+                            policy=BackoffPolicy(max_attempts=2, sleep=lambda s: None))
     prefix = str(tmp_path)
     leaky = step("a", prefix, "FAILED",
                  error=f"RuntimeError: auth with {TOKEN} failed; header Authorization: "
