@@ -53,6 +53,8 @@ def ensure_venv(with_tests: bool) -> None:
     want = install_fingerprint(with_tests)
     have = STAMP.read_text().split() if STAMP.exists() else []
     if want in have:
+        if with_tests:
+            ensure_pygithub_sdist()  # also on a venv installed before this step existed
         return
     if not PY.exists():
         log(f"creating {VENV}")
@@ -68,7 +70,22 @@ def ensure_venv(with_tests: bool) -> None:
         log(f"installing {TORCH_SPEC} (CPU) and {LM_EVAL_HF_SPEC} for the transformers and lm-eval tests")
         sh([str(PY), "-m", "pip", "install", "-q", TORCH_SPEC, LM_EVAL_HF_SPEC])
         ensure_chromium()
+        ensure_pygithub_sdist()
     STAMP.write_text("\n".join([*have, want]) + "\n")
+
+
+def ensure_pygithub_sdist() -> None:
+    """PyGithub's source distribution, whose tests/ReplayData holds recorded api.github.com exchanges: the
+    GitHub tracker's replay tests read it (tests/fakes/replay_github.py). Downloaded here because the tests
+    run without network; the version is the installed one, so the recordings match the client."""
+    version = subprocess.run([str(PY), "-c", "import importlib.metadata as m; print(m.version('PyGithub'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    dest = VENV / "cache" / "pygithub-sdist"
+    if (dest / f"pygithub-{version}.tar.gz").exists():
+        return
+    log(f"downloading the PyGithub {version} sdist (its recorded GitHub exchanges) into {dest}")
+    sh([str(PY), "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+        f"PyGithub=={version}", "-d", str(dest)])
 
 
 def ensure_chromium() -> None:

@@ -14,6 +14,7 @@ answering: the client cannot know it succeeded). Every request is logged in :att
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -281,8 +282,12 @@ class FakeGitHub:
                     entry.answered = status
                 data = b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
+                if data:  # GitHub's 204s carry no Content-Type
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
+                # GitHub sends an ETag on every answer, weak (W/) on reads, of the body it sends
+                weak = "W/" if method == "GET" else ""
+                self.send_header("ETag", f'{weak}"{hashlib.sha256(data).hexdigest()}"')
                 defaults = {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999",
                             "X-RateLimit-Reset": str(int(time.time()) + 3600)}
                 for key, value in {**defaults, **headers}.items():
@@ -315,8 +320,16 @@ class FakeGitHub:
         per_page = int(query.get("per_page", ["30"])[0])
         page = int(query.get("page", ["1"])[0])
         chunk = payload[(page - 1) * per_page: page * per_page]
-        if page * per_page < len(payload):
-            nxt = urllib.parse.urlencode({**{k: v[0] for k, v in query.items()}, "page": page + 1,
-                                          "per_page": per_page})
-            headers = {**headers, "Link": f'<{self.base_url}{parsed.path}?{nxt}>; rel="next"'}
-        return status, chunk, headers
+        last = max(1, -(-len(payload) // per_page))
+        if last == 1:
+            return status, chunk, headers
+
+        def link(n: int, rel: str) -> str:  # GitHub adds only `page` to the query the client sent
+            query = urllib.parse.urlencode({**plain, "page": n})
+            return f'<{self.base_url}{parsed.path}?{query}>; rel="{rel}"'
+
+        plain = {k: v[0] for k, v in query.items() if k != "page"}
+        # GitHub's order: next, last, first, prev; the first page has no first/prev, the last no next/last
+        rels = ([link(page + 1, "next"), link(last, "last")] if page < last else []) + (
+            [link(1, "first"), link(page - 1, "prev")] if page > 1 else [])
+        return status, chunk, {**headers, "Link": ", ".join(rels)}
