@@ -100,8 +100,8 @@ def _sdist() -> Path:
     path = sdist_dir() / f"pygithub-{version}.tar.gz"
     if path.exists():
         return path
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
-           f"PyGithub=={version}", "-d", str(sdist_dir())]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--retries", "1", "--no-binary", ":all:",
+           "--no-deps", f"PyGithub=={version}", "-d", str(sdist_dir())]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0 or not path.exists():
         pytest.fail(f"PyGithub's sdist (its recorded GitHub exchanges) is not at {path} and downloading it "
