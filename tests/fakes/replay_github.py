@@ -69,7 +69,10 @@ def split_target(url: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def parse_replay(text: str, name: str) -> list[Exchange]:
-    """The exchanges of one ReplayData file (literals read with ast.literal_eval, never eval)."""
+    """The exchanges of one ReplayData file (literals read with ast.literal_eval, never eval).
+
+    A streamed answer (a file download, recorded as base64 lines up to a blank one) is refused with a
+    ValueError naming the line: the tracker never receives one."""
     lines = text.split("\n")
     out: list[Exchange] = []
     i = 0

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from marin.tracking.base import TrackerNotFound
+from marin.tracking.base import TrackerError, TrackerNotFound
 from marin.tracking.github import SECONDARY_RATE_LIMIT_WAIT_S, GitHubTracker, classify
 from marin.tracking.retry import BackoffPolicy
 from tests.fakes.github_api import FakeGitHub
@@ -154,6 +154,22 @@ def test_a_recorded_500_is_retried_then_the_recorded_success_is_read(sleeps: Sle
         issue = tracker(server, sleeps=sleeps).get_issue(ISSUE)
     assert issue.number == 28 and len(sleeps.waits) == 1 and 0.5 <= sleeps.waits[0] <= 0.625
     assert [s.exchange.status for s in server.served if s.exchange] == [500, 200, 200]
+
+
+def test_a_request_github_was_not_recorded_answering_fails_with_the_nearest_recording() -> None:
+    with ReplayGitHub(replay_data("Issue.setUp", "Issue.testCreateComment")) as server:
+        gh = tracker(server)
+        with pytest.raises(TrackerError):
+            gh.get_issue(29)
+        with pytest.raises(TrackerError):
+            gh.create_comment(ISSUE, "a body GitHub never saw")
+        with pytest.raises(pytest.fail.Exception, match="requests GitHub was not recorded answering") as info:
+            server.check()
+        server.mismatches.clear()  # checked here; on exit they would fail the test
+    message = str(info.value)
+    assert (f"GET /repos/{REPO}/issues/29: no unused recording; nearest recorded request: "
+            f"GET /repos/{REPO}/issues/28") in message
+    assert '"a body GitHub never saw"' in message and "Issue.testCreateComment:1" in message
 
 
 def _error(names: tuple[str, ...], call: str) -> Any:
