@@ -271,10 +271,10 @@ def fake() -> Iterator[FakeGitHub]:
         yield server
 
 
-def ask(fake: FakeGitHub, method: str, path: str, body: Any = None
+def ask(fake: FakeGitHub, method: str, path: str, body: Any = None, token: str = TOKEN
         ) -> tuple[int, requests.structures.CaseInsensitiveDict[str], Any]:
     answer = requests.request(method, fake.base_url + path, timeout=5,
-                              headers={"Authorization": f"token {TOKEN}"},
+                              headers={"Authorization": f"token {token}"},
                               data=None if body is None else json.dumps(body))
     return answer.status_code, answer.headers, answer.json() if answer.content else None
 
@@ -307,6 +307,8 @@ CASES: dict[str, tuple[tuple[str, ...], str, str, dict[str, type]]] = {
     "list labels": (("Issue.testAddAndRemoveLabelsWithStringArguments",), "GET",
                     f"/repos/{REPO}/issues/{ISSUE}/labels", LABEL_FIELDS),
     "missing repository": (("Exceptions.testUnknownObject",), "GET", "/repos/jacquev6/Xxx", {"message": str}),
+    "get user": (("Exceptions.testUnknownObject",), "GET", "/user", {"login": str, "url": str}),
+    "bad credentials": (("Exceptions.testBadAuthentication",), "GET", "/user", {"message": str}),
 }
 
 
@@ -321,9 +323,12 @@ def test_the_fake_answers_as_github_did(fake: FakeGitHub, case: str) -> None:
     if case == "remove label":
         ask(fake, "POST", f"/repos/{REPO}/issues/{ISSUE}/labels", ["Bug"])
     target = path.replace("{id}", str(_comment(fake))) if "{id}" in path else path
+    token = "ghp_notthetoken0123456789" if case == "bad credentials" else TOKEN
     status, headers, body = ask(fake, method, target, json.loads(real.request_body) if real.request_body
-                                else None)
+                                else None, token)
     assert differences(real, status, headers, body, fields) == []
+    if real.status >= 400:
+        assert body["message"] == real.json()["message"]  # what describe() puts in the error
 
 
 def test_the_fakes_link_headers_are_githubs(fake: FakeGitHub) -> None:
