@@ -10,7 +10,8 @@ without network), downloading it there itself when it is missing, and never unpa
 :class:`ReplayGitHub` serves a list of exchanges: a request is answered by the first not yet used exchange
 with the same method, path and query (query parameters in any order); its JSON body must equal the
 recorded one. Everything that matches nothing is recorded in :attr:`ReplayGitHub.mismatches` with the
-nearest recorded request, answered 599, and :meth:`ReplayGitHub.check` (called on exit) fails the test.
+nearest recorded request and answered 400 (which the tracker does not retry); :meth:`ReplayGitHub.check`
+(called on exit) then fails the test.
 ``https://api.github.com`` in bodies and ``Link`` headers is rewritten to the server's own base URL, since
 PyGithub follows ``url`` fields.
 """
@@ -221,7 +222,7 @@ class ReplayGitHub:
                         server.mismatches.append(str(found))
                 if exchange is None:
                     data = json.dumps({"message": f"replay: {found}"}).encode()
-                    status, headers = 599, [("Content-Type", "application/json")]
+                    status, headers = 400, [("Content-Type", "application/json")]  # not retried
                 else:
                     data = server.rewrite(exchange.body).encode()
                     status = exchange.status

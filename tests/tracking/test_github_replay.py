@@ -232,7 +232,7 @@ def differences(real: Exchange, status: int, headers: requests.structures.CaseIn
     out = []
     if status != real.status:
         out.append(f"status {status}, GitHub {real.status}")
-    for name in ("ETag", "X-RateLimit-Limit", "X-RateLimit-Remaining", "Content-Type"):
+    for name in ("ETag", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Content-Type"):
         if real.header(name) is not None and name not in headers:
             out.append(f"no {name} header (GitHub sends {real.header(name)!r})")
     if real.header("Content-Type") is None and real.body == "" and "Content-Type" in headers:
