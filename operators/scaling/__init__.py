@@ -11,15 +11,20 @@
 Never imports ``marin``: experiments/common/scaling_ladder.py turns a plan into steps.
 """
 
-from operators.scaling.fit import FitSettings, ScalingFit, fit_scaling_law
+from operators.scaling.bootstrap import IntervalMethod
+from operators.scaling.fit import FORM_OFFSET, FORM_SURFACE, FitSettings, ScalingFit, fit_offset
 from operators.scaling.inputs import LadderInputError
-from operators.scaling.surface import SurfaceFit, compute_optimal
+from operators.scaling.surface import SurfaceFit, compute_optimal, fit_surface
 
 __all__ = [
+    "FORM_OFFSET",
+    "FORM_SURFACE",
     "FitSettings",
+    "IntervalMethod",
     "LadderInputError",
     "ScalingFit",
     "SurfaceFit",
     "compute_optimal",
-    "fit_scaling_law",
+    "fit_offset",
+    "fit_surface",
 ]
