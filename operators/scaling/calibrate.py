@@ -105,5 +105,13 @@ def calibrate_e(family: Family) -> ScalingFit:
     return fit_offset(compute, loss, settings, leave_one_out=False)
 
 
-__all__ = ["CalibrateE", "Family", "FamilyTarget", "calibrate_e", "read_family", "rule_ends", "target_compute",
-           "target_end"]
+__all__ = [
+    "CalibrateE",
+    "Family",
+    "FamilyTarget",
+    "calibrate_e",
+    "read_family",
+    "rule_ends",
+    "target_compute",
+    "target_end",
+]

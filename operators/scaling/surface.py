@@ -241,7 +241,8 @@ def fit_surface(
     be :data:`operators.scaling.fit.FORM_SURFACE`."""
     if settings.form != FORM_SURFACE:
         raise LadderInputError(
-            f"fit_surface got FitSettings(form={settings.form!r}); pass FitSettings(form={FORM_SURFACE!r}, ...) "
+            f"fit_surface got FitSettings(form={settings.form!r}); pass "
+            f"FitSettings(form={FORM_SURFACE!r}, ...) "
             "(the offset power law in C is operators.scaling.fit.fit_offset)"
         )
     y_loss = as_array("loss", loss)

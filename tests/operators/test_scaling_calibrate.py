@@ -74,7 +74,8 @@ def test_a_verdict_without_the_target_and_a_family_without_targets_are_refused(t
     verdict = tmp_path / "verdict.json"
     verdict.write_text(json.dumps({"real": [{"target": "d8-L1", "points": []}]}))
     config = CalibrateE(rungs=str(RUNS / V9), targets=(FamilyTarget(str(RUNS / V9), str(verdict)),))
-    with pytest.raises(LadderInputError, match=r"has no verdict for target 'd96-L4' \(it scored \['d8-L1'\]\)"):
+    missing = r"has no verdict for target 'd96-L4' \(it scored \['d8-L1'\]\)"
+    with pytest.raises(LadderInputError, match=missing):
         read_family(config)
     with pytest.raises(LadderInputError, match="needs at least one scored target"):
         calibrate_e(Family((1e11, 1e12, 1e13), (3.0, 2.5, 2.2), ()))

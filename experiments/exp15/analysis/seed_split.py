@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 import experiments.exp15_scaling_ladder as ex
-from experiments.common.scaling_ladder import _curve, _train_config
+from experiments.common.scaling_ladder import curve_config, rung_train_config
 from marin import Step, executor_main
 from operators.scaling.curve import evaluate_curve
 from operators.train import train
@@ -26,11 +26,11 @@ PAIRS = [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (0, 2), (0, 3)]  # (initialisat
 def _steps() -> list[Step]:
     steps = []
     for init, data in PAIRS:
-        base = _train_config(ex.base_train, RUNG, init, RUNG.eval_steps(ex.plan.fractions))
+        base = rung_train_config(ex.base_train, RUNG, init, RUNG.eval_steps(ex.plan.fractions))
         t = Step(name=f"diag/train/{RUNG.name}-i{init}-d{data}", fn=train,
                  config=dataclasses.replace(base, data_seed=data))
         steps.append(Step(name=f"diag/eval/{RUNG.name}-i{init}-d{data}", fn=evaluate_curve,
-                          config=_curve(t, RUNG, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
+                          config=curve_config(t, RUNG, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
     return steps
 
 

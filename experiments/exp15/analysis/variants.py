@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import experiments.exp15_scaling_ladder as ex
-from experiments.common.scaling_ladder import _curve, _train_config
+from experiments.common.scaling_ladder import curve_config, rung_train_config
 from marin import Step, executor_main
 from operators.scaling.curve import CURVE_FILE, evaluate_curve
 from operators.scaling.rules import rung_for_params
@@ -40,13 +40,13 @@ def _steps(variants: list[list[float]]) -> list[Step]:
         tag = f"{rung.name}-t{tpp:g}-b{int(batch)}-s{int(seed)}-x{multiple:g}" + (
             f"-dec{decay:g}" if rest else ""
         )
-        config = _train_config(ex.base_train, rung, int(seed), rung.eval_steps(ex.plan.fractions))
+        config = rung_train_config(ex.base_train, rung, int(seed), rung.eval_steps(ex.plan.fractions))
         t = Step(name=f"probe/train/{tag}", fn=train, config=config)
         steps.append(
             Step(
                 name=f"probe/eval/{tag}",
                 fn=evaluate_curve,
-                config=_curve(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64),
+                config=curve_config(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64),
             )
         )
     return steps

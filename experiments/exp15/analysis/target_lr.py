@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 import experiments.exp15_scaling_ladder as ex
-from experiments.common.scaling_ladder import _curve, _train_config
+from experiments.common.scaling_ladder import curve_config, rung_train_config
 from marin import Step, executor_main
 from operators.scaling.curve import evaluate_curve
 from operators.train import train
@@ -35,10 +35,11 @@ def _steps() -> list[Step]:
     steps = []
     for m in MULTIPLES:
         rung = ex.plan.target if m == 1.0 else ex.plan.target.with_lr_multiple(m)
-        config = _train_config(ex.base_train, rung, ex.plan.target_seed, rung.eval_steps(ex.plan.fractions))
+        steps_at = rung.eval_steps(ex.plan.fractions)
+        config = rung_train_config(ex.base_train, rung, ex.plan.target_seed, steps_at)
         t = Step(name=f"diag/target-lr/train/{rung.name}-s{ex.plan.target_seed}", fn=train, config=config)
         steps.append(Step(name=f"diag/target-lr/eval/{rung.name}-s{ex.plan.target_seed}", fn=evaluate_curve,
-                          config=_curve(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
+                          config=curve_config(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
     return steps
 
 
