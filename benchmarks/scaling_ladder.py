@@ -6,7 +6,7 @@
 surfaces (the research note's E=1, alpha=0.34, beta=0.28 with loss about 2.7 -> 1.6; alpha=0.5, beta=0.25;
 and Besiroglu-like exponents alpha=0.35, beta=0.37), 5 rungs at half-decade compute spacing (a 100x span),
 3 seeds each with 0.5% multiplicative noise, the target 10x beyond the top rung. Each replicate fits the
-offset power law in 6·N·D (:func:`operators.scaling.fit_scaling_law`) and predicts the target: reported are
+offset power law in 6·N·D (:func:`operators.scaling.fit_offset`) and predicts the target: reported are
 the bias, median and p90 of the endpoint error against the true mean, and the coverage of the 90% interval
 (of the mean; and of the single-run interval against one noisy target run), whose method the JSON names
 (the fitter's parametric bootstrap-t since 2026-12-02). Targets (issue #15): median error <= 1%, coverage
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.scaling import fit_scaling_law
+from operators.scaling import FitSettings, fit_offset
 from operators.scaling.bootstrap import BOOTSTRAP_T
 from operators.scaling.surface import surface_loss
 
@@ -54,9 +54,7 @@ def backtest(
     errors, hits, run_hits = [], [], []
     for r in range(replicates):
         loss = means * np.exp(noise * rng.standard_normal(means.size))
-        fit = fit_scaling_law(
-            compute=compute, loss=loss, bootstrap=bootstrap, rng_seed=r, leave_one_out=False
-        )
+        fit = fit_offset(compute, loss, FitSettings(bootstrap=bootstrap, rng_seed=r), leave_one_out=False)
         point, low, high = fit.predict(target_c)
         errors.append(100 * (point - target_true) / target_true)
         hits.append(low <= target_true <= high)

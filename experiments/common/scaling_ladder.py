@@ -78,7 +78,7 @@ class Ladder:
         return list(self.rung_evals)
 
 
-def _train_config(
+def rung_train_config(
     base: TrainConfig,
     rung: RungSpec,
     seed: int,
@@ -112,7 +112,7 @@ def _train_config(
     )
 
 
-def _curve(
+def curve_config(
     train_step: Step, rung: RungSpec, plan: LadderPlan, tokenized: Step, metric: str, max_batches: int | None
 ) -> CurveConfig:
     return CurveConfig(
@@ -159,13 +159,13 @@ def build_ladder(
                 name=f"{name}/train/{rung.name}-s{seed}",
                 fn=train,
                 description=f"rung {rung.name} seed {seed}: N={rung.n_params:,}, D={rung.tokens:,}",
-                config=_train_config(base_train, rung, seed, rung.eval_steps(plan.fractions)),
+                config=rung_train_config(base_train, rung, seed, rung.eval_steps(plan.fractions)),
             )
             e = Step(
                 name=f"{name}/eval/{rung.name}-s{seed}",
                 fn=evaluate_curve,
                 description=f"held-out {metric} of {rung.name} seed {seed} at {len(plan.fractions)} points",
-                config=_curve(t, rung, plan, tokenized, metric, eval_max_batches),
+                config=curve_config(t, rung, plan, tokenized, metric, eval_max_batches),
             )
             trains.append(t)
             evals.append(e)
@@ -192,7 +192,7 @@ def build_ladder(
     )
     target = plan.target
     target_steps = target.eval_steps(plan.fractions)
-    target_train_config = _train_config(
+    target_train_config = rung_train_config(
         base_train, target, plan.target_seed, target_steps, validation, eval_max_batches
     )
     plain = Step(name=f"{name}/target/train", fn=train, config=target_train_config)
@@ -238,7 +238,7 @@ def build_ladder(
         name=f"{name}/target/eval",
         fn=evaluate_curve,
         description="the target's held-out curve",
-        config=_curve(target_train, target, plan, tokenized, metric, eval_max_batches),
+        config=curve_config(target_train, target, plan, tokenized, metric, eval_max_batches),
     )
     verdict = Step(
         name=f"{name}/verdict",
@@ -281,7 +281,7 @@ def _target_lr_check(
     waiting for the frozen, posted forecast) and the step comparing their ends; None without multiples."""
     runs = []
     for multiple, rung in plan.target_lr_check:
-        config = _train_config(base_train, rung, plan.target_seed, rung.eval_steps(plan.fractions))
+        config = rung_train_config(base_train, rung, plan.target_seed, rung.eval_steps(plan.fractions))
         t = Step(
             name=f"{name}/target/train-lrx{multiple:g}",
             fn=train_after_forecast,
@@ -294,7 +294,7 @@ def _target_lr_check(
             name=f"{name}/target/eval-lrx{multiple:g}",
             fn=evaluate_curve,
             description=f"held-out {metric} of the target at x{multiple:g} the rule's learning rate",
-            config=_curve(t, rung, plan, tokenized, metric, eval_max_batches),
+            config=curve_config(t, rung, plan, tokenized, metric, eval_max_batches),
         )
         runs.append((multiple, output_path_of(e)))
     if not runs:

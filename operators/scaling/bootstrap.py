@@ -24,10 +24,13 @@ surface of ``surface.py``): a parametric bootstrap over the seeds' spread, stude
    interval covered 0.83 / 0.845 / 0.895 of three surfaces where 0.90 was asked; studentizing by ``sigma*``
    alone, 0.835 / 0.835 / 0.90; by the local standard error, 0.855 / 0.835 / 0.925. The percentile
    interval is kept for reading records written without ``boot_sigma`` (before 2026-12-02).
+   The caller names the method (:class:`IntervalMethod`); its value is the text records carry in
+   ``"interval"``.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 
 import numpy as np
@@ -40,6 +43,18 @@ BOOTSTRAP_T = "parametric bootstrap-t (pivot studentized by each replicate's loc
 BOOTSTRAP_T_SIGMA = "parametric bootstrap-t (studentized by each replicate's sigma)"
 PERCENTILE = "parametric bootstrap, percentile"
 EPS_PER_REPLICATE = 16
+
+
+class IntervalMethod(enum.Enum):
+    """How :func:`interval` turns the bootstrap predictions into an interval; ``value`` is the text a fit
+    record writes in ``"interval"`` (unchanged from the constants above)."""
+
+    BOOTSTRAP_T = BOOTSTRAP_T
+    """Pivot studentized by each replicate's local standard error (the offset law)."""
+    BOOTSTRAP_T_SIGMA = BOOTSTRAP_T_SIGMA
+    """Pivot studentized by each replicate's sigma (the two-variable surface)."""
+    PERCENTILE = PERCENTILE
+    """The plain percentile interval (records written before 2026-12-02, without ``boot_sigma``)."""
 
 
 def noise_sigma(
@@ -92,20 +107,29 @@ def interval(
     level: float,
     sigma: float,
     single_run: bool,
+    method: IntervalMethod,
+    *,
     boot_sigma: np.ndarray | None = None,
     rng_seed: int = 0,
     boot_se: np.ndarray | None = None,
     point_se: float | None = None,
 ) -> tuple[float, float, float]:
-    """(point, low, high) from the bootstrap predictions ``draws``, their replicates' ``boot_sigma`` and,
-    where the form provides them, the local standard errors of log pred (``boot_se`` per replicate,
-    ``point_se`` at the point fit) that studentize the pivot (see the module docstring); without
-    ``boot_sigma`` the percentile interval of the older records."""
+    """(point, low, high) from the bootstrap predictions ``draws`` by ``method`` (see the module docstring).
+
+    ``BOOTSTRAP_T_SIGMA`` needs the replicates' ``boot_sigma``; ``BOOTSTRAP_T`` also the local standard
+    errors of log pred (``boot_se`` per replicate, ``point_se`` at the point fit) that studentize the pivot.
+    With ``sigma`` 0 (no spread to studentize by) the bootstrap-t methods give the percentile interval."""
     tail = (1.0 - level) / 2.0
-    if boot_sigma is None or not sigma > 0:
+    if method is IntervalMethod.PERCENTILE:
         return _percentile(point, draws, tail, sigma, single_run)
-    if boot_se is None or point_se is None:  # the pivot's scale is sigma itself
-        boot_se, point_se = boot_sigma, sigma
+    if boot_sigma is None:
+        raise ValueError(f"interval({method.name}) needs boot_sigma (each replicate's sigma)")
+    if method is IntervalMethod.BOOTSTRAP_T_SIGMA:
+        boot_se, point_se = boot_sigma, sigma  # the pivot's scale is sigma itself
+    elif boot_se is None or point_se is None:
+        raise ValueError("interval(BOOTSTRAP_T) needs boot_se and point_se (the local standard errors)")
+    if not sigma > 0:
+        return _percentile(point, draws, tail, sigma, single_run)
     lp, floor = math.log(point), 1e-12 * sigma
     scale = np.maximum(boot_se, floor)
     if single_run:

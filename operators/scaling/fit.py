@@ -1,7 +1,7 @@
 """The scaling-law fitter: ``L = E + A·C^(-alpha)`` (or ``E + A/N^a + B/D^b``), Huber on log L, intervals.
 
-    from operators.scaling import fit_scaling_law
-    fit = fit_scaling_law(compute=[...], loss=[...])   # one entry per rung and seed
+    from operators.scaling import FitSettings, fit_offset
+    fit = fit_offset([...], [...], FitSettings())      # compute and loss: one entry per rung and seed
     point, low, high = fit.predict(1e13)               # the 90% interval at compute 1e13
     fit.params                                         # {"E": ..., "A": ..., "alpha": ...}
 
@@ -35,7 +35,8 @@ forecast (Open-Athena's check of Delphi).
 (About 440 lines: the batched solver, the point fit and the fit object with its record state are one
 unit; splitting them would spread the parametrisation over three files.)
 
-The two-variable surface lives in :mod:`operators.scaling.surface`; the input checks in
+The two-variable surface (:func:`operators.scaling.surface.fit_surface`, same :class:`FitSettings` with
+``form=FORM_SURFACE``) lives in :mod:`operators.scaling.surface`; the input checks in
 :mod:`operators.scaling.inputs`; the noise model and interval both forms share in
 :mod:`operators.scaling.bootstrap`.
 """
@@ -51,8 +52,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from operators.scaling.bootstrap import (
-    BOOTSTRAP_T,
-    PERCENTILE,
+    IntervalMethod,
     bootstrap_targets,
     gauss_newton_se,
     interval,
@@ -239,7 +239,7 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
 
 @dataclasses.dataclass(frozen=True)
 class ScalingFit:
-    """A fitted law with its interval machinery. Build it with :func:`fit_scaling_law`."""
+    """A fitted law with its interval machinery. Build it with :func:`fit_offset`."""
 
     settings: FitSettings
     compute: np.ndarray
@@ -254,6 +254,11 @@ class ScalingFit:
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale); None in records of the
     percentile interval (before 2026-12-02)."""
 
+    @property
+    def interval_method(self) -> IntervalMethod:
+        """The bootstrap-t pivot studentized by the local standard error; the percentile interval for a
+        record written before 2026-12-02 (no ``boot_sigma``)."""
+        return IntervalMethod.PERCENTILE if self.boot_sigma is None else IntervalMethod.BOOTSTRAP_T
     @property
     def params(self) -> dict[str, float]:
         """E, A and alpha of ``L = E + A·C^(-alpha)`` (C in the units given)."""
@@ -274,21 +279,22 @@ class ScalingFit:
         seeds, or (``single_run``) for one new run, widened by the seeds' spread."""
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
-        boot_se = point_se = None
-        if self.boot_sigma is not None:
-            u = np.log(self.compute / self.c_ref)
-            boot_se = local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma
-            point_se = float(local_se(self.theta[None, :], u, u_c, fe)[0]) * self.sigma
+        if self.boot_sigma is None:
+            return interval(
+                self.point(c), draws, self.settings.level, self.sigma, single_run, IntervalMethod.PERCENTILE
+            )
+        u = np.log(self.compute / self.c_ref)
         return interval(
             self.point(c),
             draws,
             self.settings.level,
             self.sigma,
             single_run,
+            IntervalMethod.BOOTSTRAP_T,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
-            boot_se=boot_se,
-            point_se=point_se,
+            boot_se=local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma,
+            point_se=float(local_se(self.theta[None, :], u, u_c, fe)[0]) * self.sigma,
         )
 
     def loo(self, c: float) -> list[dict[str, float]]:
@@ -318,7 +324,7 @@ class ScalingFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
-            "interval": BOOTSTRAP_T if self.boot_sigma is not None else PERCENTILE,
+            "interval": self.interval_method.value,
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
             "fixed_e": self.settings.fixed_e is not None,
@@ -355,48 +361,25 @@ class ScalingFit:
         )
 
 
-def fit_scaling_law(
-    compute: Sequence[float] | np.ndarray | None = None,
-    loss: Sequence[float] | np.ndarray | None = None,
+def fit_offset(
+    compute: Sequence[float] | np.ndarray,
+    loss: Sequence[float] | np.ndarray,
+    settings: FitSettings,
     *,
-    n: Sequence[float] | np.ndarray | None = None,
-    d: Sequence[float] | np.ndarray | None = None,
-    fixed_e: float | None = None,
-    huber_delta: float = 1e-3,
-    bootstrap: int = 1000,
-    rng_seed: int = 0,
-    level: float = 0.9,
-    min_budgets: int = 3,
     leave_one_out: bool = True,
-) -> Any:
+) -> ScalingFit:
     """Fit ``L = E + A·C^(-alpha)`` to one (compute, loss) pair per rung and seed; see the module docstring.
 
-    With ``n`` and ``d`` (parameters and tokens per run) instead of ``compute``, fits the two-variable
-    surface ``E + A/N^a + B/D^b`` (:class:`operators.scaling.surface.SurfaceFit`). Raises
-    :class:`LadderInputError` for inputs that must not be fitted (see :mod:`operators.scaling.inputs`).
-    ``leave_one_out=False`` skips the leave-one-rung-out refits (simulations that need only the interval)."""
-    if loss is None:
-        raise LadderInputError("fit_scaling_law needs loss=[...]: one value per rung and seed")
-    if n is not None or d is not None:
-        if compute is not None:
-            raise LadderInputError(
-                "give either compute= (offset power law) or n= and d= (two-variable surface)"
-            )
-    elif compute is None:
-        raise LadderInputError("fit_scaling_law needs compute=[...] (or n= and d=): one value per loss value")
-    settings = FitSettings(
-        form=FORM_OFFSET if compute is not None else FORM_SURFACE,
-        huber_delta=huber_delta,
-        bootstrap=bootstrap,
-        rng_seed=rng_seed,
-        level=level,
-        fixed_e=fixed_e,
-        min_budgets=min_budgets,
-    )
-    if compute is None:
-        from operators.scaling.surface import fit_surface
-
-        return fit_surface(n, d, loss, settings)
+    ``settings.form`` must be :data:`FORM_OFFSET` (the two-variable surface is
+    :func:`operators.scaling.surface.fit_surface`). Raises :class:`LadderInputError` for inputs that must
+    not be fitted (see :mod:`operators.scaling.inputs`). ``leave_one_out=False`` skips the
+    leave-one-rung-out refits (simulations that need only the interval; not a setting: the record's
+    ``loo`` is then empty)."""
+    if settings.form != FORM_OFFSET:
+        raise LadderInputError(
+            f"fit_offset got FitSettings(form={settings.form!r}); it fits {FORM_OFFSET!r}: use "
+            "operators.scaling.surface.fit_surface for the two-variable surface, or FitSettings() here"
+        )
     y_loss = as_array("loss", loss)
     c = as_array("compute", compute, n=y_loss.size)
     return _fit_offset(c, y_loss, settings, leave_one_out)

@@ -1,7 +1,7 @@
 """The ``fit`` step: every rung's curve -> one law per evaluation fraction -> ``fit.json``.
 
 For each fraction f of training (25/50/75/100%), the values of all rungs and seeds at f are fitted with
-:func:`operators.scaling.fit.fit_scaling_law` against ``6·N·D_f`` (N non-embedding active parameters, D_f the
+:func:`operators.scaling.fit.fit_offset` against ``6·N·D_f`` (N non-embedding active parameters, D_f the
 tokens seen by f); the same points are also fitted against the trainer's FLOPs (``flops_per_token·D_f``) and
 recorded, so a gap between the two forecasts is visible as model uncertainty (research note §3.1).
 
@@ -27,7 +27,7 @@ import numpy as np
 from moe_trainer.data.cache import write_json_atomic
 from openlab_records import read_json
 from operators.scaling.curve import CURVE_FILE
-from operators.scaling.fit import fit_scaling_law
+from operators.scaling.fit import FitSettings, fit_offset
 from operators.scaling.gates import LR_CHECK_TOLERANCE, fit_gates, rung_lr_check
 from operators.scaling.inputs import LadderInputError
 
@@ -172,18 +172,18 @@ def fit_ladder(config: FitConfig) -> dict[str, Any]:
     """Fit one law per fraction; write and return fit.json's content (see the module docstring)."""
     loaded = load_runs(config.runs)
     ladder = [i for i in loaded if i["run"].lr_multiple == 1.0]
-    kwargs: dict[str, Any] = {
-        "fixed_e": config.fixed_e,
-        "huber_delta": config.huber_delta,
-        "bootstrap": config.bootstrap,
-        "rng_seed": config.rng_seed,
-        "level": config.level,
-    }
-    fractions = []
+    settings = FitSettings(
+        fixed_e=config.fixed_e,
+        huber_delta=config.huber_delta,
+        bootstrap=config.bootstrap,
+        rng_seed=config.rng_seed,
+        level=config.level,
+    )
+    fractions: list[dict[str, Any]] = []
     for fraction in config.fractions:
         c6, ct, value = _points_at(ladder, fraction)
-        fit = fit_scaling_law(compute=c6, loss=value, **kwargs)
-        alt = fit_scaling_law(compute=ct, loss=value, **{**kwargs, "bootstrap": 200})
+        fit = fit_offset(c6, value, settings)
+        alt = fit_offset(ct, value, dataclasses.replace(settings, bootstrap=200))
         fractions.append(
             {
                 "fraction": fraction,

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.scaling.fit import ScalingFit, fit_scaling_law
+from operators.scaling.fit import FitSettings, ScalingFit, fit_offset
 
 LR_CHECK_TOLERANCE = 0.003
 """The rule's learning rate holds when its run ends within this fraction of the best multiple's loss (the
@@ -84,15 +84,8 @@ def _backtest_top_rung(
     keep = compute < top * (1 - 1e-9)
     if len(np.unique(compute[keep])) < 3:
         return {"ran": False}
-    sub = fit_scaling_law(
-        compute=compute[keep],
-        loss=value[keep],
-        fixed_e=fixed_e,
-        huber_delta=huber_delta,
-        bootstrap=200,
-        rng_seed=rng_seed,
-        leave_one_out=False,
-    )
+    settings = FitSettings(fixed_e=fixed_e, huber_delta=huber_delta, bootstrap=200, rng_seed=rng_seed)
+    sub = fit_offset(compute[keep], value[keep], settings, leave_one_out=False)
     actual = float(np.mean(value[~keep]))
     point, low, high = sub.predict(float(top))
     se = (math.log(high) - math.log(low)) / (2 * 1.645)

@@ -79,6 +79,57 @@ class LadderPlan:
         return rows
 
 
+def _check_arguments(
+    budgets: Sequence[float],
+    sizes: Sequence[float],
+    seeds: Sequence[int],
+    fractions: Sequence[float],
+    lr_check_seeds: int,
+    multiples: Mapping[str, Sequence[float]],
+) -> None:
+    """The checks of :func:`plan_ladder`'s arguments that need no rung (each error names the argument)."""
+    if bool(budgets) == bool(sizes):
+        raise ValueError(
+            "plan_ladder: give either budgets= (6·N·D FLOPs per rung) or sizes= (non-embedding "
+            "parameters per rung), not both or neither"
+        )
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"plan_ladder: seeds={list(seeds)} must be a non-empty list of distinct seeds")
+    if sorted(fractions) != list(fractions) or not fractions or fractions[-1] != 1.0 or fractions[0] <= 0:
+        raise ValueError(
+            f"plan_ladder: fractions={list(fractions)} must increase within (0, 1] and end at 1.0"
+        )
+    for label, values in multiples.items():
+        names = {f"{m:g}" for m in values}  # as the runs' names write them
+        if any(not m > 0 or f"{m:g}" == "1" for m in values) or len(names) != len(values):
+            raise ValueError(
+                f"plan_ladder: {label}={list(values)} must be distinct, positive and not 1.0 (the rule)"
+            )
+    if not 1 <= lr_check_seeds <= len(seeds):
+        raise ValueError(
+            f"plan_ladder: lr_check_seeds={lr_check_seeds} must be between 1 and the number of seeds "
+            f"({len(seeds)})"
+        )
+
+
+def _distinct_rungs(wanted: Sequence[RungSpec]) -> list[RungSpec]:
+    """The rungs with budgets that round to the same shape merged (at least 3, or an error naming them)."""
+    rungs: list[RungSpec] = []
+    merged: list[str] = []
+    for rung in wanted:
+        if rungs and rungs[-1].name == rung.name:
+            merged.append(rung.name)
+            continue
+        rungs.append(rung)
+    if len(rungs) < 3:
+        raise ValueError(
+            f"plan_ladder: only {len(rungs)} distinct rungs ({', '.join(r.name for r in rungs)}"
+            f"{'; budgets merged into ' + ', '.join(merged) if merged else ''}); a law needs at "
+            "least 3: spread the budgets further apart"
+        )
+    return rungs
+
+
 def plan_ladder(
     base_model: Mapping[str, Any],
     *,
@@ -96,34 +147,13 @@ def plan_ladder(
 ) -> LadderPlan:
     """A ladder from compute ``budgets`` (6·N·D) or parameter counts ``sizes``, and a ``target`` budget."""
     rules = rules or LadderRules()
-    if bool(budgets) == bool(sizes):
-        raise ValueError(
-            "plan_ladder: give either budgets= (6·N·D FLOPs per rung) or sizes= (non-embedding "
-            "parameters per rung), not both or neither"
-        )
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"plan_ladder: seeds={list(seeds)} must be a non-empty list of distinct seeds")
-    if sorted(fractions) != list(fractions) or not fractions or fractions[-1] != 1.0 or fractions[0] <= 0:
-        raise ValueError(
-            f"plan_ladder: fractions={list(fractions)} must increase within (0, 1] and end at 1.0"
-        )
+    multiples = {"lr_multiples": lr_multiples, "target_lr_multiples": target_lr_multiples}
+    _check_arguments(budgets, sizes, seeds, fractions, lr_check_seeds, multiples)
     if budgets:
         wanted = [rung_for_compute(c, base_model, rules) for c in sorted(budgets)]
     else:
         wanted = [rung_for_params(n, base_model, rules) for n in sorted(sizes)]
-    rungs: list[RungSpec] = []
-    merged: list[str] = []
-    for rung in wanted:
-        if rungs and rungs[-1].name == rung.name:
-            merged.append(rung.name)
-            continue
-        rungs.append(rung)
-    if len(rungs) < 3:
-        raise ValueError(
-            f"plan_ladder: only {len(rungs)} distinct rungs ({', '.join(r.name for r in rungs)}"
-            f"{'; budgets merged into ' + ', '.join(merged) if merged else ''}); a law needs at "
-            "least 3: spread the budgets further apart"
-        )
+    rungs = _distinct_rungs(wanted)
     target_rung = rung_for_compute(target, base_model, rules)
     ratio = target_rung.compute_6nd() / rungs[-1].compute_6nd()
     if ratio <= min_extrapolation:
@@ -131,17 +161,6 @@ def plan_ladder(
             f"plan_ladder: the target {target_rung.name} ({target_rung.compute_6nd():.3g} FLOPs) is "
             f"only {ratio:.2f}x the top rung {rungs[-1].name} ({rungs[-1].compute_6nd():.3g}); "
             f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
-        )
-    for label, multiples in (("lr_multiples", lr_multiples), ("target_lr_multiples", target_lr_multiples)):
-        names = {f"{m:g}" for m in multiples}  # as the runs' names write them
-        if any(not m > 0 or f"{m:g}" == "1" for m in multiples) or len(names) != len(multiples):
-            raise ValueError(
-                f"plan_ladder: {label}={list(multiples)} must be distinct, positive and not 1.0 (the rule)"
-            )
-    if not 1 <= lr_check_seeds <= len(seeds):
-        raise ValueError(
-            f"plan_ladder: lr_check_seeds={lr_check_seeds} must be between 1 and the number of seeds "
-            f"({len(seeds)})"
         )
     check = tuple(r.with_lr_multiple(m) for r in (rungs[0], rungs[-1]) for m in lr_multiples)
     return LadderPlan(

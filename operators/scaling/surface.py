@@ -29,12 +29,13 @@ import numpy as np
 from scipy.optimize import minimize
 
 from operators.scaling.bootstrap import (
-    BOOTSTRAP_T_SIGMA,
+    IntervalMethod,
     bootstrap_targets,
     interval,
     noise_sigma,
     replicate_sigmas,
 )
+from operators.scaling.fit import FORM_SURFACE, FitSettings
 from operators.scaling.inputs import LadderInputError, as_array, check_fixed_e
 
 EXPONENT_GRID = tuple(float(v) for v in np.linspace(0.05, 1.0, 20))
@@ -139,7 +140,7 @@ def _starts(
 class SurfaceFit:
     """A fitted two-variable surface; ``predict`` takes a budget (compute-optimal) or ``n=`` and ``d=``."""
 
-    settings: Any
+    settings: FitSettings
     n: np.ndarray
     d: np.ndarray
     loss: np.ndarray
@@ -194,11 +195,18 @@ class SurfaceFit:
             self.settings.level,
             self.sigma,
             single_run,
+            self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
         )
 
+    @property
+    def interval_method(self) -> IntervalMethod:
+        """The bootstrap-t pivot studentized by each replicate's sigma (percentile without ``boot_sigma``)."""
+        return IntervalMethod.PERCENTILE if self.boot_sigma is None else IntervalMethod.BOOTSTRAP_T_SIGMA
+
     def to_json(self) -> dict[str, Any]:
+        """The fit as plain JSON (parameters, noise model, settings)."""
         return {
             "form": self.settings.form,
             "formula": "L = E + A / N^alpha + B / D^beta",
@@ -206,7 +214,7 @@ class SurfaceFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
-            "interval": BOOTSTRAP_T_SIGMA,
+            "interval": self.interval_method.value,
             "fixed_e": self.settings.fixed_e is not None,
         }
 
@@ -224,14 +232,19 @@ def _distinct_runs(nn: np.ndarray, dd: np.ndarray, needed: int) -> list[np.ndarr
 
 
 def fit_surface(
-    n: Sequence[float] | np.ndarray | None,
-    d: Sequence[float] | np.ndarray | None,
+    n: Sequence[float] | np.ndarray,
+    d: Sequence[float] | np.ndarray,
     loss: Sequence[float] | np.ndarray,
-    settings: Any,
+    settings: FitSettings,
 ) -> SurfaceFit:
-    """Fit the surface to one (N, D, loss) triple per run (see the module docstring)."""
-    if n is None or d is None:
-        raise LadderInputError("the two-variable fit needs both n= (parameters) and d= (tokens) per run")
+    """Fit the surface to one (N, D, loss) triple per run (see the module docstring); ``settings.form`` must
+    be :data:`operators.scaling.fit.FORM_SURFACE`."""
+    if settings.form != FORM_SURFACE:
+        raise LadderInputError(
+            f"fit_surface got FitSettings(form={settings.form!r}); pass "
+            f"FitSettings(form={FORM_SURFACE!r}, ...) "
+            "(the offset power law in C is operators.scaling.fit.fit_offset)"
+        )
     y_loss = as_array("loss", loss)
     nn, dd = as_array("n", n, y_loss.size), as_array("d", d, y_loss.size)
     groups = _distinct_runs(nn, dd, 3 if settings.fixed_e is not None else 5)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
-from operators.scaling import LadderInputError, compute_optimal, fit_scaling_law
-from operators.scaling.fit import ScalingFit
+from operators.scaling import FitSettings, LadderInputError, compute_optimal, fit_offset, fit_surface
+from operators.scaling.bootstrap import IntervalMethod, interval
+from operators.scaling.fit import FORM_SURFACE, ScalingFit
 from operators.scaling.surface import surface_loss
 
 HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -60,7 +62,7 @@ def test_loss_at_chinchillas_own_point() -> None:
 
 def test_offset_law_recovers_exact_parameters_without_noise() -> None:
     compute = np.repeat(np.logspace(9, 13, 8), 2)
-    fit = fit_scaling_law(compute=compute, loss=1.5 + 40.0 * compute**-0.15, bootstrap=50)
+    fit = fit_offset(compute, 1.5 + 40.0 * compute**-0.15, FitSettings(bootstrap=50))
     assert fit.params["E"] == pytest.approx(1.5, rel=1e-6)
     assert fit.params["A"] == pytest.approx(40.0, rel=1e-5)
     assert fit.params["alpha"] == pytest.approx(0.15, rel=1e-6)
@@ -70,8 +72,8 @@ def test_offset_law_recovers_parameters_from_noisy_seeds() -> None:
     rng = np.random.default_rng(0)
     compute = np.repeat(np.logspace(9, 13, 8), 3)
     truth = 1.5 + 40.0 * compute**-0.15
-    fit = fit_scaling_law(
-        compute=compute, loss=truth * np.exp(0.002 * rng.standard_normal(compute.size)), bootstrap=300
+    fit = fit_offset(
+        compute, truth * np.exp(0.002 * rng.standard_normal(compute.size)), FitSettings(bootstrap=300)
     )
     assert fit.params["E"] == pytest.approx(1.5, rel=0.05)
     assert fit.params["alpha"] == pytest.approx(0.15, rel=0.1)
@@ -86,7 +88,7 @@ def test_offset_law_recovers_parameters_from_noisy_seeds() -> None:
 def test_two_variable_surface_recovers_besiroglus_parameters() -> None:
     n, d = (g.ravel() for g in np.meshgrid(np.logspace(7, 9, 5), np.logspace(9, 11, 4)))
     loss = [surface_loss(BESIROGLU, a, b) for a, b in zip(n, d, strict=True)]
-    fit = fit_scaling_law(n=n, d=d, loss=loss, bootstrap=20)
+    fit = fit_surface(n, d, loss, FitSettings(form=FORM_SURFACE, bootstrap=20))
     for key, value in BESIROGLU.items():
         assert fit.params[key] == pytest.approx(value, rel=1e-4), key
     point, _, _ = fit.predict(1e21)  # at the compute-optimal allocation
@@ -101,9 +103,7 @@ def test_intervals_cover_the_truth_in_85_to_95_percent_of_a_fixed_set_of_replica
     mean_hits, run_hits, errors = [], [], []
     for replicate in range(100):
         loss = truth_rungs * np.exp(0.005 * rng.standard_normal(compute.size))
-        fit = fit_scaling_law(
-            compute=compute, loss=loss, bootstrap=200, rng_seed=replicate, leave_one_out=False
-        )
+        fit = fit_offset(compute, loss, FitSettings(bootstrap=200, rng_seed=replicate), leave_one_out=False)
         point, low, high = fit.predict(target_c)
         mean_hits.append(low <= target_true <= high)
         one_run = target_true * math.exp(0.005 * rng.standard_normal())
@@ -119,7 +119,7 @@ def test_bootstrap_t_state_round_trips_and_older_records_keep_the_percentile_int
     rng = np.random.default_rng(3)
     compute = np.repeat(_compute(RUNG_N), 3)
     loss = np.repeat(_note_truth(RUNG_N), 3) * np.exp(0.005 * rng.standard_normal(compute.size))
-    fit = fit_scaling_law(compute=compute, loss=loss, bootstrap=100, leave_one_out=False)
+    fit = fit_offset(compute, loss, FitSettings(bootstrap=100), leave_one_out=False)
     target_c = float(_compute(TARGET_N))
     assert fit.boot_sigma is not None and fit.boot_sigma.shape == (100,)
     assert fit.to_json()["interval"].startswith("parametric bootstrap-t")
@@ -143,7 +143,7 @@ def test_bootstrap_t_state_round_trips_and_older_records_keep_the_percentile_int
 def test_fixed_e_is_used_and_recorded() -> None:
     compute = np.repeat(_compute(RUNG_N), 2)
     loss = np.repeat(_note_truth(RUNG_N), 2)
-    fit = fit_scaling_law(compute=compute, loss=loss, fixed_e=1.0, bootstrap=50)
+    fit = fit_offset(compute, loss, FitSettings(fixed_e=1.0, bootstrap=50))
     assert fit.params["E"] == 1.0
     record = fit.to_json()
     assert record["fixed_e"] is True and record["settings"]["fixed_e"] == 1.0
@@ -153,7 +153,7 @@ def test_leave_one_rung_out_refits_without_each_budget() -> None:
     rng = np.random.default_rng(1)
     compute = np.repeat(_compute(RUNG_N), 3)
     loss = np.repeat(_note_truth(RUNG_N), 3) * np.exp(0.005 * rng.standard_normal(compute.size))
-    fit = fit_scaling_law(compute=compute, loss=loss, bootstrap=50)
+    fit = fit_offset(compute, loss, FitSettings(bootstrap=50))
     loo = fit.loo(float(_compute(TARGET_N)))
     assert [row["left_out"] for row in loo] == pytest.approx(list(_compute(RUNG_N)))
     point = fit.point(float(_compute(TARGET_N)))
@@ -164,19 +164,19 @@ def test_fewer_than_three_budgets_are_refused() -> None:
     with pytest.raises(
         LadderInputError, match=r"only 2 distinct budgets \(1e\+10 \(3 runs\), 1e\+11 \(3 runs\)\)"
     ):
-        fit_scaling_law(compute=[1e10] * 3 + [1e11] * 3, loss=[3.0] * 3 + [2.5] * 3)
+        fit_offset([1e10] * 3 + [1e11] * 3, [3.0] * 3 + [2.5] * 3, FitSettings())
 
 
 def test_non_finite_losses_are_reported_not_fitted() -> None:
     with pytest.raises(LadderInputError, match=r"loss has non-finite values at \[2\]=nan"):
-        fit_scaling_law(compute=[1e10, 1e11, 1e12], loss=[3.0, 2.5, float("nan")])
+        fit_offset([1e10, 1e11, 1e12], [3.0, 2.5, float("nan")], FitSettings())
 
 
 def test_non_decreasing_losses_are_reported_not_fitted() -> None:
     with pytest.raises(
         LadderInputError, match=r"budget 1e\+12 has mean loss 2.6, not below 2.5 at the smaller budget 1e\+11"
     ):
-        fit_scaling_law(compute=[1e10, 1e11, 1e12, 1e13], loss=[3.0, 2.5, 2.6, 2.0])
+        fit_offset([1e10, 1e11, 1e12, 1e13], [3.0, 2.5, 2.6, 2.0], FitSettings())
 
 
 @pytest.mark.parametrize(
@@ -192,6 +192,30 @@ def test_non_decreasing_losses_are_reported_not_fitted() -> None:
     ],
     ids=["lengths", "negative-compute", "fixed-e-too-high", "empty"],
 )
-def test_bad_inputs_name_the_problem(kwargs: dict[str, object], message: str) -> None:
+def test_bad_inputs_name_the_problem(kwargs: dict[str, Any], message: str) -> None:
+    settings = FitSettings(fixed_e=kwargs.get("fixed_e"))
     with pytest.raises(LadderInputError, match=message):
-        fit_scaling_law(**kwargs)  # type: ignore[arg-type]
+        fit_offset(kwargs["compute"], kwargs["loss"], settings)
+
+
+def test_each_fitter_refuses_the_other_forms_settings() -> None:
+    with pytest.raises(LadderInputError, match="use operators.scaling.surface.fit_surface"):
+        fit_offset([1e10, 1e11, 1e12], [3.0, 2.5, 2.0], FitSettings(form=FORM_SURFACE))
+    with pytest.raises(LadderInputError, match="pass FitSettings\\(form='two_variable'"):
+        fit_surface([1e7] * 5, [1e9] * 5, [3.0] * 5, FitSettings())
+
+
+def test_interval_methods_keep_their_record_text_and_need_their_inputs() -> None:
+    assert IntervalMethod.PERCENTILE.value == "parametric bootstrap, percentile"
+    assert IntervalMethod.BOOTSTRAP_T.value.startswith("parametric bootstrap-t (pivot studentized by each")
+    assert IntervalMethod.BOOTSTRAP_T_SIGMA.value == (
+        "parametric bootstrap-t (studentized by each replicate's sigma)"
+    )
+    draws = np.linspace(1.9, 2.1, 101)
+    assert interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.PERCENTILE) == pytest.approx(
+        (2.0, *np.quantile(draws, [0.05, 0.95]))
+    )
+    with pytest.raises(ValueError, match="needs boot_sigma"):
+        interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.BOOTSTRAP_T_SIGMA)
+    with pytest.raises(ValueError, match="needs boot_se and point_se"):
+        interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.BOOTSTRAP_T, boot_sigma=np.full(101, 0.01))

@@ -7,8 +7,8 @@ designing a ladder (which variant moves the rungs off the steep part of the curv
 gain), never for a target: training the target before its forecast is frozen would spoil the forecast.
 
     PROBE='[[46352,10,128,0,1],[46352,10,512,0,1,0.4]]' \\
-      scripts/netns .venv/bin/python benchmarks/ladder_variants.py --prefix ladder-out/probe --backend local
-    .venv/bin/python benchmarks/ladder_variants.py --show ladder-out/probe   # JSON of every probe's curve
+      scripts/netns .venv/bin/python -m experiments.exp15.analysis.variants --prefix ladder-out/probe --backend local
+    .venv/bin/python -m experiments.exp15.analysis.variants --show ladder-out/probe   # JSON of every probe's curve
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import experiments.exp15_scaling_ladder as ex
-from experiments.common.scaling_ladder import _curve, _train_config
+from experiments.common.scaling_ladder import curve_config, rung_train_config
 from marin import Step, executor_main
 from operators.scaling.curve import CURVE_FILE, evaluate_curve
 from operators.scaling.rules import rung_for_params
@@ -40,13 +40,13 @@ def _steps(variants: list[list[float]]) -> list[Step]:
         tag = f"{rung.name}-t{tpp:g}-b{int(batch)}-s{int(seed)}-x{multiple:g}" + (
             f"-dec{decay:g}" if rest else ""
         )
-        config = _train_config(ex.base_train, rung, int(seed), rung.eval_steps(ex.plan.fractions))
+        config = rung_train_config(ex.base_train, rung, int(seed), rung.eval_steps(ex.plan.fractions))
         t = Step(name=f"probe/train/{tag}", fn=train, config=config)
         steps.append(
             Step(
                 name=f"probe/eval/{tag}",
                 fn=evaluate_curve,
-                config=_curve(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64),
+                config=curve_config(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64),
             )
         )
     return steps

@@ -8,8 +8,8 @@ against the target, and re-runs the prediction's ``late_drop`` gate on the regis
 
 - ``end_free_e``: the offset law through the rungs' ends, E fitted (what the first six ladders and the
   eighth registered);
-- ``end_fixed_e``: the same with E = 0.584 (benchmarks/ladder_calibrate_e.py; the seventh registered it,
-  and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
+- ``end_fixed_e``: the same with E = 0.584 (experiments/exp15/analysis/calibrate_e.py; the seventh
+  registered it, and it is in-sample for the third, fifth and sixth, whose targets calibrated it);
 - ``p75_minus_max_fall``: the law through the rungs' 75% points, at the target's 75%, minus the largest
   fall any rung had from 75% to its end;
 - ``p75_over_top_ratio``: that 75% forecast divided by the top rung's ratio of its 75% to its end value;
@@ -19,37 +19,50 @@ against the target, and re-runs the prediction's ``late_drop`` gate on the regis
 
 ``law_at_75`` scores that 75% forecast itself against the target's 75% value.
 
-    .venv/bin/python benchmarks/ladder_end_rules.py
+    .venv/bin/python -m experiments.exp15.analysis.end_rules
+
+The ladders are every ``*-scaling-ladder-real-vN-rungs.json`` in ``--runs`` (default
+docs/benchmarks/runs) with its verdict ``*-scaling-ladder-real-vN.json``, in the order of N, and each
+``--also RUNGS:VERDICT`` (a ladder that reused another's rungs; without ``--also``, the sixth, which reused
+the fifth's); each keyed by its verdict file's name.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from operators.scaling import fit_scaling_law
+from operators.scaling import FitSettings, fit_offset
 from operators.scaling.gates import late_drop_gate
 
-RUNS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runs"
+RUNS = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "runs"
+SIXTH = "2026-12-03-scaling-ladder-real-v5-rungs.json:2026-12-03-scaling-ladder-real-v6.json"
 FIXED_E = 0.584
 BOOTSTRAP = 20  # the fewest the fitter takes: only point estimates are used here
-# (ladder, its rungs and registered points, its verdict)
-LADDERS = (
-    ("third", "2026-12-02-scaling-ladder-real-v3-rungs.json", "2026-12-02-scaling-ladder-real-v3.json"),
-    ("fourth", "2026-12-02-scaling-ladder-real-v4-rungs.json", "2026-12-02-scaling-ladder-real-v4.json"),
-    ("fifth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v5.json"),
-    ("sixth", "2026-12-03-scaling-ladder-real-v5-rungs.json", "2026-12-03-scaling-ladder-real-v6.json"),
-    ("seventh", "2026-12-04-scaling-ladder-real-v7-rungs.json", "2026-12-04-scaling-ladder-real-v7.json"),
-    ("eighth", "2026-12-04-scaling-ladder-real-v8-rungs.json", "2026-12-04-scaling-ladder-real-v8.json"),
-    ("ninth", "2026-12-04-scaling-ladder-real-v9-rungs.json", "2026-12-04-scaling-ladder-real-v9.json"),
-    ("tenth", "2026-12-04-scaling-ladder-real-v10-rungs.json", "2026-12-04-scaling-ladder-real-v10.json"),
-    ("eleventh", "2026-12-04-scaling-ladder-real-v11-rungs.json", "2026-12-04-scaling-ladder-real-v11.json"),
-)
+
+
+def ladders(runs: Path, also: list[str]) -> list[tuple[str, str]]:
+    """(rungs record, verdict record) of every ladder in ``runs`` whose rungs are committed, then ``also``."""
+    found = []
+    for rungs in runs.glob("*-scaling-ladder-real-v*-rungs.json"):
+        match = re.search(r"-v(\d+)-rungs\.json$", rungs.name)
+        verdict = rungs.with_name(rungs.name.replace("-rungs.json", ".json"))
+        if match and verdict.exists():
+            found.append((int(match.group(1)), rungs.name, verdict.name))
+    pairs = [(r, v) for _, r, v in sorted(found)]
+    for item in also:
+        rungs_name, sep, verdict_name = item.partition(":")
+        if not sep or not (runs / rungs_name).exists() or not (runs / verdict_name).exists():
+            raise SystemExit(f"--also {item!r}: give RUNGS:VERDICT, two record files in {runs}")
+        pairs.append((rungs_name, verdict_name))
+    return pairs
 
 
 def _fit_point(compute: list[float], loss: list[float], at: float, fixed_e: float | None = None) -> float:
-    return fit_scaling_law(compute=compute, loss=loss, fixed_e=fixed_e, bootstrap=BOOTSTRAP).point(at)
+    return fit_offset(compute, loss, FitSettings(fixed_e=fixed_e, bootstrap=BOOTSTRAP)).point(at)
 
 
 def rules(runs: list[dict[str, Any]], target_compute: float, falls: dict[str, float]) -> dict[str, float]:
@@ -71,11 +84,12 @@ def rules(runs: list[dict[str, Any]], target_compute: float, falls: dict[str, fl
     }
 
 
-def ladder(rungs_file: str, verdict_file: str) -> dict[str, Any]:
-    record = json.loads((RUNS / rungs_file).read_text())
+def ladder(runs_dir: Path, rungs_file: str, verdict_file: str) -> dict[str, Any]:
+    """Every rule's forecast and error for one ladder, and its late-drop gate re-run."""
+    record = json.loads((runs_dir / rungs_file).read_text())
     t = record["target"]
     # a prefix can hold several ladders (the tenth reused the ninth's): the verdict of this record's target
-    verdicts = json.loads((RUNS / verdict_file).read_text())["real"]
+    verdicts = json.loads((runs_dir / verdict_file).read_text())["real"]
     verdict = next(v for v in verdicts if v["target"] == t["name"])
     runs = [r for r in record["fit_runs"] if r["lr_multiple"] == 1.0]
     # older records' points carry no fraction: it is the step over the run's length
@@ -97,7 +111,14 @@ def ladder(rungs_file: str, verdict_file: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    print(json.dumps({name: ladder(rungs, verdict) for name, rungs, verdict in LADDERS}, indent=1))
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--runs", type=Path, default=RUNS, help="the directory of the ladder records")
+    p.add_argument("--also", action="append", default=None, metavar="RUNGS:VERDICT",
+                   help=f"a ladder that reused another's rungs (file names in --runs; default {SIXTH})")
+    args = p.parse_args()
+    pairs = ladders(args.runs, [SIXTH] if args.also is None else args.also)
+    out = {Path(verdict).stem: ladder(args.runs, rungs, verdict) for rungs, verdict in pairs}
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

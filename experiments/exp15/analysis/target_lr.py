@@ -10,7 +10,7 @@ the ladder's target), and scores each on the held-out set at 25/50/75/100% of it
 run, ``plan_ladder(target_lr_multiples=...)`` does the same inside the ladder, after the forecast, and
 posts the comparison as a note on the prediction; this script is for ladders already scored without it.
 
-    scripts/netns .venv/bin/python benchmarks/ladder_target_lr.py --prefix ladder-out/diag --backend local
+    scripts/netns .venv/bin/python -m experiments.exp15.analysis.target_lr --prefix ladder-out/diag --backend local
     LR_MULTIPLES=1,1.5 ...   # other multiples
 
 It trains the target of exp15 as it stands: since the seventh design that is d72-L5 at seed 300 (about 10
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 import experiments.exp15_scaling_ladder as ex
-from experiments.common.scaling_ladder import _curve, _train_config
+from experiments.common.scaling_ladder import curve_config, rung_train_config
 from marin import Step, executor_main
 from operators.scaling.curve import evaluate_curve
 from operators.train import train
@@ -35,10 +35,11 @@ def _steps() -> list[Step]:
     steps = []
     for m in MULTIPLES:
         rung = ex.plan.target if m == 1.0 else ex.plan.target.with_lr_multiple(m)
-        config = _train_config(ex.base_train, rung, ex.plan.target_seed, rung.eval_steps(ex.plan.fractions))
+        steps_at = rung.eval_steps(ex.plan.fractions)
+        config = rung_train_config(ex.base_train, rung, ex.plan.target_seed, steps_at)
         t = Step(name=f"diag/target-lr/train/{rung.name}-s{ex.plan.target_seed}", fn=train, config=config)
         steps.append(Step(name=f"diag/target-lr/eval/{rung.name}-s{ex.plan.target_seed}", fn=evaluate_curve,
-                          config=_curve(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
+                          config=curve_config(t, rung, ex.plan, ex.tokenized_bytes, "micro.bpb", 64)))
     return steps
 
 
