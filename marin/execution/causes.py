@@ -21,6 +21,8 @@ errors decide (an exception from the function beats a crashed worker, since a su
 from __future__ import annotations
 
 import dataclasses
+import enum
+from collections.abc import Collection
 from typing import Any
 
 PREEMPTED, NODE_DIED, DRIVER_LOST, OOM, FAILED = "preempted", "node_died", "driver_lost", "oom", "failed"
@@ -90,36 +92,49 @@ def node_states(
     return out
 
 
-def error_kind(error: BaseException) -> str:
-    """One member's Ray-level outcome: `app` (fn raised), `oom`, `node` (its node died), `crash` (its worker
-    process died), `cancelled` (we cancelled it), or `other`. Matches by class name so no Ray import is
-    needed."""
+class MemberEnd(enum.StrEnum):
+    """How one task of an attempt (a gang member, or a plain Ray task) ended, as far as Ray and the step's
+    result tell. String-valued, so a kind compares equal to (and formats as) its name."""
+
+    OK = "ok"  # fn returned and the attempt succeeded
+    APP = "app"  # fn raised
+    OOM = "oom"  # killed for running out of memory, or fn raised MemoryError
+    NODE = "node"  # its node died
+    CRASH = "crash"  # its worker process died
+    CANCELLED = "cancelled"  # we cancelled it
+    LEASE_LOST = "lease_lost"  # fn returned but the step's lease was lost meanwhile
+    OTHER = "other"  # any other error
+
+
+def error_kind(error: BaseException) -> MemberEnd:
+    """One member's Ray-level end from the error its result raised (never `OK` or `LEASE_LOST`). Matches by
+    class name so no Ray import is needed."""
     names = {c.__name__ for c in type(error).__mro__}
     if "OutOfMemoryError" in names:
-        return "oom"
+        return MemberEnd.OOM
     if "NodeDiedError" in names:
-        return "node"
+        return MemberEnd.NODE
     if "TaskCancelledError" in names:
-        return "cancelled"
+        return MemberEnd.CANCELLED
     if names & {"WorkerCrashedError", "ActorDiedError", "ActorUnavailableError", "LocalRayletDiedError"}:
-        return "crash"
+        return MemberEnd.CRASH
     if "RayTaskError" in names:
-        return "app"
-    return "other"
+        return MemberEnd.APP
+    return MemberEnd.OTHER
 
 
-def classify(outcomes: list[str], nodes: dict[str, NodeState]) -> str:
-    """The cause of an attempt's end from its members' outcome kinds (see `error_kind`, plus `oom` for a
-    MemoryError raised by fn) and the states of its nodes, liveness first (see the module docstring)."""
+def classify(ends: Collection[MemberEnd], nodes: dict[str, NodeState]) -> str:
+    """The cause of an attempt's end from its members' ends (see `MemberEnd`) and the states of its nodes,
+    liveness first (see the module docstring)."""
     dead = [s for s in nodes.values() if not s.alive]
     if any(s.preempted for s in dead):
         return PREEMPTED
-    if dead or "node" in outcomes:
+    if dead or MemberEnd.NODE in ends:
         return NODE_DIED
-    if "oom" in outcomes:
+    if MemberEnd.OOM in ends:
         return OOM
-    if "app" in outcomes:
+    if MemberEnd.APP in ends:
         return FAILED
-    if "crash" in outcomes or "other" in outcomes:
+    if MemberEnd.CRASH in ends or MemberEnd.OTHER in ends:
         return PREEMPTED  # the worker was killed by the system (not for memory) on a live node
     return FAILED

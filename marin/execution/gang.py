@@ -56,7 +56,8 @@ from marin.definition.step import Resources
 from marin.definition.tpu import slice_shape
 from marin.execution import causes
 from marin.execution.attempt import HOST, AttemptResult, Outcome, Wire, results_from_wire
-from marin.execution.resources import requested
+from marin.execution.causes import MemberEnd
+from marin.execution.resources import ray_task_options, requested
 from marin.execution.worker import execute_step
 
 GANG_SIZE_ENV, GANG_RANK_ENV, COORDINATOR_ENV = "MARIN_GANG_SIZE", "MARIN_GANG_RANK", "MARIN_COORDINATOR"
@@ -190,21 +191,12 @@ def _strategy(pg: Any, bundle: int) -> Any:
 
 
 def member_options(plan: GangPlan, pg: Any, bundle: int, step_env: dict[str, str]) -> dict[str, Any]:
+    """One member task's options (`resources.ray_task_options`), placed in its bundle of the gang's group."""
     custom = {k: v for k, v in plan.bundle.items() if k not in ("CPU", "GPU", "memory")}
-    options: dict[str, Any] = {
-        "num_cpus": plan.bundle.get("CPU", 0.0),
-        "max_retries": 0,
-        "retry_exceptions": False,
-        "scheduling_strategy": _strategy(pg, bundle),
-    }
-    if plan.bundle.get("GPU"):
-        options["num_gpus"] = plan.bundle["GPU"]
-    if plan.bundle.get("memory"):
-        options["memory"] = plan.bundle["memory"]
-    if custom:
-        options["resources"] = custom
-    if step_env:
-        options["runtime_env"] = {"env_vars": dict(step_env)}
+    options = ray_task_options(
+        plan.bundle.get("CPU", 0.0), plan.bundle.get("GPU", 0.0), plan.bundle.get("memory"), custom, step_env
+    )
+    options["scheduling_strategy"] = _strategy(pg, bundle)
     return options
 
 
@@ -229,18 +221,18 @@ class _DrainWatch:
         return self.seen
 
 
-def _outcome(ray: Any, ref: Any) -> tuple[str, Any]:
-    """(kind, value) of a finished member: `ok`, `app`/`oom` (fn raised), or a Ray-level kind
+def _outcome(ray: Any, ref: Any) -> tuple[MemberEnd, Any]:
+    """(end, value) of a finished member: `OK`, `LEASE_LOST`, `APP`/`OOM` (fn raised), or a Ray-level end
     (causes.error_kind)."""
     try:
         value = ray.get(ref)
     except Exception as exc:
         return causes.error_kind(exc), exc
     if value.ok:
-        return "ok", value
+        return MemberEnd.OK, value
     if value.outcome is Outcome.LEASE_LOST:
-        return "lease_lost", value
-    return ("oom" if value.cause == causes.OOM else "app"), value
+        return MemberEnd.LEASE_LOST, value
+    return (MemberEnd.OOM if value.cause == causes.OOM else MemberEnd.APP), value
 
 
 def run_member(
@@ -329,9 +321,9 @@ def _start_failure(exc: Exception, log_path: str) -> AttemptResult:
     kind = causes.error_kind(exc)
     cause = (
         causes.NODE_DIED
-        if kind == "node"
+        if kind is MemberEnd.NODE
         else causes.PREEMPTED
-        if kind in ("crash", "other") and (type(exc).__module__.startswith("ray"))
+        if kind in (MemberEnd.CRASH, MemberEnd.OTHER) and (type(exc).__module__.startswith("ray"))
         else causes.FAILED
     )
     return AttemptResult.from_exception(
@@ -397,7 +389,7 @@ def supervise(
 def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> AttemptResult:
     """Wait for rank 0's success or the first member's failure; on failure, settle and classify."""
     pending = dict(refs)
-    outcomes: dict[int, tuple[str, Any]] = {}
+    outcomes: dict[int, tuple[MemberEnd, Any]] = {}
     first: Member | None = None
     drains = _DrainWatch(ray, [m.node_id for m in members])
     while pending and first is None:
@@ -407,11 +399,12 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
             m = pending.pop(ref)
             outcomes[m.rank] = _outcome(ray, ref)
             kind, value = outcomes[m.rank]
-            if kind in ("ok", "lease_lost") and m.rank == 0 and isinstance(value, AttemptResult):
+            ended_well = kind in (MemberEnd.OK, MemberEnd.LEASE_LOST)
+            if ended_well and m.rank == 0 and isinstance(value, AttemptResult):
                 if pending:  # the others end on their own, for a while, before the teardown cancels them
                     ray.wait(list(pending), num_returns=len(pending), timeout=FINISH_S)
                 return value  # rank 0's result is the step's: it wrote (or may not write) SUCCESS
-            if outcomes[m.rank][0] != "ok" and first is None:
+            if kind is not MemberEnd.OK and first is None:
                 first = m
     for ref in pending:
         with contextlib.suppress(Exception):
@@ -421,10 +414,15 @@ def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: fl
     return _failure(cause, first or members[0], outcomes, states, members, started)
 
 
+def _end_of(outcomes: dict[int, tuple[MemberEnd, Any]], member: Member) -> MemberEnd | None:
+    """The member's end, or None while it has not ended."""
+    return outcomes[member.rank][0] if member.rank in outcomes else None
+
+
 def _settle(
     ray: Any,
     pending: dict[Any, Member],
-    outcomes: dict[int, tuple[str, Any]],
+    outcomes: dict[int, tuple[MemberEnd, Any]],
     members: list[Member],
     drains: _DrainWatch,
 ) -> dict[str, causes.NodeState]:
@@ -441,34 +439,37 @@ def _settle(
             for ref in ready:
                 outcomes[pending.pop(ref).rank] = _outcome(ray, ref)
         states = causes.node_states(ray.nodes(), [m.node_id for m in members], drains.poll())
-        kind = {m.rank: outcomes.get(m.rank, ("",))[0] for m in members}
+        kind = {m.rank: _end_of(outcomes, m) for m in members}
         unsure = [
             m
             for m in members
             if states[m.node_id].alive
-            and (kind[m.rank] == "node" or (kind[m.rank] == "crash" and time.time() - begun < CRASH_SETTLE_S))
+            and (
+                kind[m.rank] is MemberEnd.NODE
+                or (kind[m.rank] is MemberEnd.CRASH and time.time() - begun < CRASH_SETTLE_S)
+            )
         ]
         if (not pending and not unsure) or time.time() - begun >= SETTLE_S:
             break
         if not pending:
             time.sleep(0.2)
     for m in pending.values():
-        outcomes[m.rank] = ("node", None)
+        outcomes[m.rank] = (MemberEnd.NODE, None)
     return states
 
 
 def _failure(
     cause: str,
     first: Member,
-    outcomes: dict[int, tuple[str, Any]],
+    outcomes: dict[int, tuple[MemberEnd, Any]],
     states: dict[str, causes.NodeState],
     members: list[Member],
     started: float,
 ) -> AttemptResult:
     """The attempt's end: the member error that explains it, the hosts involved, the cause."""
-    dead = [m for m in members if not states[m.node_id].alive or outcomes.get(m.rank, ("",))[0] == "node"]
+    dead = [m for m in members if not states[m.node_id].alive or _end_of(outcomes, m) is MemberEnd.NODE]
     outcome = Outcome.PREEMPTED if causes.is_interruption(cause) else Outcome.FAILED
-    rank0 = outcomes.get(0, ("", None))[1]
+    rank0 = outcomes[0][1] if 0 in outcomes else None
     begun = rank0.started if isinstance(rank0, AttemptResult) and rank0.started else started
     if causes.is_interruption(cause) and dead:
         hosts = tuple(m.ip for m in dead)
@@ -488,9 +489,15 @@ def _failure(
             message=f"gang of {len(members)}: node {', '.join(hosts)} {what} "
             f"(rank {', '.join(str(m.rank) for m in dead)})",
         )
-    wanted = ("oom",) if cause == causes.OOM else ("app",) if cause == causes.FAILED else ("crash", "other")
-    culprit = next((m for m in members if outcomes.get(m.rank, ("",))[0] in wanted), first)
-    kind, value = outcomes.get(culprit.rank, ("other", None))
+    wanted = (
+        (MemberEnd.OOM,)
+        if cause == causes.OOM
+        else (MemberEnd.APP,)
+        if cause == causes.FAILED
+        else (MemberEnd.CRASH, MemberEnd.OTHER)
+    )
+    culprit = next((m for m in members if _end_of(outcomes, m) in wanted), first)
+    kind, value = outcomes.get(culprit.rank, (MemberEnd.OTHER, None))
     if not isinstance(value, AttemptResult):
         value = AttemptResult.from_exception(
             value if isinstance(value, BaseException) else RuntimeError(f"gang member ended: {kind}")

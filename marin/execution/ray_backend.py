@@ -23,7 +23,7 @@ from marin.execution.attempt import HOST, AttemptResult, Outcome, Task, Wire, re
 from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
 from marin.execution.backend import AttemptDone, Completions
 from marin.execution.gang import GangPlan, submit_gang
-from marin.execution.resources import check_feasible
+from marin.execution.resources import check_feasible, ray_task_options
 from marin.execution.worker import execute_step
 
 OBJECT_STORE_BYTES = int(os.environ.get("MARIN_RAY_OBJECT_STORE_MB", "256")) * 2**20
@@ -79,21 +79,12 @@ def uses_accelerator(resources: Resources) -> bool:
 
 
 def ray_options(resources: Resources, env: dict[str, str]) -> dict[str, Any]:
-    """A step task's options. `max_retries=0`: the executor owns every retry, so a task cut short by a lost
-    node comes back as an interruption it records and re-submits as a new attempt (Ray's default of 3
-    retries re-ran it silently, under the same attempt number)."""
+    """A step task's options (`resources.ray_task_options`)."""
     if resources.tpu is not None:  # a single-host slice: one task with the slice's chips
         resources = resources.per_host()
-    options: dict[str, Any] = {"num_cpus": resources.num_cpus, "max_retries": 0, "retry_exceptions": False}
-    if resources.num_gpus:
-        options["num_gpus"] = resources.num_gpus
-    if resources.memory:
-        options["memory"] = resources.memory
-    if resources.resources:
-        options["resources"] = dict(resources.resources)
-    if env:
-        options["runtime_env"] = {"env_vars": dict(env)}
-    return options
+    return ray_task_options(
+        resources.num_cpus, resources.num_gpus, resources.memory, resources.resources, env
+    )
 
 
 # A Ray task's result, and each dependency result it is passed, travel as `AttemptResult.to_wire()` tuples:
@@ -246,13 +237,13 @@ def ray_failure(error: BaseException, log_path: str) -> AttemptResult:
     """A task that Ray reports as failed (its worker or node went away): an interruption, except a worker the
     memory monitor killed, which is an `oom` failure (causes.py)."""
     kind = causes.error_kind(error)
-    if kind == "oom":
+    if kind is causes.MemberEnd.OOM:
         result = AttemptResult.from_exception(error, outcome=Outcome.FAILED, log_path=log_path,
                                               cause=causes.OOM)
         return dataclasses.replace(result, message=f"killed for running out of memory: {result.message}. "
                                    "Fix: "
                                    "ask for more memory (Resources(memory=...)) or use less")
-    cause = causes.NODE_DIED if kind == "node" else causes.PREEMPTED
+    cause = causes.NODE_DIED if kind is causes.MemberEnd.NODE else causes.PREEMPTED
     return AttemptResult.from_exception(error, outcome=Outcome.PREEMPTED, log_path=log_path, cause=cause)
 
 

@@ -1,5 +1,5 @@
 """Resource requests as named quantities, the feasibility check both backends run before anything is
-submitted, and what this machine offers to the `local` backend.
+submitted, the Ray task options of a request, and what this machine offers to the `local` backend.
 
 A request is `{"CPU": n, "GPU": n, "memory": bytes, <custom>: n}` (Ray's names). A request that no single node
 can ever satisfy is an `InfeasibleResourcesError` naming the step and the missing resource, instead of a step
@@ -11,7 +11,8 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from marin.definition.step import Resources
 from marin.errors import InfeasibleResourcesError
@@ -31,6 +32,30 @@ def requested(resources: Resources) -> dict[str, float]:
         out["memory"] = float(resources.memory)
     out.update({k: float(v) for k, v in resources.resources.items()})
     return {k: v for k, v in out.items() if v > 0}
+
+
+def ray_task_options(
+    num_cpus: float,
+    num_gpus: float,
+    memory: float | None,
+    custom: Mapping[str, float],
+    env: Mapping[str, str],
+) -> dict[str, Any]:
+    """One attempt task's Ray options (a plain step's task, or one gang member's): its resources, its env,
+    and `max_retries=0` with `retry_exceptions=False`, since the executor owns every retry (a task cut short
+    by a lost node comes back as an interruption it records and re-submits as a new attempt; Ray's default
+    of 3 retries re-ran it silently, under the same attempt number). Zero GPUs, no memory, no custom
+    resources and an empty env leave their option out."""
+    options: dict[str, Any] = {"num_cpus": num_cpus, "max_retries": 0, "retry_exceptions": False}
+    if num_gpus:
+        options["num_gpus"] = num_gpus
+    if memory:
+        options["memory"] = memory
+    if custom:
+        options["resources"] = dict(custom)
+    if env:
+        options["runtime_env"] = {"env_vars": dict(env)}
+    return options
 
 
 def check_feasible(requests: Sequence[tuple[str, Resources]], nodes: list[dict[str, float]],

@@ -202,7 +202,7 @@ DRAINED = {**ALIVE, "b": NodeState("b", "10.0.0.2", False, "AUTOSCALER_DRAIN_PRE
 def test_an_end_is_classified_from_node_liveness_first(
     outcomes: list[str], nodes: dict[str, NodeState], cause: str
 ) -> None:
-    assert causes.classify(outcomes, nodes) == cause
+    assert causes.classify([causes.MemberEnd(o) for o in outcomes], nodes) == cause
 
 
 def test_node_states_read_rays_node_table() -> None:
