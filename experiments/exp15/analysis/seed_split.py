@@ -4,7 +4,8 @@ Trains one rung of exp15's design (the same rules, corpus and held-out set) seve
 seeds 0-3 on data order 0, and data orders 1-3 on initialisation 0, and scores each on the held-out set at
 25/50/75/100% of its run. Compare the sigma of log bpb of the two groups (four runs each, run 0 shared).
 
-    scripts/netns .venv/bin/python -m experiments.exp15.analysis.seed_split --prefix ladder-out/diag --backend local
+    scripts/netns .venv/bin/python -m experiments.exp15.analysis.seed_split \\
+        --prefix ladder-out/diag --backend local
     RUNG=d40-L3 ...   # another of exp15's rungs (default d32-L3); about 2 minutes on 2 cores
 """
 

@@ -10,7 +10,8 @@ the ladder's target), and scores each on the held-out set at 25/50/75/100% of it
 run, ``plan_ladder(target_lr_multiples=...)`` does the same inside the ladder, after the forecast, and
 posts the comparison as a note on the prediction; this script is for ladders already scored without it.
 
-    scripts/netns .venv/bin/python -m experiments.exp15.analysis.target_lr --prefix ladder-out/diag --backend local
+    scripts/netns .venv/bin/python -m experiments.exp15.analysis.target_lr \\
+        --prefix ladder-out/diag --backend local
     LR_MULTIPLES=1,1.5 ...   # other multiples
 
 It trains the target of exp15 as it stands: since the seventh design that is d72-L5 at seed 300 (about 10

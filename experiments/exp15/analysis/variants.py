@@ -7,8 +7,9 @@ designing a ladder (which variant moves the rungs off the steep part of the curv
 gain), never for a target: training the target before its forecast is frozen would spoil the forecast.
 
     PROBE='[[46352,10,128,0,1],[46352,10,512,0,1,0.4]]' \\
-      scripts/netns .venv/bin/python -m experiments.exp15.analysis.variants --prefix ladder-out/probe --backend local
-    .venv/bin/python -m experiments.exp15.analysis.variants --show ladder-out/probe   # JSON of every probe's curve
+      scripts/netns .venv/bin/python -m experiments.exp15.analysis.variants \\
+        --prefix ladder-out/probe --backend local
+    .venv/bin/python -m experiments.exp15.analysis.variants --show ladder-out/probe   # every probe's curve
 """
 
 from __future__ import annotations
