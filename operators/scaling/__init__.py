@@ -12,12 +12,12 @@
 - :mod:`.curve` — the eval step: one held-out set at fixed fractions of a run's training;
 - :mod:`.band` — the prediction record as a health rule: an alert when a target evaluation leaves its band;
 - :mod:`.fitstep` — the fit step: one law per evaluated fraction, written as fit.json;
+- :mod:`.end_rule` — the ``pre_decay_anchor`` end rule: the end from the point before it and the late fall;
 - :mod:`.gates` — every gate that flags a forecast before the target runs, one typed Gate;
 - :mod:`.lrcheck` — the learning-rate check at the target: was the rule's rate the best one there;
 - :mod:`.prediction` — the prediction step;
 - :mod:`.target` — the target-train steps;
-- :mod:`.verdict` — the verdict step;
-- :mod:`.records` — frozen JSON records: canonical form, their own sha256, read back with it checked.
+- :mod:`.verdict` — the verdict step.
 
 Never imports ``marin``: experiments/common/scaling_ladder.py turns a plan into steps.
 """
