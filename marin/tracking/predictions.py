@@ -304,13 +304,18 @@ class PredictionPublisher:
         raw = read_record(f"{root}/{PREDICTION_FILE}")
         if raw is not None:
             self._post_prediction(root, raw)
-        verdict = sealed_as(Verdict, read_record(f"{root}/{VERDICT_FILE}"), f"{root}/{VERDICT_FILE}")
-        if verdict is not None:
-            post_record(
-                self.tracker, self.number, VERDICT_MARKER.format(sha=verdict.sha256), verdict_body(verdict)
-            )
-        note = sealed_as(Note, read_record(f"{root}/{NOTE_FILE}"), f"{root}/{NOTE_FILE}")
-        if note is not None:
+        # a sealed verdict or note the engine cannot read is an error the run's publisher report names
+        # (RecordFormatError names the field), not a comment silently left out
+        path = f"{root}/{VERDICT_FILE}"
+        raw = read_record(path)
+        if is_sealed(raw):
+            verdict = Verdict.from_json(raw, path)
+            marker = VERDICT_MARKER.format(sha=verdict.sha256)
+            post_record(self.tracker, self.number, marker, verdict_body(verdict))
+        path = f"{root}/{NOTE_FILE}"
+        raw = read_record(path)
+        if is_sealed(raw):
+            note = Note.from_json(raw, path)
             post_record(self.tracker, self.number, NOTE_MARKER.format(sha=note.sha256), note_body(note))
 
     def _ensure_issue(self, record: Prediction) -> None:
