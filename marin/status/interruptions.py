@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from marin import jsonio
 from marin.definition.placeholders import join
 from marin.status import files as sf
 from marin.storage.fs import Storage
@@ -65,7 +66,7 @@ def _totals(entries: list[dict[str, Any]]) -> dict[str, Any]:
 def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
     ledger["totals"] = _totals(ledger["interruptions"])
     ledger["updated"] = time.time()
-    sf.write_json(storage, ledger_path(output_path), ledger)
+    jsonio.write_json(storage, ledger_path(output_path), ledger)
 
 
 def record_interruption(

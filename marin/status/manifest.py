@@ -17,7 +17,8 @@ from typing import Any
 
 from marin.definition.placeholders import join
 from marin.errors import StepDefinitionError, StorageError
-from marin.status.files import json_text, read_json
+from marin.jsonio import json_text
+from marin.status.files import read_json
 from marin.storage.base import Storage
 
 CAS_TRIES = 50
