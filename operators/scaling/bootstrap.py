@@ -81,8 +81,8 @@ def replicate_sigmas(
                 block = ys[:, g]
                 ss += np.sum((block - block.mean(axis=1, keepdims=True)) ** 2, axis=1)
                 dof += len(g) - 1
-        return np.sqrt(ss / dof)
-    return np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1))
+        return np.asarray(np.sqrt(ss / dof))
+    return np.asarray(np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1)))
 
 
 def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
@@ -92,7 +92,7 @@ def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
     info = np.einsum("bnp,bnq->bpq", jac, jac)
     ridge = 1e-10 * np.trace(info, axis1=1, axis2=2)[:, None, None] * np.eye(info.shape[-1])
     solved = np.linalg.solve(info + ridge, grad[..., None])[..., 0]
-    return np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0))
+    return np.asarray(np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0)))
 
 
 def bootstrap_targets(fitted: np.ndarray, sigma: float, replicates: int, seed: int) -> np.ndarray:

@@ -127,7 +127,7 @@ def _log_model(theta: np.ndarray, u: np.ndarray, fixed_e: float | None) -> tuple
 
 def _huber(r: np.ndarray, delta: float) -> np.ndarray:
     a = np.abs(r)
-    return np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    return np.asarray(np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta)))
 
 
 def _clip(theta: np.ndarray, e_max: float, fixed_e: float | None) -> np.ndarray:
@@ -219,7 +219,7 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
     x0 = np.clip(x0, np.array(lo) + 1e-12, np.array(hi) - 1e-12)
 
     def resid(t: np.ndarray) -> np.ndarray:
-        return _log_model(t[None, :], u, fixed_e)[0][0] - y
+        return np.asarray(_log_model(t[None, :], u, fixed_e)[0][0] - y)
 
     sol = least_squares(
         resid,
@@ -234,7 +234,8 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
         gtol=1e-14,
         max_nfev=500,
     )
-    return sol.x if _huber(resid(sol.x), delta).sum() <= _huber(resid(x0), delta).sum() else x0
+    polished = np.asarray(sol.x)  # scipy's OptimizeResult is untyped
+    return polished if _huber(resid(polished), delta).sum() <= _huber(resid(x0), delta).sum() else x0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +312,7 @@ class ScalingFit:
     def residuals(self) -> np.ndarray:
         """log L minus the fitted log L at every input point."""
         u = np.log(self.compute / self.c_ref)
-        return np.log(self.loss) - _log_model(self.theta[None, :], u, self.settings.fixed_e)[0][0]
+        return np.asarray(np.log(self.loss) - _log_model(self.theta[None, :], u, self.settings.fixed_e)[0][0])
 
     def to_json(self, *, full: bool = False) -> dict[str, Any]:
         """The fit as plain JSON (parameters, noise model, residuals, settings); ``full`` adds what

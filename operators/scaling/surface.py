@@ -63,7 +63,7 @@ def _log_model(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | N
     if fixed_e == 0.0:
         terms = terms[:2]
     m = terms.max(axis=0)
-    return m + np.log(np.exp(terms - m).sum(axis=0))
+    return np.asarray(m + np.log(np.exp(terms - m).sum(axis=0)))
 
 
 def _objective(
