@@ -93,7 +93,7 @@ class FitSettings:
             raise ValueError(f"huber_delta={self.huber_delta} must be > 0")
         if self.bootstrap < 20:
             raise ValueError(
-                f"bootstrap={self.bootstrap} replicates are too few for a percentile interval; "
+                f"bootstrap={self.bootstrap} replicates are too few for the bootstrap interval; "
                 "use >= 20 (1000 for a record)"
             )
         if not 0.0 < self.level < 1.0:
@@ -251,15 +251,14 @@ class ScalingFit:
     sigma: float
     sigma_source: str
     loo_theta: tuple[tuple[float, np.ndarray], ...]
-    boot_sigma: np.ndarray | None = None
-    """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale); None in records of the
-    percentile interval (before 2026-12-02)."""
+    boot_sigma: np.ndarray
+    """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
 
     @property
     def interval_method(self) -> IntervalMethod:
-        """The bootstrap-t pivot studentized by the local standard error; the percentile interval for a
-        record written before 2026-12-02 (no ``boot_sigma``)."""
-        return IntervalMethod.PERCENTILE if self.boot_sigma is None else IntervalMethod.BOOTSTRAP_T
+        """The bootstrap-t pivot studentized by each replicate's local standard error."""
+        return IntervalMethod.BOOTSTRAP_T
+
     @property
     def params(self) -> dict[str, float]:
         """E, A and alpha of ``L = E + A·C^(-alpha)`` (C in the units given)."""
@@ -280,10 +279,6 @@ class ScalingFit:
         seeds, or (``single_run``) for one new run, widened by the seeds' spread."""
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
-        if self.boot_sigma is None:
-            return interval(
-                self.point(c), draws, self.settings.level, self.sigma, single_run, IntervalMethod.PERCENTILE
-            )
         u = np.log(self.compute / self.c_ref)
         return interval(
             self.point(c),
@@ -291,7 +286,7 @@ class ScalingFit:
             self.settings.level,
             self.sigma,
             single_run,
-            IntervalMethod.BOOTSTRAP_T,
+            self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
             boot_se=local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma,
@@ -337,9 +332,8 @@ class ScalingFit:
                 "theta": self.theta.tolist(),
                 "boot_theta": self.boot_theta.tolist(),
                 "loo_theta": [[left, t.tolist()] for left, t in self.loo_theta],
+                "boot_sigma": self.boot_sigma.tolist(),
             }
-            if self.boot_sigma is not None:
-                out["state"]["boot_sigma"] = self.boot_sigma.tolist()
         return out
 
     @classmethod
@@ -348,6 +342,12 @@ class ScalingFit:
         if "state" not in data:
             raise ValueError("ScalingFit.from_json needs the output of to_json(full=True) (no 'state' key)")
         st = data["state"]
+        if "boot_sigma" not in st:
+            raise ValueError(
+                "ScalingFit.from_json: the fit's state has no 'boot_sigma' (each bootstrap replicate's "
+                "sigma): it was written before 2026-12-02 with the percentile interval, which is no longer "
+                "read; re-run the fit step (or fit_offset) to get a fit with the bootstrap-t interval"
+            )
         return cls(
             settings=FitSettings(**data["settings"]),
             compute=np.asarray(st["compute"]),
@@ -358,7 +358,7 @@ class ScalingFit:
             sigma=float(data["sigma_log"]),
             sigma_source=str(data["sigma_source"]),
             loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]),
-            boot_sigma=np.asarray(st["boot_sigma"]) if "boot_sigma" in st else None,
+            boot_sigma=np.asarray(st["boot_sigma"]),
         )
 
 
