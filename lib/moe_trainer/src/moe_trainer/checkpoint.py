@@ -74,7 +74,7 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         """The newest *complete* checkpoint's step, or None (in a multi-host run: process 0's, for all)."""
-        step = self._manager.latest_step()
+        step: int | None = self._manager.latest_step()
         if jax.process_count() == 1:
             return step
         from jax.experimental import multihost_utils

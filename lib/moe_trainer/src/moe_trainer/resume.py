@@ -38,8 +38,8 @@ def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> 
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
     )
     try:
-        state, _ = ckpt.restore(latest, abstract)
-        return state
+        restored: TrainState = ckpt.restore(latest, abstract)[0]  # a TrainState, as ``abstract`` is one
+        return restored
     except (ValueError, KeyError) as e:
         raise ValueError(
             f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not "

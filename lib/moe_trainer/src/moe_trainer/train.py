@@ -367,7 +367,7 @@ def _step_executable(comp: Compiled, state: Any, batch: Any, cfg: DistributedCon
     if jax.process_count() == 1:
         return comp.step
     jitted: Any = comp.step  # a jax.jit function (typed as a plain callable in _Compiled)
-    compiled = jitted.lower(state, batch).compile()
+    compiled: Callable[..., Any] = jitted.lower(state, batch).compile()
     distributed.barrier("train_step_compiled", distributed.init_timeout_s(cfg))
     return compiled
 
