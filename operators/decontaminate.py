@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import fsspec
@@ -184,55 +184,63 @@ def _refuse_eval_named(config: DecontaminateConfig, bad: list[str]) -> None:
             "or, if they are not evaluation data, set allow_eval_like_names=True.")
 
 
-def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
-    """Check, report and filter; raise ContaminationError when an evaluation set is too contaminated."""
-    manifest = read_manifest(config.input_path)
-    prints = [_Fingerprint(es, config) for es in config.eval_sets]
-    # pass 1 over training: which n-grams of each evaluation set appear, and in which training documents
-    seen: list[list[np.ndarray]] = [[] for _ in prints]
-    hits: dict[str, dict[int, np.ndarray]] = {}
-    sources: dict[str, str] = {}
-    domain_of: dict[str, str] = {}
-    per_domain: dict[str, int] = {}
-    train_docs = 0
-    eval_named: list[str] = []
+@dataclass
+class _TrainingScan:
+    """What one pass over the training documents found: per evaluation set the n-grams seen in training, per
+    training document the n-grams that hit each set, and the counts the report needs."""
+
+    seen: list[list[np.ndarray]]
+    """Per evaluation set, the hashes of its n-grams found in each training document that hit it."""
+    hits: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
+    """Training document id -> evaluation set index -> the hashes it shares with that set."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Source of every training document with a hit."""
+    domain_of: dict[str, str] = field(default_factory=dict)
+    """Domain (mixture source) of every training document with a hit."""
+    per_domain: dict[str, int] = field(default_factory=dict)
+    """Training documents per domain."""
+    documents: int = 0
+    eval_named: list[str] = field(default_factory=list)
+    """Sources of training documents named like evaluation splits."""
+
+
+def _scan_training(config: DecontaminateConfig, prints: list[_Fingerprint]) -> _TrainingScan:
+    """Pass 1 over training: which n-grams of each evaluation set appear, and in which training documents."""
+    scan = _TrainingScan(seen=[[] for _ in prints])
     for doc in iter_documents(config.input_path, "train"):
-        train_docs += 1
+        scan.documents += 1
         domain = str(doc.get("domain", ""))
-        per_domain[domain] = per_domain.get(domain, 0) + 1
+        scan.per_domain[domain] = scan.per_domain.get(domain, 0) + 1
         # judge the path below the source's base directory: where the data lives (a pytest tmp dir, a
         # /home/test/ account) says nothing about what it is
         if looks_like_eval_split(doc.get("relpath", doc["source"])):
-            eval_named.append(doc["source"])
+            scan.eval_named.append(doc["source"])
         h = ngram_hashes(doc["text"], config.ngram)
         for e, fp in enumerate(prints):
             hit = h[fp.member(h)]
             if hit.size:
-                seen[e].append(hit)
-                hits.setdefault(doc["id"], {})[e] = hit
-                sources[doc["id"]] = doc["source"]
-                domain_of[doc["id"]] = domain
-    _refuse_eval_named(config, eval_named)  # before anything is written
-    reports, removed = {}, set()
-    for e, fp in enumerate(prints):
-        rep, drop = _assess(fp, np.unique(np.concatenate(seen[e])) if seen[e] else np.empty(0, np.uint64),
-                            e, hits, sources, domain_of, config)
-        reports[fp.es.name] = rep
-        removed |= drop
-    _write_filtered(config, manifest, removed)
-    for fp in prints:
-        if fp.bloom is not None:
-            fp.bloom.save(f"{config.output_path.rstrip('/')}/bloom/{_safe(fp.es.name)}")
-    failing = [name for name, r in reports.items() if r["contamination"] > config.max_contamination]
-    report = {"ngram": config.ngram, "normalization": "lowercase, punctuation removed, whitespace tokens",
-              "doc_overlap_threshold": config.doc_overlap_threshold,
-              "max_contamination": config.max_contamination,
-              "eval_sets": reports, "training": {"documents": train_docs, "removed": len(removed),
-                                                 "kept": train_docs - len(removed)},
-              "training_domains": _per_domain(per_domain, removed, domain_of),
-              "passed": not failing,
-              "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
-    write_json_atomic(f"{config.output_path.rstrip('/')}/report.json", report)
+                scan.seen[e].append(hit)
+                scan.hits.setdefault(doc["id"], {})[e] = hit
+                scan.sources[doc["id"]] = doc["source"]
+                scan.domain_of[doc["id"]] = domain
+    return scan
+
+
+def _report(
+    config: DecontaminateConfig, reports: dict[str, Any], scan: _TrainingScan, removed: set[str], passed: bool
+) -> dict[str, Any]:
+    """The content of report.json."""
+    return {"ngram": config.ngram, "normalization": "lowercase, punctuation removed, whitespace tokens",
+            "doc_overlap_threshold": config.doc_overlap_threshold,
+            "max_contamination": config.max_contamination,
+            "eval_sets": reports, "training": {"documents": scan.documents, "removed": len(removed),
+                                               "kept": scan.documents - len(removed)},
+            "training_domains": _per_domain(scan.per_domain, removed, scan.domain_of),
+            "passed": passed,
+            "config": {**asdict(config), "eval_sets": [asdict(e) for e in config.eval_sets]}}
+
+
+def _print_summary(reports: dict[str, Any]) -> None:
     for name, r in reports.items():
         print(
             f"[decontaminate] {name}: {r['contaminated_documents']}/{r['checked_documents']} evaluation "
@@ -242,6 +250,28 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
             f"removed [{r['method']}]",
             file=sys.stderr,
         )
+
+
+def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
+    """Check, report and filter; raise ContaminationError when an evaluation set is too contaminated."""
+    manifest = read_manifest(config.input_path)
+    prints = [_Fingerprint(es, config) for es in config.eval_sets]
+    scan = _scan_training(config, prints)
+    _refuse_eval_named(config, scan.eval_named)  # before anything is written
+    reports, removed = {}, set()
+    for e, fp in enumerate(prints):
+        seen = np.unique(np.concatenate(scan.seen[e])) if scan.seen[e] else np.empty(0, np.uint64)
+        rep, drop = _assess(fp, seen, e, scan.hits, scan.sources, scan.domain_of, config)
+        reports[fp.es.name] = rep
+        removed |= drop
+    _write_filtered(config, manifest, removed)
+    for fp in prints:
+        if fp.bloom is not None:
+            fp.bloom.save(f"{config.output_path.rstrip('/')}/bloom/{_safe(fp.es.name)}")
+    failing = [name for name, r in reports.items() if r["contamination"] > config.max_contamination]
+    report = _report(config, reports, scan, removed, not failing)
+    write_json_atomic(f"{config.output_path.rstrip('/')}/report.json", report)
+    _print_summary(reports)
     if failing:
         raise ContaminationError(_failure_message(failing, reports, config))
     return report

@@ -22,7 +22,7 @@ import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import fsspec
 import pyarrow as pa
@@ -128,8 +128,9 @@ def read_manifest(root: str) -> dict[str, Any]:
                                 "path of an ingest or decontaminate step)")
     with fs.open(p, "rb") as f:
         manifest = json.load(f)
-    if manifest.get("format") != DATASET_FORMAT:
-        raise ValueError(f"{path} is not a document dataset manifest (format={manifest.get('format')!r})")
+    if not isinstance(manifest, dict) or manifest.get("format") != DATASET_FORMAT:
+        found = f"format={manifest.get('format')!r}" if isinstance(manifest, dict) else "not a JSON object"
+        raise ValueError(f"{path} is not a document dataset manifest ({found})")
     return manifest
 
 
@@ -143,7 +144,8 @@ def read_shard(root: str, shard: dict[str, Any], file_format: FileFormat) -> lis
                          "it was modified or truncated: re-run the step that wrote it")
     if file_format == "jsonl":
         return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
-    return pq.read_table(io.BytesIO(data)).to_pylist()
+    # pyarrow is untyped (Any); a shard's table has the string columns the writer gave it
+    return cast("list[dict[str, str]]", pq.read_table(io.BytesIO(data)).to_pylist())
 
 
 def iter_documents(root: str, split: str = "train") -> Iterator[dict[str, str]]:

@@ -41,7 +41,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x * _M1
     x = x ^ (x >> np.uint64(27))
     x = x * _M2
-    return x ^ (x >> np.uint64(31))
+    return np.asarray(x ^ (x >> np.uint64(31)))
 
 
 def ngram_hashes(text: str, n: int) -> np.ndarray:
@@ -64,7 +64,7 @@ def exact_member(sorted_set: np.ndarray, h: np.ndarray) -> np.ndarray:
         return np.zeros(h.shape, dtype=bool)
     idx = np.searchsorted(sorted_set, h)
     idx[idx == sorted_set.size] = 0
-    return sorted_set[idx] == h
+    return np.asarray(sorted_set[idx] == h)
 
 
 class BloomFilter:

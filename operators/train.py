@@ -55,7 +55,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import draccus
 
@@ -68,6 +68,12 @@ from moe_trainer.train import TrainConfig as TrainerConfig
 from moe_trainer.train import TrainResult
 from moe_trainer.train import train as run_trainer
 from moe_trainer.warm_start import WarmStartConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Config = TypeVar("_Config", bound="DataclassInstance")
+"""A config dataclass :func:`_apply` changes (it returns the same type)."""
 
 RUNTIME_FIELD_KEY = "marin.runtime"  # the executor's convention (marin/definition/placeholders.py)
 
@@ -149,7 +155,7 @@ class TrainConfig:
             )
 
 
-def _apply(obj: Any, changes: Mapping[str, Any], where: str, prefix: str = "") -> Any:
+def _apply(obj: _Config, changes: Mapping[str, Any], where: str, prefix: str = "") -> _Config:
     """``obj`` with the dataclass fields named by dotted paths (``a.b.c``) set; unknown names are errors.
 
     All the changes to one dataclass are made in one ``dataclasses.replace``, so fields validated together
@@ -316,7 +322,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         file=sys.stderr,
         flush=True,
     )
-    return json.loads(json.dumps(summary, default=str))
+    # json.loads is typed Any; a dict dumped to JSON reads back as a dict
+    return cast("dict[str, Any]", json.loads(json.dumps(summary, default=str)))
 
 
 __all__ = [

@@ -23,7 +23,8 @@ surface of ``surface.py``): a parametric bootstrap over the seeds' spread, stude
    On 200 synthetic replicates x 100 bootstrap draws (docs/benchmarks/scaling-ladder.md) the percentile
    interval covered 0.83 / 0.845 / 0.895 of three surfaces where 0.90 was asked; studentizing by ``sigma*``
    alone, 0.835 / 0.835 / 0.90; by the local standard error, 0.855 / 0.835 / 0.925. The percentile
-   interval is kept for reading records written without ``boot_sigma`` (before 2026-12-02).
+   interval is no longer a method (fits written before 2026-12-02, without ``boot_sigma``, are refused by
+   ``ScalingFit.from_json``); it remains only as the fallback when ``sigma`` is 0 (nothing to studentize by).
    The caller names the method (:class:`IntervalMethod`); its value is the text records carry in
    ``"interval"``.
 """
@@ -41,7 +42,6 @@ SEED_SPREAD = "pooled seed spread"
 RESIDUALS = "fit residuals (no repeated seeds)"
 BOOTSTRAP_T = "parametric bootstrap-t (pivot studentized by each replicate's local standard error)"
 BOOTSTRAP_T_SIGMA = "parametric bootstrap-t (studentized by each replicate's sigma)"
-PERCENTILE = "parametric bootstrap, percentile"
 EPS_PER_REPLICATE = 16
 
 
@@ -53,8 +53,6 @@ class IntervalMethod(enum.Enum):
     """Pivot studentized by each replicate's local standard error (the offset law)."""
     BOOTSTRAP_T_SIGMA = BOOTSTRAP_T_SIGMA
     """Pivot studentized by each replicate's sigma (the two-variable surface)."""
-    PERCENTILE = PERCENTILE
-    """The plain percentile interval (records written before 2026-12-02, without ``boot_sigma``)."""
 
 
 def noise_sigma(
@@ -81,8 +79,8 @@ def replicate_sigmas(
                 block = ys[:, g]
                 ss += np.sum((block - block.mean(axis=1, keepdims=True)) ** 2, axis=1)
                 dof += len(g) - 1
-        return np.sqrt(ss / dof)
-    return np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1))
+        return np.asarray(np.sqrt(ss / dof))
+    return np.asarray(np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1)))
 
 
 def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
@@ -92,7 +90,7 @@ def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
     info = np.einsum("bnp,bnq->bpq", jac, jac)
     ridge = 1e-10 * np.trace(info, axis1=1, axis2=2)[:, None, None] * np.eye(info.shape[-1])
     solved = np.linalg.solve(info + ridge, grad[..., None])[..., 0]
-    return np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0))
+    return np.asarray(np.sqrt(np.maximum(np.einsum("bp,bp->b", grad, solved), 0.0)))
 
 
 def bootstrap_targets(fitted: np.ndarray, sigma: float, replicates: int, seed: int) -> np.ndarray:
@@ -120,8 +118,6 @@ def interval(
     errors of log pred (``boot_se`` per replicate, ``point_se`` at the point fit) that studentize the pivot.
     With ``sigma`` 0 (no spread to studentize by) the bootstrap-t methods give the percentile interval."""
     tail = (1.0 - level) / 2.0
-    if method is IntervalMethod.PERCENTILE:
-        return _percentile(point, draws, tail, sigma, single_run)
     if boot_sigma is None:
         raise ValueError(f"interval({method.name}) needs boot_sigma (each replicate's sigma)")
     if method is IntervalMethod.BOOTSTRAP_T_SIGMA:
@@ -148,8 +144,8 @@ def interval(
 def _percentile(
     point: float, draws: np.ndarray, tail: float, sigma: float, single_run: bool
 ) -> tuple[float, float, float]:
-    """The percentile interval (widened to contain the point); ``single_run`` widens both sides in quadrature
-    by ``z_level·sigma``."""
+    """The percentile interval (widened to contain the point), the bootstrap-t methods' fallback when
+    ``sigma`` is 0; ``single_run`` widens both sides in quadrature by ``z_level·sigma``."""
     lo, hi = (float(v) for v in np.quantile(draws, [tail, 1.0 - tail]))
     lo, hi = min(lo, point), max(hi, point)
     if not single_run:

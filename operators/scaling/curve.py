@@ -23,7 +23,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from moe_trainer.checkpoint import load_checkpoint
 from moe_trainer.data.cache import write_json_atomic
@@ -130,4 +130,5 @@ def evaluate_curve(config: CurveConfig) -> dict[str, Any]:
         "batch_size": config.batch_size,
     }
     write_json_atomic(f"{config.output_path.rstrip('/')}/{CURVE_FILE}", out)
-    return json.loads(json.dumps(out))
+    # json.loads is typed Any; a dict dumped to JSON reads back as a dict
+    return cast("dict[str, Any]", json.loads(json.dumps(out)))

@@ -93,7 +93,7 @@ class FitSettings:
             raise ValueError(f"huber_delta={self.huber_delta} must be > 0")
         if self.bootstrap < 20:
             raise ValueError(
-                f"bootstrap={self.bootstrap} replicates are too few for a percentile interval; "
+                f"bootstrap={self.bootstrap} replicates are too few for the bootstrap interval; "
                 "use >= 20 (1000 for a record)"
             )
         if not 0.0 < self.level < 1.0:
@@ -127,7 +127,7 @@ def _log_model(theta: np.ndarray, u: np.ndarray, fixed_e: float | None) -> tuple
 
 def _huber(r: np.ndarray, delta: float) -> np.ndarray:
     a = np.abs(r)
-    return np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    return np.asarray(np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta)))
 
 
 def _clip(theta: np.ndarray, e_max: float, fixed_e: float | None) -> np.ndarray:
@@ -219,7 +219,7 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
     x0 = np.clip(x0, np.array(lo) + 1e-12, np.array(hi) - 1e-12)
 
     def resid(t: np.ndarray) -> np.ndarray:
-        return _log_model(t[None, :], u, fixed_e)[0][0] - y
+        return np.asarray(_log_model(t[None, :], u, fixed_e)[0][0] - y)
 
     sol = least_squares(
         resid,
@@ -234,7 +234,8 @@ def _point_fit(u: np.ndarray, y: np.ndarray, delta: float, fixed_e: float | None
         gtol=1e-14,
         max_nfev=500,
     )
-    return sol.x if _huber(resid(sol.x), delta).sum() <= _huber(resid(x0), delta).sum() else x0
+    polished = np.asarray(sol.x)  # scipy's OptimizeResult is untyped
+    return polished if _huber(resid(polished), delta).sum() <= _huber(resid(x0), delta).sum() else x0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,15 +251,14 @@ class ScalingFit:
     sigma: float
     sigma_source: str
     loo_theta: tuple[tuple[float, np.ndarray], ...]
-    boot_sigma: np.ndarray | None = None
-    """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale); None in records of the
-    percentile interval (before 2026-12-02)."""
+    boot_sigma: np.ndarray
+    """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
 
     @property
     def interval_method(self) -> IntervalMethod:
-        """The bootstrap-t pivot studentized by the local standard error; the percentile interval for a
-        record written before 2026-12-02 (no ``boot_sigma``)."""
-        return IntervalMethod.PERCENTILE if self.boot_sigma is None else IntervalMethod.BOOTSTRAP_T
+        """The bootstrap-t pivot studentized by each replicate's local standard error."""
+        return IntervalMethod.BOOTSTRAP_T
+
     @property
     def params(self) -> dict[str, float]:
         """E, A and alpha of ``L = E + A·C^(-alpha)`` (C in the units given)."""
@@ -279,10 +279,6 @@ class ScalingFit:
         seeds, or (``single_run``) for one new run, widened by the seeds' spread."""
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
-        if self.boot_sigma is None:
-            return interval(
-                self.point(c), draws, self.settings.level, self.sigma, single_run, IntervalMethod.PERCENTILE
-            )
         u = np.log(self.compute / self.c_ref)
         return interval(
             self.point(c),
@@ -290,7 +286,7 @@ class ScalingFit:
             self.settings.level,
             self.sigma,
             single_run,
-            IntervalMethod.BOOTSTRAP_T,
+            self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
             boot_se=local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma,
@@ -311,7 +307,7 @@ class ScalingFit:
     def residuals(self) -> np.ndarray:
         """log L minus the fitted log L at every input point."""
         u = np.log(self.compute / self.c_ref)
-        return np.log(self.loss) - _log_model(self.theta[None, :], u, self.settings.fixed_e)[0][0]
+        return np.asarray(np.log(self.loss) - _log_model(self.theta[None, :], u, self.settings.fixed_e)[0][0])
 
     def to_json(self, *, full: bool = False) -> dict[str, Any]:
         """The fit as plain JSON (parameters, noise model, residuals, settings); ``full`` adds what
@@ -336,9 +332,8 @@ class ScalingFit:
                 "theta": self.theta.tolist(),
                 "boot_theta": self.boot_theta.tolist(),
                 "loo_theta": [[left, t.tolist()] for left, t in self.loo_theta],
+                "boot_sigma": self.boot_sigma.tolist(),
             }
-            if self.boot_sigma is not None:
-                out["state"]["boot_sigma"] = self.boot_sigma.tolist()
         return out
 
     @classmethod
@@ -347,6 +342,12 @@ class ScalingFit:
         if "state" not in data:
             raise ValueError("ScalingFit.from_json needs the output of to_json(full=True) (no 'state' key)")
         st = data["state"]
+        if "boot_sigma" not in st:
+            raise ValueError(
+                "ScalingFit.from_json: the fit's state has no 'boot_sigma' (each bootstrap replicate's "
+                "sigma): it was written before 2026-12-02 with the percentile interval, which is no longer "
+                "read; re-run the fit step (or fit_offset) to get a fit with the bootstrap-t interval"
+            )
         return cls(
             settings=FitSettings(**data["settings"]),
             compute=np.asarray(st["compute"]),
@@ -357,7 +358,7 @@ class ScalingFit:
             sigma=float(data["sigma_log"]),
             sigma_source=str(data["sigma_source"]),
             loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]),
-            boot_sigma=np.asarray(st["boot_sigma"]) if "boot_sigma" in st else None,
+            boot_sigma=np.asarray(st["boot_sigma"]),
         )
 
 

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from openlab_records import PREDICTION_FILE, Band, Prediction, read_json, write_sealed
-from operators.scaling.bootstrap import PERCENTILE
 from operators.scaling.end_rule import END_RULES, LAW_KEYS, anchored_end, rule_line
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
@@ -136,7 +135,9 @@ def law_line(fixed_e: float | None, end_rule: dict[str, Any] | None, end: dict[s
 
 def _fitter(fit_record: dict[str, Any]) -> dict[str, Any]:
     settings = fit_record["fractions"][0]["fit"]["settings"]
-    interval = fit_record["fractions"][0]["fit"].get("interval", PERCENTILE)
+    # every fit.json names its interval (fit steps since 2026-12-02; an older one has no boot_sigma and is
+    # refused by ScalingFit.from_json before this is reached)
+    interval = fit_record["fractions"][0]["fit"]["interval"]
     return {
         "module": "operators.scaling.fit",
         "loss": "summed Huber on log L",

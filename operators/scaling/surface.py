@@ -63,7 +63,7 @@ def _log_model(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | N
     if fixed_e == 0.0:
         terms = terms[:2]
     m = terms.max(axis=0)
-    return m + np.log(np.exp(terms - m).sum(axis=0))
+    return np.asarray(m + np.log(np.exp(terms - m).sum(axis=0)))
 
 
 def _objective(
@@ -148,7 +148,7 @@ class SurfaceFit:
     boot_theta: np.ndarray
     sigma: float
     sigma_source: str
-    boot_sigma: np.ndarray | None = None
+    boot_sigma: np.ndarray
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
 
     @staticmethod
@@ -202,8 +202,8 @@ class SurfaceFit:
 
     @property
     def interval_method(self) -> IntervalMethod:
-        """The bootstrap-t pivot studentized by each replicate's sigma (percentile without ``boot_sigma``)."""
-        return IntervalMethod.PERCENTILE if self.boot_sigma is None else IntervalMethod.BOOTSTRAP_T_SIGMA
+        """The bootstrap-t pivot studentized by each replicate's sigma."""
+        return IntervalMethod.BOOTSTRAP_T_SIGMA
 
     def to_json(self) -> dict[str, Any]:
         """The fit as plain JSON (parameters, noise model, settings)."""

@@ -115,7 +115,7 @@ def test_intervals_cover_the_truth_in_85_to_95_percent_of_a_fixed_set_of_replica
     assert np.median(errors) < 0.015  # the research note's simulation: about 1% at 10x extrapolation
 
 
-def test_bootstrap_t_state_round_trips_and_older_records_keep_the_percentile_interval() -> None:
+def test_bootstrap_t_state_round_trips_and_a_fit_without_boot_sigma_is_refused() -> None:
     rng = np.random.default_rng(3)
     compute = np.repeat(_compute(RUNG_N), 3)
     loss = np.repeat(_note_truth(RUNG_N), 3) * np.exp(0.005 * rng.standard_normal(compute.size))
@@ -127,13 +127,9 @@ def test_bootstrap_t_state_round_trips_and_older_records_keep_the_percentile_int
     assert again.predict(target_c) == pytest.approx(fit.predict(target_c))
     assert again.predict(target_c, single_run=True) == pytest.approx(fit.predict(target_c, single_run=True))
     state = fit.to_json(full=True)
-    del state["state"]["boot_sigma"]  # a record written before 2026-12-02
-    old = ScalingFit.from_json(state)
-    point, low, high = old.predict(target_c)
-    draws = np.array([ScalingFit.from_json({**state, "state": {**state["state"], "theta": t}}).point(target_c)
-                      for t in state["state"]["boot_theta"]])
-    assert (low, high) == pytest.approx(tuple(np.quantile(draws, [0.05, 0.95])))
-    assert old.to_json()["interval"] == "parametric bootstrap, percentile"
+    del state["state"]["boot_sigma"]  # a fit written before 2026-12-02 (the percentile interval)
+    with pytest.raises(ValueError, match="no 'boot_sigma'.*re-run the fit step"):
+        ScalingFit.from_json(state)
     # the one-run interval is wider than the interval of the mean over seeds, on both sides
     _, low1, high1 = fit.predict(target_c, single_run=True)
     _, low0, high0 = fit.predict(target_c)
@@ -206,15 +202,16 @@ def test_each_fitter_refuses_the_other_forms_settings() -> None:
 
 
 def test_interval_methods_keep_their_record_text_and_need_their_inputs() -> None:
-    assert IntervalMethod.PERCENTILE.value == "parametric bootstrap, percentile"
     assert IntervalMethod.BOOTSTRAP_T.value.startswith("parametric bootstrap-t (pivot studentized by each")
     assert IntervalMethod.BOOTSTRAP_T_SIGMA.value == (
         "parametric bootstrap-t (studentized by each replicate's sigma)"
     )
     draws = np.linspace(1.9, 2.1, 101)
-    assert interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.PERCENTILE) == pytest.approx(
-        (2.0, *np.quantile(draws, [0.05, 0.95]))
+    # with no spread to studentize by (sigma 0), the percentile interval of the draws
+    no_spread = interval(
+        2.0, draws, 0.9, 0.0, False, IntervalMethod.BOOTSTRAP_T_SIGMA, boot_sigma=np.zeros(101)
     )
+    assert no_spread == pytest.approx((2.0, *np.quantile(draws, [0.05, 0.95])))
     with pytest.raises(ValueError, match="needs boot_sigma"):
         interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.BOOTSTRAP_T_SIGMA)
     with pytest.raises(ValueError, match="needs boot_se and point_se"):

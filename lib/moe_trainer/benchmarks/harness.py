@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from moe_trainer.compiled import Compiled, build_mesh, compile_train_step
+from moe_trainer.compiled import Compiled, StepSpec, build_mesh, compile_train_step
 from moe_trainer.train import TrainConfig
 
 
@@ -33,15 +33,8 @@ def random_batch(cfg: TrainConfig, seed: int) -> dict[str, np.ndarray]:
 def compile_step(cfg: TrainConfig, xla_options: tuple[tuple[str, str], ...] | None = None) -> Compiled:
     """The jitted train step and init of ``cfg`` on the mesh of ``cfg.mesh`` (cached, as in ``train``)."""
     return compile_train_step(
-        cfg.model,
-        cfg.optimizer,
-        cfg.schedule,
-        cfg.health,
-        cfg.accum_steps,
-        cfg.num_steps,
-        cfg.seed,
+        StepSpec.of(cfg),
         build_mesh(cfg.mesh),
-        (cfg.data.batch_size, cfg.data.seq_len),
         xla_options,
     )
 

@@ -40,7 +40,7 @@ import jax
 import numpy as np
 from harness import JaxStep, compile_step, data_parallel, parse_value, random_batch
 
-from moe_trainer.compiled import compile_train_step
+from moe_trainer.compiled import clear_compiled
 from moe_trainer.config import ModelConfig
 from moe_trainer.metrics import peak_flops_per_device, train_flops_per_token
 from moe_trainer.presets import load_preset
@@ -211,7 +211,7 @@ def depth_sweep(
         for _ in range(repeats):
             for d in depths:
                 c = dataclasses.replace(cfg, model=cfg.model.replace(n_layers=d, scan_layers=scan))
-                compile_train_step.cache_clear()
+                clear_compiled()
                 times[d].append(compile_seconds(c))
                 print(
                     f"compile {'scanned' if scan else 'unrolled'} {d} layers: {times[d][-1]:.1f} s",

@@ -47,8 +47,8 @@ def test_round_trip_and_keep_last(tmp_path: Path) -> None:
     restored, meta = ckpt.restore(3, abstract)
     assert meta == {"step": 3, "note": "x"}
     _assert_trees_equal(restored, state)  # params, optimizer (incl. Muon momentum), health windows, rng
-    abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state["params"])
-    _assert_trees_equal(ckpt.restore_params(3, abstract_params), state["params"])
+    abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state.params)
+    _assert_trees_equal(ckpt.restore_params(3, abstract_params), state.params)
     ckpt.close()
 
 

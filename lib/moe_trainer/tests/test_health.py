@@ -54,10 +54,11 @@ def test_nonfinite_loss_is_skipped_and_changes_nothing() -> None:
     state, m = step(state, _batch(1, spike=float("nan")))
     assert bool(m["skipped"]) and bool(m["nonfinite"])
     for part in ("params", "opt_state"):
-        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state[part]), before[part])
-    assert int(state["step"]) == 2 and int(state["data_position"]) == 2, "a skipped step still consumes data"
-    assert int(state["health"]["skipped_total"]) == 1
-    assert int(state["health"]["n_seen"]) == 1, "non-finite values never enter the windows"
+        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, getattr(state, part)),
+                     getattr(before, part))
+    assert int(state.step) == 2 and int(state.data_position) == 2, "a skipped step still consumes data"
+    assert int(state.health["skipped_total"]) == 1
+    assert int(state.health["n_seen"]) == 1, "non-finite values never enter the windows"
 
 
 def test_loss_spike_is_skipped_then_level_shift_absorbed() -> None:
@@ -69,13 +70,13 @@ def test_loss_spike_is_skipped_then_level_shift_absorbed() -> None:
     state, m = step(state, _batch(6, spike=50.0))
     assert bool(m["skipped"]) and bool(m["loss_spike"]) and not bool(m["nonfinite"])
     # The spiked loss still entered the window, so a persistent shift is absorbed instead of skipped forever.
-    assert float(state["health"]["losses"][6]) == pytest.approx(float(m["loss"]))
+    assert float(state.health["losses"][6]) == pytest.approx(float(m["loss"]))
     skipped = []
     for i in range(7, 12):
         state, m = step(state, _batch(i, spike=50.0))
         skipped.append(bool(m["skipped"]))
     assert not any(skipped), skipped
-    assert int(state["health"]["skipped_total"]) == 1
+    assert int(state.health["skipped_total"]) == 1
 
 
 def test_grad_spike_is_skipped() -> None:
@@ -125,7 +126,7 @@ def test_update_norm_clipping_on_injected_spike() -> None:
     assert bool(m["update_clipped"]) and not bool(m["skipped"])
     assert float(m["update_norm"]) == pytest.approx(window.mean() + 3.0 * window.std(), rel=1e-4)
     assert float(m["update_norm"]) < 1.3 * window.mean()  # the unclipped update would be ~1.8x the mean
-    assert int(state["health"]["update_clipped_total"]) == 1
+    assert int(state.health["update_clipped_total"]) == 1
 
 
 def test_metrics_rows_keep_nonfinite_values_visible(tmp_path: Any) -> None:

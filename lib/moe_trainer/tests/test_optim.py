@@ -97,7 +97,7 @@ def test_gradient_accumulation_equals_large_batch() -> None:
     for accum in (1, 4):
         step = jax.jit(make_train_step(toy_loss, tx, sched, HealthConfig(), accum_steps=accum))
         new_state, _ = step(init_state(params, tx, HealthConfig(), seed=0), batch)
-        outs.append(new_state["params"])
+        outs.append(new_state.params)
     for name in params:
         np.testing.assert_allclose(outs[1][name], outs[0][name], rtol=1e-5, atol=1e-7, err_msg=name)
 

@@ -178,7 +178,7 @@ def test_hyperball_training_keeps_norms_and_learns(name: str) -> None:
         state, metrics = step(state, jax.tree.map(jnp.asarray, cyclic_batch(s)))
         losses.append(float(metrics["loss"]))
     assert losses[-1] < 0.7 * losses[0], losses
-    np.testing.assert_allclose(np.linalg.norm(state["params"]["w_out"]), np.linalg.norm(params["w_out"]),
+    np.testing.assert_allclose(np.linalg.norm(state.params["w_out"]), np.linalg.norm(params["w_out"]),
                                rtol=1e-5)
 
 

@@ -2,7 +2,7 @@
 gradient accumulation with the real loss, evaluation sums, checkpoint loading and the CLI parser.
 
 All runs share one model/optimizer/health configuration so the jitted train step compiles once per mesh
-(``train._compile`` is cached); only ``output_dir``/``num_steps``/``run_steps`` vary where noted.
+(``compiled.compile_train_step`` is cached); only ``output_dir``/``num_steps``/``run_steps`` vary where noted.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint
+from moe_trainer.compiled import StepSpec, compile_train_step
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
 from moe_trainer.data.loader import TrainLoader
@@ -31,7 +32,7 @@ from moe_trainer.metrics import MetricsConfig
 from moe_trainer.model import Model, init_params
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.step import accumulate_gradients
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, _compile, build_mesh, parse_config, train
+from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, build_mesh, parse_config, train
 
 VOCAB = 64
 EOS = 0
@@ -236,8 +237,9 @@ def test_one_device_and_eight_devices_give_the_same_losses(caches: dict[str, Any
         mesh = build_mesh(MeshConfig(*shape))
         cfg = _config(caches, Path("unused"))
         with jax.default_matmul_precision("highest"):
-            comp = _compile(cfg.model.replace(dispatch=dispatch), cfg.optimizer, cfg.schedule, cfg.health,
-                            cfg.accum_steps, cfg.num_steps, cfg.seed, mesh, (BATCH, SEQ))
+            spec = StepSpec(cfg.model.replace(dispatch=dispatch), cfg.optimizer, cfg.schedule, cfg.health,
+                            cfg.accum_steps, cfg.num_steps, cfg.seed, (BATCH, SEQ))
+            comp = compile_train_step(spec, mesh)
             state = comp.init()
             out = []
             for step in range(4):
@@ -246,9 +248,9 @@ def test_one_device_and_eight_devices_give_the_same_losses(caches: dict[str, Any
                 assert int(m["dropped"]) == 0
         losses[shape] = out
         if shape == (2, 2, 2):
-            w_gate = state["params"]["layers"][0]["moe"]["w_gate"]
+            w_gate = state.params["layers"][0]["moe"]["w_gate"]
             assert "expert" in str(w_gate.sharding.spec), w_gate.sharding
-            mu = state["opt_state"].inner_states["decay"].inner_state[0].mu["layers"][0]["moe"]["w_gate"]
+            mu = state.opt_state.inner_states["decay"].inner_state[0].mu["layers"][0]["moe"]["w_gate"]
             assert mu.sharding.spec == w_gate.sharding.spec, "optimizer state must be sharded like its param"
     # Different reduction orders across 8 shards: fp32 agreement to ~1e-5 relative after 4 updates.
     np.testing.assert_allclose(losses[(2, 2, 2)], losses[(1, 1, 1)], rtol=2e-5)

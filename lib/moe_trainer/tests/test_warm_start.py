@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint, read_foreign_checkpoint
+from moe_trainer.compiled import StepSpec, compile_train_step
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
 from moe_trainer.health import HealthConfig
@@ -23,7 +24,7 @@ from moe_trainer.metrics import MetricsConfig
 from moe_trainer.model import init_params
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.params import is_axes_leaf, param_logical_axes
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, _compile, build_mesh, train
+from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, build_mesh, train
 from moe_trainer.warm_start import WarmStartConfig, flatten, map_params, read_source, warm_state
 
 VOCAB, SEQ, BATCH = 64, 32, 8
@@ -91,24 +92,15 @@ def _warm(
     model: ModelConfig, source: dict[str, Any], ws: WarmStartConfig, seed: int = 0
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     cfg = _config(model, source["cache"], source["root"] / "unused", seed=seed)
-    comp = _compile(
-        cfg.model,
-        cfg.optimizer,
-        cfg.schedule,
-        cfg.health,
-        1,
-        cfg.num_steps,
-        seed,
-        build_mesh(cfg.mesh),
-        (BATCH, SEQ),
-    )
+    spec = StepSpec(cfg.model, cfg.optimizer, cfg.schedule, cfg.health, 1, cfg.num_steps, seed, (BATCH, SEQ))
+    comp = compile_train_step(spec, build_mesh(cfg.mesh))
     return warm_state(comp.init(), comp.shardings, model, source["dir"], ws, seed)
 
 
 def test_qk_norm_warm_start_copies_every_parameter_and_sets_the_gains_to_one(source: dict[str, Any]) -> None:
     state, report = _warm(TARGET, source, WarmStartConfig())
     src = flatten(load_checkpoint(source["dir"]).params)
-    got = flatten(jax.device_get(state["params"]))
+    got = flatten(jax.device_get(state.params))
     assert sorted(report["copied"]) == sorted(src) and report["dropped"] == [] and report["grown"] == {}
     for name, value in src.items():
         assert np.array_equal(got[name], np.asarray(value)), name  # bit for bit
@@ -116,7 +108,7 @@ def test_qk_norm_warm_start_copies_every_parameter_and_sets_the_gains_to_one(sou
     assert set(report["new"]) == new and set(report["new"].values()) == {"ones (norm gain)"}
     for name in new:
         assert np.array_equal(got[name], np.ones(8, np.float32)), name
-    assert int(state["step"]) == 0 and int(state["data_position"]) == 0 and report["kind"] == "checkpoint"
+    assert int(state.step) == 0 and int(state.data_position) == 0 and report["kind"] == "checkpoint"
 
 
 def test_first_loss_after_a_qk_norm_warm_start_is_close_to_the_source_loss(source: dict[str, Any]) -> None:
@@ -146,7 +138,7 @@ def test_optimizer_state_is_carried_where_shapes_agree(source: dict[str, Any]) -
     state, report = _warm(TARGET, source, WarmStartConfig(optimizer_state="carry"))
     raw, _, _ = read_foreign_checkpoint(source["dir"])
     src_opt = flatten(raw["opt_state"])
-    got = flatten(jax.device_get(state["opt_state"]))
+    got = flatten(jax.device_get(state.opt_state))
     carried = [n for n in got if n in src_opt and np.shape(src_opt[n]) == np.shape(got[n])]
     assert report["optimizer_state"] == {
         "mode": "carry",
@@ -161,7 +153,7 @@ def test_optimizer_state_is_carried_where_shapes_agree(source: dict[str, Any]) -
     reset, _ = _warm(TARGET, source, WarmStartConfig())
     assert all(
         not np.asarray(v).any()
-        for k, v in flatten(jax.device_get(reset["opt_state"])).items()
+        for k, v in flatten(jax.device_get(reset.opt_state)).items()
         if "mu" in k.split("/")
     )
 

@@ -11,13 +11,12 @@ reads exactly the batches it would have read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import jax
 import numpy as np
 
-if TYPE_CHECKING:
-    from moe_trainer.train import TrainConfig
+from moe_trainer.train_config import TrainConfig
 
 
 class BatchSource(Protocol):

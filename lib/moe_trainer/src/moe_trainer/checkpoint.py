@@ -1,8 +1,9 @@
 """Checkpoints with orbax-checkpoint: asynchronous, keep-last-K, complete-or-ignored, local or gs://.
 
 Layout: ``{dir}/{step}/state`` (the whole train state: params, optimizer state, step, data position, RNG key
-data and the health windows, see ``step.py``) and ``{dir}/{step}/meta`` (JSON: the model config, the train
-config, the step and the wall time), written by one ``orbax.checkpoint.CheckpointManager``.
+data and the health windows, see ``state.py``; a ``TrainState`` is stored as its mapping, ``as_tree``) and
+``{dir}/{step}/meta`` (JSON: the model config, the train config, the step and the wall time), written by one
+``orbax.checkpoint.CheckpointManager``.
 
 Complete-or-ignored: orbax writes a step into ``{step}.orbax-checkpoint-tmp*`` and renames it (local disks) or
 writes ``commit_success.txt`` (object stores) only after every array and the metadata are durable. The
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from moe_trainer.state import TrainState
 
 if TYPE_CHECKING:
     from moe_trainer.model import Model
@@ -71,7 +74,7 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         """The newest *complete* checkpoint's step, or None (in a multi-host run: process 0's, for all)."""
-        step = self._manager.latest_step()
+        step: int | None = self._manager.latest_step()
         if jax.process_count() == 1:
             return step
         from jax.experimental import multihost_utils
@@ -83,31 +86,33 @@ class Checkpointer:
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: PyTree, meta: dict[str, Any]) -> None:
-        """Start saving ``state`` at ``step`` (returns once the arrays are copied; writes continue async)."""
+        """Start saving ``state`` (a ``TrainState`` or any pytree) at ``step`` (returns once the arrays are
+        copied; writes continue async)."""
+        tree = state.as_tree() if isinstance(state, TrainState) else state
         self._manager.save(
             step,
-            args=ocp.args.Composite(state=ocp.args.PyTreeSave(state), meta=ocp.args.JsonSave(meta)),
+            args=ocp.args.Composite(state=ocp.args.PyTreeSave(tree), meta=ocp.args.JsonSave(meta)),
             force=True,
         )
 
     def restore(self, step: int, abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
         """Restore ``step`` onto the shardings/dtypes of ``abstract_state`` (``jax.ShapeDtypeStruct``
-        leaves)."""
+        leaves; a ``TrainState`` of them restores a ``TrainState``)."""
         if step not in self._manager.all_steps():
             raise FileNotFoundError(
                 f"no complete checkpoint for step {step} under {self.directory}; complete steps: "
                 f"{self.all_steps()}"
             )
+        typed = isinstance(abstract_state, TrainState)
+        item = abstract_state.as_tree() if typed else abstract_state
         out = self._manager.restore(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(
-                    item=abstract_state, restore_args=_restore_args(abstract_state)
-                ),
+                state=ocp.args.PyTreeRestore(item=item, restore_args=_restore_args(item)),
                 meta=ocp.args.JsonRestore(),
             ),
         )
-        return out["state"], dict(out["meta"])
+        return (TrainState.from_tree(out["state"]) if typed else out["state"]), dict(out["meta"])
 
     def read_meta(self, step: int) -> dict[str, Any]:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 
 from moe_trainer.checkpoint import Checkpointer
 from moe_trainer.compiled import Compiled
+from moe_trainer.state import TrainState
+from moe_trainer.train_config import TrainConfig
 
-if TYPE_CHECKING:
-    from moe_trainer.train import TrainConfig
 
-
-def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> dict[str, Any]:
+def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> TrainState:
     """The newest complete checkpoint restored onto this run's shardings, or a fresh (or warm-started) state.
     """
     latest = ckpt.latest_step()
@@ -39,7 +38,8 @@ def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> 
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
     )
     try:
-        state, _ = ckpt.restore(latest, abstract)
+        restored: TrainState = ckpt.restore(latest, abstract)[0]  # a TrainState, as ``abstract`` is one
+        return restored
     except (ValueError, KeyError) as e:
         raise ValueError(
             f"cannot resume from checkpoint step {latest} in {ckpt.directory}: its train state does not "
@@ -47,7 +47,6 @@ def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> 
             "this config's model/optimizer/health settings. Use a new output_dir (or checkpoint.dir) for a "
             "changed configuration, or restore the original settings"
         ) from e
-    return state
 
 
 def last_train_row(path: str) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """The jitted train step, model-agnostic: gradient accumulation, clipping, optimizer, health guards.
 
-A train step is ``(state, batch) -> (state, metrics)`` where ``state`` is a plain dict (so orbax saves it
-as-is) ``{"step", "params", "opt_state", "health", "rng", "data_position"}``, every leaf a JAX array (0-d for
+A train step is ``(state, batch) -> (state, metrics)`` where ``state`` is a ``TrainState`` (state.py: step,
+params, optimizer state, health windows, RNG key data, data position; every leaf a JAX array, 0-d for
 scalars). The model enters through a *loss function* with the contract of :data:`LossFn`; ``loss.py``
 provides the language-model one, tests use tiny hand-written ones.
 
@@ -14,6 +14,7 @@ over microbatches, as every framework does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ import optax
 
 from moe_trainer import health as health_lib
 from moe_trainer.optim import ScheduledTransformation
+from moe_trainer.state import TrainState
 
 PyTree = Any
 Batch = dict[str, jax.Array]
@@ -33,16 +35,16 @@ PostUpdateFn = Callable[[PyTree, dict[str, jax.Array], int], PyTree]
 
 
 def init_state(params: PyTree, optimizer: optax.GradientTransformation, health_cfg: health_lib.HealthConfig,
-               seed: int) -> dict[str, Any]:
+               seed: int) -> TrainState:
     """A fresh train state around ``params`` (already placed/sharded by the caller)."""
-    return {
-        "step": jnp.zeros((), jnp.int32),
-        "params": params,
-        "opt_state": optimizer.init(params),
-        "health": health_lib.init_health(health_cfg),
-        "rng": jax.random.key_data(jax.random.key(seed)),
-        "data_position": jnp.zeros((), jnp.int32),
-    }
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        health=health_lib.init_health(health_cfg),
+        rng=jax.random.key_data(jax.random.key(seed)),
+        data_position=jnp.zeros((), jnp.int32),
+    )
 
 
 def accumulate_gradients(
@@ -81,28 +83,27 @@ def accumulate_gradients(
 
 
 def apply_gradients(
-    state: dict[str, Any],
+    state: TrainState,
     grads: PyTree,
     loss: jax.Array,
     *,
     optimizer: optax.GradientTransformation,
     schedule: Callable[[jax.Array], jax.Array],
     health_cfg: health_lib.HealthConfig,
-) -> tuple[dict[str, Any], dict[str, jax.Array]]:
+) -> tuple[TrainState, dict[str, jax.Array]]:
     """Clip, update, guard: returns the new state (unchanged params/opt_state if skipped) and step metrics."""
-    health = state["health"]
+    health = state.health
     grad_norm = health_lib.global_norm(grads)
     decision = health_lib.skip_decision(health, loss, grad_norm, health_cfg)
     grads, grad_clipped = health_lib.clip_gradients(grads, grad_norm, health_cfg)
-    lr_factor = schedule(state["step"])
+    lr_factor = schedule(state.step)
     if isinstance(optimizer, ScheduledTransformation):  # applies the factor itself (hyperball steps need it)
-        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"],
-                                                  lr_factor=lr_factor)
+        updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params, lr_factor=lr_factor)
     else:
-        updates, new_opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
         updates = jax.tree.map(lambda u: u * lr_factor.astype(u.dtype), updates)
     updates, update_norm, update_clipped = health_lib.clip_update(updates, health, health_cfg)
-    new_params = optax.apply_updates(state["params"], updates)
+    new_params = optax.apply_updates(state.params, updates)
     skip = decision["skip"]
     # Skipped step: nothing changes. The optimizer state is selected with `skip | (update_norm < 0)`, which
     # always equals `skip` (a norm is >= 0 or NaN, and NaN < 0 is false) but makes the selects of the new
@@ -110,18 +111,18 @@ def apply_gradients(
     # moments into the donated buffers while the update fusions may still read the old ones, and copies all
     # moments first (102 copies, ~12 ms of op time per tiny-preset step on CPU).
     skip_state = skip | (update_norm < 0)
-    new_state = {
-        "step": state["step"] + 1,
-        "params": jax.tree.map(lambda new, old: jnp.where(skip, old, new), new_params, state["params"]),
-        "opt_state": jax.tree.map(lambda new, old: jnp.where(skip_state, old, new), new_opt_state,
-                                  state["opt_state"]),
-        "health": health_lib.record(
+    new_state = dataclasses.replace(
+        state,
+        step=state.step + 1,
+        params=jax.tree.map(lambda new, old: jnp.where(skip, old, new), new_params, state.params),
+        opt_state=jax.tree.map(lambda new, old: jnp.where(skip_state, old, new), new_opt_state,
+                               state.opt_state),
+        health=health_lib.record(
             health, loss=loss, grad_norm=grad_norm, update_norm=update_norm, skipped=skip,
             grad_clipped=grad_clipped, update_clipped=update_clipped,
         ),
-        "rng": state["rng"],
-        "data_position": state["data_position"] + 1,
-    }
+        data_position=state.data_position + 1,
+    )
     metrics = {
         "loss": loss,
         "lr_factor": lr_factor,
@@ -135,7 +136,7 @@ def apply_gradients(
         "grad_spike": decision["grad_spike"],
         # guard state for the health rules (watch.py): skipped steps so far, and whether update-norm
         # clipping has armed (its window half filled with applied updates)
-        "skipped_total": new_state["health"]["skipped_total"],
+        "skipped_total": new_state.health["skipped_total"],
         "update_filter_armed": health["n_updates"] >= max(health_cfg.update_window // 2, 2),
     }
     return new_state, metrics
@@ -148,22 +149,22 @@ def make_train_step(
     health_cfg: health_lib.HealthConfig,
     accum_steps: int = 1,
     post_update: PostUpdateFn | None = None,
-) -> Callable[[dict[str, Any], Batch], tuple[dict[str, Any], dict[str, jax.Array]]]:
+) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """Build the (un-jitted) train step; the caller jits it with its shardings and donation."""
     if accum_steps < 1:
         raise ValueError(f"accum_steps={accum_steps} must be >= 1")
 
-    def train_step(state: dict[str, Any], batch: Batch) -> tuple[dict[str, Any], dict[str, jax.Array]]:
-        loss, grads, stats = accumulate_gradients(loss_fn, state["params"], batch, accum_steps)
+    def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
+        loss, grads, stats = accumulate_gradients(loss_fn, state.params, batch, accum_steps)
         new_state, metrics = apply_gradients(
             state, grads, loss, optimizer=optimizer, schedule=schedule, health_cfg=health_cfg
         )
         if post_update is not None:
-            updated = post_update(new_state["params"], stats, accum_steps)
+            updated = post_update(new_state.params, stats, accum_steps)
             skip = metrics["skipped"]
-            new_state["params"] = jax.tree.map(
-                lambda new, old: jnp.where(skip, old, new), updated, new_state["params"]
-            )
+            new_state = dataclasses.replace(new_state, params=jax.tree.map(
+                lambda new, old: jnp.where(skip, old, new), updated, new_state.params
+            ))
         metrics.update(stats)
         return new_state, metrics
 

@@ -22,11 +22,14 @@ checkpoint and the resume point there (``progress.py``), every couple of seconds
 Mixed precision: parameters and optimizer state are float32 (master weights); the model computes in
 ``model.compute_dtype`` (bfloat16 on accelerators) with float32 router, norms, logits and loss.
 
-Reading order: the configs, ``_metrics_row`` (one metrics.jsonl row of a step), then ``train``: its loop is
-the file's subject. What the loop stands on lives in modules of its own: ``compiled.py`` (the mesh, the state
-shardings and the cached jitted step), ``batch_source.py`` (opening this process's batches), ``resume.py``
-(the first state: checkpoint, warm start or fresh; a finished run's last row and eval.json).
+Reading order: ``train`` (setup, run, finish), then ``_open`` (the setup: everything an invocation holds
+open, an ``_Invocation``), ``_run`` (the loop: the file's subject), ``_finish`` (the ``TrainResult``), and
+``_Rows`` (one metrics.jsonl row per step, timed). What the loop stands on lives in modules of its own:
+``train_config.py`` (``TrainConfig`` and its parts), ``state.py`` (``TrainState``), ``compiled.py`` (the
+mesh, the state shardings and the cached jitted step), ``batch_source.py`` (opening this process's batches),
+``resume.py`` (the first state: checkpoint, warm start or fresh; a finished run's last row and eval.json).
 """
+
 
 from __future__ import annotations
 
@@ -43,30 +46,31 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from moe_trainer import distributed, optim
+from moe_trainer import distributed
 from moe_trainer.batch_source import BatchSource, open_source, progress_of, rows_of
-from moe_trainer.checkpoint import CheckpointConfig, Checkpointer
+from moe_trainer.checkpoint import Checkpointer
 from moe_trainer.compiled import (
     CPU_COMPILER_OPTIONS,
     Compiled,
+    StepSpec,
     build_mesh,
     compile_train_step,
     compiler_options,
     state_shardings,
 )
-from moe_trainer.config import ModelConfig
-from moe_trainer.data.mixture import MixtureConfig
+from moe_trainer.data.loader import Prefetcher
 from moe_trainer.distributed import DistributedConfig
-from moe_trainer.evaluate import EvalConfig, evaluate
-from moe_trainer.health import HealthConfig
-from moe_trainer.metrics import MetricsConfig, MetricsWriter, peak_flops_per_device, train_flops_per_token
+from moe_trainer.evaluate import evaluate
+from moe_trainer.metrics import MetricsWriter, peak_flops_per_device, train_flops_per_token
 from moe_trainer.model import Model
 from moe_trainer.progress import ProgressFile, read_progress
 from moe_trainer.resume import last_train_row, read_json, restore_or_init, write_json
-from moe_trainer.warm_start import WarmStartConfig
-from moe_trainer.watch import WatchConfig, Watcher, facts_of
+from moe_trainer.state import TrainState
+from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig, TrainResult
+from moe_trainer.watch import Watcher, facts_of
 
-# Importable from here as before the split (tests, benchmarks and notebooks use them).
+# Importable from here as before the configs moved to train_config.py (tests, benchmarks and notebooks use
+# them).
 __all__ = [
     "CPU_COMPILER_OPTIONS",
     "BatchSource",
@@ -74,6 +78,7 @@ __all__ = [
     "MeshConfig",
     "TrainConfig",
     "TrainResult",
+    "TrainState",
     "build_mesh",
     "compiler_options",
     "main",
@@ -81,131 +86,197 @@ __all__ = [
     "state_shardings",
     "train",
 ]
-_compile = compile_train_step  # the cached compile's name before it moved to compiled.py
 
 
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Training data and held-out validation data (token caches written by the tokenize step)."""
+def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> TrainResult:
+    """Train (or resume) the run described by ``config``; see the module docstring.
 
-    train_cache: str = ""
-    """Path (local or gs://...) of the training token cache (or use `mixture` for several weighted caches)."""
-    mixture: MixtureConfig = dataclasses.field(default_factory=MixtureConfig)
-    """Several training caches mixed by weight, with optional stages (data/mixture.py); excludes train_cache.
+    ``batch_source`` replaces the token-cache loader (anything with ``batch(step) -> dict`` of numpy arrays
+    shaped like the loader's global batch; in a multi-host run each process keeps its own rows); notebooks and
+    tests use it. With MARIN_GANG_* set (a gang step), ``jax.distributed`` is initialised first and the mesh
+    spans every process's devices (docs/trainer.md "Multi-host").
     """
-    validation: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Validation caches by domain name, e.g. {python: /data/val-python, web: gs://b/val-web}."""
-    seq_len: int = 512
-    """Tokens per training sequence."""
-    batch_size: int = 8
-    """Sequences per optimizer step (the global batch, split into accum_steps microbatches)."""
-    seed: int = 0
-    """Key of the Feistel data permutation (a different key per epoch is derived from it)."""
-    prefetch: int = 4
-    """Batches computed ahead on a background thread."""
-
-    def __post_init__(self) -> None:
-        if self.seq_len < 1 or self.batch_size < 1:
-            raise ValueError(
-                f"data.seq_len={self.seq_len} and data.batch_size={self.batch_size} must be >= 1"
-            )
-        if self.train_cache and self.mixture.enabled:
-            raise ValueError(
-                f"data.train_cache={self.train_cache!r} and data.mixture.sources are both set: use "
-                "train_cache for one cache, or list it as one of the mixture's sources"
-            )
+    distributed.initialize(config.distributed)
+    with jax.default_matmul_precision(config.matmul_precision):
+        run, state = _open(config, batch_source)
+        try:
+            state = _run(run, state)
+        finally:
+            run.close()
+    return _finish(run, state)
 
 
-@dataclasses.dataclass(frozen=True)
-class MeshConfig:
-    """Device mesh shape: data (FSDP) x expert x model axes."""
+@dataclasses.dataclass
+class _Invocation:
+    """What one call of ``train`` holds open, from the setup (``_open``) to ``close``."""
 
-    data: int = -1
-    """Data-parallel / FSDP axis size; -1 uses every device not taken by the expert and model axes."""
-    expert: int = 1
-    """Expert-parallel axis size."""
-    model: int = 1
-    """Tensor-parallel axis size."""
+    config: TrainConfig
+    mesh: Mesh
+    comp: Compiled
+    ckpt: Checkpointer
+    reporter: ProgressFile
+    writer: MetricsWriter
+    watcher: Watcher | None
+    batches: Prefetcher
+    rows: _Rows
+    start: int
+    """The step this invocation starts from (restored, or 0)."""
+    end: int
+    """The step it stops at: num_steps, or sooner with run_steps."""
+    meta: dict[str, Any]
+    """The JSON saved beside every checkpoint (model and train configs)."""
+    final_eval: dict[str, Any] | None = None
+    """The newest dropless evaluation of this invocation."""
 
+    @property
+    def out(self) -> str:
+        return self.config.output_dir.rstrip("/")
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything a training run needs; parsed from a preset YAML plus command-line overrides."""
-
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    """The model architecture (see moe_trainer.config.ModelConfig)."""
-    data: DataConfig = dataclasses.field(default_factory=DataConfig)
-    """Training and validation token caches, sequence length, batch size, data seed."""
-    optimizer: optim.OptimizerConfig = dataclasses.field(default_factory=optim.OptimizerConfig)
-    """AdamW (or Muon for matrices) with parameter groups."""
-    schedule: optim.ScheduleConfig = dataclasses.field(default_factory=optim.ScheduleConfig)
-    """Learning-rate schedule."""
-    health: HealthConfig = dataclasses.field(default_factory=HealthConfig)
-    """Gradient clipping, update-norm clipping, skip-bad-step."""
-    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
-    """Checkpoint directory, interval and retention."""
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    """Held-out evaluation interval and size."""
-    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
-    """metrics.jsonl, W&B and progress-bar settings."""
-    watch: WatchConfig = dataclasses.field(default_factory=WatchConfig)
-    """Health rules evaluated while the run trains: alerts.jsonl, watch.json (watch.py, docs/health.md)."""
-    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-    """Device mesh shape (over the devices of every process of a multi-host run)."""
-    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
-    """Multi-host runs: timeouts of jax.distributed (the gang comes from MARIN_GANG_* variables)."""
-    num_steps: int = 1000
-    """Total optimizer steps of the run (the schedule spans them)."""
-    accum_steps: int = 1
-    """Microbatches per optimizer step (gradient accumulation); must divide data.batch_size."""
-    output_dir: str = "runs/default"
-    """Run directory: metrics.jsonl, wandb.json, checkpoints/, eval.json. Re-running resumes from it."""
-    seed: int = 0
-    """Parameter-initialisation seed (also seeds the train state's RNG key)."""
-    run_steps: int | None = None
-    """Stop this invocation after this many steps (a later call resumes); the schedule still spans
-    num_steps."""
-    matmul_precision: str = "default"
-    """jax default_matmul_precision: default, high or highest (highest makes CPU fp32 runs exact)."""
-    init_from: str = ""
-    """Warm start (warm_start.py): a checkpoint (run dir, checkpoints/ or step dir) or a Hugging Face
-    directory
-    whose parameters initialise this run, mapped across architectures; used only while output_dir has no
-    checkpoint of its own. Empty: a fresh initialisation."""
-    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
-    """How init_from is mapped: optimizer state reset/carry, data position, new experts, path renames."""
-    progress_file: str | None = None
-    """Where to report progress (last step, newest complete checkpoint, resume point; progress.py) for a
-    scheduler, e.g. the engine's MARIN_PROGRESS_FILE; written by process 0. None: not written."""
-
-    def __post_init__(self) -> None:
-        if self.num_steps < 1:
-            raise ValueError(f"num_steps={self.num_steps} must be >= 1")
-        if self.accum_steps < 1 or self.data.batch_size % self.accum_steps:
-            raise ValueError(
-                f"accum_steps={self.accum_steps} must be >= 1 and divide data.batch_size="
-                f"{self.data.batch_size}"
-            )
-        if self.run_steps is not None and self.run_steps < 1:
-            raise ValueError(f"run_steps={self.run_steps} must be >= 1 or null")
+    def close(self) -> None:
+        self.batches.close()
+        _close_watcher(self.watcher, self.writer)
+        self.writer.close()
+        self.ckpt.close()
+        self.reporter.close()
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainResult:
-    """What ``train`` returns: where the outputs are and the final figures."""
+def _open(config: TrainConfig, batch_source: BatchSource | None) -> tuple[_Invocation, TrainState]:
+    """The setup: mesh, compiled step, first state (restored, warm-started or fresh), writers and batches."""
+    primary = distributed.is_primary()
+    mesh = build_mesh(config.mesh)
+    out = config.output_dir.rstrip("/")
+    comp = compile_train_step(StepSpec.of(config), mesh)
+    ckpt = Checkpointer(config.checkpoint.dir or f"{out}/checkpoints", config.checkpoint)
+    state = restore_or_init(comp, ckpt, config)
+    start = int(state.step)
+    end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
+    batch_shape = (config.data.batch_size, config.data.seq_len)
+    rows = distributed.process_rows(comp.batch_sharding, batch_shape)
+    source = open_source(config, rows) if batch_source is None else batch_source
+    fetch = source.batch if batch_source is None else rows_of(batch_source, rows)
+    run_config = draccus.encode(config)
+    writer = MetricsWriter(out, config.metrics, run_config=run_config, total_steps=config.num_steps,
+                           start_step=start, enabled=primary)
+    data_position = int(state.data_position)
+    run = _Invocation(
+        config=config, mesh=mesh, comp=comp, ckpt=ckpt, reporter=_progress_file(config, primary, start),
+        writer=writer, watcher=_start_watcher(config, out, start) if primary else None,
+        batches=Prefetcher(fetch, data_position, data_position + (end - start), depth=config.data.prefetch),
+        rows=_Rows(config, mesh, progress_of(source), data_position - start),
+        start=start, end=end,
+        meta={"model_config": draccus.encode(config.model), "train_config": run_config},
+    )
+    return run, state
 
-    output_dir: str
-    step: int
-    """Optimizer steps completed (== num_steps when the run finished)."""
-    loss: float
-    """Training loss of the last step of this invocation."""
-    metrics_path: str
-    checkpoint_dir: str
-    eval: dict[str, Any] | None
-    """The final dropless evaluation (eval.json shape), or None without validation caches."""
-    skipped_steps: int
-    tokens_per_s: float
-    """Median training throughput of this invocation (first step, which compiles, excluded when possible)."""
+
+def _run(run: _Invocation, state: TrainState) -> TrainState:
+    """The loop: steps ``start`` to ``end``, their rows, evaluations and checkpoints; the last state.
+
+    Host and device overlap: step t's metrics are read (``_Rows.emit``) after step t+1 has been dispatched,
+    except where a step is evaluated or checkpointed: its row is written first, so that a run killed right
+    after the checkpoint and resumed from it never lacks it.
+    """
+    config, comp = run.config, run.comp
+    batch_shape = (config.data.batch_size, config.data.seq_len)
+    pending: tuple[int, Any] | None = None  # (completed steps, metrics): row k is the one after k updates
+    run_step: Callable[..., Any] | None = None
+    for step in range(run.start, run.end):
+        batch = distributed.global_batch(next(run.batches), comp.batch_sharding, batch_shape)
+        run_step = run_step or _step_executable(comp, state, batch, config.distributed)
+        state, metrics = run_step(state, batch)
+        if pending is not None:
+            _emit(run, *pending)
+        done = step + 1
+        pending = (done, metrics)
+        # the end of an invocation cut short by run_steps is checkpointed too: the next one resumes there
+        checkpoint_now = done % config.checkpoint.every_steps == 0 or done in (config.num_steps, run.end)
+        evaluate_now = bool(config.data.validation) and (
+            done == config.num_steps or bool(config.eval.every_steps and done % config.eval.every_steps == 0)
+        )
+        if checkpoint_now or evaluate_now:
+            _emit(run, *pending)
+            pending = None
+        if evaluate_now:
+            _evaluate_step(run, done, state)
+        if checkpoint_now:
+            run.writer.flush()
+            run.ckpt.save(done, state, {**run.meta, "step": done, "time": time.time()})
+            run.reporter.checkpoint_started(done)
+    if pending is not None:
+        _emit(run, *pending)
+    return state
+
+
+def _emit(run: _Invocation, step: int, metrics: Any) -> None:
+    """Write the row of ``step`` (its device ``metrics`` read back) and tell the progress file and the
+    watcher."""
+    row = run.rows.emit(step, metrics)
+    run.writer.log(row)
+    run.reporter.step_done(step, run.ckpt.saving())
+    _watch(run.watcher, run.writer, row)
+
+
+def _evaluate_step(run: _Invocation, done: int, state: TrainState) -> None:
+    """Evaluate the parameters after ``done`` steps; the final evaluation also goes to eval.json."""
+    evals = _evaluate(run.config, state.params, run.mesh)
+    run.writer.log({"step": done, **evals, "time": time.time()})
+    _watch(run.watcher, run.writer, {"step": done, **evals})
+    run.final_eval = evals["eval"]
+    if done == run.config.num_steps and distributed.is_primary():
+        write_json(f"{run.out}/eval.json", run.final_eval)
+    run.rows.restart_clock()  # the evaluation's time is not the next step's
+
+
+def _finish(run: _Invocation, state: TrainState) -> TrainResult:
+    """The ``TrainResult`` of an invocation; for a run that had already finished, its recorded end."""
+    last_row, final_eval = run.rows.last, run.final_eval
+    if last_row is None and run.start >= run.config.num_steps:
+        last_row = last_train_row(f"{run.out}/metrics.jsonl")
+        final_eval = read_json(f"{run.out}/eval.json")
+    steady = run.rows.rates[1:] if len(run.rows.rates) > 1 else run.rows.rates
+    return TrainResult(
+        output_dir=run.out,
+        step=int(state.step),
+        loss=float(last_row["loss"]) if last_row else float("nan"),
+        metrics_path=f"{run.out}/metrics.jsonl",
+        checkpoint_dir=run.ckpt.directory,
+        eval=final_eval,
+        skipped_steps=int(state.health["skipped_total"]),
+        tokens_per_s=float(np.median(steady)) if steady else 0.0,
+    )
+
+
+class _Rows:
+    """The metrics.jsonl rows of the training steps, each timed from the previous row (or clock restart)."""
+
+    def __init__(self, config: TrainConfig, mesh: Mesh, progress: Callable[[int], dict[str, float]],
+                 position_offset: int) -> None:
+        self.lr_peak = config.optimizer.lr
+        self.tokens = config.data.batch_size * config.data.seq_len
+        self.flops_per_token = train_flops_per_token(config.model, config.data.seq_len)
+        peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
+        self.peak_total = peak * mesh.size
+        self.progress = progress
+        self.position_offset = position_offset
+        """data position - step: a warm start that carried its data position reads ahead of its steps."""
+        self.rates: list[float] = []
+        self.last: dict[str, Any] | None = None
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        self.t_prev = time.perf_counter()
+
+    def emit(self, step: int, metrics: Any) -> dict[str, Any]:
+        """The row after ``step`` updates, once its ``metrics`` are ready on the device."""
+        jax.block_until_ready(metrics)
+        t_now = time.perf_counter()
+        row = _metrics_row(step, metrics, self.lr_peak, self.tokens, t_now - self.t_prev,
+                           self.flops_per_token, self.peak_total)
+        row.update(self.progress(self.position_offset + step))
+        self.t_prev = t_now
+        self.rates.append(row["tokens_per_s"])
+        self.last = row
+        return row
 
 
 def _metrics_row(
@@ -259,142 +330,6 @@ def _load_imbalance(expert_load: Any) -> float:
     return float(np.max(np.where(mean > 0, load.max(axis=1) / np.maximum(mean, 1e-30), 0.0)))
 
 
-def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> TrainResult:
-    """Train (or resume) the run described by ``config``; see the module docstring.
-
-    ``batch_source`` replaces the token-cache loader (anything with ``batch(step) -> dict`` of numpy arrays
-    shaped like the loader's global batch; in a multi-host run each process keeps its own rows); notebooks and
-    tests use it. With MARIN_GANG_* set (a gang step), ``jax.distributed`` is initialised first and the mesh
-    spans every process's devices (docs/trainer.md "Multi-host").
-    """
-    from moe_trainer.data.loader import Prefetcher
-
-    distributed.initialize(config.distributed)
-    primary = distributed.is_primary()
-    mesh = build_mesh(config.mesh)
-    out = config.output_dir.rstrip("/")
-    ckpt_dir = config.checkpoint.dir or f"{out}/checkpoints"
-    batch_shape = (config.data.batch_size, config.data.seq_len)
-    with jax.default_matmul_precision(config.matmul_precision):
-        comp = compile_train_step(
-            config.model,
-            config.optimizer,
-            config.schedule,
-            config.health,
-            config.accum_steps,
-            config.num_steps,
-            config.seed,
-            mesh,
-            batch_shape,
-        )
-        ckpt = Checkpointer(ckpt_dir, config.checkpoint)
-        state = restore_or_init(comp, ckpt, config)
-        start = int(state["step"])
-        reporter = _progress_file(config, primary, start)
-        end = (
-            config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
-        )
-        rows = distributed.process_rows(comp.batch_sharding, batch_shape)
-        source = open_source(config, rows) if batch_source is None else batch_source
-        fetch = source.batch if batch_source is None else rows_of(batch_source, rows)
-        run_config = draccus.encode(config)
-        meta = {"model_config": draccus.encode(config.model), "train_config": run_config}
-        writer = MetricsWriter(
-            out,
-            config.metrics,
-            run_config=run_config,
-            total_steps=config.num_steps,
-            start_step=start,
-            enabled=primary,
-        )
-        watcher = _start_watcher(config, out, start) if primary else None
-        tokens = batch_shape[0] * batch_shape[1]
-        fpt = train_flops_per_token(config.model, config.data.seq_len)
-        peak = config.metrics.peak_flops or peak_flops_per_device(jax.devices()[0], mesh.size)[0]
-        peak_total = peak * mesh.size
-        rates: list[float] = []
-        last_row: dict[str, Any] | None = None
-        final_eval: dict[str, Any] | None = None
-        data_position = int(state["data_position"])
-        batches = Prefetcher(fetch, data_position, data_position + (end - start), depth=config.data.prefetch)
-        progress = progress_of(source)
-        try:
-            pending: tuple[int, Any] | None = None
-            run_step: Callable[..., Any] | None = None
-            t_prev = time.perf_counter()
-
-            def emit(p: tuple[int, Any]) -> dict[str, Any]:
-                nonlocal t_prev
-                jax.block_until_ready(p[1])
-                t_now = time.perf_counter()
-                row = _metrics_row(p[0], p[1], config.optimizer.lr, tokens, t_now - t_prev, fpt, peak_total)
-                row.update(progress(data_position + p[0] - start))
-                t_prev = t_now
-                rates.append(row["tokens_per_s"])
-                writer.log(row)
-                reporter.step_done(p[0], ckpt.saving())
-                _watch(watcher, writer, row)
-                return row
-
-            for step in range(start, end):
-                batch = distributed.global_batch(next(batches), comp.batch_sharding, batch_shape)
-                run_step = run_step or _step_executable(comp, state, batch, config.distributed)
-                state, m = run_step(state, batch)
-                if pending is not None:
-                    last_row = emit(pending)
-                pending = (step + 1, m)  # rows are numbered by completed steps: row k = after k updates
-                done = step + 1
-                checkpoint_now = done % config.checkpoint.every_steps == 0 or done == config.num_steps
-                evaluate_now = bool(config.data.validation) and (
-                    done == config.num_steps
-                    or (config.eval.every_steps and done % config.eval.every_steps == 0)
-                )
-                if checkpoint_now or evaluate_now:
-                    # a step's rows (and eval.json) are written before its checkpoint: a run killed right
-                    # after the checkpoint and resumed from it never lacks them
-                    last_row = emit(pending)
-                    pending = None
-                if evaluate_now:
-                    evals = _evaluate(config, state["params"], mesh)
-                    writer.log({"step": done, **evals, "time": time.time()})
-                    _watch(watcher, writer, {"step": done, **evals})
-                    final_eval = evals["eval"]
-                    if done == config.num_steps and primary:
-                        write_json(f"{out}/eval.json", final_eval)
-                    t_prev = time.perf_counter()
-                if checkpoint_now:
-                    writer.flush()
-                    ckpt.save(done, state, {**meta, "step": done, "time": time.time()})
-                    reporter.checkpoint_started(done)
-            if pending is not None:
-                last_row = emit(pending)
-            if end > start and end % config.checkpoint.every_steps and end != config.num_steps:
-                # an invocation cut short by run_steps leaves a checkpoint where the next one resumes
-                writer.flush()
-                ckpt.save(end, state, {**meta, "step": end, "time": time.time()})
-                reporter.checkpoint_started(end)
-        finally:
-            batches.close()
-            _close_watcher(watcher, writer)
-            writer.close()
-            ckpt.close()
-            reporter.close()
-    if last_row is None and start >= config.num_steps:  # the run had already finished: report its end
-        last_row = last_train_row(f"{out}/metrics.jsonl")
-        final_eval = read_json(f"{out}/eval.json")
-    steady = rates[1:] if len(rates) > 1 else rates
-    return TrainResult(
-        output_dir=out,
-        step=int(state["step"]),
-        loss=float(last_row["loss"]) if last_row else float("nan"),
-        metrics_path=f"{out}/metrics.jsonl",
-        checkpoint_dir=ckpt_dir,
-        eval=final_eval,
-        skipped_steps=int(state["health"]["skipped_total"]),
-        tokens_per_s=float(np.median(steady)) if steady else 0.0,
-    )
-
-
 def _progress_file(config: TrainConfig, primary: bool, start: int) -> ProgressFile:
     """This invocation's progress reporter (progress.py): process 0 writes ``config.progress_file``."""
     path = config.progress_file if primary else None
@@ -432,7 +367,7 @@ def _step_executable(comp: Compiled, state: Any, batch: Any, cfg: DistributedCon
     if jax.process_count() == 1:
         return comp.step
     jitted: Any = comp.step  # a jax.jit function (typed as a plain callable in _Compiled)
-    compiled = jitted.lower(state, batch).compile()
+    compiled: Callable[..., Any] = jitted.lower(state, batch).compile()
     distributed.barrier("train_step_compiled", distributed.init_timeout_s(cfg))
     return compiled
 

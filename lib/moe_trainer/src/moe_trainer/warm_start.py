@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from moe_trainer.config import ModelConfig
+from moe_trainer.state import TrainState
 
 PyTree = Any
 _EXPERT_AXES = ("experts", "experts_router")
@@ -255,23 +256,22 @@ def carry_opt_state(source: dict[str, np.ndarray], fresh: dict[str, Any]) -> tup
 
 
 def warm_state(
-    fresh: dict[str, Any],
-    shardings: dict[str, Any],
+    fresh: TrainState,
+    shardings: TrainState,
     model: ModelConfig,
     init_from: str,
     cfg: WarmStartConfig,
     seed: int,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[TrainState, dict[str, Any]]:
     """The initial train state of a warm start: ``fresh`` (this run's initial state, on its shardings) with
     parameters mapped from ``init_from`` and, if asked, the optimizer state and data position carried."""
     from moe_trainer.params import is_axes_leaf, param_logical_axes
 
     source = read_source(init_from, cfg.step)
-    fresh_params = flatten(jax.device_get(fresh["params"]))
+    fresh_params = flatten(jax.device_get(fresh.params))
     axes = flatten(param_logical_axes(model), is_leaf=is_axes_leaf)
     params, report = map_params(flatten(source.params), fresh_params, axes, cfg, seed)
-    state = dict(fresh)
-    state["params"] = _place(params, fresh["params"], shardings["params"])
+    state = dataclasses.replace(fresh, params=_place(params, fresh.params, shardings.params))
     opt_report: dict[str, Any] = {"mode": cfg.optimizer_state}
     if cfg.optimizer_state == "carry":
         if source.opt_state is None:
@@ -280,21 +280,20 @@ def warm_state(
                 "no optimizer state; use optimizer_state='reset'"
             )
         opt, carried, reset = carry_opt_state(
-            flatten(source.opt_state), flatten(jax.device_get(fresh["opt_state"]))
+            flatten(source.opt_state), flatten(jax.device_get(fresh.opt_state))
         )
-        state["opt_state"] = _place(opt, fresh["opt_state"], shardings["opt_state"])
+        state = dataclasses.replace(state, opt_state=_place(opt, fresh.opt_state, shardings.opt_state))
         opt_report.update(carried_leaves=carried, reset_leaves=reset)
     if cfg.data_position == "carry":
-        state["data_position"] = jax.device_put(
-            np.asarray(source.data_position, np.int32), shardings["data_position"]
-        )
+        position = jax.device_put(np.asarray(source.data_position, np.int32), shardings.data_position)
+        state = dataclasses.replace(state, data_position=position)
     report = {
         "init_from": init_from,
         "kind": source.kind,
         "source_step": source.step,
         "source_model_config": source.model_config,
         "optimizer_state": opt_report,
-        "data_position": int(np.asarray(jax.device_get(state["data_position"]))),
+        "data_position": int(np.asarray(jax.device_get(state.data_position))),
         **report,
     }
     return state, report

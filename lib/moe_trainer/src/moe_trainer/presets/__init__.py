@@ -7,10 +7,10 @@ tiny`` uses the same files. Names are the YAML file stems in this directory.
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from moe_trainer.train import TrainConfig
+import draccus
+
+from moe_trainer.train_config import TrainConfig
 
 
 def preset_names() -> list[str]:
@@ -29,8 +29,4 @@ def preset_path(name: str) -> str:
 
 def load_preset(name: str) -> TrainConfig:
     """The ``TrainConfig`` of preset ``name`` (see ``preset_names()``)."""
-    import draccus
-
-    from moe_trainer.train import TrainConfig
-
     return draccus.parse(TrainConfig, config_path=preset_path(name), args=[])
