@@ -106,7 +106,7 @@ def judge_run(storage: Storage, prefix: str, experiment_id: str, run_id: str,
     status is published, so the issue and the dashboard show it with the run's end. A failure here is
     reported like a publisher's (in `errors`), never a failure of the run."""
     try:
-        manifest = sf.read_json(storage, manifest_path(prefix, experiment_id)) or {}
+        manifest = sf.read_record(storage, manifest_path(prefix, experiment_id)) or {}
         if not manifest.get("notebook"):
             return None
         entry = verdicts.judge(storage, prefix, manifest, run_id=run_id)

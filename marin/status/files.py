@@ -71,10 +71,11 @@ def new_executor_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def read_json(storage: Storage, path: str) -> dict[str, Any] | None:
-    """A status record (a JSON object) at `path`, or None when it does not exist. The lenient form of
-    `marin.jsonio.read_json`: a file that is not a JSON object also reads as None (a torn write on a store
-    without atomic PUT; callers treat it as absent and rewrite it)."""
+def read_record(storage: Storage, path: str) -> dict[str, Any] | None:
+    """An engine record (a JSON object: status, step, manifest, verdicts, ledger, progress) at `path`, or None
+    when it does not exist. The lenient form of `marin.jsonio.read_json`: a file that is not JSON, or not a
+    JSON object, also reads as None (a torn write on a store without atomic PUT; callers treat it as absent
+    and rewrite it)."""
     try:
         data = jsonio.read_json(storage, path)
     except CorruptFileError:
@@ -83,7 +84,7 @@ def read_json(storage: Storage, path: str) -> dict[str, Any] | None:
 
 
 def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    return read_json(storage, status_path(output_path))
+    return read_record(storage, status_path(output_path))
 
 
 def write_status(
