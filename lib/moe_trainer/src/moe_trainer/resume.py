@@ -62,20 +62,3 @@ def last_train_row(path: str) -> dict[str, Any] | None:
     return train_rows[-1] if train_rows else None
 
 
-def read_json(path: str) -> Any:
-    """The JSON document at ``path`` (any fsspec URL), or None when there is none."""
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as f:
-        return json.load(f)
-
-
-def write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` (any fsspec URL)."""
-    import fsspec
-
-    with fsspec.open(path, "w") as f:
-        json.dump(obj, f, indent=1)
