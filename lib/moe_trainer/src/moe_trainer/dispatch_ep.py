@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from moe_trainer.dispatch import count_dropped, kept_assignments, sorted_expert_compute
+from moe_trainer.dispatch_local import count_dropped, kept_assignments, sorted_expert_compute
 from moe_trainer.layers import Params, cast
 
 TOKEN_AXES = ("data", "expert")

@@ -195,7 +195,7 @@ def slots_expert_compute(
     """SwiGLU experts over per-expert slot tensors for the assignments flagged `local`: float32 [T, D].
 
     x [T, D] (compute dtype), local_ids int32 / weights float32 / local bool [T, k]; same semantics as
-    `dispatch.sorted_expert_compute` (ids index `experts`, unflagged assignments contribute nothing).
+    `dispatch_local.sorted_expert_compute` (ids index `experts`, unflagged assignments contribute nothing).
     """
     t, k = local_ids.shape
     n_local = experts["w_gate"].shape[0]
