@@ -31,6 +31,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from moe_trainer.sharding import constrain
@@ -181,7 +182,7 @@ def _block_logits(hc: jax.Array, wj: jax.Array, j: jax.Array, vocab: int) -> tup
     vb = wj.shape[1]
     col = j * vb + jax.lax.broadcasted_iota(jnp.int32, (1, vb), 1)
     logits = jnp.dot(hc, wj, preferred_element_type=jnp.float32)
-    return jnp.where(col < vocab, logits, jnp.finfo(jnp.float32).min), col
+    return jnp.where(col < vocab, logits, np.finfo(np.float32).min), col
 
 
 Online = tuple[jax.Array, jax.Array, jax.Array]  # running max, rescaled sum, target logit: [n, B*c] each
@@ -215,7 +216,7 @@ def _online_lse(hs: jax.Array, ts: jax.Array, wb: jax.Array, js: jax.Array, voca
         return jax.lax.scan(chunk, None, (hs, ts, *carry))[1], None
 
     init: Online = (
-        jnp.full(ts.shape, jnp.finfo(jnp.float32).min),
+        jnp.full(ts.shape, np.finfo(np.float32).min),
         jnp.zeros(ts.shape),
         jnp.zeros(ts.shape),
     )
