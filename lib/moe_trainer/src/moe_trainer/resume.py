@@ -16,6 +16,7 @@ import jax
 
 from moe_trainer.checkpoint import Checkpointer
 from moe_trainer.compiled import Compiled
+from moe_trainer.jax_typed import shape_dtype_struct
 from moe_trainer.state import TrainState
 from moe_trainer.train_config import TrainConfig
 
@@ -35,7 +36,7 @@ def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> 
     if latest is None:
         return comp.init()
     abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
+        lambda a, s: shape_dtype_struct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
     )
     try:
         restored: TrainState = ckpt.restore(latest, abstract)[0]  # a TrainState, as ``abstract`` is one

@@ -61,6 +61,7 @@ from moe_trainer.compiled import (
 from moe_trainer.data.loader import Prefetcher
 from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import evaluate
+from moe_trainer.jax_typed import block_until_ready
 from moe_trainer.jsonio import read_json, write_json_atomic
 from moe_trainer.metrics import MetricsWriter, peak_flops_per_device, train_flops_per_token
 from moe_trainer.model import Model
@@ -269,7 +270,7 @@ class _Rows:
 
     def emit(self, step: int, metrics: Any) -> dict[str, Any]:
         """The row after ``step`` updates, once its ``metrics`` are ready on the device."""
-        jax.block_until_ready(metrics)
+        block_until_ready(metrics)
         t_now = time.perf_counter()
         row = _metrics_row(step, metrics, self.lr_peak, self.tokens, t_now - self.t_prev,
                            self.flops_per_token, self.peak_total)
