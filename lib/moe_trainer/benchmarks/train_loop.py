@@ -1,4 +1,4 @@
-"""The whole ``train()`` call, not only its step: setup, the loop (rows, progress, watcher), checkpoints, finish.
+"""The whole ``train()`` call, not only its step: setup, the loop (rows, progress, watcher), checkpoints.
 
     JAX_PLATFORMS=cpu python lib/moe_trainer/benchmarks/train_loop.py [--steps 40 --every 20]
 
