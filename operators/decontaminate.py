@@ -37,7 +37,7 @@ from typing import Any, Literal
 import fsspec
 import numpy as np
 
-from moe_trainer.data.cache import write_json_atomic
+from moe_trainer.jsonio import write_json_atomic
 from operators.documents import (
     iter_documents,
     read_manifest,

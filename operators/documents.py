@@ -28,7 +28,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
+from moe_trainer.jsonio import write_bytes_atomic, write_json_atomic
 
 DATASET_FORMAT = "documents"
 DATASET_VERSION = 1

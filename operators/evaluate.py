@@ -32,8 +32,8 @@ import fsspec
 
 from moe_trainer import distributed
 from moe_trainer.checkpoint import load_checkpoint
-from moe_trainer.data.cache import write_json_atomic
 from moe_trainer.evaluate import evaluate as evaluate_model
+from moe_trainer.jsonio import write_json_atomic
 from operators.train import runtime_field
 
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from moe_trainer.checkpoint import load_checkpoint
 from moe_trainer.config import ModelConfig
-from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
+from moe_trainer.jsonio import write_bytes_atomic, write_json_atomic
 from moe_trainer.model import Model, forward
 from operators.tasks import shipped_tasks, task_path
 from operators.train import runtime_field

@@ -21,8 +21,8 @@ from typing import Any
 import fsspec
 
 from moe_trainer.checkpoint import load_checkpoint
-from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
 from moe_trainer.hf import save_hf
+from moe_trainer.jsonio import write_bytes_atomic, write_json_atomic
 
 
 @dataclasses.dataclass(frozen=True)

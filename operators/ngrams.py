@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
+from moe_trainer.jsonio import write_bytes_atomic, write_json_atomic
 
 _PUNCT = re.compile(r"[^\w\s]+")
 _POLY = np.uint64(0x100000001B3)

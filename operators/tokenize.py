@@ -34,7 +34,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_json_atomic, write_shard
+from moe_trainer.data.cache import CacheHeader, CacheWriter, DomainStats, write_shard
+from moe_trainer.jsonio import write_json_atomic
 from operators.documents import FileFormat, read_manifest, read_shard
 from operators.train_tokenizer import load_tokenizer
 

@@ -61,8 +61,9 @@ import draccus
 
 from moe_trainer import distributed
 from moe_trainer.config import ModelConfig
-from moe_trainer.data.cache import TokenCache, write_json_atomic
+from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage
+from moe_trainer.jsonio import write_json_atomic
 from moe_trainer.presets import load_preset, preset_path
 from moe_trainer.train import TrainConfig as TrainerConfig
 from moe_trainer.train import TrainResult

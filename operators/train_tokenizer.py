@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from moe_trainer.data.cache import write_bytes_atomic, write_json_atomic
+from moe_trainer.jsonio import write_bytes_atomic, write_json_atomic
 from operators.documents import iter_documents, read_manifest
 from operators.spm_import import tokenizer_from_spm
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from moe_trainer.checkpoint import load_checkpoint
-from moe_trainer.data.cache import write_json_atomic
 from moe_trainer.evaluate import evaluate as evaluate_model
+from moe_trainer.jsonio import write_json_atomic
 from operators.evaluate import EvaluateConfig, validation_caches
 from operators.train import runtime_field
 

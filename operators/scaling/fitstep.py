@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from moe_trainer.data.cache import write_json_atomic
+from moe_trainer.jsonio import write_json_atomic
 from openlab_records import read_json
 from operators.scaling.curve import CURVE_FILE
 from operators.scaling.fit import FitSettings, fit_offset

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from marin.tracking.predictions import note_body
-from moe_trainer.data.cache import write_json_atomic
+from moe_trainer.jsonio import write_json_atomic
 from openlab_records import (
     POSTED_FILE,
     PREDICTION_FILE,

@@ -21,8 +21,8 @@ from marin.dashboard.app import create_app
 from marin.dashboard.predictions import for_step
 from marin.tracking.predictions import tracking_section, verdict_body
 from marin.tracking.predictions_cli import main as predictions_main
-from moe_trainer.data.cache import write_json_atomic
 from moe_trainer.health_rules import History, RunFacts
+from moe_trainer.jsonio import write_json_atomic
 from openlab_records import PREDICTION_FILE, Prediction, Tracking, Verdict, read_sealed
 from operators.scaling.band import eval_band
 from operators.scaling.curve import CURVE_FILE

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from moe_trainer.dispatch import queue_positions, run_dispatch
+from moe_trainer.dispatch import run_dispatch
+from moe_trainer.dispatch_local import queue_positions
 from moe_trainer.sharding import make_mesh
 
 T, D, E, K, F = 32, 16, 8, 2, 12  # F divisible by the model axis: EP backends split expert hidden units
@@ -146,7 +147,7 @@ def test_ep_backend_without_mesh_is_refused(inputs: dict) -> None:
 
 def test_blocked_grouped_matmul_equals_ragged_dot() -> None:
     """Empty groups, a group larger than a block, and trailing rows outside every group (which come out 0)."""
-    from moe_trainer.dispatch import blocked_grouped_matmul
+    from moe_trainer.dispatch_local import blocked_grouped_matmul
 
     xs = jax.random.normal(jax.random.key(5), (40, 6))
     w = jax.random.normal(jax.random.key(6), (5, 6, 7))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from moe_trainer.config import ATTENTION_IMPLS, ModelConfig
 from moe_trainer.layers import Params, apply_rope, cast, linear, normal, rms_norm, rope_tables
@@ -173,7 +174,7 @@ def causal_attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, blo
         qi = q6[:, :, :, i].reshape(b, n, g * c, hd)
         scores = jnp.einsum("bnqk,bnks->bnqs", qi, k[..., :keys], preferred_element_type=jnp.float32)
         scores = scores.reshape(b, n, g, c, keys) * (hd**-0.5)
-        scores = jnp.where(mask[..., i * c : (i + 1) * c, :keys], scores, jnp.finfo(jnp.float32).min)
+        scores = jnp.where(mask[..., i * c : (i + 1) * c, :keys], scores, np.finfo(np.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(b, n, g * c, keys)
         outs.append(jnp.einsum("bnqs,bnsk->bnqk", probs, v[:, :, :keys]).reshape(b, n, g, c, hd))
     return jnp.stack(outs, axis=3).reshape(b, n, gs, hd) if blocks > 1 else outs[0].reshape(b, n, gs, hd)

@@ -31,6 +31,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from moe_trainer.sharding import constrain
@@ -181,37 +182,25 @@ def _block_logits(hc: jax.Array, wj: jax.Array, j: jax.Array, vocab: int) -> tup
     vb = wj.shape[1]
     col = j * vb + jax.lax.broadcasted_iota(jnp.int32, (1, vb), 1)
     logits = jnp.dot(hc, wj, preferred_element_type=jnp.float32)
-    return jnp.where(col < vocab, logits, jnp.finfo(jnp.float32).min), col
+    return jnp.where(col < vocab, logits, np.finfo(np.float32).min), col
 
 
-def _blocked_sums(
-    h: jax.Array,
-    w: jax.Array,
-    targets: jax.Array,
-    weights: jax.Array,
-    z_coef: float,
-    n: int,
-    nv: int,
-    with_grads: bool,
-) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
-    """`_sums` blocked over the vocabulary too: a [tokens/n, V/nv] block of logits at a time, never a row.
+Online = tuple[jax.Array, jax.Array, jax.Array]  # running max, rescaled sum, target logit: [n, B*c] each
 
-    Pass 1 walks the head blocks (outer scan) and the token chunks (inner scan) keeping an online logsumexp
-    (running max and rescaled sum) and the target logit per token. Pass 2 (gradients only) recomputes each
-    block's logits, forms dL/dlogits from the final lse, adds dlogits @ w_jᵀ into dL/dh and accumulates
-    h_chunkᵀ @ dlogits into block j of dL/dw. So the logits matmul runs twice (one more [T, D] x [D, V]
-    product than `_sums`) in exchange for blocks that stay in cache.
-    """
-    b, s, d = h.shape
-    vocab = w.shape[1]
-    c, hs, ts, ms = _chunk_inputs(h, targets, weights, n)
-    hs, ts, ms = hs.reshape(n, b * c, d), ts.reshape(n, b * c), ms.reshape(n, b * c)
+
+def _head_blocks(w: jax.Array, nv: int) -> tuple[jax.Array, jax.Array]:
+    """The head w [D, V] as nv blocks of Vb = ceil(V / nv) columns, zero-padded: ([nv, D, Vb], block ids)."""
+    d, vocab = w.shape
     vb = -(-vocab // nv)
     wp = jnp.pad(w, ((0, 0), (0, nv * vb - vocab))) if nv * vb != vocab else w
-    wb = jnp.moveaxis(wp.reshape(d, nv, vb), 1, 0)  # [nv, D, Vb]
-    js = jnp.arange(nv, dtype=jnp.int32)
+    return jnp.moveaxis(wp.reshape(d, nv, vb), 1, 0), jnp.arange(nv, dtype=jnp.int32)
 
-    Online = tuple[jax.Array, jax.Array, jax.Array]  # running max, rescaled sum, target logit: [n, B*c] each
+
+def _online_lse(hs: jax.Array, ts: jax.Array, wb: jax.Array, js: jax.Array, vocab: int
+                ) -> tuple[jax.Array, jax.Array]:
+    """Pass 1 of `_blocked_sums`: (lse, target logit) [n, B*c] of token chunks hs [n, B*c, D] (targets ts)
+    against head blocks wb [nv, D, Vb], by an online logsumexp over the blocks (outer scan) and the chunks
+    (inner scan)."""
 
     def lse_block(carry: Online, x: tuple[jax.Array, jax.Array]) -> tuple[Online, None]:
         wj, j = x
@@ -227,16 +216,21 @@ def _blocked_sums(
         return jax.lax.scan(chunk, None, (hs, ts, *carry))[1], None
 
     init: Online = (
-        jnp.full((n, b * c), jnp.finfo(jnp.float32).min),
-        jnp.zeros((n, b * c)),
-        jnp.zeros((n, b * c)),
+        jnp.full(ts.shape, np.finfo(np.float32).min),
+        jnp.zeros(ts.shape),
+        jnp.zeros(ts.shape),
     )
     (mx, sm, tl), _ = jax.lax.scan(lse_block, init, (wb, js))
-    lse = mx + jnp.log(sm)
-    term, sums = _loss_terms(lse - tl, lse, ms, z_coef)
-    if not with_grads:
-        return sums, None
-    dt = h.dtype
+    return mx + jnp.log(sm), tl
+
+
+def _blocked_grads(
+    hs: jax.Array, ts: jax.Array, ms: jax.Array, lse: jax.Array, wb: jax.Array, js: jax.Array, vocab: int,
+    z_coef: float,
+) -> tuple[jax.Array, jax.Array]:
+    """Pass 2 of `_blocked_sums`: float32 (dL/dh [n, B*c, D], dL/dw by block [nv, D, Vb]), recomputing each
+    block's logits and forming dL/dlogits from the final lse."""
+    d, vb = wb.shape[1:]
 
     def grad_block(dh: jax.Array, x: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         wj, j = x
@@ -250,9 +244,40 @@ def _blocked_sums(
         dwj, dh_j = jax.lax.scan(chunk, jnp.zeros((d, vb), jnp.float32), (hs, ts, ms, lse))
         return dh + dh_j, dwj
 
-    dh, dwb = jax.lax.scan(grad_block, jnp.zeros((n, b * c, d), jnp.float32), (wb, js))
-    dw = jnp.moveaxis(dwb, 0, 1).reshape(d, nv * vb)[:, :vocab]
-    dh = _merge(dh.reshape(n, b, c, d))[:, :s].astype(dt)
+    dh, dwb = jax.lax.scan(grad_block, jnp.zeros(hs.shape, jnp.float32), (wb, js))
+    return dh, dwb
+
+
+def _blocked_sums(
+    h: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    z_coef: float,
+    n: int,
+    nv: int,
+    with_grads: bool,
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...] | None]:
+    """`_sums` blocked over the vocabulary too: a [tokens/n, V/nv] block of logits at a time, never a row.
+
+    Pass 1 (`_online_lse`) walks the head blocks (outer scan) and the token chunks (inner scan) keeping an
+    online logsumexp (running max and rescaled sum) and the target logit per token. Pass 2 (`_blocked_grads`,
+    gradients only) recomputes each block's logits, forms dL/dlogits from the final lse, adds dlogits @ w_jᵀ
+    into dL/dh and accumulates h_chunkᵀ @ dlogits into block j of dL/dw. So the logits matmul runs twice (one
+    more [T, D] x [D, V] product than `_sums`) in exchange for blocks that stay in cache.
+    """
+    b, s, d = h.shape
+    vocab = w.shape[1]
+    c, hs, ts, ms = _chunk_inputs(h, targets, weights, n)
+    hs, ts, ms = hs.reshape(n, b * c, d), ts.reshape(n, b * c), ms.reshape(n, b * c)
+    wb, js = _head_blocks(w, nv)
+    lse, tl = _online_lse(hs, ts, wb, js, vocab)
+    term, sums = _loss_terms(lse - tl, lse, ms, z_coef)
+    if not with_grads:
+        return sums, None
+    dh, dwb = _blocked_grads(hs, ts, ms, lse, wb, js, vocab, z_coef)
+    dw = jnp.moveaxis(dwb, 0, 1).reshape(d, -1)[:, :vocab]
+    dh = _merge(dh.reshape(n, b, c, d))[:, :s].astype(h.dtype)
     return sums, (dh, dw, _merge(term.reshape(n, b, c))[:, :s])
 
 

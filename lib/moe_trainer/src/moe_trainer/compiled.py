@@ -20,11 +20,11 @@ from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from moe_trainer import optim
 from moe_trainer.config import ModelConfig
 from moe_trainer.health import HealthConfig
+from moe_trainer.jax_typed import P
 from moe_trainer.loss import make_lm_loss, make_router_bias_update
 from moe_trainer.model import init_params, param_logical_axes
 from moe_trainer.sharding import logical_to_spec, make_mesh, param_shardings

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec
 
-from moe_trainer.dispatch import count_dropped, kept_assignments, sorted_expert_compute
+from moe_trainer.dispatch_local import count_dropped, kept_assignments, sorted_expert_compute
+from moe_trainer.jax_typed import P, all_to_all, psum, psum_scatter
 from moe_trainer.layers import Params, cast
 
 TOKEN_AXES = ("data", "expert")
 
 
-def _expert_specs(experts: Params, mesh: Mesh, expert_axis: str | None) -> tuple[dict[str, P], bool]:
+def _expert_specs(experts: Params, mesh: Mesh, expert_axis: str | None
+                  ) -> tuple[dict[str, PartitionSpec], bool]:
     """PartitionSpecs of the expert weights inside the shard_map, and whether hidden units split over
     model."""
     hidden = experts["w_gate"].shape[2]
@@ -55,8 +56,8 @@ def _ragged_local(
     keep, _ = kept_assignments(ids, valid, n_experts, capacity, n_groups=1)
     out = sorted_expert_compute(x, ids, w, keep, experts, matmul)
     if split_model:
-        out = jax.lax.psum(out, "model")
-    return out, jax.lax.psum(count_dropped(keep, valid), TOKEN_AXES)
+        out = psum(out, "model")
+    return out, psum(count_dropped(keep, valid), TOKEN_AXES)
 
 
 def _allgather_local(
@@ -72,9 +73,9 @@ def _allgather_local(
     # (ep*T_l, D) partial
     out = sorted_expert_compute(xg, idg - me * n_local, wg, keep & mine, experts, matmul)
     if split_model:
-        out = jax.lax.psum(out, "model")
-    out = jax.lax.psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
-    dropped = jax.lax.psum(count_dropped(keep | ~mine, vg), TOKEN_AXES)
+        out = psum(out, "model")
+    out = psum_scatter(out, "expert", scatter_dimension=0, tiled=True)
+    dropped = psum(count_dropped(keep | ~mine, vg), TOKEN_AXES)
     return out, dropped
 
 
@@ -94,17 +95,17 @@ def _alltoall_local(
     token = jnp.broadcast_to(jnp.arange(t)[:, None], (t, k))
     send = jnp.zeros((ep, n_local, cap, x.shape[1]), x.dtype)
     send = send.at[dest, local_e, slot].set(x[token], mode="drop")
-    recv = jax.lax.all_to_all(send, "expert", 0, 0, tiled=True)  # (source shard, E_l, cap, D)
+    recv = all_to_all(send, "expert", 0, 0, tiled=True)  # (source shard, E_l, cap, D)
     dt = x.dtype
     gate = jnp.einsum("secd,edf->secf", recv, cast(experts["w_gate"], dt))
     up = jnp.einsum("secd,edf->secf", recv, cast(experts["w_up"], dt))
     y = jnp.einsum("secf,efd->secd", jax.nn.silu(gate) * up, cast(experts["w_down"], dt))
     if split_model:
-        y = jax.lax.psum(y, "model")
-    back = jax.lax.all_to_all(y, "expert", 0, 0, tiled=True)  # (dest shard, E_l, cap, D)
+        y = psum(y, "model")
+    back = all_to_all(y, "expert", 0, 0, tiled=True)  # (dest shard, E_l, cap, D)
     rows = back[dest, local_e, jnp.where(keep, pos, 0)].astype(jnp.float32)  # (T, k, D)
     out = jnp.einsum("tkd,tk->td", rows, jnp.where(keep, w, 0.0))
-    dropped = jax.lax.psum(count_dropped(keep, valid), TOKEN_AXES)
+    dropped = psum(count_dropped(keep, valid), TOKEN_AXES)
     return out, dropped
 
 
@@ -133,7 +134,8 @@ def ep_dispatch(
         specs, split_model = _expert_specs(experts, mesh, "expert")
         local = _allgather_local if name == "ep_allgather" else _alltoall_local
 
-    def body(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: Params) -> tuple:
+    def body(x: jax.Array, ids: jax.Array, w: jax.Array, valid: jax.Array, ex: Params
+             ) -> tuple[jax.Array, jax.Array]:
         return local(x, ids, w, valid, ex, capacity=capacity, n_experts=n_experts, split_model=split_model,
                      matmul=matmul)
 

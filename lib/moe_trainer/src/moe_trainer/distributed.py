@@ -40,6 +40,8 @@ import jax
 import numpy as np
 from jax.sharding import Sharding
 
+from moe_trainer.jax_typed import make_array_from_process_local_data
+
 ENV_SIZE = "MARIN_GANG_SIZE"
 ENV_RANK = "MARIN_GANG_RANK"
 ENV_COORDINATOR = "MARIN_COORDINATOR"
@@ -233,5 +235,5 @@ def global_batch(local: Mapping[str, np.ndarray], sharding: Sharding,
     Each process passes only the data its devices hold (``jax.make_array_from_process_local_data``); on one
     process this is a plain sharded ``device_put``."""
     b = global_shape[0]
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v), (b, *v.shape[1:]))
+    return {k: make_array_from_process_local_data(sharding, np.asarray(v), (b, *v.shape[1:]))
             for k, v in local.items()}

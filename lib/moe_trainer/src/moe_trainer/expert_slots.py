@@ -138,7 +138,8 @@ def _expert_slots(x: jax.Array, wflat: jax.Array, w_gu: jax.Array, w_down: jax.A
         tok, y = _forward_chunk(res, k, e, first, c1, live, w_gu[e], w_down[e])
         return out.at[tok].add(y, mode="drop")
 
-    return jax.lax.fori_loop(0, _overflow_steps(counts, c0, c1, n_e), extra, out)
+    total: jax.Array = jax.lax.fori_loop(0, _overflow_steps(counts, c0, c1, n_e), extra, out)  # typed Any
+    return total
 
 
 def _expert_slots_fwd(x: jax.Array, wflat: jax.Array, w_gu: jax.Array, w_down: jax.Array, order: jax.Array,
@@ -181,8 +182,9 @@ def _vary_alike(*arrays: jax.Array) -> list[jax.Array]:
     varies over every axis any input varies over, so the inputs are cast up front and autodiff of the cast
     adds the psums a mixed-type product would have needed. Outside shard_map this is the identity.
     """
-    def varying(a: jax.Array) -> frozenset:
-        return jax.typeof(a).mat.varying
+    def varying(a: jax.Array) -> frozenset[str]:
+        axes: frozenset[str] = jax.typeof(a).mat.varying  # the aval is typed Any; our mesh axis names are str
+        return axes
 
     union = frozenset().union(*(varying(a) for a in arrays))
     return [jax.lax.pcast(a, tuple(sorted(union - varying(a))), to="varying") if union - varying(a) else a
@@ -195,7 +197,7 @@ def slots_expert_compute(
     """SwiGLU experts over per-expert slot tensors for the assignments flagged `local`: float32 [T, D].
 
     x [T, D] (compute dtype), local_ids int32 / weights float32 / local bool [T, k]; same semantics as
-    `dispatch.sorted_expert_compute` (ids index `experts`, unflagged assignments contribute nothing).
+    `dispatch_local.sorted_expert_compute` (ids index `experts`, unflagged assignments contribute nothing).
     """
     t, k = local_ids.shape
     n_local = experts["w_gate"].shape[0]

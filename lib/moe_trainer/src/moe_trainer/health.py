@@ -95,7 +95,7 @@ def _push(buf: jax.Array, count: jax.Array, value: jax.Array, keep: jax.Array) -
 
 def _spike(buf: jax.Array, count: jax.Array, value: jax.Array, sigma: float | None) -> jax.Array:
     if sigma is None or buf.shape[0] < 2:
-        return jnp.bool_(False)
+        return jnp.asarray(False, dtype=jnp.bool_)
     mean, std = window_stats(buf, count)
     armed = count >= max(buf.shape[0] // 2, 2)
     return armed & (value > mean + sigma * std)
@@ -153,7 +153,10 @@ def record(
     grad_norms, _ = _push(health["grad_norms"], health["n_seen"], grad_norm, finite)
     applied = ~skipped & jnp.isfinite(update_norm)
     update_norms, n_updates = _push(health["update_norms"], health["n_updates"], update_norm, applied)
-    inc = lambda flag: flag.astype(jnp.int32)  # noqa: E731
+
+    def inc(flag: jax.Array) -> jax.Array:
+        return flag.astype(jnp.int32)
+
     return {
         "update_norms": update_norms,
         "n_updates": n_updates,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +51,7 @@ def unrepresentable_fields(cfg: ModelConfig) -> list[str]:
     return problems
 
 
-def hf_config_of(cfg: ModelConfig) -> dict:
+def hf_config_of(cfg: ModelConfig) -> dict[str, Any]:
     """The transformers `config.json` dict of an exportable ModelConfig."""
     problems = unrepresentable_fields(cfg)
     if problems:
@@ -103,7 +104,7 @@ def _moe_schedule(n_layers: int, moe_layers: set[int], where: str) -> tuple[int,
                      "then every n-th layer' schedule, which is all ModelConfig can express")
 
 
-def model_config_of_hf(hf: dict, where: str = "config.json") -> ModelConfig:
+def model_config_of_hf(hf: dict[str, Any], where: str = "config.json") -> ModelConfig:
     """ModelConfig of a Qwen3-MoE `config.json` dict; refuses what the model cannot represent."""
     problems = []
     if hf.get("model_type") not in ("qwen3_moe", None):
@@ -208,7 +209,9 @@ def _params_from_hf(t: dict[str, np.ndarray], cfg: ModelConfig, path: str) -> Pa
         params["lm_head"] = take("lm_head.weight").T
     if t:
         raise ValueError(f"{path}: tensors with no place in the model: {sorted(t)[:8]} (is this Qwen3-MoE?)")
-    return jax.tree_util.tree_map(lambda a: jnp.asarray(np.ascontiguousarray(a), jnp.float32), params)
+    # tree_map is typed Any; it returns the same tree with every numpy leaf as a float32 jax array
+    out: Params = jax.tree_util.tree_map(lambda a: jnp.asarray(np.ascontiguousarray(a), jnp.float32), params)
+    return out
 
 
 def load_hf(path: str) -> Model:

@@ -114,15 +114,16 @@ class DelphiV2Rule:
     min_batch: int = 8
 
     def _lr(self, b: float, tokens: float) -> float:
-        return min(self.max_lr, self.lr_base * math.sqrt(b / self.reference_batch_tokens)
-                   * (self.reference_tokens / tokens) ** 0.3)
+        decay: float = (self.reference_tokens / tokens) ** 0.3  # float ** float is typed Any (may be complex)
+        return min(self.max_lr, self.lr_base * math.sqrt(b / self.reference_batch_tokens) * decay)
 
     def _adam_lr(self, b: float, tokens: float) -> float:
         r = (b / self.reference_batch_tokens) * (self.reference_tokens / tokens)
         return min(self.max_lr, self.adam_lr_base * math.sqrt(r))
 
     def _beta2(self, b: float) -> float:
-        return max(self.min_beta2, min(self.max_beta2, self.beta2_base ** (b / self.reference_batch_tokens)))
+        beta2: float = self.beta2_base ** (b / self.reference_batch_tokens)  # float ** float is typed Any
+        return max(self.min_beta2, min(self.max_beta2, beta2))
 
     def at(self, batch_size: int, seq_len: int, tokens: float) -> Hyperparameters:
         """The hyperparameters of a run of ``tokens`` tokens at ``batch_size`` sequences of ``seq_len``."""
@@ -138,7 +139,7 @@ class DelphiV2Rule:
 
     def batch_for(self, seq_len: int, tokens: float) -> int:
         """Marin's batch choice: ~target_steps steps, a power of two, halved while a rate is capped."""
-        batch = 2 ** max(0, math.ceil(math.log2(max(tokens / (self.target_steps * seq_len), 1.0))))
+        batch: int = 2 ** max(0, math.ceil(math.log2(max(tokens / (self.target_steps * seq_len), 1.0))))
         while batch > self.min_batch:
             b = batch * seq_len
             if (self._lr(b, tokens) < self.max_lr and self._adam_lr(b, tokens) < self.max_lr

@@ -34,6 +34,7 @@ from moe_trainer.config import ModelConfig
 from moe_trainer.layers import Params
 
 Block = Callable[[Params, jax.Array, int], tuple[jax.Array, Any]]
+LayerFn = Callable[[Params, jax.Array], tuple[jax.Array, Any]]  # one layer's block, its index bound
 
 __all__ = ["layer_segments", "run_layers"]
 
@@ -71,11 +72,15 @@ def layer_segments(cfg: ModelConfig) -> list[tuple[int, int, int]]:
 def remat_policy(cfg: ModelConfig) -> Callable[..., Any] | None:
     """The `jax.checkpoint` policy named by `cfg.remat_policy` (None = save nothing)."""
     policies = jax.checkpoint_policies
-    return {"full": None, "dots": policies.dots_saveable,
-            "dots_no_batch": policies.dots_with_no_batch_dims_saveable}[cfg.remat_policy]
+    by_name: dict[str, Callable[..., Any] | None] = {
+        "full": None,
+        "dots": policies.dots_saveable,
+        "dots_no_batch": policies.dots_with_no_batch_dims_saveable,
+    }
+    return by_name[cfg.remat_policy]
 
 
-def _wrap(block: Block, cfg: ModelConfig, i: int) -> Callable[[Params, jax.Array], tuple[jax.Array, Any]]:
+def _wrap(block: Block, cfg: ModelConfig, i: int) -> LayerFn:
     def run(lp: Params, x: jax.Array) -> tuple[jax.Array, Any]:
         return block(lp, x, i)
 
@@ -105,7 +110,7 @@ def run_layers(layers: list[Params], x: jax.Array, block: Block, cfg: ModelConfi
                    for j in range(p)]
         fns = [_wrap(block, cfg, start + j) for j in range(p)]
 
-        def body(x: jax.Array, unit: list[Params], fns: list = fns) -> tuple[jax.Array, list[Any]]:
+        def body(x: jax.Array, unit: list[Params], fns: list[LayerFn] = fns) -> tuple[jax.Array, list[Any]]:
             outs = []
             for fn, lp in zip(fns, unit, strict=True):
                 x, st = fn(lp, x)

@@ -6,16 +6,21 @@ caller chose (`cast`).
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-Params = dict
+# A parameter tree (or subtree): str keys; leaves are arrays, inner nodes dicts, "layers" a list of dicts.
+Params: TypeAlias = dict[str, Any]
 
 
 def dtype_of(name: str) -> jnp.dtype:
     """The jnp dtype named by ModelConfig.compute_dtype."""
-    return jnp.dtype(jnp.bfloat16 if name == "bfloat16" else jnp.float32)
+    # jnp.bfloat16 is typed Any, and so is the dtype built from it
+    dt: jnp.dtype = jnp.dtype(jnp.bfloat16 if name == "bfloat16" else jnp.float32)
+    return dt
 
 
 def cast(x: jax.Array, dtype: jnp.dtype) -> jax.Array:

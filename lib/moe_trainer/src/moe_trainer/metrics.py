@@ -32,6 +32,7 @@ import fsspec
 import jax
 import numpy as np
 
+from moe_trainer.jsonio import read_json, write_atomic
 from moe_trainer.jsonl import JsonlFile, is_local
 
 log = logging.getLogger(__name__)
@@ -146,11 +147,8 @@ class MetricsWriter:
         import wandb
 
         ref_path = f"{self.root}/wandb.json"
-        run_id = None
-        if self.fs.exists(ref_path):
-            with self.fs.open(ref_path, "r") as f:
-                run_id = json.load(f).get("run_id")
-        run_id = run_id or uuid.uuid4().hex[:12]
+        earlier = read_json(ref_path, self.fs)
+        run_id = (earlier or {}).get("run_id") or uuid.uuid4().hex[:12]
         local_dir = self.output_dir if "://" not in self.output_dir else os.path.abspath("wandb-runs")
         os.makedirs(local_dir, exist_ok=True)
         mode: Any = self.cfg.wandb_mode  # validated in MetricsConfig
@@ -180,8 +178,7 @@ class MetricsWriter:
         url = run.url if self.cfg.wandb_mode == "online" else None
         ref = {"project": self.cfg.wandb_project, "run_id": run_id, "mode": self.cfg.wandb_mode,
                "dir": os.path.abspath(local_dir), "url": url}
-        with self.fs.open(ref_path, "w") as f:
-            json.dump(ref, f)
+        write_atomic(self.fs, ref_path, [json.dumps(ref).encode()])
         return run
 
     def log(self, row: dict[str, Any]) -> None:

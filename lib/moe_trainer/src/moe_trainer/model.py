@@ -108,7 +108,8 @@ def forward(
 
 def output_head(params: Params, cfg: ModelConfig) -> jax.Array:
     """The output head [D, V] (float32 parameters): lm_head, or the transposed embedding when tied."""
-    return params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+    head: jax.Array = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+    return head
 
 
 def hidden_states(
@@ -214,4 +215,5 @@ class Model:
         if tok.ndim != 2:
             raise ValueError(f"Model.logits expects int tokens [batch, seq]; got shape {tok.shape}")
         seg = None if segment_ids is None else jnp.asarray(segment_ids, jnp.int32)
-        return _jit_logits(self.params, tok, seg, self.config)
+        logits: jax.Array = _jit_logits(self.params, tok, seg, self.config)  # jax.jit's wrapper returns Any
+        return logits

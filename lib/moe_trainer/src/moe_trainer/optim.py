@@ -286,7 +286,7 @@ def scale_by_muon(momentum: float, ns_steps: int, views: dict[str, tuple[int, in
     return optax.GradientTransformation(init, update)
 
 
-class ScheduledTransformation(optax.GradientTransformationExtraArgs):
+class ScheduledTransformation(optax.GradientTransformationExtraArgs):  # type: ignore[misc]  # optax: no py.typed
     """An optimizer that applies the schedule itself: ``update(..., lr_factor=schedule(step))``."""
 
     __slots__ = ()

@@ -20,6 +20,8 @@ alone.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -61,7 +63,7 @@ def _mlp_axes() -> dict[str, Axes]:
     return {"w_gate": ("embed", "mlp"), "w_up": ("embed", "mlp"), "w_down": ("mlp", "embed")}
 
 
-def param_logical_axes(cfg: ModelConfig) -> dict:
+def param_logical_axes(cfg: ModelConfig) -> dict[str, Any]:
     """A tree matching `init_params(cfg, key)` whose leaves are tuples of logical axis names, one per dim."""
     layers = []
     for i in range(cfg.n_layers):
@@ -74,9 +76,9 @@ def param_logical_axes(cfg: ModelConfig) -> dict:
         if cfg.qk_norm:
             attn["q_norm"] = ("head_dim",)
             attn["k_norm"] = ("head_dim",)
-        layer: dict = {"attn_norm": ("norm",), "attn": attn, "mlp_norm": ("norm",)}
+        layer: dict[str, object] = {"attn_norm": ("norm",), "attn": attn, "mlp_norm": ("norm",)}
         if cfg.is_moe_layer(i):
-            moe: dict = {
+            moe: dict[str, Axes | dict[str, Axes]] = {
                 "router": ("embed", "experts_router"),
                 "w_gate": ("experts", "expert_embed", "expert_mlp"),
                 "w_up": ("experts", "expert_embed", "expert_mlp"),
@@ -94,7 +96,7 @@ def param_logical_axes(cfg: ModelConfig) -> dict:
         else:
             layer["mlp"] = _mlp_axes()
         layers.append(layer)
-    axes: dict = {"embed": ("vocab", "embed"), "layers": layers, "final_norm": ("norm",)}
+    axes: dict[str, object] = {"embed": ("vocab", "embed"), "layers": layers, "final_norm": ("norm",)}
     if not cfg.tie_embeddings:
         axes["lm_head"] = ("embed", "vocab")
     return axes

@@ -22,14 +22,11 @@ writes it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-import fsspec
-
-from moe_trainer.data.cache import write_json_atomic
+from moe_trainer.jsonio import read_json, write_json_atomic
 
 
 class ProgressFile:
@@ -100,9 +97,5 @@ def read_progress(path: str | None) -> dict[str, Any] | None:
     """A progress file's content, or None when there is none (or no path)."""
     if not path:
         return None
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "rb") as f:
-        data: dict[str, Any] = json.loads(f.read())
+    data: dict[str, Any] | None = read_json(path)
     return data

@@ -16,6 +16,7 @@ import jax
 
 from moe_trainer.checkpoint import Checkpointer
 from moe_trainer.compiled import Compiled
+from moe_trainer.jax_typed import shape_dtype_struct
 from moe_trainer.state import TrainState
 from moe_trainer.train_config import TrainConfig
 
@@ -35,7 +36,7 @@ def restore_or_init(comp: Compiled, ckpt: Checkpointer, config: TrainConfig) -> 
     if latest is None:
         return comp.init()
     abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
+        lambda a, s: shape_dtype_struct(a.shape, a.dtype, sharding=s), comp.abstract_state, comp.shardings
     )
     try:
         restored: TrainState = ckpt.restore(latest, abstract)[0]  # a TrainState, as ``abstract`` is one
@@ -62,20 +63,3 @@ def last_train_row(path: str) -> dict[str, Any] | None:
     return train_rows[-1] if train_rows else None
 
 
-def read_json(path: str) -> Any:
-    """The JSON document at ``path`` (any fsspec URL), or None when there is none."""
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as f:
-        return json.load(f)
-
-
-def write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` (any fsspec URL)."""
-    import fsspec
-
-    with fsspec.open(path, "w") as f:
-        json.dump(obj, f, indent=1)

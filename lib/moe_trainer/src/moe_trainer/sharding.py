@@ -13,14 +13,16 @@ on any mesh, just with less sharding where shapes do not divide.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from moe_trainer.config import ModelConfig
-from moe_trainer.params import Params, init_params, is_axes_leaf, param_logical_axes
+from moe_trainer.jax_typed import P, SpecEntry, with_sharding_constraint
+from moe_trainer.layers import Params
+from moe_trainer.params import init_params, is_axes_leaf, param_logical_axes
 
 MESH_AXES = ("data", "expert", "model")
 
@@ -47,7 +49,8 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def make_mesh(data: int = 1, expert: int = 1, model: int = 1, devices: list | None = None) -> Mesh:
+def make_mesh(data: int = 1, expert: int = 1, model: int = 1, devices: list[jax.Device] | None = None
+              ) -> Mesh:
     """A (data, expert, model) mesh over the first data*expert*model devices (all JAX sees by default)."""
     devs = list(devices if devices is not None else jax.devices())
     n = data * expert * model
@@ -59,12 +62,12 @@ def make_mesh(data: int = 1, expert: int = 1, model: int = 1, devices: list | No
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
-def logical_to_spec(axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> P:
+def logical_to_spec(axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
     """PartitionSpec for an array of `shape` whose dims carry the logical `axes` (see the rules table)."""
     if len(axes) != len(shape):
         raise ValueError(f"logical axes {axes} do not match an array of rank {len(shape)} (shape {shape})")
     used: set[str] = set()
-    spec: list[str | tuple[str, ...] | None] = []
+    spec: list[SpecEntry] = []
     for name, dim in zip(axes, shape, strict=True):
         if name is not None and name not in LOGICAL_RULES:
             raise ValueError(f"logical axis {name!r} has no rule; known axes: {sorted(LOGICAL_RULES)}")
@@ -83,20 +86,22 @@ def constrain(x: jax.Array, axes: tuple[str | None, ...], mesh: Mesh | None) -> 
     """with_sharding_constraint by logical axes; a no-op without a mesh."""
     if mesh is None:
         return x
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, logical_to_spec(axes, x.shape, mesh)))
+    return with_sharding_constraint(x, NamedSharding(mesh, logical_to_spec(axes, x.shape, mesh)))
 
 
-def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict:
+def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
     """NamedSharding for every parameter of `init_params(cfg, ...)` (shapes come from jax.eval_shape)."""
     shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     axes = param_logical_axes(cfg)
-    return jax.tree_util.tree_map(
+    shardings: dict[str, Any] = jax.tree_util.tree_map(  # tree_map is typed Any: same tree as axes
         lambda a, s: NamedSharding(mesh, logical_to_spec(a, s.shape, mesh)), axes, shapes,
         is_leaf=is_axes_leaf
     )
+    return shardings
 
 
 def shard_params(params: Params, cfg: ModelConfig, mesh: Mesh) -> Params:
     """Place an existing parameter tree on the mesh according to the rules."""
-    return jax.device_put(params, param_shardings(cfg, mesh))
+    placed: Params = jax.device_put(params, param_shardings(cfg, mesh))  # device_put is typed Any
+    return placed
 

@@ -61,10 +61,12 @@ from moe_trainer.compiled import (
 from moe_trainer.data.loader import Prefetcher
 from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import evaluate
+from moe_trainer.jax_typed import block_until_ready
+from moe_trainer.jsonio import read_json, write_json_atomic
 from moe_trainer.metrics import MetricsWriter, peak_flops_per_device, train_flops_per_token
 from moe_trainer.model import Model
 from moe_trainer.progress import ProgressFile, read_progress
-from moe_trainer.resume import last_train_row, read_json, restore_or_init, write_json
+from moe_trainer.resume import last_train_row, restore_or_init
 from moe_trainer.state import TrainState
 from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig, TrainResult
 from moe_trainer.watch import Watcher, facts_of
@@ -223,7 +225,7 @@ def _evaluate_step(run: _Invocation, done: int, state: TrainState) -> None:
     _watch(run.watcher, run.writer, {"step": done, **evals})
     run.final_eval = evals["eval"]
     if done == run.config.num_steps and distributed.is_primary():
-        write_json(f"{run.out}/eval.json", run.final_eval)
+        write_json_atomic(f"{run.out}/eval.json", run.final_eval)
     run.rows.restart_clock()  # the evaluation's time is not the next step's
 
 
@@ -268,7 +270,7 @@ class _Rows:
 
     def emit(self, step: int, metrics: Any) -> dict[str, Any]:
         """The row after ``step`` updates, once its ``metrics`` are ready on the device."""
-        jax.block_until_ready(metrics)
+        block_until_ready(metrics)
         t_now = time.perf_counter()
         row = _metrics_row(step, metrics, self.lr_peak, self.tokens, t_now - self.t_prev,
                            self.flops_per_token, self.peak_total)

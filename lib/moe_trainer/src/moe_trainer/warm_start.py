@@ -34,7 +34,6 @@ train config, so they are part of the step's identity.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any, Literal
@@ -308,10 +307,9 @@ def _place(flat: dict[str, Any], like: PyTree, shardings: PyTree) -> PyTree:
 
 def write_report(report: dict[str, Any], out_dir: str) -> str:
     """warm_start.json in the run directory; returns a one-line summary for the log."""
-    import fsspec
+    from moe_trainer.jsonio import write_json_atomic
 
-    with fsspec.open(f"{out_dir.rstrip('/')}/warm_start.json", "w") as f:
-        json.dump(report, f, indent=1, default=str)
+    write_json_atomic(f"{out_dir.rstrip('/')}/warm_start.json", report, default=str)
     return (
         f"[warm start] from {report['init_from']} ({report['kind']}, step {report['source_step']}): "
         f"{len(report['copied'])} copied, {len(report['grown'])} grown, {len(report['new'])} new "

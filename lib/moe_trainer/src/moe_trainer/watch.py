@@ -72,6 +72,7 @@ from moe_trainer.health_rules import (
     fail,
     num,
 )
+from moe_trainer.jsonio import write_atomic
 from moe_trainer.jsonl import JsonlFile, is_local
 
 SCHEMA = "marin-alert/v1"
@@ -305,10 +306,7 @@ class Watcher:
                  "attempt": self.attempt, "host": self.host, "heartbeat_s": self.cfg.heartbeat_s,
                  "blind_after_s": self.cfg.blind_after_s, "closed": closed,
                  "active": [st.firing["id"] for st in self.states.values() if st.firing is not None]}
-        tmp = f"{self.watch_path}.tmp-{self.session}"
-        with self.fs.open(tmp, "w") as f:
-            json.dump(state, f)
-        self.fs.mv(tmp, self.watch_path)
+        write_atomic(self.fs, self.watch_path, [json.dumps(state).encode()])
 
     def _read_events(self) -> list[str]:
         """The lines an earlier attempt wrote to alerts.jsonl ([] for a first attempt)."""

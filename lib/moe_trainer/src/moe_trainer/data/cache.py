@@ -22,9 +22,6 @@ gives random access to the concatenated token stream of all shards.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,6 +29,8 @@ from typing import Any
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
+
+from moe_trainer.jsonio import read_json, write_atomic, write_json_atomic
 
 CACHE_FORMAT = "moe-token-cache"
 CACHE_VERSION = 1
@@ -108,38 +107,6 @@ def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, root
 
 
-def _write_atomic(fs: fsspec.AbstractFileSystem, path: str, chunks: Iterable[bytes]) -> None:
-    """Write ``chunks`` to ``path`` so that a reader never sees a partial file."""
-    if isinstance(fs, LocalFileSystem):
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as f:
-                for c in chunks:
-                    f.write(c)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-    else:  # an object store PUT (simple or resumable) only becomes visible when the file is closed
-        with fs.open(path, "wb") as f:
-            for c in chunks:
-                f.write(c)
-
-
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write a file through fsspec so no reader sees it half-written (temp + rename locally; one PUT
-    elsewhere)."""
-    fs, p = _fs(path)
-    fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
-    _write_atomic(fs, p, [data])
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON through fsspec atomically (temp + rename locally; single object elsewhere)."""
-    write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False).encode())
-
-
 class _ShardAccumulator:
     """Turns documents into token bytes while hashing them and counting offsets and per-domain stats, so the
     shard streams to storage in one pass without holding it in memory."""
@@ -192,9 +159,9 @@ def write_shard(cache_path: str, name: str, header: CacheHeader,
     fs.makedirs(_join(root, "shards"), exist_ok=True)
     acc = _ShardAccumulator(name, cache_path, header)
     tokens_file, offsets_file = f"shards/{name}.tokens", f"shards/{name}.offsets"
-    _write_atomic(fs, _join(root, tokens_file), acc.stream(documents))
+    write_atomic(fs, _join(root, tokens_file), acc.stream(documents))
     offsets_bytes = np.asarray(acc.offsets, dtype=_OFFSET_DTYPE).tobytes()
-    _write_atomic(fs, _join(root, offsets_file), [offsets_bytes])
+    write_atomic(fs, _join(root, offsets_file), [offsets_bytes])
     record = ShardRecord(name=name, tokens_file=tokens_file, offsets_file=offsets_file,
                          num_tokens=acc.offsets[-1], num_documents=len(acc.offsets) - 1,
                          num_bytes=acc.num_bytes,
@@ -228,8 +195,7 @@ class CacheWriter:
         """Records of the shards already complete (what a resumed run skips), checked against the header."""
         out = {}
         for p in sorted(self.fs.glob(_join(self.root, "shards", "*.json"))):
-            with self.fs.open(p, "rb") as f:
-                d = json.load(f)
+            d = read_json(p, self.fs)
             if d["header"] != asdict(self.header):
                 raise ValueError(
                     f"token cache {self.path}: shard record {p} was written with header {d['header']}, "
@@ -274,11 +240,11 @@ class TokenCache:
         self.path = path.rstrip("/")
         self.fs, self.root = _fs(self.path)
         manifest_path = _join(self.root, MANIFEST)
-        if not self.fs.exists(manifest_path):
+        manifest = read_json(manifest_path, self.fs)
+        if manifest is None:
             raise FileNotFoundError(f"no token cache at {self.path}: {MANIFEST} is missing (run the tokenize "
                                     "step first, or point at the cache directory itself)")
-        with self.fs.open(manifest_path, "rb") as f:
-            self.manifest: dict[str, Any] = json.load(f)
+        self.manifest: dict[str, Any] = manifest
         if self.manifest.get("format") != CACHE_FORMAT or self.manifest.get("version") != CACHE_VERSION:
             raise ValueError(f"{manifest_path} is not a {CACHE_FORMAT} v{CACHE_VERSION} manifest "
                              f"(format={self.manifest.get('format')!r}, "

@@ -188,10 +188,15 @@ class EvalLoader:
         return iter(Prefetcher(self.batch, 0, self.num_batches, depth=2))
 
 
-_DONE = object()
+class _Done:
+    """The end-of-stream marker the producer thread queues after its last batch."""
 
 
-def _put(q: queue.Queue[Any], closed: threading.Event, item: object) -> bool:
+_DONE = _Done()
+_Item = Batch | BaseException | _Done  # what the producer thread hands the consumer
+
+
+def _put(q: queue.Queue[_Item], closed: threading.Event, item: _Item) -> bool:
     while not closed.is_set():
         try:
             q.put(item, timeout=0.1)
@@ -201,14 +206,14 @@ def _put(q: queue.Queue[Any], closed: threading.Event, item: object) -> bool:
     return False
 
 
-def _produce(fn: Callable[[int], Batch], start: int, stop: int | None, q: queue.Queue[Any],
+def _produce(fn: Callable[[int], Batch], start: int, stop: int | None, q: queue.Queue[_Item],
              closed: threading.Event) -> None:
     # a plain function, not a method: the thread must not keep the Prefetcher alive, so that dropping the
     # iterator (its __del__) stops the thread
     k = start
     while stop is None or k < stop:
         try:
-            item: object = fn(k)
+            item = fn(k)
         except BaseException as e:  # handed to the consumer, which re-raises it
             _put(q, closed, e)
             return
@@ -229,7 +234,7 @@ class Prefetcher:
     def __init__(self, fn: Callable[[int], Batch], start: int, stop: int | None, depth: int = 4) -> None:
         if depth < 1:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=depth)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=_produce, args=(fn, start, stop, self._queue, self._closed),
                                         name="batch-prefetch", daemon=True)
@@ -242,7 +247,7 @@ class Prefetcher:
         if self._closed.is_set():
             raise StopIteration
         item = self._queue.get()
-        if item is _DONE:
+        if isinstance(item, _Done):
             self.close()
             raise StopIteration
         if isinstance(item, BaseException):

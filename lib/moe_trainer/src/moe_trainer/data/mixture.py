@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.loader import Batch, Prefetcher, epoch_order, sequence_rows
@@ -117,7 +118,7 @@ def block_counts(weights: Mapping[str, float], names: Sequence[str], block_size:
     (ties to the source listed first), so the counts sum to block_size exactly."""
     w = np.array([float(weights.get(n, 0.0)) for n in names], dtype=np.float64)
     exact = w / w.sum() * block_size
-    counts = np.floor(exact).astype(np.int64)
+    counts: npt.NDArray[np.int64] = np.floor(exact).astype(np.int64)
     short = block_size - int(counts.sum())
     order = sorted(range(len(names)), key=lambda s: (-(exact[s] - counts[s]), s))
     for s in order[:short]:
@@ -166,7 +167,7 @@ class MixtureSampler:
     def _consumed(self, stage: int, rows: int) -> np.ndarray:
         """Rows of each source among the first ``rows`` rows of ``stage``."""
         full, rem = divmod(rows, self.block_size)
-        out = self.counts[stage] * full
+        out: npt.NDArray[np.int64] = self.counts[stage] * full
         if rem:
             out = out + np.bincount(self._block(stage, full)[0][:rem], minlength=len(self.names))
         return out
@@ -188,7 +189,8 @@ class MixtureSampler:
         """Rows each source contributed to steps ``[0, step)``."""
         j = step * self.batch_size
         k = int(np.searchsorted(self.stage_rows, j, side="right") - 1)
-        return self.bases[k] + self._consumed(k, int(j - self.stage_rows[k]))
+        seen: npt.NDArray[np.int64] = self.bases[k] + self._consumed(k, int(j - self.stage_rows[k]))
+        return seen
 
 
 class MixtureLoader:

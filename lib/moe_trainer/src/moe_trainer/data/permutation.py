@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 ROUNDS = 6
 MIXER = "splitmix64-v1"  # recorded in run manifests so an order can be reproduced exactly
@@ -103,8 +104,8 @@ class FeistelPermutation:
     def _network(self, x: np.ndarray) -> np.ndarray:
         """One pass of the Feistel network over ``[0, 2**bits)`` (x is uint64; a new array is returned)."""
         wl, wr = self._widths
-        left = np.right_shift(x, np.uint64(wr))
-        right = np.bitwise_and(x, np.uint64((1 << wr) - 1))
+        left: npt.NDArray[np.uint64] = np.right_shift(x, np.uint64(wr))
+        right: npt.NDArray[np.uint64] = np.bitwise_and(x, np.uint64((1 << wr) - 1))
         f = np.empty_like(x)
         tmp = np.empty_like(x)
         for key in self._keys:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 # threshold table (data-scaling-eval.md §1.4)
 MAX_ABS_SPEARMAN = 0.005  # null sigma = 1/sqrt(n-1) ~ 0.001 at n = 1e6: 5 sigma
@@ -83,7 +84,7 @@ def _flip_expectation(n: int, bits: int) -> np.ndarray:
     bit o set. 0.5 for every bit when n is a power of two; lower for the top bits otherwise (at n = 600k the
     top bit is set in only 13% of the values, so even a perfect shuffle flips it only 22% of the time)."""
     o = np.arange(bits)
-    c = (n >> (o + 1)) * (1 << o) + np.maximum(0, n % (1 << (o + 1)) - (1 << o))
+    c: npt.NDArray[np.int64] = (n >> (o + 1)) * (1 << o) + np.maximum(0, n % (1 << (o + 1)) - (1 << o))
     return 2 * c * (n - c) / (n * max(n - 1, 1))
 
 
