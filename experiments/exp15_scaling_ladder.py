@@ -19,6 +19,11 @@ end, inside the interval. What would break it: a further bend past d104, the lea
 at d112, one target seed's spread (about 1%). As in the tenth, E comes from the lab's earlier large runs and
 is stated in the record: this tests the ladder plus that record, not the rungs alone.
 
+The hypothesis above and the record's assumptions (``FIXED_E_ASSUMPTION``) keep the script names they were
+frozen with: ``benchmarks/ladder_<name>.py`` is now ``experiments/exp15/analysis/<name>.py``, run as
+``python -m experiments.exp15.analysis.<name>`` (editing the frozen text would change the notebook's hash and
+the prediction record, so it stays as registered).
+
 History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one is in the catalogue).
 1. 2026-12-01, rungs of 3k-28k parameters, the batch doubling from 512 to 1,024 tokens at the target, no
    learning-rate check: +16.4% at the end, outside.
@@ -34,20 +39,20 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    (2 of 4 points inside). The spread did not shrink (1.3-1.6%), the rungs' local slopes scattered
    (-0.07 to -0.20) and the leave-one-rung-out endpoints spanned 1.64-1.97: noise, not the batch, drove it.
 5. 2026-12-03: the third design with six seeds per rung (the seeds' spread, half initialisation and half data
-   order, benchmarks/ladder_seed_split.py), the check on three seeds, a fresh target seed, the
+   order, experiments/exp15/analysis/seed_split.py), the check on three seeds, a fresh target seed, the
    leave-one-rung-out gate: -3.45% at the end, outside (50% and 75% inside: +2.4%, -0.1%). The point moved
    0.2% from the third's; this forecast is -2.1% and -3.45% off the two target seeds: the law's bias
    (E fitted at 0), which no gate flagged. The check on three seeds found the rule within 0.32% of the best
    at both ends; afterwards the target itself at x0.5 ended 0.92% lower and at x2 2.0% higher
-   (benchmarks/ladder_target_lr.py): the rule is mistuned at the target, a third of the miss.
+   (experiments/exp15/analysis/target_lr.py): the rule is mistuned at the target, a third of the miss.
 6. 2026-12-03 afternoon: the fifth design scored against a third target seed (200), with the target's
    learning-rate check (above): -2.30% at the end, inside (3 of 4 points; 25% out), as expected a miss of
    the 1.5% claim; the check posted "the rule is MISTUNED at the target" (x0.5 0.49% lower, x2 1.37%
    higher). The three target seeds average 1.9556; the forecast is -2.6% off it.
 7. 2026-12-04: E fixed at 0.584 from the fifth ladder's rungs and the three d64-L4 targets
-   (benchmarks/ladder_calibrate_e.py), the fifth's rungs, a new target d72-L5 at 29x, seed 300: -2.86% at
-   the end, inside [1.667, 1.813] (actual 1.7900); 3 of 4 points inside (50% +2.3%, 75% -0.6%; 25%
-   +21% out). The calibrated E moved the miss from the -6.1% a free E would have given to -2.9%, not
+   (experiments/exp15/analysis/calibrate_e.py), the fifth's rungs, a new target d72-L5 at 29x, seed 300:
+   -2.86% at the end, inside [1.667, 1.813] (actual 1.7900); 3 of 4 points inside (50% +2.3%, 75% -0.6%;
+   25% +21% out). The calibrated E moved the miss from the -6.1% a free E would have given to -2.9%, not
    within 1.5%. The rungs of every ladder on record (third to seventh) fall more from 75% to the end as
    they grow (0.22 to 0.30 bits) while no target has fallen more than the top rungs (0.24-0.29): the end
    law carries a growing late gain past the rungs, and the registered 75% points (before the decay) have
@@ -146,10 +151,10 @@ else:
                        target=3.4082736e13, rules=rules, min_extrapolation=10.0, target_seed=700,
                        lr_multiples=(0.5, 2.0) if RUNG_LR_CHECK else (), lr_check_seeds=2)
 
-# E fixed at 1.176, from the four-layer family's rungs and targets (benchmarks/ladder_calibrate_e.py --family
-# l4-eleventh; the tenth fixed 1.174 (--family l4) and landed -0.08%; the seventh fixed 0.584 from the d64-L4
-# targets and missed by -2.86%); a fixed value is stated in the record's assumptions and on the prediction
-# comment. The reduced ladder uses the same settings.
+# E fixed at 1.176, from the four-layer family's rungs and targets (`python -m
+# experiments.exp15.analysis.calibrate_e --family l4-eleventh`; the tenth fixed 1.174 (--family l4) and
+# landed -0.08%; the seventh fixed 0.584 from the d64-L4 targets and missed by -2.86%); a fixed value is
+# stated in the record's assumptions and on the prediction comment. The reduced ladder uses the same settings.
 E_FIXED: float | None = 1.176
 # The endpoint rule: "law" (the end fitted like every point). The ninth design registered "pre_decay_anchor"
 # (operators/scaling/end_rule.py) and missed by -7.50%.

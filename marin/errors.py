@@ -16,6 +16,10 @@ class StepDefinitionError(MarinError, ValueError):
     """A step, its config or the DAG is malformed; raised while building or checking, before anything runs."""
 
 
+class CorruptFileError(MarinError, ValueError):
+    """A status, manifest or record file exists but is not the JSON its format (docs/formats.md) describes."""
+
+
 class StorageError(MarinError):
     """Storage refused an operation the engine needs (a lease, a status write, a listing)."""
 

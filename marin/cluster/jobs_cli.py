@@ -47,11 +47,11 @@ class StepLogFollower:
 
     def poll(self) -> None:
         from marin.status import files as sf
-        from marin.status.files import read_json
+        from marin.status.files import read_record
         from marin.status.live_log import read_log
         from marin.status.manifest import manifest_path
 
-        data = read_json(self.storage, manifest_path(self.prefix, self.experiment_id)) or {}
+        data = read_record(self.storage, manifest_path(self.prefix, self.experiment_id)) or {}
         for step in data.get("steps", []):
             status = sf.read_status(self.storage, step["output_path"]) or {}
             attempt = int(status.get("attempt") or 0)

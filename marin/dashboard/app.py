@@ -30,7 +30,7 @@ from marin.dashboard.markdown import render as render_markdown
 from marin.dashboard.paths import UnsafePathError
 from marin.dashboard.routers import alerts, catalogue, experiments, files, issues, predictions, steps
 from marin.dashboard.steps import StepNotFound
-from marin.dashboard.store import CorruptFileError
+from marin.errors import CorruptFileError
 
 HERE = Path(__file__).parent
 STATES = {"WAITING", "RUNNING", "SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED", "NOT_STARTED", "NEVER_RUN"}

@@ -11,7 +11,6 @@ the experiment page adds every step's own status.json.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import threading
 import time
@@ -29,6 +28,7 @@ from marin.dashboard.schemas import (
     StepRef,
 )
 from marin.dashboard.store import PrefixStore, signature
+from marin.jsonio import parse_json
 from marin.status import files as sf
 from marin.status.manifest import EXPERIMENTS_DIR
 
@@ -95,7 +95,7 @@ class ExperimentIndex:
                 try:
                     if isinstance(raw, Exception):
                         raise raw
-                    manifest = json.loads(raw) if raw is not None else None
+                    manifest = parse_json(raw, rel) if raw is not None else None
                     if not isinstance(manifest, dict):
                         raise ValueError("the manifest is not a JSON object")
                 except (ValueError, OSError) as e:

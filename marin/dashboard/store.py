@@ -28,15 +28,13 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from marin.dashboard.paths import UnsafePathError, join
+from marin.errors import CorruptFileError
+from marin.jsonio import parse_json
 from marin.status.live_log import read_live_log
 from marin.storage.fs import storage_on
 
 MAX_JSON_BYTES = 16 << 20
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
-
-
-class CorruptFileError(ValueError):
-    """A status/manifest file exists but is not the JSON the format contract describes."""
 
 
 @dataclass
@@ -165,13 +163,8 @@ class PrefixStore:
                 f"{full} is {size} bytes; status, step and manifest files are small JSON documents "
                 f"(limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it"
             )
-        try:
-            with self.fs.open(full, "rb") as f:
-                return json.loads(f.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CorruptFileError(
-                f"{full} is not valid JSON ({e}); see docs/formats.md for its format"
-            ) from e
+        with self.fs.open(full, "rb") as f:
+            return parse_json(f.read(), full)
 
     def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> list[dict[str, Any]]:
         data, start, _size = self.read_range(full, None, max_bytes, absolute=True)

@@ -1,6 +1,6 @@
 """Step definitions: the `Step` value, config placeholders and canonical identity hashing."""
 
-from marin.definition.identity import canonical_json, identity_of, step_hash
+from marin.definition.identity import identity_of, step_hash
 from marin.definition.placeholders import (
     OutputPathOf,
     PrefixPath,
@@ -11,6 +11,7 @@ from marin.definition.placeholders import (
     this_output_path,
 )
 from marin.definition.step import Resources, Step
+from marin.jsonio import canonical_json
 
 __all__ = [
     "OutputPathOf",

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
-import json
 import math
 import pathlib
 from collections.abc import Callable, Iterator, Mapping
@@ -22,13 +20,9 @@ from typing import Any
 from marin.definition.placeholders import OutputPathOf, PrefixPath, ThisOutputPath, is_runtime_field, join
 from marin.definition.step import Step
 from marin.errors import StepDefinitionError
+from marin.jsonio import canonical_sha256
 
 HASH_SCHEME = 1  # bump only with a migration note: every output path would change
-
-
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON text: sorted keys, no whitespace, NaN refused, unicode kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _refuse(step_name: str, path: str, value: Any, why: str) -> StepDefinitionError:
@@ -115,7 +109,7 @@ def pinned_identity_of(step: Step) -> dict[str, Any]:
 
 def step_hash(identity: Mapping[str, Any]) -> str:
     """sha256 (64 hex digits) of the canonical JSON of an identity document."""
-    return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
+    return canonical_sha256(identity)
 
 
 def iter_placeholders(value: Any, path: str = "config") -> Iterator[tuple[str, Any]]:

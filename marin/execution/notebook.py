@@ -12,8 +12,6 @@ same experiment id, see docs/notebook.md).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 import traceback
 from typing import Any
@@ -22,6 +20,7 @@ from marin.definition.criterion import Criterion, Notebook, is_metric, split_met
 from marin.definition.step import Step
 from marin.errors import StepDefinitionError
 from marin.graph.dag import Graph, Node, build_graph
+from marin.jsonio import canonical_sha256
 from marin.status import files as sf
 from marin.status import verdicts
 from marin.status.manifest import manifest_path
@@ -34,8 +33,7 @@ UNHASHED = ("sha256", "frozen", "frozen_by")  # the manifest adds when and by wh
 def notebook_hash(record: dict[str, Any]) -> str:
     """sha256 of the record's canonical JSON without `sha256`, `frozen` and `frozen_by`."""
     body = {k: v for k, v in record.items() if k not in UNHASHED}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return canonical_sha256(body)
 
 
 def _names(graph: Graph) -> dict[str, Node]:
@@ -108,7 +106,7 @@ def judge_run(storage: Storage, prefix: str, experiment_id: str, run_id: str,
     status is published, so the issue and the dashboard show it with the run's end. A failure here is
     reported like a publisher's (in `errors`), never a failure of the run."""
     try:
-        manifest = sf.read_json(storage, manifest_path(prefix, experiment_id)) or {}
+        manifest = sf.read_record(storage, manifest_path(prefix, experiment_id)) or {}
         if not manifest.get("notebook"):
             return None
         entry = verdicts.judge(storage, prefix, manifest, run_id=run_id)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marin import jsonio
 from marin.definition.identity import resolve
 from marin.definition.step import Step
 from marin.execution.attempt import StepRecord
@@ -80,7 +81,7 @@ class StepRecords:
         return StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
                           run_id=self.ctx.run_id, executor=self.ctx.executor_id,
                           created=(st.previous or {}).get("created"), lease_acquired=lease_acquired,
-                          step_json=sf.json_text(self._step_info(st, st.config)) if first else None)
+                          step_json=jsonio.json_text(self._step_info(st, st.config)) if first else None)
 
     def takeover(self, st: StepState, previous_owner: str) -> None:
         self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=previous_owner,
@@ -118,7 +119,8 @@ class StepRecords:
     def dep_failed(self, st: StepState, attempt: int) -> None:
         """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what
         changed."""
-        sf.write_json(self.storage, sf.step_json_path(st.path), self._step_info(st, self.resolve_config(st)))
+        info = self._step_info(st, self.resolve_config(st))
+        jsonio.write_json(self.storage, sf.step_json_path(st.path), info)
         self._status(st, sf.DEP_FAILED, attempt, ended=time.time(), error=st.error)
         self._event(st, sf.DEP_FAILED, attempt, message=st.error["message"] if st.error else "")
 

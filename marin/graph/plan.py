@@ -39,7 +39,7 @@ from marin.status.files import (
     SUCCESS,
     WAITING,
     lease_path,
-    read_json,
+    read_record,
     status_path,
     step_json_path,
 )
@@ -128,7 +128,7 @@ class Scan:
         listings = _map(storage, storage.listdir, parents)
         self.listing = {p: set(names or ()) for p, names in zip(parents, listings, strict=True)}
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
-        statuses = _map(storage, lambda p: read_json(storage, status_path(p)), present)
+        statuses = _map(storage, lambda p: read_record(storage, status_path(p)), present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
         self._stems: dict[str, dict[str, list[str]]] = {}
 
@@ -257,7 +257,7 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     candidates = scan.siblings(path)
     if not candidates:
         return None, [], []
-    docs = _map(storage, lambda p: read_json(storage, step_json_path(p)), candidates)
+    docs = _map(storage, lambda p: read_record(storage, step_json_path(p)), candidates)
     found = previous_version([(p, d) for p, d in zip(candidates, docs, strict=True)
                               if d and d.get("name", node.name) == node.name], None)
     if found is None:
@@ -280,7 +280,7 @@ def _dependency_change(change: Change, old_deps: dict[str, dict[str, Any]], new_
     """A changed dependency, explained by its own identity changes when its earlier step.json is readable."""
     name = change.field.removeprefix("dependency ")
     old_path = old_deps[name].get("output_path") if change.kind == "changed" else None
-    old_info = read_json(storage, step_json_path(str(old_path))) if old_path else None
+    old_info = read_record(storage, step_json_path(str(old_path))) if old_path else None
     if not old_info or not old_info.get("identity"):
         return change
     return dataclasses.replace(change, because=tuple(identity_changes(old_info, new_deps[name].identity)))
@@ -301,7 +301,7 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
 
 
 def _code_drift(node: Node, path: str, storage: Storage) -> list[str]:
-    info = read_json(storage, step_json_path(path))
+    info = read_record(storage, step_json_path(path))
     recorded = (info or {}).get("fn_source_hash")
     current = fn_source_hash(node.step.fn)
     if recorded and current and recorded != current:

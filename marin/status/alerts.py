@@ -22,6 +22,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from marin import jsonio
+from marin.errors import CorruptFileError
 from marin.storage.fs import storage_for
 
 ALERTS_FILE = "alerts.jsonl"
@@ -110,10 +112,9 @@ def read_alerts(output_path: str) -> tuple[list[Alert], dict[str, Any] | None]:
     storage = storage_for(output_path)
     base = output_path.rstrip("/")
     text = storage.read_text(f"{base}/{ALERTS_FILE}")
-    raw = storage.read_text(f"{base}/{WATCH_FILE}")
     try:
-        watch = json.loads(raw) if raw else None
-    except ValueError:
+        watch = jsonio.read_json(storage, f"{base}/{WATCH_FILE}")
+    except CorruptFileError:
         watch = None
     return fold(parse_events(text.splitlines() if text else [])), watch if isinstance(watch, dict) else None
 

@@ -10,7 +10,9 @@ import time
 import uuid
 from typing import Any
 
+from marin import jsonio
 from marin.definition.placeholders import join
+from marin.errors import CorruptFileError
 from marin.storage.base import Storage
 
 WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
@@ -69,28 +71,20 @@ def new_executor_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def read_json(storage: Storage, path: str) -> dict[str, Any] | None:
-    text = storage.read_text(path)
-    if text is None:
-        return None
+def read_record(storage: Storage, path: str) -> dict[str, Any] | None:
+    """An engine record (a JSON object: status, step, manifest, verdicts, ledger, progress) at `path`, or None
+    when it does not exist. The lenient form of `marin.jsonio.read_json`: a file that is not JSON, or not a
+    JSON object, also reads as None (a torn write on a store without atomic PUT; callers treat it as absent
+    and rewrite it)."""
     try:
-        data = json.loads(text)
-    except ValueError:
-        return None  # a torn write on a store without atomic PUT; callers treat it as absent
+        data = jsonio.read_json(storage, path)
+    except CorruptFileError:
+        return None
     return data if isinstance(data, dict) else None
 
 
 def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    return read_json(storage, status_path(output_path))
-
-
-def json_text(data: dict[str, Any]) -> str:
-    """The text of one JSON record file (compact: the C encoder; indent is 10x slower)."""
-    return json.dumps(data, separators=(",", ":")) + "\n"
-
-
-def write_json(storage: Storage, path: str, data: dict[str, Any]) -> None:
-    storage.write_text(path, json_text(data))
+    return read_record(storage, status_path(output_path))
 
 
 def write_status(
@@ -125,7 +119,7 @@ def write_status(
         "error": error,
         "log": log_relpath(attempt) if attempt > 0 else None,
     }
-    write_json(storage, status_path(output_path), record)
+    jsonio.write_json(storage, status_path(output_path), record)
     return record
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from marin import jsonio
 from marin.definition.placeholders import join
 from marin.status import files as sf
 from marin.storage.fs import Storage
@@ -43,7 +44,7 @@ def progress_path(output_path: str) -> str:
 
 
 def read_ledger(storage: Storage, output_path: str) -> dict[str, Any]:
-    return sf.read_json(storage, ledger_path(output_path)) or {"interruptions": []}
+    return sf.read_record(storage, ledger_path(output_path)) or {"interruptions": []}
 
 
 def _number(value: Any) -> float | None:
@@ -65,7 +66,7 @@ def _totals(entries: list[dict[str, Any]]) -> dict[str, Any]:
 def _write(storage: Storage, output_path: str, ledger: dict[str, Any]) -> None:
     ledger["totals"] = _totals(ledger["interruptions"])
     ledger["updated"] = time.time()
-    sf.write_json(storage, ledger_path(output_path), ledger)
+    jsonio.write_json(storage, ledger_path(output_path), ledger)
 
 
 def record_interruption(
@@ -83,7 +84,7 @@ def record_interruption(
 ) -> dict[str, Any]:
     """Append an open entry for an interrupted attempt; returns the entry (its fields go on the attempt's
     PREEMPTED event too, see `event_fields`)."""
-    progress = sf.read_json(storage, progress_path(output_path)) or {}
+    progress = sf.read_record(storage, progress_path(output_path)) or {}
     entry: dict[str, Any] = {
         "attempt": attempt,
         "run_id": run_id,
@@ -125,7 +126,7 @@ def record_resume(
     if not open_entries:
         return None
     entry: dict[str, Any] = open_entries[-1]
-    progress = sf.read_json(storage, progress_path(output_path)) or {}
+    progress = sf.read_record(storage, progress_path(output_path)) or {}
     fresh = progress.get("updated") is not None and (_number(progress.get("updated")) or 0.0) > entry["when"]
     resumed_from = progress.get("resumed_from") if fresh else None
     first_step = _number(progress.get("first_step_time")) if fresh else None

@@ -19,11 +19,11 @@ Readers use `read_log`; it also reads ordinary (local, or finished) logs.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from typing import Any
 
+from marin import jsonio
 from marin.storage.fs import Storage
 
 CHUNKS_PER_GENERATION = 64
@@ -80,7 +80,7 @@ class LogShipper:
         return self
 
     def _write_state(self, state: dict[str, Any]) -> None:
-        self.storage.write_text(_state_path(self.log_path), json.dumps(state))
+        jsonio.write_json(self.storage, _state_path(self.log_path), state)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._wait()):
@@ -146,10 +146,9 @@ def read_log(storage: Storage, log_path: str) -> str | None:
 def read_live_log(storage: Storage, log_path: str) -> str | None:
     """The text of a log that is still being shipped (base plus the current chunks); None for any other log
     (local, finished, or never shipped), which is read as the plain file `log_path`."""
-    raw = storage.read_text(_state_path(log_path)) if "://" in log_path else None
-    if raw is None:
+    state = jsonio.read_json(storage, _state_path(log_path)) if "://" in log_path else None
+    if state is None:
         return None
-    state = json.loads(raw)
     if state.get("final"):
         return None
     base_bytes = int(state.get("base_bytes") or 0)

@@ -8,7 +8,6 @@ with conditional writes (local, s3://, gs:// with google-cloud-storage; see docs
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -16,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.errors import StepDefinitionError, StorageError
-from marin.status.files import json_text, read_json
+from marin.errors import CorruptFileError, StepDefinitionError, StorageError
+from marin.jsonio import json_text, parse_json
+from marin.status.files import read_record
 from marin.storage.base import Storage
 
 CAS_TRIES = 50
@@ -32,8 +32,8 @@ def _update(storage: Storage, path: str, change: Callable[[dict[str, Any] | None
                 return
         else:
             try:
-                data = json.loads(current.text)
-            except ValueError:
+                data = parse_json(current.text, path)
+            except CorruptFileError:
                 data = None  # unreadable (a torn write by an old version): rebuilt from this run's facts
             if storage.replace_if(path, json_text(change(data if isinstance(data, dict) else None)),
                                   current.token):
@@ -144,7 +144,7 @@ def list_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:
     out = []
     for name in sorted(names):
         if name.endswith(".json"):
-            data = read_json(storage, join(prefix, f"experiments/{name}"))
+            data = read_record(storage, join(prefix, f"experiments/{name}"))
             if data:
                 out.append(data)
     return out

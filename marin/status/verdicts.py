@@ -60,7 +60,7 @@ def verdicts_path(prefix: str, experiment_id: str) -> str:
 
 
 def read_verdicts(storage: Storage, prefix: str, experiment_id: str) -> dict[str, Any] | None:
-    return sf.read_json(storage, verdicts_path(prefix, experiment_id))
+    return sf.read_record(storage, verdicts_path(prefix, experiment_id))
 
 
 # ---- reading a number ----------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def _from_file(storage: Storage, output_path: str, name: str, key: str) -> float
     if name.endswith(".jsonl"):
         row = _last_row(output_path, name, want_eval=key.split(".", 1)[0] in ("eval", "eval_capacity"))
         return _number(dig(row, key)) if row else None
-    return _number(dig(sf.read_json(storage, join(output_path, name)), key))
+    return _number(dig(sf.read_record(storage, join(output_path, name)), key))
 
 
 def read_metric(storage: Storage, output_path: str, path: str) -> float | None:
@@ -215,7 +215,7 @@ class _Experiment:
 
 def _other_experiment_value(storage: Storage, prefix: str, experiment_id: str, path: str) -> tuple[
         float | None, str]:
-    manifest = sf.read_json(storage, manifest_path(prefix, experiment_id))
+    manifest = sf.read_record(storage, manifest_path(prefix, experiment_id))
     if manifest is None:
         return None, f"no experiment {experiment_id} under the prefix"
     doc = read_verdicts(storage, prefix, experiment_id) or {}

@@ -26,8 +26,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from marin import jsonio
+from marin.errors import CorruptFileError
 from marin.status.alerts import BLIND_RULE, FIRED, RISK_FAILED, Alert, blind_alert, read_alerts
 from marin.status.publisher import RunView, StepView
+from marin.storage.base import Storage
 from marin.storage.fs import storage_for
 from marin.tracking.base import Tracker
 
@@ -64,6 +67,15 @@ def _values(values: Mapping[str, Any]) -> str:
             return json.dumps(v[:8])[:-1] + ", ...]"
         return json.dumps(v) if not isinstance(v, str) else v
     return " · ".join(f"`{_md(k)}` {_md(one(v))}" for k, v in values.items() if v is not None) or "—"
+
+
+def _read_posted(storage: Storage, path: str) -> Any:
+    """The step's alerts-posted.json, or {} when it is absent or not JSON (as if nothing had been posted)."""
+    try:
+        data = jsonio.read_json(storage, path)
+    except CorruptFileError:
+        return {}
+    return {} if data is None else data
 
 
 class AlertPoster:
@@ -169,11 +181,8 @@ class AlertPoster:
 
     def _posted_for(self, step: StepView) -> dict[str, int]:
         if step.output_path not in self._posted:
-            text = storage_for(step.output_path).read_text(f"{step.output_path.rstrip('/')}/{POSTED_FILE}")
-            try:
-                data = json.loads(text) if text else {}
-            except ValueError:
-                data = {}
+            path = f"{step.output_path.rstrip('/')}/{POSTED_FILE}"
+            data = _read_posted(storage_for(step.output_path), path)
             by_issue = data.get("issues", {}) if isinstance(data, dict) else {}
             mine = by_issue.get(self.issue_ref, {}) if isinstance(by_issue, dict) else {}
             self._posted[step.output_path] = {str(k): int(v) for k, v in mine.items()}
@@ -185,14 +194,10 @@ class AlertPoster:
             self._on_issue[key] = comment_id
         storage = storage_for(step.output_path)
         path = f"{step.output_path.rstrip('/')}/{POSTED_FILE}"
-        text = storage.read_text(path)
-        try:
-            data = json.loads(text) if text else {}
-        except ValueError:
-            data = {}
+        data = _read_posted(storage, path)
         issues = data.setdefault("issues", {}) if isinstance(data, dict) else {}
         issues[self.issue_ref] = self._posted[step.output_path]
-        storage.write_text(path, json.dumps({"schema": "marin-alerts-posted/v1", "issues": issues}, indent=1))
+        jsonio.write_json(storage, path, {"schema": "marin-alerts-posted/v1", "issues": issues}, pretty=True)
 
     # -- the comments ----------------------------------------------------------------------------------------
 

@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 
 import fsspec
 
+from marin import jsonio
+from marin.errors import CorruptFileError
 from marin.status.alerts import Alert, read_alerts
 from marin.status.interruptions import ledger_lines
+from marin.storage.fs import storage_on
 
 TAIL_BYTES = 64 * 1024
 
@@ -43,9 +46,11 @@ class StepOutputs:
     """Its watcher's heartbeat (``watch.json``), for "the watcher is blind"."""
 
 
-def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
-    with fs.open(path, "rb") as handle:
-        return json.loads(handle.read())
+def _json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+    """`marin.jsonio.read_json` on the step's filesystem: None when the file is absent (normal: most steps
+    are not trainers), `CorruptFileError` when it is not JSON."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return jsonio.read_json(storage_on(fs, protocol), path)
 
 
 def _last_loss(fs: fsspec.AbstractFileSystem, path: str) -> tuple[float, int | None] | None:
@@ -83,7 +88,9 @@ def innermost_frame(traceback_text: str) -> str | None:
 
 
 def _wandb(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
-    wandb = _read_json(fs, f"{root}/wandb.json")
+    wandb = _json(fs, f"{root}/wandb.json")
+    if wandb is None:
+        return {}
     values = {"wandb_url": wandb.get("url") or None}
     if values["wandb_url"] is None and wandb.get("run_id"):
         values["wandb_label"] = f"{wandb.get('mode', 'offline')} {wandb['run_id']}"
@@ -96,7 +103,9 @@ def _loss(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
 
 
 def _evaluation(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
-    evaluation = _read_json(fs, f"{root}/eval.json")
+    evaluation = _json(fs, f"{root}/eval.json")
+    if evaluation is None:
+        return {}
     domains = evaluation.get("domains") or {}
     macro = (evaluation.get("macro") or {}).get("bpb")
     return {"bpb": {name: float(d["bpb"]) for name, d in sorted(domains.items())
@@ -105,7 +114,9 @@ def _evaluation(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
 
 
 def _interruptions(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
-    ledger = _read_json(fs, f"{root}/.marin/interruptions.json")
+    ledger = _json(fs, f"{root}/.marin/interruptions.json")
+    if ledger is None:
+        return {}
     return {"interruptions": tuple(ledger_lines(ledger if isinstance(ledger, dict) else {}))}
 
 
@@ -115,7 +126,9 @@ def _alerts(output_path: str) -> dict[str, Any]:
 
 
 def _failure(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
-    status = _read_json(fs, f"{root}/.marin/status.json")
+    status = _json(fs, f"{root}/.marin/status.json")
+    if status is None:
+        return {}
     traceback_text = ((status.get("error") or {}).get("traceback")) or ""
     return {"failed_at": innermost_frame(traceback_text) if isinstance(traceback_text, str) else None}
 
@@ -157,5 +170,7 @@ def read_step_outputs(output_path: str, failed: bool = False) -> StepOutputs:
             if not reader.missing_ok:
                 problems.append(f"{reader.name} unreadable (FileNotFoundError)")
         except reader.errors as exc:
-            problems.append(f"{reader.name} unreadable ({type(exc).__name__})")
+            # a file that is not JSON is named by its parse error (JSONDecodeError, UnicodeDecodeError)
+            cause = exc.__cause__ if isinstance(exc, CorruptFileError) and exc.__cause__ is not None else exc
+            problems.append(f"{reader.name} unreadable ({type(cause).__name__})")
     return StepOutputs(**values, problems=tuple(problems))

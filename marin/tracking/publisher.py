@@ -18,16 +18,16 @@ retry policy raises :class:`PublishError` (its message redacted), which the exec
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import fsspec
-
+from marin import jsonio
+from marin.errors import CorruptFileError
 from marin.status.publisher import RunView, StepView
+from marin.storage.fs import storage_for
 from marin.tracking.alerts import AlertPoster
 from marin.tracking.base import Tracker, TrackerAuthError, TrackerError, TrackerNotFound, TrackerUnavailable
 from marin.tracking.comment import RUN_LABELS, marker, render
@@ -288,11 +288,8 @@ class IssuePublisher:
     def _read(self, path: str) -> dict[str, Any]:
         """A record under experiments/ (manifest, verdicts), or {} when absent or unreadable."""
         try:
-            with fsspec.open(path, "r") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
-            return {}  # the executor has not written the manifest yet
-        except ValueError as exc:  # a damaged manifest must not stop the status from being published
+            data = jsonio.read_json(storage_for(path), path)  # None: the executor has not written it yet
+        except CorruptFileError as exc:  # a damaged manifest must not stop the status from being published
             logger.warning("%s unreadable, omitted from the status comment: %s", path, exc)
             return {}
         return data if isinstance(data, dict) else {}

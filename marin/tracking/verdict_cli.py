@@ -62,7 +62,7 @@ def who(explicit: str | None) -> str:
 
 
 def find_experiment(storage: Storage, prefix: str, name: str) -> dict[str, Any]:
-    exact = sf.read_json(storage, manifest_path(prefix, name))
+    exact = sf.read_record(storage, manifest_path(prefix, name))
     if exact is not None:
         return exact
     found = [m for m in list_manifests(storage, prefix) if str(m.get("id", "")).startswith(name)]

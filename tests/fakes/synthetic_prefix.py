@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any, ClassVar
 
-from marin import Step, output_path_of, this_output_path
+from marin import Step, jsonio, output_path_of, this_output_path
 from marin.graph.dag import Graph, Node, build_graph
 from marin.status import files as sf
 from marin.status import manifest
@@ -256,7 +256,7 @@ def write_experiment(prefix: str, i: int, metrics_rows: int = 20, groups: int = 
         if (sf.read_status(storage, out) or {}).get("status") == sf.SUCCESS:
             continue  # shared with an earlier experiment of its group: an executor would reuse it too
         info = step_info(node, out, _resolved(node, prefix), lambda d: d.output_path(prefix), ctx)
-        sf.write_json(storage, sf.step_json_path(out), {**info, "created": created})
+        jsonio.write_json(storage, sf.step_json_path(out), {**info, "created": created})
         state = _state(i, node, failed, position)
         if state in (sf.FAILED, sf.DEP_FAILED):
             failed.add(node.name)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin import Step, StepDefinitionError, output_path_of, prefix_path, this_output_path
-from marin.definition.identity import canonical_json
 from marin.graph import build_graph
+from marin.jsonio import canonical_json
 from tests.marin.fns import NoopConfig, SumConfig, WriteConfig, noop, sum_numbers, write_numbers
 
 

@@ -65,6 +65,10 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--show"]:
         print(json.dumps(show(sys.argv[2]), indent=1))
     else:
+        if "PROBE" not in os.environ:
+            raise SystemExit("set PROBE to the variants to train, e.g. PROBE='[[46352,10,128,0,1]]' "
+                             "([n_params, tokens_per_param, batch_tokens, seed, lr_multiple(, decay)], see "
+                             "the module docstring), or pass --show PREFIX")
         executor_main(
             steps=_steps(json.loads(os.environ["PROBE"])), description="exp15 rungs under variant rules"
         )

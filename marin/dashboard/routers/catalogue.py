@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import UnsafePathError
-from marin.dashboard.store import CorruptFileError
 from marin.definition.criterion import OUTCOMES
+from marin.errors import CorruptFileError
 from marin.status import catalogue
 from marin.status.manifest import EXPERIMENTS_DIR
 from marin.status.verdicts import deciding
