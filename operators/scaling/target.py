@@ -24,6 +24,7 @@ from openlab_records import (
     POSTED_FILE,
     PREDICTION_FILE,
     TRACKING_FILE,
+    Posted,
     Prediction,
     RecordFormatError,
     Tracking,
@@ -61,15 +62,16 @@ class AfterForecastConfig:
     """How long to wait for posted.json."""
 
 
-def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
+def _wait_posted(prediction: str, sha: str, timeout_s: float) -> Posted:
     path = f"{prediction.rstrip('/')}/{POSTED_FILE}"
     deadline = time.time() + timeout_s
     while True:
         try:
-            posted = read_json(path)
+            raw = read_json(path)
         except RecordFormatError:
-            posted = None  # a receipt being written by a store without atomic renames: look again
-        if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
+            raw = None  # a receipt being written by a store without atomic renames: look again
+        posted = None if raw is None else Posted.from_json(raw, path)
+        if posted is not None and posted.prediction_sha256 == sha:
             return posted
         if time.time() > deadline:
             raise TimeoutError(
@@ -101,7 +103,7 @@ def train_target(config: TargetTrainConfig) -> dict[str, Any]:
         prediction=record_path,
         prediction_sha256=record.sha256,
         metric_path=record.metric_path,
-        details={"posted": posted},
+        details={"posted": posted.to_json() if posted is not None else None},
     )
     write_json_atomic(f"{config.train.output_path.rstrip('/')}/{TRACKING_FILE}", tracking.to_json())
     return train(with_eval_band(config.train, record, record_path))
