@@ -419,6 +419,8 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
 
 def list_predictions(prefix: str) -> dict[str, Any]:
     """Every prediction under ``prefix`` with its verdict, and the hit rate of the scored intervals."""
+    # paired by the raw key, not Verdict.from_json: a verdict edited after sealing no longer reads as one (its
+    # error_pct no longer matches), and the listing must still pair it to show it as not verified
     verdicts: dict[Any, tuple[str | None, Any]] = {
         v.get("prediction_sha256"): (path, v)
         for path, v in _records(prefix, VERDICT_FILE)
