@@ -190,10 +190,7 @@ def fit_ladder(config: FitConfig) -> dict[str, Any]:
                 "x": "6*N*D",
                 "fit": fit.to_json(full=True),
                 "fit_trainer_flops": alt.to_json(full=True),
-                "gates": fit_gates(
-                    fit, c6, value, fixed_e=config.fixed_e, huber_delta=config.huber_delta,
-                    rng_seed=config.rng_seed,
-                ),
+                "gates": fit_gates(fit, c6, value),
             }
         )
     record = {
