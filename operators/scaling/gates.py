@@ -15,9 +15,10 @@ words); the prediction record's ``warnings`` are the messages of the gates that 
 - ``loo_spread`` (the endpoint): the leave-one-rung-out forecasts span more than the limit (5% by default) of
   the point: the law is not pinned down by the rungs. Only the endpoint is gated: at early points the
   schedule, not the law, dominates.
-- ``learning_rate`` (per rung with a learning-rate check, and at the target: :mod:`.lrcheck`): the rule's
-  run ends more than the tolerance above the best multiple tried. One formula for the gap,
-  :func:`rule_gap`: ``(rule - best) / best``.
+- ``learning_rate`` (per rung with a learning-rate check): the rule's run ends more than the tolerance above
+  the best multiple tried. One formula for the gap, :func:`rule_gap`: ``(rule - best) / best``. The
+  target's own check (:mod:`.lrcheck`) is not a gate: it runs after the forecast is frozen and writes a note
+  on the record, sharing :func:`rule_gap` and :data:`LR_CHECK_TOLERANCE` with this one.
 
 The figures stay in the layout records have always had (the fit's ``gates`` per point, ``late_drop`` in the
 endpoint's gates, ``lr_check.by_rung``), so every record written before this module reads the same.
