@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from openlab_records import error_pct
 from operators.scaling import FitSettings, fit_offset
 from operators.scaling.bootstrap import BOOTSTRAP_T
 from operators.scaling.surface import surface_loss
@@ -56,7 +57,7 @@ def backtest(
         loss = means * np.exp(noise * rng.standard_normal(means.size))
         fit = fit_offset(compute, loss, FitSettings(bootstrap=bootstrap, rng_seed=r), leave_one_out=False)
         point, low, high = fit.predict(target_c)
-        errors.append(100 * (point - target_true) / target_true)
+        errors.append(error_pct(point, target_true))
         hits.append(low <= target_true <= high)
         one_run = target_true * math.exp(noise * rng.standard_normal())
         _, low1, high1 = fit.predict(target_c, single_run=True)
@@ -75,7 +76,7 @@ def backtest(
 
 def real_ladder(prefix: str) -> list[dict[str, Any]]:
     from marin.tracking.predictions import list_predictions
-    from openlab_records import read_json
+    from openlab_records import Verdict, read_json
 
     out = []
     for row in list_predictions(prefix)["predictions"]:
@@ -87,14 +88,23 @@ def real_ladder(prefix: str) -> list[dict[str, Any]]:
             "target": row["target"],
         }
         if row["verdict_path"]:
-            verdict = read_json(row["verdict_path"])
+            verdict = Verdict.from_json(read_json(row["verdict_path"]), row["verdict_path"])
             entry["points"] = [
-                {k: p[k] for k in ("label", "step", "point", "low", "high", "actual", "error_pct", "inside")}
-                for p in verdict["points"]
+                {
+                    "label": p.band.label,
+                    "step": p.band.step,
+                    "point": p.band.point,
+                    "low": p.band.low,
+                    "high": p.band.high,
+                    "actual": p.actual,
+                    "error_pct": p.error_pct,
+                    "inside": p.inside,
+                }
+                for p in verdict.points
             ]
-            entry["endpoint_error_pct"] = verdict["points"][-1]["error_pct"]
-            entry["endpoint_inside"] = verdict["points"][-1]["inside"]
-            entry["coverage"] = verdict["hits"] / verdict["n"]
+            entry["endpoint_error_pct"] = verdict.endpoint.error_pct
+            entry["endpoint_inside"] = verdict.endpoint.inside
+            entry["coverage"] = verdict.hits / len(verdict.points)
         out.append(entry)
     return out
 

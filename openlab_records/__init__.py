@@ -3,9 +3,9 @@ engine that posts, tracks and lists them (``marin``) both import this package, w
 
 - :mod:`.sealed` — canonical JSON, ``record_sha256``, sealing, and reading/writing JSON on any fsspec store
   (one missing-file behaviour: ``read_json`` returns None);
-- :mod:`.schema` — the typed, frozen records (:class:`Prediction`, :class:`Verdict`, :class:`Tracking`,
-  :class:`Note`), their file names and schema versions, and :func:`error_pct`, the one sign convention:
-  ``(predicted - actual) / actual``.
+- :mod:`.schema` — the typed, frozen records (:class:`Prediction`, :class:`Posted`, :class:`Verdict`,
+  :class:`Tracking`, :class:`Note`), their file names and schema versions, and :func:`error_pct`, the one
+  sign convention: ``(predicted - actual) / actual``.
 """
 
 from openlab_records.schema import (
@@ -21,6 +21,7 @@ from openlab_records.schema import (
     VERDICT_SCHEMA,
     Band,
     Note,
+    Posted,
     Prediction,
     Scored,
     Tracking,
@@ -55,6 +56,7 @@ __all__ = [
     "VERDICT_SCHEMA",
     "Band",
     "Note",
+    "Posted",
     "Prediction",
     "RecordFormatError",
     "RecordTamperedError",

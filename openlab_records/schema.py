@@ -1,9 +1,11 @@
 """The prediction protocol's records as frozen, typed values: what a step writes and what the engine reads.
 
-Four files, each a JSON object (docs/scaling-ladder.md, "Records"):
+Five files, each a JSON object (docs/scaling-ladder.md, "Records"):
 
 - ``prediction.json`` (:class:`Prediction`, sealed): the forecast of a run's metric at its evaluation
   points, frozen before the run starts;
+- ``posted.json`` (:class:`Posted`): the engine's receipt, next to a prediction, that it is on its issue
+  (the comment that holds it); the target waits for it before training;
 - ``verdict.json`` (:class:`Verdict`, sealed): the run's actual values scored against a prediction;
 - ``tracking.json`` (:class:`Tracking`): written by the run scored against a prediction, naming it and where
   its metric lands (rows of ``metrics.jsonl``);
@@ -424,3 +426,52 @@ class Note:
             "title": self.title,
             "text": self.text,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class Posted:
+    """``posted.json``: the engine's receipt that a prediction is posted to its issue, written next to the
+    record once the comment exists (the target step waits for it)."""
+
+    prediction_sha256: str
+    """The posted prediction's hash (under ``record_sha256``, as in tracking.json: posted.json is not
+    sealed)."""
+    issue: str
+    """The issue, as ``owner/repo#number``."""
+    comment_id: int
+    comment_url: str
+    comment_created: float
+    """When the tracker created the comment (seconds since the epoch)."""
+    posted_at: float
+    """When the engine wrote this receipt (seconds since the epoch)."""
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    KEYS = (HASH_KEY, "issue", "comment_id", "comment_url", "comment_created", "posted_at")
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = POSTED_FILE) -> Self:
+        if not isinstance(obj, Mapping):
+            raise RecordFormatError(f"{where} is not a JSON object")
+        return cls(
+            prediction_sha256=_need(obj, HASH_KEY, str, where),
+            issue=_need(obj, "issue", str, where),
+            comment_id=_need(obj, "comment_id", int, where),
+            comment_url=_need(obj, "comment_url", str, where),
+            comment_created=_need(obj, "comment_created", NUMBER, where),
+            posted_at=_need(obj, "posted_at", NUMBER, where),
+            details={k: v for k, v in obj.items() if k not in cls.KEYS},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The receipt's JSON, its keys in the order posted.json is written in (sorted), so a listing that
+        shows the receipt shows it as it was read."""
+        body = {
+            **self.details,
+            HASH_KEY: self.prediction_sha256,
+            "issue": self.issue,
+            "comment_id": self.comment_id,
+            "comment_url": self.comment_url,
+            "comment_created": self.comment_created,
+            "posted_at": self.posted_at,
+        }
+        return dict(sorted(body.items()))

@@ -43,6 +43,7 @@ from openlab_records import (
     VERDICT_FILE,
     Band,
     Note,
+    Posted,
     Prediction,
     RecordFormatError,
     Tracking,
@@ -64,6 +65,14 @@ def read_record(path: str) -> Any:
         return read_json(path)
     except RecordFormatError:
         return None
+
+
+def read_posted(folder: str) -> Posted | None:
+    """The receipt ``posted.json`` in a prediction's folder: None while there is none (or it is not JSON yet);
+    a receipt without a field it needs is refused, naming the field (:class:`RecordFormatError`)."""
+    path = f"{folder}/{POSTED_FILE}"
+    raw = read_record(path)
+    return None if raw is None else Posted.from_json(raw, path)
 
 
 def sealed_as(kind: type[Prediction] | type[Verdict] | type[Note], raw: Any, where: str) -> Any:
@@ -341,21 +350,22 @@ class PredictionPublisher:
                 "it was written, so it is not posted"
             )
         record = Prediction.from_json(raw, f"{root}/{PREDICTION_FILE}")
-        posted = read_record(f"{root}/{POSTED_FILE}")
-        if isinstance(posted, dict) and posted.get(HASH_KEY) == record.sha256:
+        assert record.sha256 is not None  # is_sealed checked it
+        posted = read_posted(root)
+        if posted is not None and posted.prediction_sha256 == record.sha256:
             return
         self._ensure_issue(record)
         marker = PREDICTION_MARKER.format(sha=record.sha256)
         comment = post_record(self.tracker, self.number, marker, prediction_body(record))
-        receipt = {
-            HASH_KEY: record.sha256,
-            "issue": f"{self.tracker.repo}#{self.number}",
-            "comment_id": comment.id,
-            "comment_url": comment.url,
-            "comment_created": comment.created,
-            "posted_at": time.time(),
-        }
-        write_json_atomic(f"{root}/{POSTED_FILE}", receipt)
+        receipt = Posted(
+            prediction_sha256=record.sha256,
+            issue=f"{self.tracker.repo}#{self.number}",
+            comment_id=comment.id,
+            comment_url=comment.url,
+            comment_created=comment.created,
+            posted_at=time.time(),
+        )
+        write_json_atomic(f"{root}/{POSTED_FILE}", receipt.to_json())
 
 
 # ---- the calibration view ------------------------------------------------------------------------------
@@ -380,7 +390,10 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
     vpath, vraw = (
         verdicts.get(sha, (None, None)) if record is not None else (None, None)
     )  # a tampered copy: none
-    posted = read_record(path.rsplit("/", 1)[0] + "/" + POSTED_FILE)
+    try:
+        posted = read_posted(path.rsplit("/", 1)[0])
+    except RecordFormatError:
+        posted = None  # the listing shows every record it can read, as for a malformed prediction
     verdict = sealed_as(Verdict, vraw, str(vpath)) if vraw is not None else None
     vend = verdict.endpoint if verdict is not None else None
     return {
@@ -394,7 +407,7 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
         "point": end.point if end else None,
         "low": end.low if end else None,
         "high": end.high if end else None,
-        "posted": posted if isinstance(posted, dict) and posted.get(HASH_KEY) == sha else None,
+        "posted": posted.to_json() if posted is not None and posted.prediction_sha256 == sha else None,
         "verdict_path": vpath,
         "verdict_verified": is_sealed(vraw) if vraw else None,
         "actual": vend.actual if vend else None,
@@ -406,6 +419,8 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
 
 def list_predictions(prefix: str) -> dict[str, Any]:
     """Every prediction under ``prefix`` with its verdict, and the hit rate of the scored intervals."""
+    # paired by the raw key, not Verdict.from_json: a verdict edited after sealing no longer reads as one (its
+    # error_pct no longer matches), and the listing must still pair it to show it as not verified
     verdicts: dict[Any, tuple[str | None, Any]] = {
         v.get("prediction_sha256"): (path, v)
         for path, v in _records(prefix, VERDICT_FILE)

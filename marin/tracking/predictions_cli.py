@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from marin.tracking.predictions import list_predictions
+from openlab_records import Posted
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def table(listing: dict[str, Any]) -> str:
             continue
         interval = f"[{_fmt(r['low'])}, {_fmt(r['high'])}]"
         hit = "—" if r["inside"] is None else ("inside" if r["inside"] else "OUTSIDE")
-        posted = (r["posted"] or {}).get("issue") or "not posted"
+        posted = Posted.from_json(r["posted"]).issue if r["posted"] else "not posted"
         lines.append(
             f"{str(r['experiment'])[:16]:<16} {str(r['target'])[:10]:<10} {r['sha256'][:12]:<12} "
             f"{_fmt(r['point']):>9} {interval:<19} {_fmt(r['actual']):>8} "

@@ -125,7 +125,7 @@ def interval(
     elif boot_se is None or point_se is None:
         raise ValueError("interval(BOOTSTRAP_T) needs boot_se and point_se (the local standard errors)")
     if not sigma > 0:
-        return _percentile(point, draws, tail, sigma, single_run)
+        return _percentile(point, draws, tail)
     lp, floor = math.log(point), 1e-12 * sigma
     scale = np.maximum(boot_se, floor)
     if single_run:
@@ -141,18 +141,8 @@ def interval(
     return point, min(low, point), max(high, point)
 
 
-def _percentile(
-    point: float, draws: np.ndarray, tail: float, sigma: float, single_run: bool
-) -> tuple[float, float, float]:
-    """The percentile interval (widened to contain the point), the bootstrap-t methods' fallback when
-    ``sigma`` is 0; ``single_run`` widens both sides in quadrature by ``z_level·sigma``."""
+def _percentile(point: float, draws: np.ndarray, tail: float) -> tuple[float, float, float]:
+    """The percentile interval of ``draws`` (widened to contain the point): the bootstrap-t methods' fallback
+    when ``sigma`` is 0, for the mean and for one run alike (a new run adds no noise when there is none)."""
     lo, hi = (float(v) for v in np.quantile(draws, [tail, 1.0 - tail]))
-    lo, hi = min(lo, point), max(hi, point)
-    if not single_run:
-        return point, lo, hi
-    from scipy.stats import norm
-
-    z = float(norm.ppf(1.0 - tail))
-    lo_h = math.hypot(math.log(point / lo), z * sigma)
-    hi_h = math.hypot(math.log(hi / point), z * sigma)
-    return point, point * math.exp(-lo_h), point * math.exp(hi_h)
+    return point, min(lo, point), max(hi, point)

@@ -20,11 +20,10 @@ scaling ladder's record scripts write them into docs/benchmarks/runs/.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from openlab_records import read_json
 from operators.scaling.fit import FitSettings, ScalingFit, fit_offset
 from operators.scaling.inputs import LadderInputError
 
@@ -61,7 +60,13 @@ class Family:
 
 
 def _read(path: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(path).read_text())
+    """The record at ``path`` (any fsspec store); a missing one is refused, naming it."""
+    data: dict[str, Any] | None = read_json(path)
+    if data is None:
+        raise FileNotFoundError(
+            f"{path}: no such record; name a rungs or verdict record the scaling ladder's record scripts "
+            "wrote (docs/benchmarks/runs/)"
+        )
     return data
 
 

@@ -71,13 +71,17 @@ class FitConfig:
 
 
 def _step_hash(train_path: str) -> str | None:
+    """The identity hash of the step that trained a rung, from its ``.marin/step.json``; None without one
+    (no train path, no such file, a file that is not JSON or names no hash)."""
     if not train_path:
         return None
     try:
-        info = read_json(f"{train_path.rstrip('/')}/.marin/step.json")
-    except (FileNotFoundError, ValueError):
+        info = read_json(f"{train_path.rstrip('/')}/.marin/step.json")  # None when there is no such file
+    except ValueError:  # RecordFormatError: not JSON
         return None
-    return str(info.get("hash")) if isinstance(info, dict) and info.get("hash") else None
+    if not isinstance(info, dict) or not info.get("hash"):
+        return None
+    return str(info["hash"])
 
 
 def load_runs(runs: tuple[RungRun, ...]) -> list[dict[str, Any]]:
@@ -190,10 +194,7 @@ def fit_ladder(config: FitConfig) -> dict[str, Any]:
                 "x": "6*N*D",
                 "fit": fit.to_json(full=True),
                 "fit_trainer_flops": alt.to_json(full=True),
-                "gates": fit_gates(
-                    fit, c6, value, fixed_e=config.fixed_e, huber_delta=config.huber_delta,
-                    rng_seed=config.rng_seed,
-                ),
+                "gates": fit_gates(fit, c6, value),
             }
         )
     record = {

@@ -15,9 +15,10 @@ words); the prediction record's ``warnings`` are the messages of the gates that 
 - ``loo_spread`` (the endpoint): the leave-one-rung-out forecasts span more than the limit (5% by default) of
   the point: the law is not pinned down by the rungs. Only the endpoint is gated: at early points the
   schedule, not the law, dominates.
-- ``learning_rate`` (per rung with a learning-rate check, and at the target: :mod:`.lrcheck`): the rule's
-  run ends more than the tolerance above the best multiple tried. One formula for the gap,
-  :func:`rule_gap`: ``(rule - best) / best``.
+- ``learning_rate`` (per rung with a learning-rate check): the rule's run ends more than the tolerance above
+  the best multiple tried. One formula for the gap, :func:`rule_gap`: ``(rule - best) / best``. The
+  target's own check (:mod:`.lrcheck`) is not a gate: it runs after the forecast is frozen and writes a note
+  on the record, sharing :func:`rule_gap` and :data:`LR_CHECK_TOLERANCE` with this one.
 
 The figures stay in the layout records have always had (the fit's ``gates`` per point, ``late_drop`` in the
 endpoint's gates, ``lr_check.by_rung``), so every record written before this module reads the same.
@@ -59,36 +60,28 @@ def rule_gap(rule: float, best: float) -> float:
 # ---- the fit step's gates, per evaluation point ---------------------------------------------------------
 
 
-def fit_gates(
-    fit: ScalingFit,
-    compute: np.ndarray,
-    value: np.ndarray,
-    *,
-    fixed_e: float | None,
-    huber_delta: float,
-    rng_seed: int,
-) -> dict[str, Any]:
-    """The residual and top-rung backtest figures of one fraction's fit (recorded in fit.json)."""
+def fit_gates(fit: ScalingFit, compute: np.ndarray, value: np.ndarray) -> dict[str, Any]:
+    """The residual and top-rung backtest figures of one fraction's fit (recorded in fit.json), ``fit`` being
+    the law through (``compute``, ``value``). The backtest refits with the fit's settings (its E, Huber
+    threshold and seed) on 200 replicates, and reads its standard error off the 90% interval."""
     resid = fit.residuals() / max(fit.sigma, 1e-12)
+    backtest = dataclasses.replace(fit.settings, bootstrap=200, level=0.9)
     return {
         "max_abs_residual_sigmas": float(np.max(np.abs(resid))),
         "residual_flag": bool(np.max(np.abs(resid)) > RESIDUAL_LIMIT_SIGMAS),
-        "backtest_top_rung": _backtest_top_rung(compute, value, fixed_e, huber_delta, rng_seed),
+        "backtest_top_rung": _backtest_top_rung(compute, value, backtest),
     }
 
 
-def _backtest_top_rung(
-    compute: np.ndarray, value: np.ndarray, fixed_e: float | None, huber_delta: float, rng_seed: int
-) -> dict[str, Any]:
+def _backtest_top_rung(compute: np.ndarray, value: np.ndarray, settings: FitSettings) -> dict[str, Any]:
     top = compute.max()
     keep = compute < top * (1 - 1e-9)
     if len(np.unique(compute[keep])) < 3:
         return {"ran": False}
-    settings = FitSettings(fixed_e=fixed_e, huber_delta=huber_delta, bootstrap=200, rng_seed=rng_seed)
     sub = fit_offset(compute[keep], value[keep], settings, leave_one_out=False)
     actual = float(np.mean(value[~keep]))
     point, low, high = sub.predict(float(top))
-    se = (math.log(high) - math.log(low)) / (2 * 1.645)
+    se = (math.log(high) - math.log(low)) / (2 * 1.645)  # the half-width of a 90% interval is 1.645 se
     error = point / actual - 1
     return {
         "ran": True,

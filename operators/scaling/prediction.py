@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from openlab_records import PREDICTION_FILE, Band, Prediction, read_json, write_sealed
+from openlab_records import HASH_KEY, PREDICTION_FILE, Band, Prediction, read_json, write_sealed
 from operators.scaling.end_rule import END_RULES, LAW_KEYS, anchored_end, rule_line
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
@@ -206,12 +206,12 @@ def predict_target(config: PredictionConfig) -> dict[str, Any]:
     if late is not None:
         points[-1]["gates"] = {**points[-1]["gates"], "late_drop": late}
     record = _prediction(config, fit_record, fit_sha, points, end_rule)
-    sealed = write_sealed(f"{config.output_path.rstrip('/')}/{PREDICTION_FILE}", record.to_json())
+    sha = write_sealed(f"{config.output_path.rstrip('/')}/{PREDICTION_FILE}", record.to_json())[HASH_KEY]
     end = record.endpoint
     print(
         f"[prediction] {t.name}: {record.metric} {end.point:.4f} [{end.low:.4f}, {end.high:.4f}] at step "
-        f"{end.step}; sha256 {sealed['record_sha256']}",
+        f"{end.step}; sha256 {sha}",
         file=sys.stderr,
         flush=True,
     )
-    return {"record_sha256": sealed["record_sha256"], "point": end.point, "low": end.low, "high": end.high}
+    return {HASH_KEY: sha, "point": end.point, "low": end.low, "high": end.high}

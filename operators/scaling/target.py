@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 from openlab_records import (
-    HASH_KEY,
     POSTED_FILE,
     PREDICTION_FILE,
     TRACKING_FILE,
+    Posted,
     Prediction,
     RecordFormatError,
     Tracking,
@@ -61,15 +61,16 @@ class AfterForecastConfig:
     """How long to wait for posted.json."""
 
 
-def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
+def _wait_posted(prediction: str, sha: str, timeout_s: float) -> Posted:
     path = f"{prediction.rstrip('/')}/{POSTED_FILE}"
     deadline = time.time() + timeout_s
     while True:
         try:
-            posted = read_json(path)
+            raw = read_json(path)
         except RecordFormatError:
-            posted = None  # a receipt being written by a store without atomic renames: look again
-        if isinstance(posted, dict) and posted.get(HASH_KEY) == sha:
+            raw = None  # a receipt being written by a store without atomic renames: look again
+        posted = None if raw is None else Posted.from_json(raw, path)
+        if posted is not None and posted.prediction_sha256 == sha:
             return posted
         if time.time() > deadline:
             raise TimeoutError(
@@ -81,27 +82,33 @@ def _wait_posted(prediction: str, sha: str, timeout_s: float) -> dict[str, Any]:
         time.sleep(0.25)
 
 
+def _frozen(prediction: str) -> tuple[str, Prediction, str]:
+    """The prediction record's path, the record and its hash, checked (a record edited since is refused)."""
+    path = f"{prediction.rstrip('/')}/{PREDICTION_FILE}"
+    record = Prediction.from_json(read_sealed(path), path)
+    assert record.sha256 is not None  # read_sealed checked it
+    return path, record, record.sha256
+
+
 def train_target(config: TargetTrainConfig) -> dict[str, Any]:
     """Check the frozen forecast, wait until it is posted, record what is tracked, then train."""
-    record_path = f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}"
-    record = Prediction.from_json(read_sealed(record_path), record_path)
+    record_path, record, sha = _frozen(config.prediction)
     if record.target_config_hash != config.target_config_hash:
         raise ValueError(
             f"target: the prediction names config {record.target_config_hash} but this target "
             f"is {config.target_config_hash}: the config changed after the forecast; re-run the "
             "prediction for the new config (a new record) instead of scoring an old one"
         )
-    assert record.sha256 is not None  # read_sealed checked it
     posted = (
-        _wait_posted(config.prediction, record.sha256, config.post_timeout_s)
+        _wait_posted(config.prediction, sha, config.post_timeout_s)
         if config.require_posted
         else None
     )
     tracking = Tracking(
         prediction=record_path,
-        prediction_sha256=record.sha256,
+        prediction_sha256=sha,
         metric_path=record.metric_path,
-        details={"posted": posted},
+        details={"posted": posted.to_json() if posted is not None else None},
     )
     write_json_atomic(f"{config.train.output_path.rstrip('/')}/{TRACKING_FILE}", tracking.to_json())
     return train(with_eval_band(config.train, record, record_path))
@@ -109,9 +116,10 @@ def train_target(config: TargetTrainConfig) -> dict[str, Any]:
 
 def train_after_forecast(config: AfterForecastConfig) -> dict[str, Any]:
     """Train a run that must not start before the forecast is frozen and posted, such as the target at
-    another learning rate: the record is read (its hash checked) first; the forecast's tracking does not
-    apply (no tracking.json, no band alert)."""
-    record = read_sealed(f"{config.prediction.rstrip('/')}/{PREDICTION_FILE}")
+    another learning rate: the record is read first, as the target reads it (its hash checked, a malformed
+    record refused naming the field); the forecast's tracking does not apply (no tracking.json, no band
+    alert)."""
+    _, _, sha = _frozen(config.prediction)
     if config.require_posted:
-        _wait_posted(config.prediction, record[HASH_KEY], config.post_timeout_s)
+        _wait_posted(config.prediction, sha, config.post_timeout_s)
     return train(config.train)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +80,9 @@ def test_a_verdict_without_the_target_and_a_family_without_targets_are_refused(t
         read_family(config)
     with pytest.raises(LadderInputError, match="needs at least one scored target"):
         calibrate_e(Family((1e11, 1e12, 1e13), (3.0, 2.5, 2.2), ()))
+
+
+def test_a_missing_record_is_refused_naming_it(tmp_path: Path) -> None:
+    gone = str(tmp_path / "v9-rungs.json")
+    with pytest.raises(FileNotFoundError, match=f"{re.escape(gone)}: no such record"):
+        read_family(CalibrateE(rungs=gone, targets=()))

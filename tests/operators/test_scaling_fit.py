@@ -212,6 +212,10 @@ def test_interval_methods_keep_their_record_text_and_need_their_inputs() -> None
         2.0, draws, 0.9, 0.0, False, IntervalMethod.BOOTSTRAP_T_SIGMA, boot_sigma=np.zeros(101)
     )
     assert no_spread == pytest.approx((2.0, *np.quantile(draws, [0.05, 0.95])))
+    one_run = interval(
+        2.0, draws, 0.9, 0.0, True, IntervalMethod.BOOTSTRAP_T_SIGMA, boot_sigma=np.zeros(101)
+    )
+    assert one_run == no_spread  # a new run adds no noise when the seeds have no spread
     with pytest.raises(ValueError, match="needs boot_sigma"):
         interval(2.0, draws, 0.9, 0.01, False, IntervalMethod.BOOTSTRAP_T_SIGMA)
     with pytest.raises(ValueError, match="needs boot_se and point_se"):

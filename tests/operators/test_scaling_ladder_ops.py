@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -25,7 +26,7 @@ from openlab_records import (
     write_sealed,
 )
 from operators.scaling.curve import CURVE_FILE
-from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder
+from operators.scaling.fitstep import FIT_FILE, FitConfig, RungRun, fit_ladder, load_runs
 from operators.scaling.inputs import LadderInputError
 from operators.scaling.ladder import plan_ladder
 from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
@@ -153,6 +154,21 @@ def test_fit_step_refuses_fewer_than_three_budgets(tmp_path: Path, ladder_runs: 
     two = tuple(r for r in ladder_runs if r.rung in ("n2000", "n5000"))
     with pytest.raises(LadderInputError, match="only 2 distinct budgets"):
         fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=two, bootstrap=50))
+
+
+def test_fit_step_records_each_runs_step_hash_where_the_train_step_left_one(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    (tmp_path / "t-ok/.marin").mkdir(parents=True)
+    (tmp_path / "t-ok/.marin/step.json").write_text(json.dumps({"hash": "ab" * 32}))
+    (tmp_path / "t-cut/.marin").mkdir(parents=True)
+    (tmp_path / "t-cut/.marin/step.json").write_text('{"hash": "ab')  # cut short: not JSON
+    trains = ["t-ok", "t-cut", "t-never-ran", ""]
+    runs = [
+        dataclasses.replace(r, train=str(tmp_path / t) if t else "")
+        for r, t in zip(ladder_runs[:4], trains, strict=True)
+    ]
+    assert [i["step_hash"] for i in load_runs(tuple(runs))] == ["ab" * 32, None, None, None]
 
 
 def _target() -> TargetSpec:

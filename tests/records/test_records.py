@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from openlab_records import (
     HASH_KEY,
+    POSTED_FILE,
+    Posted,
     Prediction,
     RecordFormatError,
     RecordTamperedError,
@@ -111,6 +113,46 @@ def test_a_malformed_prediction_is_refused_naming_the_field(edit: Any, message: 
     edit(raw)
     with pytest.raises(RecordFormatError, match=message):
         Prediction.from_json(raw)
+
+
+# posted.json as the engine wrote it before the typed receipt (write_json_atomic of its dict): the eleventh
+# real ladder's, kept in docs/benchmarks/runs/2026-12-04-scaling-ladder-real-v11.json
+POSTED_V11 = """{
+ "comment_created": 1796366738.1566396,
+ "comment_id": 46,
+ "comment_url": "local:local/experiments#15#comment-46",
+ "issue": "local/experiments#15",
+ "posted_at": 1796366738.1604295,
+ "record_sha256": "cf28c4403a55afcbc18bd168e4a2806ac2f22dde917b1642db67315b064b9e7c"
+}"""
+
+
+def test_a_posted_receipt_reads_back_and_writes_the_same_bytes(tmp_path: Path) -> None:
+    raw = json.loads(POSTED_V11)
+    posted = Posted.from_json(raw)
+    assert posted.prediction_sha256 == raw[HASH_KEY] and posted.issue == "local/experiments#15"
+    assert posted.comment_id == 46 and posted.comment_url == "local:local/experiments#15#comment-46"
+    assert (posted.comment_created, posted.posted_at) == (1796366738.1566396, 1796366738.1604295)
+    assert list(posted.to_json().items()) == list(raw.items()) and posted.details == {}  # order too
+    write_json_atomic(str(tmp_path / POSTED_FILE), posted.to_json())
+    assert (tmp_path / POSTED_FILE).read_text() == POSTED_V11
+    extra = {**raw, "by": "a later engine"}  # a field added later is kept, not needed
+    assert Posted.from_json(extra).to_json() == extra
+
+
+@pytest.mark.parametrize("key", Posted.KEYS)
+def test_a_posted_receipt_without_a_field_is_refused_naming_it(key: str) -> None:
+    raw = json.loads(POSTED_V11)
+    del raw[key]
+    with pytest.raises(RecordFormatError, match=f"posted.json: the record has no '{key}'"):
+        Posted.from_json(raw)
+
+
+def test_a_posted_receipt_of_the_wrong_shape_is_refused_naming_the_field() -> None:
+    with pytest.raises(RecordFormatError, match=r"posted.json.comment_id = '46' is not int"):
+        Posted.from_json({**json.loads(POSTED_V11), "comment_id": "46"})
+    with pytest.raises(RecordFormatError, match="posted.json is not a JSON object"):
+        Posted.from_json([])
 
 
 def test_sealed_files_round_trip_and_an_edit_is_detected(tmp_path: Path) -> None:

@@ -177,6 +177,17 @@ def test_calibration_listing_pairs_verdicts_and_flags_tampering(
     assert "TAMPERED" in out and "inside" in out and "90% intervals hit 100%" in out
 
 
+def test_an_edited_verdict_is_paired_with_its_prediction_and_listed_as_not_verified(tmp_path: Path) -> None:
+    good = _record()
+    _write(tmp_path / "a/prediction/prediction.json", good)
+    edited = _verdict(good, 1.52)
+    edited["points"][0]["actual"] = 1.5201  # after sealing: neither its hash nor its error_pct match now
+    _write(tmp_path / "a/verdict/verdict.json", edited)
+    [row] = list_predictions(str(tmp_path))["predictions"]
+    assert row["verified"] and row["verdict_path"] == str(tmp_path / "a/verdict/verdict.json")
+    assert row["verdict_verified"] is False and row["actual"] is None and row["inside"] is None
+
+
 def test_dashboard_lists_predictions_with_their_verdicts(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 

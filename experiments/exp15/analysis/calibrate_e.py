@@ -37,6 +37,7 @@ import json
 import sys
 from pathlib import Path
 
+from openlab_records import error_pct
 from operators.scaling import FitSettings, fit_offset
 from operators.scaling.calibrate import (
     CalibrateE,
@@ -135,7 +136,7 @@ def l4_family() -> dict[str, object]:
             "low": low,
             "high": high,
             "actual": d96_end,
-            "error_pct": 100 * (point / d96_end - 1),
+            "error_pct": error_pct(point, d96_end),
         }
     compute, loss = list(family.rung_compute), list(family.rung_loss)
     return {

@@ -35,6 +35,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from openlab_records import error_pct
 from operators.scaling import FitSettings, fit_offset
 from operators.scaling.gates import late_drop_gate
 
@@ -105,8 +106,8 @@ def ladder(runs_dir: Path, rungs_file: str, verdict_file: str) -> dict[str, Any]
         "actual": actual,
         "actual_fall": next(p["actual"] for p in verdict["points"] if p["label"] == "75%") - actual,
         "late_drop": gate,
-        "law_at_75": {"forecast": p75, "actual": actual_75, "error_pct": 100 * (p75 / actual_75 - 1)},
-        **{k: {"forecast": v, "error_pct": 100 * (v / actual - 1)} for k, v in forecasts.items()},
+        "law_at_75": {"forecast": p75, "actual": actual_75, "error_pct": error_pct(p75, actual_75)},
+        **{k: {"forecast": v, "error_pct": error_pct(v, actual)} for k, v in forecasts.items()},
     }
 
 
