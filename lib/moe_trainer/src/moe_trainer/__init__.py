@@ -22,7 +22,8 @@ from moe_trainer.hf import load_hf, save_hf
 from moe_trainer.model import Model, MoEStats, forward, init_params, param_logical_axes, update_router_bias
 from moe_trainer.presets import load_preset, preset_names
 from moe_trainer.sharding import make_mesh, param_shardings, shard_params
-from moe_trainer.train import TrainConfig, TrainResult, train
+from moe_trainer.train import train
+from moe_trainer.train_config import TrainConfig, TrainResult
 
 __all__ = [
     "FlopsPerToken",
