@@ -65,9 +65,9 @@ from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage
 from moe_trainer.jsonio import write_json_atomic
 from moe_trainer.presets import load_preset, preset_path
-from moe_trainer.train import TrainConfig as TrainerConfig
-from moe_trainer.train import TrainResult
 from moe_trainer.train import train as run_trainer
+from moe_trainer.train_config import TrainConfig as TrainerConfig
+from moe_trainer.train_config import TrainResult
 from moe_trainer.warm_start import WarmStartConfig
 
 if TYPE_CHECKING:

@@ -6,10 +6,9 @@ hidden behind either is still two modules that cannot be understood, tested or m
 The graph holds all the packages at once, so a cycle across two packages is found too; each package's test
 fails on the cycles that pass through one of its modules and prints each with its import lines.
 
-``moe_trainer`` is in the list although its cycles (``moe_trainer.train`` with ``compiled``,
-``batch_source``, ``presets`` and ``resume`` through TYPE_CHECKING imports; ``dispatch`` with
-``dispatch_ep``) are being removed on the trainer's branch: its case fails until that lands, and is run
-after the trainer merge.
+``moe_trainer`` is in the list like the others: the trainer's former cycles (``moe_trainer.train`` with
+``compiled``, ``batch_source``, ``presets`` and ``resume`` through TYPE_CHECKING imports; ``dispatch`` with
+``dispatch_ep``) were removed, and its case passes like every other package's.
 """
 
 from __future__ import annotations

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
-from typing import Any, TextIO
-
-import fsspec
+from typing import TextIO
 
 from marin import RunResult
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as f:
-        return json.load(f)
+from moe_trainer.jsonio import read_json
 
 
 def _output_path(result: RunResult, name: str) -> str | None:
@@ -38,11 +28,11 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
     for entry in result.plan.entries:
         lines.append(f"  {entry.name:<26} {entry.output_path}")
     train_path, eval_path = _output_path(result, train_step), _output_path(result, eval_step)
-    train = _read_json(f"{train_path}/train_result.json") if train_path else None
+    train = read_json(f"{train_path}/train_result.json") if train_path else None
     if train:
         lines.append(f"Training: {train['step']} steps, final training loss {train['loss']:.3f} nats/token, "
                      f"{train['tokens_per_s']:.0f} tokens/s (median)")
-    evaluation = _read_json(f"{eval_path}/eval.json") if eval_path else None
+    evaluation = read_json(f"{eval_path}/eval.json") if eval_path else None
     if evaluation:
         lines.append("Held-out evaluation (bits per UTF-8 byte, lower is better; 8 = knowing nothing):")
         for domain, row in evaluation["domains"].items():
@@ -52,7 +42,7 @@ def summary_text(result: RunResult, *, train_step: str, eval_step: str, script: 
             f"  micro    {evaluation['micro']['bpb']:.3f} bits/byte   macro {evaluation['macro']['bpb']:.3f}"
         )
     choices_path = _output_path(result, choices_step) if choices_step else None
-    choices = _read_json(f"{choices_path}/choices.json") if choices_path else None
+    choices = read_json(f"{choices_path}/choices.json") if choices_path else None
     if choices:
         lines.append("Downstream multiple choice (log-likelihood, lm-eval's scoring; ± one standard error):")
         for task, row in choices["tasks"].items():

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.step import Resources
+from marin.execution import causes
 
 Wire = tuple[Any, ...]  # an AttemptResult as plain values (`AttemptResult.to_wire`)
 HOST = socket.gethostname()  # the machine an attempt ran on (a forked worker shares its executor's)
@@ -76,7 +77,7 @@ class AttemptResult:
             pickled = None
         message = f"{context}: {exc}" if context else str(exc)
         if "cause" not in fields and outcome is Outcome.FAILED:
-            fields["cause"] = "oom" if isinstance(exc, MemoryError) else "failed"
+            fields["cause"] = causes.OOM if isinstance(exc, MemoryError) else causes.FAILED
         return cls(outcome, error_type=type(exc).__name__, message=message,
                    traceback="".join(traceback.format_exception(exc)), exception=pickled, **fields)
 

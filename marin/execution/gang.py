@@ -534,9 +534,7 @@ def submit_gang(
     return (
         _remote(supervise)
         .options(
-            num_cpus=0,
-            max_retries=0,
-            retry_exceptions=False,
+            **ray_task_options(num_cpus=0, num_gpus=0, memory=None, custom={}, env={}),
             name=f"{name}:gang",
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )

@@ -41,11 +41,11 @@ def ray_task_options(
     custom: Mapping[str, float],
     env: Mapping[str, str],
 ) -> dict[str, Any]:
-    """One attempt task's Ray options (a plain step's task, or one gang member's): its resources, its env,
-    and `max_retries=0` with `retry_exceptions=False`, since the executor owns every retry (a task cut short
-    by a lost node comes back as an interruption it records and re-submits as a new attempt; Ray's default
-    of 3 retries re-ran it silently, under the same attempt number). Zero GPUs, no memory, no custom
-    resources and an empty env leave their option out."""
+    """One attempt task's Ray options (a plain step's task, a gang member's, or a gang's supervisor, which
+    asks for no resources): its resources, its env, and `max_retries=0` with `retry_exceptions=False`, since
+    the executor owns every retry (a task cut short by a lost node comes back as an interruption it records
+    and re-submits as a new attempt; Ray's default of 3 retries re-ran it silently, under the same attempt
+    number). Zero GPUs, no memory, no custom resources and an empty env leave their option out."""
     options: dict[str, Any] = {"num_cpus": num_cpus, "max_retries": 0, "retry_exceptions": False}
     if num_gpus:
         options["num_gpus"] = num_gpus

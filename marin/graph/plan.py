@@ -86,9 +86,6 @@ class Plan:
     warnings: list[str]
     not_selected: int
 
-    def by_action(self, action: str) -> list[PlanEntry]:
-        return [e for e in self.entries if e.action == action]
-
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for e in self.entries:

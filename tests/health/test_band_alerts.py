@@ -25,7 +25,7 @@ from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
 from moe_trainer.health import HealthConfig
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
-from moe_trainer.train import MeshConfig
+from moe_trainer.train_config import MeshConfig
 from openlab_records import PREDICTION_FILE, RecordTamperedError, write_sealed
 from operators.scaling.target import TargetTrainConfig, train_target
 from operators.train import TrainConfig

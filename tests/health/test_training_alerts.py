@@ -24,7 +24,8 @@ from moe_trainer.config import ModelConfig
 from moe_trainer.health import HealthConfig
 from moe_trainer.metrics import MetricsConfig
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, train
+from moe_trainer.train import train
+from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig
 from moe_trainer.watch import LossSpike, Stall
 from tests.health.issue import post_alerts
 

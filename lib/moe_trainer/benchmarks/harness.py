@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from moe_trainer.compiled import Compiled, StepSpec, build_mesh, compile_train_step
-from moe_trainer.train import TrainConfig
+from moe_trainer.train_config import TrainConfig
 
 
 def random_batch(cfg: TrainConfig, seed: int) -> dict[str, np.ndarray]:

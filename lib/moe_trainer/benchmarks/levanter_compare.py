@@ -37,7 +37,7 @@ from harness import JaxStep, data_parallel, parse_value
 
 from moe_trainer.config import ModelConfig
 from moe_trainer.presets import load_preset
-from moe_trainer.train import TrainConfig
+from moe_trainer.train_config import TrainConfig
 
 YNN = {"on": (), "off": (("xla_cpu_experimental_ynn_fusion_type", ""),), "auto": None}
 

@@ -33,7 +33,7 @@ from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_s
 from moe_trainer.data.loader import TrainLoader
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage, open_mixture
 from moe_trainer.presets import load_preset
-from moe_trainer.train import TrainConfig
+from moe_trainer.train_config import TrainConfig
 
 SHARD_TOKENS = 1 << 20
 

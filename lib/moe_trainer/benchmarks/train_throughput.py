@@ -44,7 +44,7 @@ from moe_trainer.compiled import clear_compiled
 from moe_trainer.config import ModelConfig
 from moe_trainer.metrics import peak_flops_per_device, train_flops_per_token
 from moe_trainer.presets import load_preset
-from moe_trainer.train import TrainConfig
+from moe_trainer.train_config import TrainConfig
 
 
 class TorchStep:

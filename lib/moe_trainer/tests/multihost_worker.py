@@ -55,7 +55,7 @@ def config(spec: dict[str, Any]) -> Any:
     from moe_trainer.evaluate import EvalConfig
     from moe_trainer.metrics import MetricsConfig
     from moe_trainer.presets import load_preset
-    from moe_trainer.train import MeshConfig
+    from moe_trainer.train_config import MeshConfig
 
     tc = load_preset("tiny")
     return dataclasses.replace(

@@ -21,7 +21,7 @@ import pytest
 
 from moe_trainer import optim
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint
-from moe_trainer.compiled import StepSpec, compile_train_step
+from moe_trainer.compiled import StepSpec, build_mesh, compile_train_step
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, TokenCache, write_shard
 from moe_trainer.data.loader import TrainLoader
@@ -32,7 +32,8 @@ from moe_trainer.metrics import MetricsConfig
 from moe_trainer.model import Model, init_params
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.step import accumulate_gradients
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, build_mesh, parse_config, train
+from moe_trainer.train import parse_config, train
+from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig
 
 VOCAB = 64
 EOS = 0

@@ -18,7 +18,8 @@ from moe_trainer.data.mixture import MixtureConfig, MixtureStage, open_mixture
 from moe_trainer.health import HealthConfig
 from moe_trainer.metrics import MetricsConfig
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, train
+from moe_trainer.train import train
+from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig
 
 VOCAB, SEQ, BATCH = 64, 16, 8
 MODEL = ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from moe_trainer.checkpoint import CheckpointConfig, load_checkpoint, read_foreign_checkpoint
-from moe_trainer.compiled import StepSpec, compile_train_step
+from moe_trainer.compiled import StepSpec, build_mesh, compile_train_step
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import CacheHeader, CacheWriter, write_shard
 from moe_trainer.health import HealthConfig
@@ -24,7 +24,8 @@ from moe_trainer.metrics import MetricsConfig
 from moe_trainer.model import init_params
 from moe_trainer.optim import OptimizerConfig, ScheduleConfig
 from moe_trainer.params import is_axes_leaf, param_logical_axes
-from moe_trainer.train import DataConfig, MeshConfig, TrainConfig, build_mesh, train
+from moe_trainer.train import train
+from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig
 from moe_trainer.warm_start import WarmStartConfig, flatten, map_params, read_source, warm_state
 
 VOCAB, SEQ, BATCH = 64, 32, 8

@@ -1,10 +1,13 @@
 """The trainer's files written whole: one atomic write and one JSON read, for every path fsspec opens.
 
 ``write_atomic`` writes so that no reader ever sees a partial file: a temporary file renamed into place on a
-local disk, one object (made visible only when it is closed) on an object store. ``write_json_atomic`` is
-the one way the library writes a JSON document (indented, keys sorted, UTF-8). ``read_json`` is the one way
-it reads one: ``None`` when the file does not exist, ``JsonFileError`` naming the path when it is not JSON.
-The operators write their JSON outputs through the same two functions.
+local disk, one object (made visible only when it is closed) on an object store. ``write_json_atomic``
+writes a JSON document to a URL (indented, keys sorted, UTF-8); three files keep a form of their own: the
+one-line ``wandb.json`` (metrics.py) and ``watch.json`` heartbeat (watch.py), written compact by
+``write_atomic`` on the filesystem their writer holds open, and a Hugging Face ``config.json`` (hf.py reads
+and writes it in that format). ``read_json`` is the one way it reads any other: ``None`` when the file does
+not exist, ``JsonFileError`` naming the path when it is not JSON. The operators write their JSON outputs
+through the same two functions.
 """
 
 from __future__ import annotations

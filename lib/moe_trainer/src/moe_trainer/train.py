@@ -1,4 +1,4 @@
-"""Training entry points: ``TrainConfig``, ``train(config) -> TrainResult`` and the draccus CLI.
+"""Training entry points: ``train(config) -> TrainResult`` and the draccus CLI (``main``, ``parse_config``).
 
     python -m moe_trainer.train --config tiny [--num_steps 200 --optimizer.lr 1e-3 ...]
     python -m moe_trainer.train --config path/to/preset.yaml --output_dir runs/x
@@ -49,15 +49,7 @@ from jax.sharding import Mesh
 from moe_trainer import distributed
 from moe_trainer.batch_source import BatchSource, open_source, progress_of, rows_of
 from moe_trainer.checkpoint import Checkpointer
-from moe_trainer.compiled import (
-    CPU_COMPILER_OPTIONS,
-    Compiled,
-    StepSpec,
-    build_mesh,
-    compile_train_step,
-    compiler_options,
-    state_shardings,
-)
+from moe_trainer.compiled import Compiled, StepSpec, build_mesh, compile_train_step
 from moe_trainer.data.loader import Prefetcher
 from moe_trainer.distributed import DistributedConfig
 from moe_trainer.evaluate import evaluate
@@ -68,26 +60,10 @@ from moe_trainer.model import Model
 from moe_trainer.progress import ProgressFile, read_progress
 from moe_trainer.resume import last_train_row, restore_or_init
 from moe_trainer.state import TrainState
-from moe_trainer.train_config import DataConfig, MeshConfig, TrainConfig, TrainResult
+from moe_trainer.train_config import TrainConfig, TrainResult
 from moe_trainer.watch import Watcher, facts_of
 
-# Importable from here as before the configs moved to train_config.py (tests, benchmarks and notebooks use
-# them).
-__all__ = [
-    "CPU_COMPILER_OPTIONS",
-    "BatchSource",
-    "DataConfig",
-    "MeshConfig",
-    "TrainConfig",
-    "TrainResult",
-    "TrainState",
-    "build_mesh",
-    "compiler_options",
-    "main",
-    "parse_config",
-    "state_shardings",
-    "train",
-]
+__all__ = ["main", "parse_config", "train"]
 
 
 def train(config: TrainConfig, *, batch_source: BatchSource | None = None) -> TrainResult:

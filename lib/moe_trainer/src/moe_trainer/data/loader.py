@@ -110,10 +110,6 @@ class TrainLoader:
                              f"of seq_len={seq_len}; tokenize more data or lower seq_len")
         self._perms: dict[int, FeistelPermutation] = {}
 
-    @property
-    def steps_per_epoch(self) -> float:
-        return self.num_sequences / self.batch_size
-
     def permutation(self, epoch: int) -> FeistelPermutation:
         if epoch not in self._perms:  # tiny objects; a run touches a handful of epochs
             self._perms[epoch] = FeistelPermutation(self.num_sequences, self.seed, epoch)
