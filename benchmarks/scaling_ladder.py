@@ -89,19 +89,8 @@ def real_ladder(prefix: str) -> list[dict[str, Any]]:
         }
         if row["verdict_path"]:
             verdict = Verdict.from_json(read_json(row["verdict_path"]), row["verdict_path"])
-            entry["points"] = [
-                {
-                    "label": p.band.label,
-                    "step": p.band.step,
-                    "point": p.band.point,
-                    "low": p.band.low,
-                    "high": p.band.high,
-                    "actual": p.actual,
-                    "error_pct": p.error_pct,
-                    "inside": p.inside,
-                }
-                for p in verdict.points
-            ]
+            keys = ("label", "step", "point", "low", "high", "actual", "error_pct", "inside")
+            entry["points"] = [{k: p.to_json()[k] for k in keys} for p in verdict.points]
             entry["endpoint_error_pct"] = verdict.endpoint.error_pct
             entry["endpoint_inside"] = verdict.endpoint.inside
             entry["coverage"] = verdict.hits / len(verdict.points)
