@@ -11,15 +11,17 @@ So `start()`, called by `ensure_ray` after it started an embedded Ray, launches 
 own session (`python -I -S .../ray_watchdog.py DRIVER_PID PID:START...`, standard library only, so it starts
 in tens of milliseconds). The watchdog waits on the driver (a pidfd where Linux has one, else a 0.5 s poll of
 /proc) and, while it waits, records every descendant of the Ray processes it was given, with its start time,
-once a second - so it still knows the agents after the raylet's death re-parents them. When the driver is gone
-it sends SIGTERM to each recorded process that still exists as the same process (same pid and start time: a
-reused pid is never signalled), SIGKILL to any left after `GRACE_S`, and exits. When every recorded process
-ended while the driver lives (`ray.shutdown()`), it exits without signalling anything. Linux only (it reads
-/proc); elsewhere `start` does nothing.
+once a second for the node's first 30 s and every 10 s after (one scan of /proc costs a few milliseconds) - so
+it still knows the agents after the raylet's death re-parents them. When the driver is gone it sends SIGTERM
+to each recorded process that still exists as the same process (same pid and start time: a reused pid is never
+signalled), SIGKILL to any left after `GRACE_S`, and exits. When every recorded process ended while the driver
+lives (`ray.shutdown()`), it exits without signalling anything. Linux only (it reads /proc); elsewhere `start`
+does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -31,7 +33,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-SCAN_S = 1.0
+SCAN_S = (1.0, 10.0)
+"""Seconds between two scans of /proc: the first while the node starts its agents (`FAST_S`), then the second
+(workers need no recording: they die with their raylet)."""
+FAST_S = 30.0
 GRACE_S = 3.0
 
 
@@ -94,10 +99,8 @@ def _end(tracked: dict[int, int]) -> None:
     targets = alive(tracked)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
         deadline = time.monotonic() + GRACE_S
         while sig == signal.SIGTERM and targets and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -112,8 +115,10 @@ def watch(driver: int, roots: dict[int, int]) -> int:
     except (AttributeError, OSError):
         fd = None
     tracked = alive(roots)
+    began = time.monotonic()
     while tracked:
-        if start == -1 or _wait_for_exit(driver, start, fd, SCAN_S):
+        interval = SCAN_S[0] if time.monotonic() - began < FAST_S else SCAN_S[1]
+        if start == -1 or _wait_for_exit(driver, start, fd, interval):
             _end(tracked)
             return 0
         tracked = alive(tracked)
