@@ -253,10 +253,17 @@ def test_a_supervised_resubmit_of_an_ended_experiment_runs_it_and_follows_only_i
     env = demo_env(tmp_path)
     script = str(repo / "exp14_submit_again.py")
     base = ["submit", script, "--cluster", cluster.dashboard_url, "--env", "DEMO_COUNTER_DIR"]
-    first = marin([*base, "--prefix", str(tmp_path / "one")], env)
+    first = marin([*base, "--prefix", str(tmp_path / "one"), "--issue", "owner/repo#7"], env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (1, 1, 1)
     old_job = _submitted_job(first)
+    # --issue reaches submit's issue line, the job's record and `marin jobs list` as it reaches the run
+    assert "  issue: owner/repo#7\n" in first.stdout
+    manifest = json.loads(next((tmp_path / "one" / "experiments").glob("*.json")).read_text())
+    assert manifest["issue"] == "owner/repo#7"
+    listing = marin(["jobs", "list", "--cluster", cluster.dashboard_url], env)
+    [row] = [line for line in listing.stdout.splitlines() if line.startswith(old_job)]
+    assert "owner/repo#7" in row.split()
 
     second = marin([*base, "--prefix", str(tmp_path / "two"), "--resubmit-on-driver-loss", "1"], env)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -271,9 +278,10 @@ def test_a_supervised_resubmit_of_an_ended_experiment_runs_it_and_follows_only_i
     from ray.job_submission import JobSubmissionClient
 
     client = JobSubmissionClient(cluster.dashboard_url)
-    for job in client.list_jobs():
-        if job.submission_id == old_job:
-            client.delete_job(old_job)
+    meta = client.get_job_info(old_job).metadata
+    assert meta["marin_issue"] == "owner/repo#7" and json.loads(meta["marin_flags"]) == [
+        "--prefix", str(tmp_path / "one"), "--issue", "owner/repo#7"]
+    client.delete_job(old_job)
     third = marin([*base, "--prefix", str(tmp_path / "one")], env)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert _submitted_job(third) != old_job  # a deleted job's id is never given to a new driver
