@@ -24,10 +24,10 @@ def _list(client: Any) -> int:
     if not rows:
         print("no marin jobs on this cluster")
         return 0
-    print(f"{'JOB':<44} {'KIND':<10} {'STATE':<10} {'STARTED':<21} {'ISSUE':<20} EXPERIMENT")
+    print(f"{'JOB':<60} {'KIND':<10} {'STATE':<10} {'STARTED':<21} {'ISSUE':<20} EXPERIMENT")
     for r in rows:
         print(
-            f"{r.submission_id:<44} {r.kind:<10} {r.status:<10} {jobs.format_time(r.start_time):<21} "
+            f"{r.submission_id:<60} {r.kind:<10} {r.status:<10} {jobs.format_time(r.start_time):<21} "
             f"{r.issue or '-':<20} {r.experiment}"
         )
     return 0

@@ -2,17 +2,20 @@
 
 Order of work: learn the experiment's id and issue from the script (its `executor_main` in "describe" mode:
 the DAG is built and hashed, nothing planned or written) -> check the code Ray would upload against its size
-limit (`package.py`) -> attach to a live job of the same experiment, or submit `python -m marin run SCRIPT
-[run flags]` (or, with `--resubmit-on-driver-loss`, the supervisor that keeps starting such drivers: see
-`supervisor.py`) with the repository as `working_dir`, the credentials sealed (`job_env.py`) and entrypoint
-resources that keep the driver off the head node -> print where everything is -> follow the driver's output
-until the job ends (unless `--no-wait`), exiting 0 on success, 1 when a step failed, 2 on bad input, 3 when
-the driver was lost and not replaced, 130 when the job was stopped.
+limit (`package.py`) -> attach to a live job of the same experiment, or, under a fresh submit id
+(`jobs.new_submit_id`), submit `python -m marin.cluster.driver SCRIPT [run flags]` (`marin run` plus the check
+that it started its plan: `driver.py`) (or, with `--resubmit-on-driver-loss`, the supervisor that keeps
+starting such drivers: see `supervisor.py`) with the repository as `working_dir`, the credentials sealed
+(`job_env.py`) and entrypoint resources that keep the driver off the head node -> print where everything is ->
+follow this submit's drivers' output (never another submit's) until the last one ends (unless `--no-wait`),
+exiting 0 on success, 1 when a step failed, 2 on bad input, 3 when the driver was lost and not replaced, 4
+when the driver ended without starting its plan, 130 when the job was stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import runpy
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.cluster import jobs
+from marin.cluster.driver import EXPERIMENT_ENV_VAR
 from marin.cluster.job_env import MODULE_ENV_VAR, collect, seal
 from marin.cluster.package import ALWAYS_EXCLUDED, PackageTooLargeError, check_working_dir, repository_root
 
@@ -106,7 +110,8 @@ def describe(script: Path, flags: list[str]) -> Any:
 
 
 def run_entrypoint(script_rel: str, flags: Sequence[str]) -> str:
-    return " ".join(["python", "-m", "marin", "run", shlex.quote(script_rel), *map(shlex.quote, flags)])
+    driver = ["python", "-m", "marin.cluster.driver"]
+    return " ".join([*driver, shlex.quote(script_rel), *map(shlex.quote, flags)])
 
 
 def _options(ns: argparse.Namespace) -> dict[str, Any]:
@@ -131,26 +136,38 @@ def _runtime_env(root: Path, ns: argparse.Namespace) -> dict[str, Any]:
     return runtime_env
 
 
-def _submit(
-    client: Any, described: Any, script_rel: str, flags: list[str], root: Path, ns: argparse.Namespace
-) -> str:
-    existing = jobs.marin_jobs(client, described.experiment_id)
-    kind = jobs.SUPERVISOR if ns.resubmit_on_driver_loss else jobs.RUN
-    n = jobs.next_number(existing, kind)
-    metadata = {
+def job_metadata(
+    described: Any, submit: str, kind: str, script_rel: str, flags: Sequence[str]
+) -> dict[str, str]:
+    """What the job's record (Ray's job list and dashboard, `marin jobs list`) says about the run: the values
+    the run itself uses (the issue `--issue` names, the resolved prefix), and every run flag as given."""
+    return {
         "marin_experiment": described.experiment_id,
         "marin_kind": kind,
+        "marin_submit": submit,
+        "marin_driver": "1" if kind == jobs.RUN else "0",
         "marin_issue": described.issue or "",
         "marin_script": script_rel,
         "marin_prefix": described.prefix,
+        "marin_flags": json.dumps(list(flags)),
     }
+
+
+def _submit(
+    client: Any, described: Any, script_rel: str, flags: list[str], root: Path, ns: argparse.Namespace
+) -> tuple[str, str]:
+    """Submit this submit's first driver (or its supervisor) under a fresh submit id; its submission id."""
+    submit = jobs.new_submit_id()
+    kind = jobs.SUPERVISOR if ns.resubmit_on_driver_loss else jobs.RUN
+    metadata = job_metadata(described, submit, kind, script_rel, flags)
     entrypoint = run_entrypoint(script_rel, flags)
     if kind == jobs.SUPERVISOR:
         spec = {
             "experiment": described.experiment_id,
+            "submit": submit,
             "entrypoint": entrypoint,
             "options": _options(ns),
-            "metadata": {**metadata, "marin_kind": jobs.RUN},
+            "metadata": {**metadata, "marin_kind": jobs.RUN},  # and marin_driver: n
             "max_resubmits": ns.resubmit_on_driver_loss,
         }
         entrypoint = f"python -m marin.cluster.supervisor {shlex.quote(json.dumps(spec, sort_keys=True))}"
@@ -159,14 +176,14 @@ def _submit(
         ] = {}  # the supervisor is tiny: it may sit on the head (it pins its actor there)
     else:
         options = _options(ns)
-    sid = jobs.submission_id(described.experiment_id, n, kind)
+    sid = jobs.submission_id(described.experiment_id, submit, 1, kind)
     runtime_env = _runtime_env(root, ns)
     runtime_env["env_vars"]["MARIN_JOB_SUBMISSION_ID"] = sid
-    return str(
-        client.submit_job(
-            entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env, metadata=metadata, **options
-        )
+    runtime_env["env_vars"][EXPERIMENT_ENV_VAR] = described.experiment_id
+    client.submit_job(
+        entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env, metadata=metadata, **options
     )
+    return sid, submit
 
 
 def _announce(row_or_id: str, described: Any, address: str, attached: bool) -> None:
@@ -184,16 +201,32 @@ def _announce(row_or_id: str, described: Any, address: str, attached: bool) -> N
     print(f"  follow: marin jobs logs {described.experiment_id} --follow --cluster {address}", flush=True)
 
 
-def follow(client: Any, experiment_id: str, first: jobs.JobRow | None) -> int:
-    """Follow the experiment's run jobs (a supervisor's replacement drivers too) until one ends for good."""
-    row = first or jobs.wait_for_run(client, experiment_id, after=0, timeout_s=300)
+def _supervisor_end(client: Any, experiment_id: str, submit: str) -> int:
+    """The exit code when a supervisor ended without (another) driver: its own, told with its last words."""
+    sups = jobs.marin_jobs(client, experiment_id, jobs.SUPERVISOR, submit=submit)
+    if not sups:
+        print(f"marin submit: no driver job of submit {submit} appeared for this experiment", file=sys.stderr)
+        return 3
+    sup = sups[-1]
+    log = client.get_job_logs(sup.submission_id)
+    last = [line for line in log.splitlines() if "marin supervisor" in line]
+    print(f"marin submit: supervisor {sup.submission_id} ended {sup.status}"
+          + (f": {last[-1]}" if last else f": {sup.message}" if sup.message else ""), file=sys.stderr)
+    return 3 if sup.status == "SUCCEEDED" else jobs.exit_code(sup)
+
+
+def follow(client: Any, experiment_id: str, submit: str) -> int:
+    """Follow this submit's drivers (its supervisor's replacement drivers too) until one ends for good; never
+    a job of another submit of the same experiment."""
+    row = jobs.wait_for_run(client, experiment_id, submit, after=0, timeout_s=300)
     while row is not None:
         jobs.follow_logs(client, row.submission_id)
         row = jobs.resolve(client, row.submission_id)
         while row.live:  # the log stream can end a moment before Ray records the job's end
             time.sleep(0.5)
             row = jobs.resolve(client, row.submission_id)
-        supervised = any(r.live for r in jobs.marin_jobs(client, experiment_id, jobs.SUPERVISOR))
+        sups = jobs.marin_jobs(client, experiment_id, jobs.SUPERVISOR, submit=submit)
+        supervised = any(r.live for r in sups)
         if not (row.driver_lost and supervised):
             print(
                 f"marin submit: job {row.submission_id} ended {row.status}"
@@ -204,9 +237,8 @@ def follow(client: Any, experiment_id: str, first: jobs.JobRow | None) -> int:
             f"marin submit: the driver of {row.submission_id} was lost; waiting for its replacement",
             flush=True,
         )
-        row = jobs.wait_for_run(client, experiment_id, after=row.number, timeout_s=300)
-    print("marin submit: no driver job appeared for this experiment", file=sys.stderr)
-    return 3
+        row = jobs.wait_for_run(client, experiment_id, submit, after=row.driver, timeout_s=300)
+    return _supervisor_end(client, experiment_id, submit)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -226,17 +258,12 @@ def main(argv: Sequence[str]) -> int:
         return 2
     script_rel = str(script.resolve().relative_to(root))
     live = [r for r in jobs.marin_jobs(client, described.experiment_id) if r.live]
-    if live:
-        _announce(live[-1].submission_id, described, address, attached=True)
+    if live:  # follow that submit's jobs: a second driver of one experiment is never started
+        sid, submit = live[-1].submission_id, live[-1].submit
+        _announce(sid, dataclasses.replace(described, issue=live[-1].issue or None), address, attached=True)
     else:
-        try:
-            sid = _submit(client, described, script_rel, flags, root, ns)
-        except RuntimeError as e:
-            if "already exists" not in str(e):
-                raise
-            sid = next(r.submission_id for r in jobs.marin_jobs(client, described.experiment_id) if r.live)
-        _announce(sid, described, address, attached=bool(live))
+        sid, submit = _submit(client, described, script_rel, flags, root, ns)
+        _announce(sid, described, address, attached=False)
     if ns.no_wait:
         return 0
-    runs = [r for r in jobs.marin_jobs(client, described.experiment_id, jobs.RUN) if r.live]
-    return follow(client, described.experiment_id, runs[-1] if runs else None)
+    return follow(client, described.experiment_id, submit)

@@ -3,11 +3,15 @@
 Ray Jobs never restart a driver: when the driver process or its node dies, the job is FAILED and the
 experiment stops until someone resubmits it. `marin submit --resubmit-on-driver-loss N` therefore submits this
 module as a small job of its own. Its driver creates (or finds, after a restart) the actor
-`marin-supervisor-{experiment}`: detached, `max_restarts=-1` (Ray restarts it elsewhere if its node dies),
-needing no CPU and pinned to the head node, which is the one node whose loss ends the cluster anyway. The
-actor submits the experiment's run job (`python -m marin run ...`, with the supervisor job's own `working_dir`
-and sealed environment, already uploaded, so nothing is uploaded again), and watches it:
-- the job SUCCEEDED, FAILED because a step failed (the driver exited 1 or 2), or was STOPPED: done;
+`marin-supervisor-{experiment}-{submit}`: detached, `max_restarts=-1` (Ray restarts it elsewhere if its node
+dies), needing no CPU and pinned to the head node, which is the one node whose loss ends the cluster anyway.
+The actor submits the experiment's run job (`python -m marin.cluster.driver ...`, with the supervisor job's
+own `working_dir` and sealed environment, already uploaded, so nothing is uploaded again), and watches it. It
+knows its drivers by their submit id (`marin_submit` in their metadata; see `jobs.py`): a run job of the same
+experiment from any other submit (an ended one, say, from an earlier submit to another prefix) is never taken
+for its own.
+- the job SUCCEEDED, FAILED because a step failed or no plan ran (the driver exited 1, 2 or 4), or was
+  STOPPED: done;
 - the job FAILED because its driver was lost (killed by a signal, or Ray's job supervisor died with its node):
   the loss is recorded in the experiment's manifest (`interruptions`, cause `driver_lost`) and a new run job
   is submitted, up to N times. The new driver replans: finished steps are skipped, and the steps the lost
@@ -62,14 +66,19 @@ class Supervisor:
         self.spec, self.client = spec, client
         self.runtime_env = {k: v for k, v in runtime_env.items() if k != "excludes"}
         self.experiment: str = spec["experiment"]
+        self.submit: str = spec["submit"]
         self.result: dict[str, Any] | None = None
 
+    def _drivers(self) -> list[jobs.JobRow]:
+        """The run jobs this supervisor submitted (after a restart: before it, too), oldest first."""
+        return jobs.marin_jobs(self.client, self.experiment, jobs.RUN, submit=self.submit)
+
     def _current(self) -> jobs.JobRow | None:
-        runs = jobs.marin_jobs(self.client, self.experiment, jobs.RUN)
-        return runs[-1] if runs else None
+        runs = self._drivers()
+        return max(runs, key=lambda r: r.driver) if runs else None
 
     def _submit(self, n: int) -> None:
-        sid = jobs.submission_id(self.experiment, n)
+        sid = jobs.submission_id(self.experiment, self.submit, n)
         env = dict(self.runtime_env)
         env["env_vars"] = {**env.get("env_vars", {}), "MARIN_JOB_SUBMISSION_ID": sid}
         try:
@@ -77,7 +86,7 @@ class Supervisor:
                 entrypoint=self.spec["entrypoint"],
                 submission_id=sid,
                 runtime_env=env,
-                metadata=self.spec["metadata"],
+                metadata={**self.spec["metadata"], "marin_driver": str(n)},
                 **self.spec["options"],
             )
         except RuntimeError as e:
@@ -102,9 +111,7 @@ class Supervisor:
                     "resubmits": resubmits,
                 }
                 return self.result
-            lost_before = sum(
-                1 for r in jobs.marin_jobs(self.client, self.experiment, jobs.RUN) if r.driver_lost
-            )
+            lost_before = sum(1 for r in self._drivers() if r.driver_lost)
             _record_driver_loss(self.spec["metadata"]["marin_prefix"], self.experiment, current)
             if lost_before > int(self.spec["max_resubmits"]):
                 self.result = {
@@ -115,7 +122,7 @@ class Supervisor:
                 }
                 return self.result
             resubmits += 1
-            self._submit(current.number + 1)
+            self._submit(current.driver + 1)
 
 
 def _actor_class() -> Any:
@@ -161,7 +168,7 @@ def main(argv: list[str]) -> int:
 
     spec = json.loads(argv[0])
     ray.init(address="auto", namespace="marin", log_to_driver=False)
-    name = f"marin-supervisor-{spec['experiment']}"
+    name = f"marin-supervisor-{spec['experiment']}-{spec['submit']}"
     actor = _actor_class().options(name=name, get_if_exists=True).remote(spec)
     result = ray.get(actor.wait.remote())
     ray.kill(actor)

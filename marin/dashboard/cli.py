@@ -1,4 +1,4 @@
-"""`marin dashboard [--prefix P] [--host 127.0.0.1] [--port 8000]`: serve the dashboard with uvicorn.
+"""`marin dashboard [--prefix P] [--host H] [--port 8000] [--metrics-cache-mb N]`: serve the dashboard.
 
 Bound to loopback by default: the dashboard shows configs, logs and files, so exposing it is a decision the
 user makes with --host. The prefix comes from --prefix, else MARIN_PREFIX, else ./marin-out.
@@ -29,6 +29,13 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a read file is trusted before its mtime/etag is checked again "
         "(default: 1 locally, 5 on object stores)",
     )
+    p.add_argument(
+        "--metrics-cache-mb",
+        type=float,
+        default=None,
+        help="most memory (MiB) the parsed metrics files take; least recently used out first "
+        "(default: $MARIN_DASHBOARD_METRICS_CACHE_MB, else 256; 0 keeps none)",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -49,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from marin.dashboard.metrics import cache_bytes
+
+    try:
+        metrics_cache = cache_bytes(args.metrics_cache_mb)
+    except ValueError as e:
+        print(f"marin dashboard: error: {e}", file=sys.stderr)
+        return 2
     import uvicorn
 
     from marin.dashboard.app import create_app
 
-    app = create_app(prefix, cache_ttl=args.cache_ttl)
+    app = create_app(prefix, cache_ttl=args.cache_ttl, metrics_cache_bytes=metrics_cache)
     print(f"marin dashboard: serving {prefix} at http://{args.host}:{args.port}/", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

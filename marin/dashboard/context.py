@@ -26,7 +26,8 @@ class Dashboard:
 
     @classmethod
     def open(
-        cls, prefix: str, *, cache_ttl: float | None = None, storage_options: dict[str, Any] | None = None
+        cls, prefix: str, *, cache_ttl: float | None = None, storage_options: dict[str, Any] | None = None,
+        metrics_cache_bytes: int | None = None,
     ) -> Dashboard:
         store = PrefixStore(prefix, ttl=cache_ttl, storage_options=storage_options)
         issues = IssueReader(store)
@@ -35,7 +36,7 @@ class Dashboard:
             prefix=prefix,
             store=store,
             experiments=experiments,
-            metrics=MetricsReader(store),
+            metrics=MetricsReader(store, metrics_cache_bytes),
             issues=issues,
             alerts=AlertIndex(store, experiments),
         )

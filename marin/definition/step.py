@@ -167,6 +167,30 @@ def fn_import_path(fn: Callable[..., Any] | type) -> str:
     return f"{module}:{fn.__qualname__}"
 
 
+def _check_name(name: Any) -> None:
+    """A step name is a relative path under the prefix: parts of letters, digits, '_', '-', '.' joined by
+    '/'. A part made only of dots would be this or the parent directory, and one starting with '-' reads as a
+    flag to every command-line tool that is handed the path (`rm`, `gsutil`, `marin --run-only`)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise StepDefinitionError(
+            f"invalid step name {name!r}: use letters, digits, '_', '-', '.', with '/' between parts "
+            "(e.g. 'tokenize/stdlib')"
+        )
+    for part in name.split("/"):
+        if not part.strip("."):
+            raise StepDefinitionError(
+                f"invalid step name {name!r}: the part {part!r} is only dots, which a path reads as this or "
+                "the parent directory; give every part a letter or digit (e.g. 'tokenize/v1.2')"
+            )
+        if part.startswith("-"):
+            raise StepDefinitionError(
+                f"invalid step name {name!r}: the part {part!r} starts with '-', which command-line tools "
+                f"read as a flag; start it with a letter, digit or '_' (e.g. {part.lstrip('-') or 'x'!r})"
+            )
+    if ".marin" in name.split("/"):
+        raise StepDefinitionError(f"invalid step name {name!r}: '.marin' is reserved for status files")
+
+
 def _check_fn(name: str, fn: Any) -> None:
     if not callable(fn):
         raise StepDefinitionError(f"step {name}: fn must be a function, got {type(fn).__name__} ({fn!r})")
@@ -217,15 +241,7 @@ class Step:
     output_path_override: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_RE.match(self.name) or ".." in self.name.split("/"):
-            raise StepDefinitionError(
-                f"invalid step name {self.name!r}: use letters, digits, '_', '-', '.', with '/' between "
-                "parts "
-                "(e.g. 'tokenize/stdlib')"
-            )
-        if ".marin" in self.name.split("/"):
-            raise StepDefinitionError(f"invalid step name {self.name!r}: '.marin' is reserved for status "
-                                      "files")
+        _check_name(self.name)
         _check_fn(self.name, self.fn)
         if not dataclasses.is_dataclass(self.config) or isinstance(self.config, type):
             raise StepDefinitionError(

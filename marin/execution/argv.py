@@ -66,6 +66,10 @@ class ExecutorMainConfig:
 
 _BOOL = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("bool", bool)}
 _LIST = {"run_only"}
+_TEXT = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("str", "str | None", str)}
+"""Flags whose value is taken literally. draccus reads every value as YAML, which would cut a prefix at ` #`
+(a comment), strip its trailing spaces, make `a: b` a mapping and refuse a value starting with `-`; such a
+value is handed to it as a JSON string, which YAML reads back exactly."""
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -97,10 +101,20 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _literal_text(args: list[str]) -> list[str]:
+    """Normalized flags with the one value of each text flag (`_TEXT`) written as a JSON string."""
+    out = list(args)
+    for i, arg in enumerate(args[:-1]):
+        single = i + 2 >= len(args) or args[i + 2].startswith("--")
+        if arg.startswith("--") and arg[2:] in _TEXT and not args[i + 1].startswith("--") and single:
+            out[i + 1] = json.dumps(args[i + 1], ensure_ascii=False)
+    return out
+
+
 def parse_flags(argv: list[str]) -> ExecutorMainConfig:
     """Parse flags; an invalid value raises ValueError naming the flag and the valid choices."""
     try:
-        return draccus.parse(ExecutorMainConfig, args=normalize_argv(argv))
+        return draccus.parse(ExecutorMainConfig, args=_literal_text(normalize_argv(argv)))
     except draccus.utils.ParsingError as e:
         cause = e.__cause__
         if isinstance(cause, ValueError):

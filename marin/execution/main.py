@@ -313,7 +313,8 @@ def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None)
     graph = build_graph(steps)
     script = script_path()
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
-    ref = IssueRef.parse(issue) if issue else IssueRef.from_script(script)
+    issue = cfg.issue or issue  # the run's own rule (`executor_main`): the --issue flag wins
+    ref = (IssueRef.parse(issue) if issue else None) or IssueRef.from_script(script)
     sink = DESCRIBED.get()
     if sink is not None:
         sink.append(Described(experiment_id, str(ref) if ref else None, cfg.resolved_prefix(),

@@ -65,6 +65,9 @@ def ensure_ray(address: str | None = None) -> bool:
         # /tmp/ray/ray_current_cluster (a stale or someone else's), instead of starting the embedded one.
         ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
                  namespace="marin", log_to_driver=False, configure_logging=False)
+        from marin.execution import ray_watchdog
+
+        ray_watchdog.start()  # ends Ray's agents too if this process is killed (they outlived it by minutes)
     return True
 
 

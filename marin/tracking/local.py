@@ -25,6 +25,7 @@ import hashlib
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +61,12 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers): fall back to the uid
         return f"uid{os.getuid()}"
+
+
+def _readonly_uri(path: Path) -> str:
+    """SQLite's read-only `file:` URI of `path`, percent-escaped (UTF-8) so that a `#`, `?` or `%` in a
+    prefix stays part of the path instead of starting the fragment or the query (or an escape)."""
+    return f"file:{urllib.parse.quote(str(path.absolute()), safe='/')}?mode=ro"
 
 
 def default_cache_dir() -> Path:
@@ -138,7 +145,8 @@ class LocalTracker(Tracker):
 
     def _connect(self, readonly: bool) -> sqlite3.Connection:
         if readonly:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            # a URI: every character of the path that means something in one (`#`, `?`, `%`) escaped
+            conn = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=30)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)

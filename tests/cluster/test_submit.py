@@ -162,21 +162,18 @@ def test_a_second_submission_of_a_live_experiment_attaches(cluster: LocalRayClus
     assert follow.returncode == 0
     wait_for(lambda: calls(tmp_path, "last") == 1, 300, "the last step")
     assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (1, 1, 1)
-    experiment = job.removeprefix("marin-").rsplit("-", 1)[0]
     from ray.job_submission import JobSubmissionClient
 
-    runs = [
-        j
-        for j in JobSubmissionClient(cluster.dashboard_url).list_jobs()
-        if (j.metadata or {}).get("marin_experiment") == experiment
-    ]
+    listed = JobSubmissionClient(cluster.dashboard_url).list_jobs()
+    experiment = next(j.metadata["marin_experiment"] for j in listed if j.submission_id == job)
+    runs = [j for j in listed if (j.metadata or {}).get("marin_experiment") == experiment]
     assert len(runs) == 1
 
 
 def _driver_process(script_name: str) -> psutil.Process:
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "marin" in cmd and "run" in cmd and any(c.endswith(script_name) for c in cmd):
+        if "marin.cluster.driver" in cmd and any(c.endswith(script_name) for c in cmd):
             return proc
     raise LookupError(f"no driver process running {script_name}")
 
@@ -239,3 +236,56 @@ def test_a_working_tree_over_the_limit_is_refused_before_any_upload(tmp_path: Pa
     assert out.returncode == 2
     assert "over Ray's package limit of 2.0 MiB; nothing was uploaded" in out.stderr
     assert "data.bin" in out.stderr and "ignored.bin" not in out.stderr
+
+
+def _submitted_job(out: subprocess.CompletedProcess[str]) -> str:
+    return out.stdout.split("submitted job ")[1].split()[0]
+
+
+def test_a_supervised_resubmit_of_an_ended_experiment_runs_it_and_follows_only_its_own_jobs(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    """Issue 32: with an ended run job of the experiment on the cluster (an earlier submit to another prefix),
+    `--resubmit-on-driver-loss` took that job for its own driver, ran nothing and exited 0. A job deleted with
+    `ray job delete` then had its id (and log) taken by the next submit."""
+    repo = make_repo(tmp_path, "again")
+    (repo / "exp14_submit_demo.py").rename(repo / "exp14_submit_again.py")
+    env = demo_env(tmp_path)
+    script = str(repo / "exp14_submit_again.py")
+    base = ["submit", script, "--cluster", cluster.dashboard_url, "--env", "DEMO_COUNTER_DIR"]
+    first = marin([*base, "--prefix", str(tmp_path / "one"), "--issue", "owner/repo#7"], env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (1, 1, 1)
+    old_job = _submitted_job(first)
+    # --issue reaches submit's issue line, the job's record and `marin jobs list` as it reaches the run
+    assert "  issue: owner/repo#7\n" in first.stdout
+    manifest = json.loads(next((tmp_path / "one" / "experiments").glob("*.json")).read_text())
+    assert manifest["issue"] == "owner/repo#7"
+    listing = marin(["jobs", "list", "--cluster", cluster.dashboard_url], env)
+    [row] = [line for line in listing.stdout.splitlines() if line.startswith(old_job)]
+    assert "owner/repo#7" in row.split()
+
+    second = marin([*base, "--prefix", str(tmp_path / "two"), "--resubmit-on-driver-loss", "1"], env)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert (calls(tmp_path, "first"), calls(tmp_path, "slow"), calls(tmp_path, "last")) == (2, 2, 2)
+    for step in sorted((tmp_path / "two" / "demo").iterdir()):
+        assert json.loads((step / ".marin" / "status.json").read_text())["status"] == "SUCCESS"
+    assert old_job not in second.stdout  # neither its log replayed nor its end reported
+    supervisor = _submitted_job(second)
+    ended = second.stdout.split("marin submit: job ")[1].split()[0]
+    assert ended != old_job and ended.startswith(supervisor.removesuffix("supervisor"))
+
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    meta = client.get_job_info(old_job).metadata
+    assert meta["marin_issue"] == "owner/repo#7" and json.loads(meta["marin_flags"]) == [
+        "--prefix", str(tmp_path / "one"), "--issue", "owner/repo#7"]
+    client.delete_job(old_job)
+    third = marin([*base, "--prefix", str(tmp_path / "one")], env)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert _submitted_job(third) != old_job  # a deleted job's id is never given to a new driver
+    runs = json.loads(next((tmp_path / "one" / "experiments").glob("*.json")).read_text())["runs"]
+    assert [r["job"] for r in runs] == [old_job, _submitted_job(third)]  # each driver's record of its plan
+    logs = marin(["jobs", "logs", old_job, "--cluster", cluster.dashboard_url], env)
+    assert logs.returncode == 2 and f"no job or experiment named {old_job!r}" in logs.stderr
