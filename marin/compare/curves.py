@@ -52,7 +52,7 @@ def ema_smooth(ys: Sequence[float], ema: float) -> list[float]:
     return out
 
 
-def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list[float], list[float]]:
+def downsample(xs: list[float], ys: list[float], max_points: int) -> tuple[list[float], list[float]]:
     n = len(xs)
     if n <= max_points:
         return list(xs), list(ys)
@@ -62,9 +62,8 @@ def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tup
         lo, hi = b * n // buckets, (b + 1) * n // buckets
         if hi <= lo:
             continue
-        seg = range(lo, hi)
-        i_min = min(seg, key=ys.__getitem__)
-        i_max = max(seg, key=ys.__getitem__)
+        seg = ys[lo:hi]
+        i_min, i_max = lo + seg.index(min(seg)), lo + seg.index(max(seg))
         keep.extend(sorted({i_min, i_max}))
     if keep[-1] != n - 1:
         keep.append(n - 1)

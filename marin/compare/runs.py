@@ -63,12 +63,33 @@ def _entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def owners(source: Source) -> dict[str, str]:
-    """step hash -> the oldest experiment naming it."""
+    """step hash -> the oldest experiment naming it (the source's own cached map when it keeps one: the
+    dashboard's index does)."""
+    cached = getattr(source, "owners", None)
+    if callable(cached):
+        found: dict[str, str] = cached()
+        return found
     out: dict[str, str] = {}
     for key, m in sorted(source.manifests().items(), key=lambda kv: (_created(kv[1]), kv[0])):
         for entry in _entries(m):
             out.setdefault(entry["hash"], key)
     return out
+
+
+def _sharing(source: Source, hashes: set[str]) -> dict[str, int]:
+    """experiment id -> how many of `hashes` its manifest names."""
+    containing = getattr(source, "containing", None)
+    counts: dict[str, int] = {}
+    if callable(containing):
+        for h in hashes:
+            for key in containing(h):
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+    for key, m in source.manifests().items():
+        shared = len(hashes & {e["hash"] for e in _entries(m)})
+        if shared:
+            counts[key] = shared
+    return counts
 
 
 def _ref(source: Source, entry: dict[str, Any]) -> StepRef:
@@ -163,12 +184,11 @@ def baseline_of(source: Source, experiment_id: str, owner: dict[str, str] | None
         named = base.get("experiment") if kind == "experiment" else owner.get(str(base.get("hash")))
         if isinstance(named, str) and named != experiment_id and named in manifests:
             return named
-    mine = {e["hash"] for e in _entries(me)}
     best: tuple[int, float, str] | None = None
-    for key, m in manifests.items():
-        if key == experiment_id or _created(m) > _created(me):
+    for key, shared in _sharing(source, {e["hash"] for e in _entries(me)}).items():
+        m = manifests.get(key)
+        if key == experiment_id or m is None or _created(m) > _created(me):
             continue
-        shared = len(mine & {e["hash"] for e in _entries(m)})
-        if shared and (best is None or (shared, _created(m), key) > best):
+        if best is None or (shared, _created(m), key) > best:
             best = (shared, _created(m), key)
     return best[2] if best else None

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.compare.source import Columns
 from marin.dashboard.schemas import EvalPoint, ExpertLoad, Metrics
 from marin.dashboard.store import PrefixStore, signature
 
@@ -38,11 +39,12 @@ def _num(v: Any) -> float | None:
 
 
 @dataclass
-class _Columns:
+class _Columns(Columns):
+    """marin.compare's columns (every numeric key of the training rows, for the compare view) plus what the
+    step page shows besides curves: the latest expert load and the eval rows."""
+
     signature: Any = None
     consumed: int = 0
-    steps: list[float | None] = field(default_factory=list)
-    series: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in SERIES})
     expert_load: ExpertLoad | None = None
     evals: list[EvalPoint] = field(default_factory=list)
 
@@ -56,9 +58,7 @@ class _Columns:
                 )
         if "loss" not in row and "lr" not in row:
             return  # an eval-only row
-        self.steps.append(step)
-        for k in SERIES:
-            self.series[k].append(_num(row.get(k)))
+        super().add(row)
         load = row.get("expert_load")
         if isinstance(load, list) and load and all(isinstance(x, list) for x in load):
             ent = row.get("routing_entropy")
@@ -108,6 +108,10 @@ class MetricsReader:
                 self._files[rel] = cols
             return cols
 
+    def columns(self, rel: str) -> Columns | None:
+        """metrics.jsonl at `rel` as columns (incrementally read, cached): what marin.compare reads."""
+        return self._columns(rel)
+
     def metrics(self, rel: str, max_points: int) -> Metrics | None:
         cols = self._columns(f"{rel}/metrics.jsonl")
         eval_doc = self.store.read_json(f"{rel}/eval.json")
@@ -123,7 +127,8 @@ class MetricsReader:
         return Metrics(
             rows=n,
             steps=[cols.steps[i] for i in keep],
-            series={k: [v[i] for i in keep] for k, v in cols.series.items() if any(x is not None for x in v)},
+            series={k: [v[i] for i in keep] for k in SERIES
+                    if (v := cols.series.get(k)) is not None and any(x is not None for x in v)},
             downsampled=len(keep) < n,
             expert_load=cols.expert_load,
             eval_history=cols.evals[-200:],

@@ -84,6 +84,16 @@ CRITERION = Criterion(metric="eval/tiny-lr_half:macro.bpb", better="lower", base
                       min_effect=0.0)
 
 
+def lab_prefix(prefix: str) -> tuple[str, str]:
+    """`run_lab` with the real executor on the local backend under `prefix` (for module-scoped fixtures)."""
+    from marin import ExecutorMainConfig, run_experiment
+
+    def run(steps: list[Any], **kw: Any) -> Any:
+        return run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False, **kw)
+
+    return run_lab(run)
+
+
 def run_lab(run_marin: Any) -> tuple[str, str]:
     """Run the baseline, then the ablation (which reuses the baseline's eval by identity, as exp2 does);
     returns both experiment ids."""

@@ -7,9 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from marin.compare.step_view import step_view
 from marin.dashboard.alerts import StepAlerts, step_alerts
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
+from marin.dashboard.results import source
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
 from marin.dashboard.steps import log_tail, step_detail
 from marin.status import files as sf
@@ -59,10 +61,13 @@ def get_metrics(
 
 
 @router.get("/steps/{step_path:path}", response_class=HTMLResponse, include_in_schema=False)
-def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
+def step_page(step_path: str, request: Request, dash: Dash,
+              smooth: Annotated[float, Query(ge=0.0, lt=1.0)] = 0.0) -> HTMLResponse:
     step = get_step(step_path, dash)
+    res = step_view(source(dash), step.path, step.name or step.path, ema=smooth or None)
     return page(
-        request, "step.html", {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step)}
+        request, "step.html",
+        {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step), "res": res},
     )
 
 
