@@ -138,3 +138,25 @@ def test_compare_with_its_baseline_from_the_experiment_page(served: tuple[str, s
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / "compare-baseline.png"), full_page=True)
     assert pg.errors == []
+
+
+def test_the_dag_fits_its_box_with_the_result_steps_visible(served: tuple[str, str, str], page: Any) -> None:
+    from playwright.sync_api import expect
+
+    url, _, ablation = served
+    pg = page
+    pg.set_viewport_size({"width": 560, "height": 900})  # narrower than the graph's natural width
+    pg.goto(f"{url}/experiments/{ablation}")
+    dag = pg.locator("svg#dag")
+    natural = float(dag.get_attribute("width"))
+    wrap = pg.locator("#dag-wrap").bounding_box()
+    box = dag.bounding_box()
+    assert box["width"] < natural  # scaled down to fit
+    assert box["x"] + box["width"] <= wrap["x"] + wrap["width"] + 0.5
+    result = pg.locator("svg#dag g.node", has=pg.locator("title", has_text="eval/tiny-lr_half"))
+    rb = result.bounding_box()
+    assert rb["x"] + rb["width"] <= wrap["x"] + wrap["width"] + 0.5  # the result step is in view
+    expect(pg.locator(".dag-tools")).to_be_visible()
+    pg.locator("#dag-actual").click()
+    assert dag.bounding_box()["width"] == pytest.approx(natural, abs=1)
+    assert pg.errors == []

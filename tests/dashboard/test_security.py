@@ -245,7 +245,7 @@ def test_markdown_renders_details_summary_and_emoji_like_github() -> None:
     assert "<p>Done 🎉 👍 but :not_an_emoji: stays</p>" in html
     assert "<details><summary>Logs <strong>bold</strong> &lt;img src=x onerror=alert(1)&gt;</summary>" in html
     assert "<ul>\n<li>a</li>" in html
-    assert "<pre><code>&lt;details&gt;\n&lt;/details&gt;\n</code></pre>\n</details>" in html  # code stays code
+    assert "<pre><code>&lt;details&gt;\n&lt;/details&gt;\n</code></pre>\n</details>" in html  # code is code
     assert html.count("<details>") == html.count("</details>") == 2  # the open one is closed at the end
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert {tag for tag, _ in _tags(html)} <= {"p", "details", "summary", "strong", "ul", "li", "pre", "code"}
