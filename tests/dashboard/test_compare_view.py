@@ -121,3 +121,24 @@ def test_synthetic_list_and_compare(synthetic_client: TestClient, synthetic_pref
     ids = [e["id"] for e in items[:2]]
     doc = synthetic_client.get("/api/compare", params={"runs": ids}).json()
     assert doc["curves"][0]["series"] and doc["metrics"]
+
+
+def test_fit_and_prediction_pages_show_the_fit_plot(lab_client: tuple[TestClient, str, str, str]) -> None:
+    """(Last in this module: it adds a ladder's records to the lab's steps.) A step with fit.json shows the
+    law through the runs; a step with prediction.json whose dependency wrote fit.json adds the target."""
+    import json
+
+    from tests.compare.test_fitplot import RECORD, fit_doc
+
+    client, prefix, base, _ = lab_client
+    steps = {s["name"]: s["path"] for s in client.get(f"/api/experiments/{base}").json()["steps"]}
+    record = json.loads(RECORD.read_text())
+    fit = fit_doc(record["points"][-1]["params"])
+    Path(prefix, steps["train/tiny"], "fit.json").write_text(json.dumps(fit))
+    Path(prefix, steps["eval/tiny"], "prediction.json").write_text(RECORD.read_text())
+    fit_page = client.get(f"/steps/{steps['train/tiny']}").text
+    assert 'id="fit-plot"' in fit_page and fit_page.count('<circle class="run"') == 6
+    assert '<line class="interval"' not in fit_page
+    prediction_page = client.get(f"/steps/{steps['eval/tiny']}").text
+    assert 'id="fit-plot"' in prediction_page and '<line class="interval"' in prediction_page
+    assert f"forecast {record['points'][-1]['point']:.4g}" in prediction_page

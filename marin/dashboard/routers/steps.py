@@ -7,10 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from marin.compare.fitplot import FitChart, fit_chart
 from marin.compare.step_view import step_view
 from marin.dashboard.alerts import StepAlerts, step_alerts
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
+from marin.dashboard.predictions import for_step as prediction_for
 from marin.dashboard.results import source
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
 from marin.dashboard.steps import log_tail, step_detail
@@ -67,8 +69,28 @@ def step_page(step_path: str, request: Request, dash: Dash,
     res = step_view(source(dash), step.path, step.name or step.path, ema=smooth or None)
     return page(
         request, "step.html",
-        {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step), "res": res},
+        {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step), "res": res,
+         "fit": _fit_plot(dash, step)},
     )
+
+
+def _fit_plot(dash: Dashboard, step: StepDetail) -> FitChart | None:
+    """The ladder's fit plot on its fit step's page (fit.json) and its prediction step's (prediction.json,
+    with the fit.json of the dependency that wrote one, and the target's actual value once it landed)."""
+    fit_doc = dash.store.read_json(f"{step.path}/fit.json")
+    if isinstance(fit_doc, dict):
+        return fit_chart(fit_doc)
+    prediction = dash.store.read_json(f"{step.path}/prediction.json")
+    if not isinstance(prediction, dict):
+        return None
+    for dep in step.dependencies:
+        fit_doc = dash.store.read_json(f"{dep.path}/fit.json")
+        if isinstance(fit_doc, dict):
+            pred = prediction_for(dash.prefix, step.path)
+            points = (pred or {}).get("points") or []
+            actual = next((p.actual for p in reversed(points) if p.actual is not None), None)
+            return fit_chart(fit_doc, prediction, actual)
+    return None
 
 
 def _alerts(dash: Dashboard, step: StepDetail) -> StepAlerts:
