@@ -3,7 +3,7 @@ the baseline (the first run), and the config difference field by field (docs/com
 
 No web framework here: `marin compare` (marin/compare/cli.py), the dashboard's compare view and the static
 site all call `compare(source, names, ...)` and render its `Comparison` (marin/compare/render.py for HTML with
-inline SVG, `Comparison.text()` for a terminal, `Comparison.to_json()` for scripts).
+inline SVG, `text.comparison_text()` for a terminal, `Comparison.to_json()` for scripts).
 
     from marin.compare import PrefixSource, compare
     c = compare(PrefixSource("/tmp/marin-out"), ["tiny_moe", "exp2"], metrics=["loss"], axis="tokens")
@@ -12,78 +12,19 @@ inline SVG, `Comparison.text()` for a terminal, `Comparison.to_json()` for scrip
 Modules: source.py (what is read: `Source`, `PrefixSource`, `Columns`), runs.py (names -> runs, own steps,
 baselines), table.py (metrics side by side), curves.py (shared axes, smoothing, downsampling), configs.py
 (step pairs and their differences), headline.py (an experiment's verdict and headline metrics), charts.py and
-render.py (SVG geometry and the Jinja partials), text.py (the terminal table).
+render.py (SVG geometry and the Jinja partials), text.py (the terminal table), comparison.py
+(`compare` and `Comparison`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-
-from marin.compare.configs import StepPair, step_pairs
-from marin.compare.curves import AXES, CurveSet, curve_set, metric_names
+from marin.compare.comparison import Comparison, compare
+from marin.compare.configs import StepPair
+from marin.compare.curves import AXES, CurveSet
 from marin.compare.headline import Headline, headline
 from marin.compare.runs import CompareError, Run, baseline_of, owners, resolve
 from marin.compare.source import Columns, PrefixSource, Source
-from marin.compare.table import Row, metric_rows, run_metrics
-
-
-@dataclass(frozen=True)
-class Comparison:
-    prefix: str
-    runs: tuple[Run, ...]
-    rows: tuple[Row, ...]
-    curves: tuple[CurveSet, ...]
-    pairs: tuple[tuple[StepPair, ...], ...]  # per run after the first: its steps against the baseline's
-    available: tuple[str, ...]  # every metric the runs log (what `metrics=` may name)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "prefix": self.prefix,
-            "runs": [{"label": r.label, "kind": r.kind, "experiment": r.experiment,
-                      "steps": [{"name": s.name, "hash": s.hash, "path": s.rel} for s in r.steps]}
-                     for r in self.runs],
-            "baseline": self.runs[0].label,
-            "metrics": [r.to_json() for r in self.rows],
-            "curves": [{"metric": c.metric, "axis": c.axis, "ema": c.ema, "downsampled": c.downsampled,
-                        "missing": list(c.missing),
-                        "series": [{"label": k.label, "points": k.points, "final": k.final,
-                                    "x": list(k.xs), "y": list(k.ys)} for k in c.curves]}
-                       for c in self.curves],
-            "config": [{"run": self.runs[i + 1].label, "pairs": [p.to_json() for p in pairs]}
-                       for i, pairs in enumerate(self.pairs)],
-            "available_metrics": list(self.available),
-        }
-
-    def text(self) -> str:
-        from marin.compare.text import comparison_text
-
-        return comparison_text(self)
-
-
-def compare(source: Source, names: Sequence[str], *, metrics: Sequence[str] = ("loss",), axis: str = "step",
-            ema: float | None = None, max_points: int = 400) -> Comparison:
-    """Resolve `names` (the first is the baseline; one name alone is compared with its baseline experiment)
-    and build the comparison. Raises CompareError for a name that means nothing or several things."""
-    if not names:
-        raise CompareError("name at least one run (an experiment id, step name, hash or output path)")
-    owner = owners(source)
-    runs = [resolve(source, n, owner) for n in names]
-    if len(runs) == 1:
-        only = runs[0]
-        base = baseline_of(source, only.experiment, owner) if only.experiment else None
-        if base is None:
-            raise CompareError(f"{names[0]!r} has no baseline experiment (no criterion names one, and it "
-                               "reuses no older experiment's steps); name the runs to compare: "
-                               "marin compare A B")
-        runs = [resolve(source, base, owner), only]
-    rows = metric_rows([run_metrics(source, r) for r in runs])
-    curves = tuple(curve_set(source, runs, m, axis, ema=ema, max_points=max_points) for m in metrics)
-    pairs = tuple(tuple(step_pairs(source, runs[0], r)) for r in runs[1:])
-    return Comparison(source.prefix, tuple(runs), tuple(rows), curves, pairs,
-                      tuple(metric_names(source, runs)))
-
+from marin.compare.table import Row
 
 __all__ = ["AXES", "Columns", "CompareError", "Comparison", "CurveSet", "Headline", "PrefixSource", "Row",
            "Run", "Source", "StepPair", "baseline_of", "compare", "headline", "owners", "resolve"]

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from marin.compare import AXES, CompareError, PrefixSource, compare
+from marin.compare.text import comparison_text
 from marin.errors import CorruptFileError
 from marin.storage.fs import normalize_prefix
-from marin.tracking.cli import resolve_prefix
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    prefix = normalize_prefix(resolve_prefix(args.prefix))
+    prefix = normalize_prefix(args.prefix or os.environ.get("MARIN_PREFIX") or "marin-out")
     source = PrefixSource(prefix)
     if not source.manifests():
         print(f"marin compare: no experiments under {prefix} (no experiments/*.json); pass the --prefix "
@@ -47,5 +48,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CompareError, CorruptFileError, ValueError) as e:
         print(f"marin compare: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.text())
+    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else comparison_text(result))
     return 0

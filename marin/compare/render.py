@@ -28,8 +28,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from marin.compare import Comparison
 from marin.compare.charts import LineChart, fmt, line_chart
+from marin.compare.comparison import Comparison
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "dashboard" / "templates"
 STATES = {"WAITING", "RUNNING", "SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED", "NOT_STARTED", "NEVER_RUN"}

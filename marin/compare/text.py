@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from marin.compare.table import Value
 
 if TYPE_CHECKING:
-    from marin.compare import Comparison
+    from marin.compare.comparison import Comparison
 
 
 def _value(v: Value | None) -> str:
