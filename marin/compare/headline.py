@@ -4,7 +4,8 @@ verdict. Used by the dashboard's experiments list and experiment page, and by `m
 `headline(source, experiment_id)` returns the current verdict (outcome, who set it, the deciding line of
 marin/status/verdicts.py) and up to three metrics: the criteria's measured values when a verdict was
 computed; otherwise, from the experiment's own steps (marin/compare/runs.py), each eval step's macro bits per
-byte, each multiple-choice task's accuracy (± its standard error), or the final training loss.
+byte, each multiple-choice task's accuracy (± its standard error), or the final training loss (from
+train_result.json: a headline never parses a metrics.jsonl, so a list of 25 experiments stays cheap).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _verdict(source: Source, experiment_id: str) -> tuple[dict[str, Any] | None,
 def _own_metrics(source: Source, experiment_id: str, owner: dict[str, str] | None) -> list[Metric]:
     found: list[Metric] = []
     for ref in own_steps(source, experiment_id, owner):
-        values = step_metrics(source, ref.rel, ref.name)
+        values = step_metrics(source, ref.rel, ref.name, curves=False)
         key = next((k for k in PREFERRED if k in values), None)
         if key is not None:
             found.append(Metric(f"{ref.name}:{key.split(':', 1)[1]}", values[key].value))

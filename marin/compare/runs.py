@@ -131,9 +131,10 @@ def _step_matching(source: Source, name: str) -> list[dict[str, Any]]:
     """Manifest entries (newest experiment first, one per hash) whose output path, name or hash match."""
     absolute = name.startswith("/") or "://" in name
     rel = source.relative(name) if absolute else name.strip("/")
+    tail = f"/{rel}"
     seen: dict[str, dict[str, Any]] = {}
-    tests: list[Callable[[dict[str, Any]], bool]] = [
-        lambda e: source.relative(str(e.get("output_path", ""))) == rel,
+    tests: list[Callable[[dict[str, Any]], bool]] = [  # the output path first (a cheap suffix test)
+        lambda e: bool(rel) and str(e.get("output_path", "")).rstrip("/").endswith(tail),
         lambda e: e.get("name") == name,
         lambda e: bool(_HEX.match(name)) and str(e["hash"]).startswith(name),
     ]

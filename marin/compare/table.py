@@ -78,16 +78,22 @@ def last_values(cols: Columns) -> dict[str, float]:
     return out
 
 
-def step_metrics(source: Source, rel: str, name: str) -> dict[str, Value]:
-    """The metrics one step's records give (keys as in the module docstring)."""
+def step_metrics(source: Source, rel: str, name: str, *, curves: bool = True) -> dict[str, Value]:
+    """The metrics one step's records give (keys as in the module docstring). `curves=False` reads no
+    metrics.jsonl (a list of many experiments): the final training loss then comes from train_result.json."""
     out: dict[str, Value] = {}
-    cols = source.columns(f"{rel}/metrics.jsonl")
-    train = cols is not None
+    cols = source.columns(f"{rel}/metrics.jsonl") if curves else None
+    result = None if curves else source.read_json(f"{rel}/train_result.json")
+    train = cols is not None or isinstance(result, dict)
     if cols is not None:
         final = last_values(cols)
         for key in ("step", *TRAIN_FINAL):
             if key in final:
                 out[f"train:{key}"] = Value(final[key], step=name)
+    elif isinstance(result, dict):
+        for key in ("step", "loss"):
+            if (v := number(result.get(key))) is not None:
+                out[f"train:{key}"] = Value(v, step=name)
     ev = source.read_json(f"{rel}/eval.json")
     if isinstance(ev, dict):
         flat: dict[str, float] = {}

@@ -29,12 +29,12 @@ def with_headline(dash: Dashboard, summary: ExperimentSummary) -> ExperimentSumm
 
 
 def with_results(dash: Dashboard, detail: ExperimentDetail) -> ExperimentDetail:
-    """The detail with its verdict, headline, baseline and its own steps' results (eval and multiple-choice
-    first, then the final training metrics)."""
+    """The detail with its verdict, headline, baseline and its own steps' results (eval and multiple-choice,
+    and the final training loss of train_result.json; no metrics.jsonl is parsed for this page)."""
     src, owner = source(dash), dash.experiments.owners()
     results = []
     for ref in own_steps(src, detail.id, owner):
-        values = step_metrics(src, ref.rel, ref.name)
+        values = step_metrics(src, ref.rel, ref.name, curves=False)  # the step page has the curves
         if values:
             results.append(StepResult(name=ref.name, path=ref.rel, values=[
                 ResultValue(metric=k, value=v.value, stderr=v.stderr) for k, v in values.items()]))
