@@ -14,7 +14,7 @@ from typing import Any
 
 from marin.compare.runs import Run, StepRef
 from marin.compare.source import Source
-from marin.graph.changes import Change, identity_of, most_similar, step_changes
+from marin.graph.changes import Change, dependencies_of, identity_of, most_similar, step_changes
 from marin.status.files import step_json_path
 
 
@@ -51,15 +51,18 @@ def step_pairs(source: Source, base: Run, other: Run) -> list[StepPair]:
     """Every step of `other` not in `base`, with its most similar step of `base` and the differences."""
     shared = {r.hash for r in base.steps}
     candidates = [(r, d) for r in base.steps if (d := _doc(source, r)) is not None]
+    paired: dict[str, str] = {}  # a step of `other` -> the baseline step it was paired with
     out = []
-    for ref in other.steps:
+    for ref in other.steps:  # manifest order: dependencies first
         doc = _doc(source, ref)
         if ref.hash in shared or doc is None:
             continue
-        found = most_similar(identity_of(doc), doc.get("fn"), candidates)
+        deps = [str(d.get("hash")) for d in dependencies_of(doc).values()]
+        found = most_similar(identity_of(doc), doc.get("fn"), candidates, [paired.get(h, h) for h in deps])
         if found is None:
             continue
         base_ref, base_doc, _ = found
+        paired[ref.hash] = base_ref.hash
         changes = step_changes(base_doc, doc, lambda e: _dep_doc(source, e))
         out.append(StepPair(base_ref, ref, tuple(changes)))
     return out

@@ -167,16 +167,22 @@ def code_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
 
 
 def most_similar(
-    identity: dict[str, Any], fn: str | None, candidates: Sequence[tuple[K, dict[str, Any]]]
+    identity: dict[str, Any], fn: str | None, candidates: Sequence[tuple[K, dict[str, Any]]],
+    expected_deps: Iterable[str] = (),
 ) -> tuple[K, dict[str, Any], list[Change]] | None:
     """(key, step.json, identity changes) of the candidate (key, step.json) running `fn` whose identity
-    differs least from `identity`; ties go to the newest (`created`). None when no candidate runs `fn`."""
-    best: tuple[tuple[int, float], K, dict[str, Any], list[Change]] | None = None
+    differs least from `identity`; ties go to the one with most dependencies among `expected_deps` (the
+    hashes the step's own dependencies were paired with: an eval of a renamed train step pairs with the
+    eval of the train step that one was paired with), then to the newest (`created`). None when no
+    candidate runs `fn`."""
+    expected = set(expected_deps)
+    best: tuple[tuple[int, int, float], K, dict[str, Any], list[Change]] | None = None
     for key, doc in candidates:
         if fn is not None and doc.get("fn") != fn:
             continue
         changes = identity_changes(doc, identity)
-        rank = (len(changes), -_created(doc))
+        deps = {str(d.get("hash")) for d in dependencies_of(doc).values()}
+        rank = (len(changes), -len(deps & expected), -_created(doc))
         if best is None or rank < best[0]:
             best = (rank, key, doc, changes)
     return None if best is None else (best[1], best[2], best[3])

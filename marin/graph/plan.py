@@ -276,8 +276,9 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     if found is None:
         others = scan.others(path)
         docs = _map(storage, lambda p: read_record(storage, step_json_path(p)), others)
+        expected = [(by_node[id(d)].previous_hash if id(d) in by_node else None) or d.hash for d in node.deps]
         similar = most_similar(node.identity, node.step.fn_path,
-                               [(p, d) for p, d in zip(others, docs, strict=True) if d])
+                               [(p, d) for p, d in zip(others, docs, strict=True) if d], expected)
         if similar is None:
             return None, [], []
         found = (similar[0], similar[1], True)

@@ -80,6 +80,10 @@ train_half = Step(name="train/tiny-lr_half", fn=fake_train,
                   config=dataclasses.replace(train.config, lr=0.002))
 evaluation_half = Step(name="eval/tiny-lr_half", fn=fake_eval,
                        config=FakeEvalConfig(checkpoint=output_path_of(train_half)))
+train_quarter = Step(name="train/tiny-lr_quarter", fn=fake_train,
+                     config=dataclasses.replace(train.config, lr=0.001))
+evaluation_quarter = Step(name="eval/tiny-lr_quarter", fn=fake_eval,
+                          config=FakeEvalConfig(checkpoint=output_path_of(train_quarter)))
 CRITERION = Criterion(metric="eval/tiny-lr_half:macro.bpb", better="lower", baseline=evaluation,
                       min_effect=0.0)
 

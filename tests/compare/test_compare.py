@@ -178,3 +178,20 @@ def test_plan_pairs_a_renamed_step_with_its_most_similar_predecessor(run_marin: 
     ev = by_name["eval/tiny-lr_half"]
     assert "dependency train/tiny -> train/tiny-lr_half changed: config.lr: 0.004 -> 0.002" in ev.changed
     assert "config.lr: 0.004 -> 0.002" in plan.table()
+
+
+def test_plan_pairs_an_eval_with_the_eval_of_its_trains_pair(lab_run: tuple[str, str, str],
+                                                             marin_prefix: str) -> None:
+    """lr 0.001 is one field away from both earlier trains (0.004, 0.002): the newest wins, and the eval is
+    paired with that train's eval, not with any eval of the same config."""
+    plan = make_plan(build_graph([lab.evaluation, lab.evaluation_quarter]), marin_prefix,
+                     storage_for(marin_prefix))
+    by_name = {e.name: e for e in plan.entries}
+    train = by_name["train/tiny-lr_quarter"]
+    assert train.changed[:2] == [
+        "compared with train/tiny-lr_half: no earlier step named train/tiny-lr_quarter here; it is the most "
+        "similar earlier step running the same function", "config.lr: 0.002 -> 0.001"]
+    ev = by_name["eval/tiny-lr_quarter"]
+    assert ev.changed[0].startswith("compared with eval/tiny-lr_half:")
+    assert ev.changed[1:] == ["dependency train/tiny-lr_half -> train/tiny-lr_quarter changed: "
+                              "config.lr: 0.002 -> 0.001"]
