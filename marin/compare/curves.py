@@ -10,15 +10,21 @@
 - Downsampling (on the server, stated in the chart): a curve with more than `max_points` points keeps, in each
   of max_points/2 equal-count buckets, its lowest and highest point (in x order), plus the last point: spikes
   stay visible, and the browser never gets 10,000 points per curve.
+- A curve computed from a source's cached columns (the dashboard's incremental metrics reader hands out the
+  same object until the file grows) is kept, keyed on those columns, their length and the options: a run of
+  10,000 logged steps is smoothed and downsampled once, not on every request.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from marin.compare.runs import Run, StepRef
-from marin.compare.source import Source, number
+from marin.compare.source import Columns, Source, number
 
 AXES = ("step", "tokens", "flops")
 AXIS_LABELS = {"step": "step", "tokens": "tokens seen", "flops": "training FLOPs"}
@@ -70,6 +76,31 @@ def downsample(xs: list[float], ys: list[float], max_points: int) -> tuple[list[
     return [xs[i] for i in keep], [ys[i] for i in keep]
 
 
+_CURVES: dict[tuple[Any, ...], tuple[Columns, Curve]] = {}
+_LOCK = threading.Lock()
+
+
+def _curve(cols: Columns, metric: str, scale: float, ema: float | None, max_points: int, label: str) -> Curve:
+    key = (id(cols), len(cols.steps), metric, scale, ema, max_points)
+    with _LOCK:
+        hit = _CURVES.get(key)
+    if hit is not None and hit[0] is cols:
+        return dataclasses.replace(hit[1], label=label)
+    col = cols.series[metric]
+    pairs = [(s * scale, y) for s, y in zip(cols.steps, col, strict=True) if s is not None and y is not None]
+    xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+    final = ys[-1] if ys else None
+    if ema:
+        ys = ema_smooth(ys, ema)
+    dx, dy = downsample(xs, ys, max_points)
+    curve = Curve(label, tuple(dx), tuple(dy), len(xs), final)
+    with _LOCK:
+        if len(_CURVES) >= 256:
+            _CURVES.clear()
+        _CURVES[key] = (cols, curve)
+    return curve
+
+
 def _scale(source: Source, ref: StepRef, axis: str) -> tuple[float | None, str]:
     """Multiplier from step to the axis, or None and why."""
     if axis == "step":
@@ -108,17 +139,10 @@ def curve_set(source: Source, runs: Sequence[Run], metric: str, axis: str = "ste
             if scale is None:
                 missing.append(f"{run.label}: {why}")
                 continue
-            col = cols.series[metric]
-            pairs = [(s * scale, y) for s, y in zip(cols.steps, col, strict=True)
-                     if s is not None and y is not None]
-            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-            final = ys[-1] if ys else None
-            if ema:
-                ys = ema_smooth(ys, ema)
-            dx, dy = downsample(xs, ys, max_points)
-            down = down or len(dx) < len(xs)
             label = run.label if len(logged) == 1 else f"{run.label} · {ref.name}"
-            curves.append(Curve(label, tuple(dx), tuple(dy), len(xs), final))
+            curve = _curve(cols, metric, scale, ema, max_points, label)
+            down = down or len(curve.xs) < curve.points
+            curves.append(curve)
     return CurveSet(metric, axis, tuple(curves), tuple(missing), ema or None, down, max_points)
 
 

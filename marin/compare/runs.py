@@ -22,7 +22,6 @@ neither exists.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,25 +126,52 @@ def _experiment_named(source: Source, name: str) -> str | None:
     return found[0] if found else None
 
 
+@dataclass(frozen=True)
+class _StepTable:
+    """Every manifest entry by output path (relative), by name and by hash, newest experiment first."""
+
+    by_rel: dict[str, dict[str, Any]]
+    by_name: dict[str, list[dict[str, Any]]]
+    by_hash: dict[str, dict[str, Any]]
+
+
+_TABLE: list[tuple[dict[str, dict[str, Any]], _StepTable]] = []  # one slot: (its manifests, the table)
+
+
+def _table(source: Source) -> _StepTable:
+    """The step table of the source's manifests, rebuilt only when they change (the dashboard's index hands
+    out the same dict until a manifest changes; a PrefixSource reads them once)."""
+    manifests = source.manifests()
+    if _TABLE and _TABLE[0][0] is manifests:
+        return _TABLE[0][1]
+    table = _StepTable({}, {}, {})
+    for _, m in _newest_first(source):
+        for entry in _entries(m):
+            out = entry.get("output_path")
+            rel = source.relative(out) if isinstance(out, str) else None
+            if rel is not None:
+                table.by_rel.setdefault(rel, entry)
+            table.by_name.setdefault(str(entry.get("name", "")), []).append(entry)
+            table.by_hash.setdefault(entry["hash"], entry)
+    _TABLE[:] = [(manifests, table)]
+    return table
+
+
 def _step_matching(source: Source, name: str) -> list[dict[str, Any]]:
     """Manifest entries (newest experiment first, one per hash) whose output path, name or hash match."""
     absolute = name.startswith("/") or "://" in name
     rel = source.relative(name) if absolute else name.strip("/")
-    tail = f"/{rel}"
-    seen: dict[str, dict[str, Any]] = {}
-    tests: list[Callable[[dict[str, Any]], bool]] = [  # the output path first (a cheap suffix test)
-        lambda e: bool(rel) and str(e.get("output_path", "")).rstrip("/").endswith(tail),
-        lambda e: e.get("name") == name,
-        lambda e: bool(_HEX.match(name)) and str(e["hash"]).startswith(name),
-    ]
-    for test in tests:
-        for _, m in _newest_first(source):
-            for entry in _entries(m):
-                if test(entry):
-                    seen.setdefault(entry["hash"], entry)
-        if seen:
-            break
-    return list(seen.values())
+    table = _table(source)
+    if rel and rel in table.by_rel:
+        return [table.by_rel[rel]]
+    if name in table.by_name:
+        seen: dict[str, dict[str, Any]] = {}
+        for entry in table.by_name[name]:
+            seen.setdefault(entry["hash"], entry)
+        return list(seen.values())
+    if _HEX.match(name):
+        return [e for h, e in table.by_hash.items() if h.startswith(name)]
+    return []
 
 
 def resolve(source: Source, name: str, owner: dict[str, str] | None = None) -> Run:

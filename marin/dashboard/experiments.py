@@ -218,6 +218,12 @@ class ExperimentIndex:
         self.refresh()
         return [(k, sig, m) for k, (sig, m, _) in self._manifests.items()]
 
+    def signature_of(self, key: str) -> Any:
+        """The manifest file's signature as last read (None: no such experiment)."""
+        self.refresh()
+        found = self._manifests.get(key)
+        return found[0] if found else None
+
     def manifest_map(self) -> dict[str, dict[str, Any]]:
         """Every readable manifest by experiment id (rebuilt only when a manifest changed)."""
         self.refresh()
