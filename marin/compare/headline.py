@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.compare.runs import own_steps
+from marin.compare.runs import StepRef, own_steps
 from marin.compare.source import Source, number
-from marin.compare.table import step_metrics
+from marin.compare.table import Value, step_metrics
 from marin.status.manifest import EXPERIMENTS_DIR
 from marin.status.verdicts import deciding
 
@@ -54,10 +54,18 @@ def _verdict(source: Source, experiment_id: str) -> tuple[dict[str, Any] | None,
     return (current if isinstance(current, dict) else None), history
 
 
-def _own_metrics(source: Source, experiment_id: str, owner: dict[str, str] | None) -> list[Metric]:
+StepValues = list[tuple[StepRef, dict[str, Value]]]
+
+
+def own_values(source: Source, experiment_id: str, owner: dict[str, str] | None = None) -> StepValues:
+    """Each own step's metrics, metrics.jsonl left unread (`step_metrics(curves=False)`)."""
+    return [(ref, step_metrics(source, ref.rel, ref.name, curves=False))
+            for ref in own_steps(source, experiment_id, owner)]
+
+
+def _own_metrics(step_values: StepValues) -> list[Metric]:
     found: list[Metric] = []
-    for ref in own_steps(source, experiment_id, owner):
-        values = step_metrics(source, ref.rel, ref.name, curves=False)
+    for ref, values in step_values:
         key = next((k for k in PREFERRED if k in values), None)
         if key is not None:
             found.append(Metric(f"{ref.name}:{key.split(':', 1)[1]}", values[key].value))
@@ -68,15 +76,18 @@ def _own_metrics(source: Source, experiment_id: str, owner: dict[str, str] | Non
     return (evals or found)[:3]
 
 
-def headline(source: Source, experiment_id: str, owner: dict[str, str] | None = None) -> Headline:
-    """The experiment's verdict and headline metrics (see the module docstring)."""
+def headline(source: Source, experiment_id: str, owner: dict[str, str] | None = None,
+             step_values: StepValues | None = None) -> Headline:
+    """The experiment's verdict and headline metrics (see the module docstring); `step_values`: its
+    `own_values`, when the caller has them already."""
     current, history = _verdict(source, experiment_id)
     criteria: list[Any] = (current or {}).get("criteria") or next(
         (e.get("criteria") for e in reversed(history) if e.get("criteria")), [])
     metrics = tuple(Metric(str(c.get("metric")), v) for c in criteria
                     if isinstance(c, dict) and (v := number(c.get("value"))) is not None)[:3]
     if not metrics:
-        metrics = tuple(_own_metrics(source, experiment_id, owner))
+        found = step_values if step_values is not None else own_values(source, experiment_id, owner)
+        metrics = tuple(_own_metrics(found))
     if current is None:
         return Headline(metrics=metrics)
     return Headline(outcome=str(current.get("outcome")), by=str(current.get("by") or ""),

@@ -93,7 +93,8 @@ def _sharing(source: Source, hashes: set[str]) -> dict[str, int]:
 
 def _ref(source: Source, entry: dict[str, Any]) -> StepRef:
     out = entry.get("output_path")
-    rel = source.relative(out) if isinstance(out, str) else None
+    rel = _table(source).rel_of.get(entry["hash"]) if isinstance(out, str) else None
+    rel = rel if rel is not None or not isinstance(out, str) else source.relative(out)
     name, h = str(entry.get("name", "")), str(entry["hash"])
     return StepRef(name=name, hash=h, rel=rel if rel is not None else f"{name}-{h[:8]}")
 
@@ -133,6 +134,7 @@ class _StepTable:
     by_rel: dict[str, dict[str, Any]]
     by_name: dict[str, list[dict[str, Any]]]
     by_hash: dict[str, dict[str, Any]]
+    rel_of: dict[str, str]  # step hash -> its output path relative to the prefix
 
 
 _TABLE: list[tuple[dict[str, dict[str, Any]], _StepTable]] = []  # one slot: (its manifests, the table)
@@ -144,13 +146,14 @@ def _table(source: Source) -> _StepTable:
     manifests = source.manifests()
     if _TABLE and _TABLE[0][0] is manifests:
         return _TABLE[0][1]
-    table = _StepTable({}, {}, {})
+    table = _StepTable({}, {}, {}, {})
     for _, m in _newest_first(source):
         for entry in _entries(m):
             out = entry.get("output_path")
             rel = source.relative(out) if isinstance(out, str) else None
             if rel is not None:
                 table.by_rel.setdefault(rel, entry)
+                table.rel_of.setdefault(entry["hash"], rel)
             table.by_name.setdefault(str(entry.get("name", "")), []).append(entry)
             table.by_hash.setdefault(entry["hash"], entry)
     _TABLE[:] = [(manifests, table)]

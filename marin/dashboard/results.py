@@ -6,7 +6,12 @@ Cached per experiment, as the alert index is (marin/dashboard/alerts.py): an exp
 write while a run of it is RUNNING, and a run's start and end rewrite its manifest. So what was computed is
 reused while the manifest's signature is the same, no run of it is RUNNING, and its verdicts.json is the
 same parsed object in the store's cache (a person's verdict changes it); a list page of 25 experiments then
-costs 25 cached reads instead of one per own step and record file."""
+costs 25 cached reads instead of one per own step and record file.
+
+Computing one experiment's numbers reads two or three small files per own step. So that the first visit of a
+list page is not the one that pays for 25 experiments, `warm(dash)` computes them in one background thread,
+newest experiments first (all of them on local storage, the newest `WARM_REMOTE` on an object store, where
+each read is a request), whenever the experiment index changed; requests never wait for it."""
 
 from __future__ import annotations
 
@@ -14,9 +19,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from marin.compare.headline import headline
-from marin.compare.runs import baseline_of, own_steps
-from marin.compare.table import step_metrics
+from marin.compare.headline import headline, own_values
+from marin.compare.runs import baseline_of
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.context import Dashboard
 from marin.dashboard.schemas import (
@@ -47,10 +51,10 @@ _LOCK = threading.Lock()
 
 def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
     src, owner = source(dash), dash.experiments.owners()
-    h = headline(src, experiment_id, owner)
+    step_values = own_values(src, experiment_id, owner)  # no metrics.jsonl: the step page has the curves
+    h = headline(src, experiment_id, owner, step_values)
     results = []
-    for ref in own_steps(src, experiment_id, owner):
-        values = step_metrics(src, ref.rel, ref.name, curves=False)  # the step page has the curves
+    for ref, values in step_values:
         if values:
             results.append(StepResult(name=ref.name, path=ref.rel, values=[
                 ResultValue(metric=k, value=v.value, stderr=v.stderr) for k, v in values.items()]))
@@ -74,6 +78,35 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
     with _LOCK:
         _CACHE[key] = (sig, verdicts, value)
     return value
+
+
+WARM_REMOTE = 100
+_WARMING: set[int] = set()
+_WARMED: dict[int, Any] = {}  # dashboard -> the manifest map it last warmed
+
+
+def warm(dash: Dashboard) -> None:
+    """Start computing every experiment's numbers in the background (see the module docstring), unless a
+    warm-up of this dashboard is running or no manifest changed since the last one."""
+    manifests = dash.experiments.manifest_map()
+    with _LOCK:
+        if id(dash) in _WARMING or _WARMED.get(id(dash)) is manifests:
+            return
+        _WARMING.add(id(dash))
+        _WARMED[id(dash)] = manifests
+
+    def run() -> None:
+        try:
+            ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
+            for experiment_id in ids if dash.store.is_local else ids[:WARM_REMOTE]:
+                numbers(dash, experiment_id)
+        except (OSError, ValueError):
+            pass  # a prefix gone or a corrupt record: the request that needs it computes it and reports why
+        finally:
+            with _LOCK:
+                _WARMING.discard(id(dash))
+
+    threading.Thread(target=run, name="marin-dashboard-warm", daemon=True).start()
 
 
 def with_headline(dash: Dashboard, summary: ExperimentSummary) -> ExperimentSummary:
