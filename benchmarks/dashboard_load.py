@@ -6,7 +6,9 @@ Writes a synthetic prefix in the real on-storage format (tests.fakes.synthetic_p
 given, else a temporary directory), starts `marin dashboard` with uvicorn in a subprocess on 127.0.0.1, and
 for each target (experiments list, experiment page, step page — the HTML pages and the JSON API calls behind
 them) sends `--requests` requests from `--clients` threads, each with its own keep-alive connection and random
-experiments/steps/list pages. Prints one JSON object: p50/p95/p99/mean latency in ms, errors and throughput
+experiments/steps/list pages, and the compare view (page and API) of 4 training runs of `--compare-rows`
+(10,000) logged steps each, written as 4 more experiments whose train steps log that many rows (their curves
+are downsampled on the server). Prints one JSON object: p50/p95/p99/mean latency in ms, errors and throughput
 per target, plus the first (cold-cache) request of each kind. Target on a 2-core machine: p95 <= 200 ms, 0
 errors. The load generator runs on the same machine as the server and takes CPU from it: the figures are
 pessimistic.
@@ -27,12 +29,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.synthetic_prefix import write_prefix  # noqa: E402
+from tests.fakes.synthetic_prefix import write_experiment, write_prefix  # noqa: E402
 
 
 def free_port() -> int:
@@ -121,6 +124,10 @@ def run_target(port: int, urls: list[str], clients: int) -> dict[str, float | in
     }
 
 
+def _manifests(prefix: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(Path(prefix, "experiments").glob("*.json"))]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--prefix", default=None, help="where to write (or reuse) the synthetic prefix")
@@ -128,6 +135,7 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=480, help="requests per target")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare-rows", type=int, default=10000, help="logged steps of each compared run")
     args = p.parse_args()
     rng = random.Random(args.seed)
 
@@ -136,10 +144,17 @@ def main() -> int:
     t0 = time.perf_counter()
     if not os.path.isdir(os.path.join(prefix, "experiments")):
         write_prefix(prefix, args.experiments)
+        long_ids = [write_experiment(prefix, args.experiments + k, args.compare_rows) for k in range(4)]
+    else:
+        long_ids = [m["id"] for m in _manifests(prefix) if m["runs"][0]["run_id"] in
+                    {f"run-{args.experiments + k:06d}" for k in range(4)}]
     generate_s = time.perf_counter() - t0
-    manifests = [json.loads(p.read_text()) for p in sorted(Path(prefix, "experiments").glob("*.json"))]
+    manifests = [m for m in _manifests(prefix) if m["id"] not in long_ids]
     exp_ids = [m["id"] for m in manifests]
     step_paths = [os.path.relpath(s["output_path"], prefix) for m in manifests for s in m["steps"]]
+    long_trains = [os.path.relpath(s["output_path"], prefix) for m in _manifests(prefix)
+                   if m["id"] in long_ids for s in m["steps"] if "/train/" in s["name"]][::5][:4]
+    compare_query = "&".join(f"runs={quote(p)}" for p in long_trains)
 
     port = free_port()
     t0 = time.perf_counter()
@@ -151,6 +166,7 @@ def main() -> int:
             "experiments_list": get(conn, "/")[1],
             "experiment_page": get(conn, "/experiments/" + quote(exp_ids[0]))[1],
             "step_page": get(conn, "/steps/" + quote(step_paths[7]))[1],
+            "compare_page": get(conn, "/compare?" + compare_query)[1],
         }
         conn.close()
         n = args.requests
@@ -169,6 +185,9 @@ def main() -> int:
             "experiment_api": ["/api/experiments/" + quote(rng.choice(exp_ids)) for _ in range(n)],
             "step_page": ["/steps/" + quote(rng.choice(step_paths)) for _ in range(n)],
             "step_api": ["/api/steps/" + quote(rng.choice(step_paths)) for _ in range(n)],
+            "compare_page": [f"/compare?{compare_query}&smooth={rng.choice(['0', '0.9'])}" for _ in range(n)],
+            "compare_api": [f"/api/compare?{compare_query}&x={rng.choice(['step', 'flops'])}"
+                            for _ in range(n)],
         }
         results = {name: run_target(port, urls, args.clients) for name, urls in targets.items()}
     finally:
@@ -181,6 +200,8 @@ def main() -> int:
         json.dumps(
             {
                 "experiments": len(exp_ids),
+                "compared_runs": len(long_trains),
+                "compared_rows_per_run": args.compare_rows,
                 "steps": len(step_paths),
                 "clients": args.clients,
                 "requests_per_target": args.requests,

@@ -6,7 +6,8 @@ Outputs under ``output_path`` (the trainer's run directory, docs/formats.md "Tra
     metrics.jsonl              # one row per optimizer step (+ eval rows when validation caches are given)
     wandb.json                 # the W&B run reference (offline by default: nothing leaves the machine)
     train_config.json          # the full resolved trainer config (preset + overrides), for readers of the run
-    train_result.json          # final step, loss, throughput, skipped steps
+    train_result.json          # final step, loss, throughput, skipped steps, flops_per_token (marin compare's
+                               # FLOPs axis: moe_trainer.metrics.train_flops_per_token)
     alerts.jsonl, watch.json   # health alerts and the watcher's heartbeat (docs/health.md)
 
 The model and optimizer come from a trainer preset (``preset``: a name such as ``tiny`` or a YAML path), then
@@ -64,6 +65,7 @@ from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage
 from moe_trainer.jsonio import write_json_atomic
+from moe_trainer.metrics import train_flops_per_token
 from moe_trainer.presets import load_preset, preset_path
 from moe_trainer.train import train as run_trainer
 from moe_trainer.train_config import TrainConfig as TrainerConfig
@@ -314,7 +316,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
             f"train: the trainer stopped at step {result.step} of {tc.num_steps} in {out}; "
             "re-run the step to resume from its latest checkpoint"
         )
-    summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0}
+    summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0,
+               "flops_per_token": train_flops_per_token(tc.model, tc.data.seq_len)}
     if primary:
         write_json_atomic(f"{out}/train_result.json", summary)
     print(

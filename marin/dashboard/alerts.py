@@ -13,6 +13,10 @@ experiments whose manifest is new or changed since then (one more read after a r
 events) or still has a run RUNNING; the manifests themselves come from the experiment index (one listing
 per cache TTL). A prefix of finished experiments costs one directory listing per request; "the watcher is
 blind" is judged at request time from the heartbeat as read.
+
+The history (:meth:`AlertIndex.history`, the `/alerts` page's second table) is every alert the same files
+hold, resolved ones included (a ladder target that left its band and came back): raised, resolved (when, at
+which training step, why), by rule, by step and by the experiments (runs) naming the step, newest first.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class AlertIndex:
         self.store, self.experiments = store, experiments
         self._read: dict[str, Any] = {}  # experiment id -> the manifest signature its steps were read at
         self._steps: dict[str, _StepFiles] = {}  # step path -> its files as last read
+        self._owners: dict[str, list[str]] = {}  # step path -> the experiments naming it
         self._lock = threading.Lock()
 
     def active(self, now: float | None = None) -> list[tuple[StepAlerts, Alert]]:
@@ -105,9 +110,24 @@ class AlertIndex:
         out.sort(key=lambda sa: (SEVERITY_RANK.get(sa[1].severity, 3), -(sa[1].time or 0.0)))
         return out
 
+    def history(self, now: float | None = None) -> list[HistoryRow]:
+        """Every alert and risk point of every step, resolved or not, newest first."""
+        now = time.time() if now is None else now
+        with self._lock:
+            paths = self._refresh()
+            owners = dict(self._owners)
+        rows: list[HistoryRow] = []
+        for rel in paths:
+            found = self._steps[rel].view(rel, now)
+            rows.extend(HistoryRow(found, a, tuple(owners.get(rel, ()))) for a in (*found.alerts,
+                                                                                    *found.risk_points))
+        rows.sort(key=lambda r: -(r.alert.time or 0.0))
+        return rows
+
     def _refresh(self) -> list[str]:
         """Re-read the steps of new, changed or running experiments; return every step path, once."""
         paths: dict[str, None] = {}
+        owners: dict[str, list[str]] = {}
         current: set[str] = set()
         for key, sig, manifest in self.experiments.signed_manifests():
             current.add(key)
@@ -119,7 +139,9 @@ class AlertIndex:
                 if stale or rel not in self._steps:
                     self._steps[rel] = _read_step(self.store, rel, str(entry.get("name", "")), None)
                 paths.setdefault(rel)
+                owners.setdefault(rel, []).append(key)
             self._read[key] = sig
+        self._owners = owners
         for key in set(self._read) - current:
             del self._read[key]
         for rel in set(self._steps) - set(paths):
@@ -129,3 +151,29 @@ class AlertIndex:
 
 def as_json(a: Alert) -> dict[str, Any]:
     return {**dataclasses.asdict(a), "active": a.active}
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryRow:
+    step: StepAlerts
+    alert: Alert
+    experiments: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**as_json(self.alert), "step_path": self.step.path, "step_name": self.step.name,
+                "step_status": self.step.status, "experiments": list(self.experiments)}
+
+
+def filter_history(rows: list[HistoryRow], *, rule: str | None = None, run: str | None = None,
+                   state: str | None = None) -> list[HistoryRow]:
+    """Rows of one rule, of steps whose path or experiment contains `run`, and `active` or `resolved`
+    ones (anything else: all)."""
+    if rule:
+        rows = [r for r in rows if r.alert.rule == rule]
+    if run:
+        rows = [r for r in rows if run in r.step.path or any(run in e for e in r.experiments)]
+    if state == "active":
+        rows = [r for r in rows if r.alert.active]
+    elif state == "resolved":
+        rows = [r for r in rows if not r.alert.active]
+    return rows

@@ -9,8 +9,6 @@ origin only: nothing is fetched from a CDN or any other host.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,21 +17,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from marin.compare.render import environment
 from marin.dashboard import predictions as prediction_view
 from marin.dashboard.context import Dashboard
 from marin.dashboard.files import FileNotFound
 from marin.dashboard.markdown import render as render_markdown
 from marin.dashboard.paths import UnsafePathError
-from marin.dashboard.routers import alerts, catalogue, experiments, files, issues, predictions, steps
+from marin.dashboard.routers import alerts, catalogue, compare, experiments, files, issues, predictions, steps
 from marin.dashboard.steps import StepNotFound
 from marin.errors import CorruptFileError
 
 HERE = Path(__file__).parent
-STATES = {"WAITING", "RUNNING", "SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED", "NOT_STARTED", "NEVER_RUN"}
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -68,41 +65,11 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _ts(value: Any) -> str:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return "—"
-    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _duration(value: Any) -> str:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return "—"
-    s = float(value)
-    if s < 60:
-        return f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)} m {int(s % 60)} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60)} m"
-
-
-def _state(value: Any) -> str:
-    return value if value in STATES else "UNKNOWN"
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
-
-
-def _short(value: Any, n: int = 28) -> str:
-    s = str(value)
-    return s if len(s) <= n else s[: n // 2 - 1] + "…" + s[-(n // 2 - 1) :]
-
-
 def templates() -> Jinja2Templates:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.filters.update(
-        ts=_ts, duration=_duration, state=_state, pretty=_pretty, short=_short, markdown=render_markdown
-    )
+    """The shared environment of marin/compare/render.py (one rendering path with the static site), plus the
+    dashboard's own filters."""
+    env = environment()
+    env.filters.update(markdown=render_markdown)
     env.globals["prediction_for"] = prediction_view.for_step
     return Jinja2Templates(env=env)
 
@@ -122,7 +89,7 @@ def create_app(
     app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options,
                                     metrics_cache_bytes=metrics_cache_bytes)
     app.state.templates = templates()
-    for module in (experiments, steps, files, issues, predictions, catalogue, alerts):
+    for module in (experiments, steps, files, issues, predictions, catalogue, alerts, compare):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(SecurityHeaders)

@@ -68,6 +68,8 @@ class ExperimentIndex:
         self._problems: dict[str, str] = {}
         self._by_hash: dict[str, list[str]] = {}  # step hash -> experiments naming it, newest first
         self._entries: dict[str, dict[str, Any]] = {}  # step hash -> its entry in the newest such manifest
+        self._owners: dict[str, str] = {}  # step hash -> the oldest experiment naming it
+        self._map: dict[str, dict[str, Any]] = {}
         self._refreshed = -1e18
         self._lock = threading.Lock()
 
@@ -129,6 +131,8 @@ class ExperimentIndex:
                     by_hash.setdefault(entry["hash"], []).append(key)
                     entries.setdefault(entry["hash"], entry)
         self._by_hash, self._entries = by_hash, entries
+        self._owners = {h: keys[-1] for h, keys in by_hash.items()}
+        self._map = {k: m for k, (_, m, _) in self._manifests.items()}
 
     def _summary(self, key: str, m: dict[str, Any]) -> ExperimentSummary:
         runs = [RunSummary.model_validate(r) for r in m.get("runs") or [] if isinstance(r, dict)]
@@ -213,6 +217,22 @@ class ExperimentIndex:
         manifest knows when that manifest changed (the alert index)."""
         self.refresh()
         return [(k, sig, m) for k, (sig, m, _) in self._manifests.items()]
+
+    def signature_of(self, key: str) -> Any:
+        """The manifest file's signature as last read (None: no such experiment)."""
+        self.refresh()
+        found = self._manifests.get(key)
+        return found[0] if found else None
+
+    def manifest_map(self) -> dict[str, dict[str, Any]]:
+        """Every readable manifest by experiment id (rebuilt only when a manifest changed)."""
+        self.refresh()
+        return self._map
+
+    def owners(self) -> dict[str, str]:
+        """step hash -> the oldest experiment naming it: the one that owns it (marin/compare/runs.py)."""
+        self.refresh()
+        return self._owners
 
     def manifest(self, key: str) -> tuple[dict[str, Any], ExperimentSummary] | None:
         self.refresh()

@@ -7,6 +7,13 @@ Safety rules, on top of the parser:
   comment's hidden marker, `<!-- marin-status:... -->`) are dropped.
 - Links and images are kept only for http(s) URLs and dashboard-relative paths (`/issues/...`); anything
   else (`javascript:`, `data:`, `//host`) stays plain text. Links get `rel="noreferrer noopener"`.
+- `<details>` / `<summary>` (GitHub's collapsible sections) are recognised only as whole lines (`<details>`,
+  `<details open>`, `<summary>TEXT</summary>`, `</details>`, outside fenced code) and emitted as fixed tags;
+  the summary is rendered as inline Markdown (escaped) and the body as Markdown, nesting included; a section
+  left open is closed at the end.
+- Emoji shortcodes (`:tada:`, `:+1:`, `:white_check_mark:`...) become their characters, from a fixed table
+  of the ones GitHub users type most (`EMOJI`); unknown ones stay as written. The stylesheet lists the emoji
+  fonts of every platform, so the characters do not render as empty boxes.
 Presentation: a new line inside a paragraph is a line break (as on GitHub), headings are one level lower
 than written (the page owns `h1`/`h2`), a quote holding one paragraph renders without the inner `<p>`, and
 tables get the page's table classes. nh3 (an HTML sanitiser) is not needed: no HTML from the text is ever
@@ -26,6 +33,27 @@ from markupsafe import Markup
 from mdit_py_plugins.tasklists import tasklists_plugin
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_DETAILS = re.compile(r"^\s*<details(\s+open)?\s*>\s*(?:<summary>(.*?)</summary>)?\s*$", re.IGNORECASE)
+_SUMMARY = re.compile(r"^\s*<summary>(.*?)</summary>\s*$", re.IGNORECASE)
+_END = re.compile(r"^\s*</details>\s*$", re.IGNORECASE)
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_SHORTCODE = re.compile(r":([a-z0-9_+-]+):")
+EMOJI = {
+    "+1": "👍", "thumbsup": "👍", "-1": "👎", "thumbsdown": "👎", "tada": "🎉", "rocket": "🚀",
+    "warning": "⚠️", "white_check_mark": "✅", "heavy_check_mark": "✔️", "x": "❌", "bug": "🐛",
+    "fire": "🔥", "eyes": "👀", "sparkles": "✨", "memo": "📝", "bulb": "💡", "construction": "🚧",
+    "hourglass": "⌛", "hourglass_flowing_sand": "⏳", "question": "❓", "exclamation": "❗", "star": "⭐",
+    "heart": "❤️", "smile": "😄", "slightly_smiling_face": "🙂", "thinking": "🤔", "confused": "😕",
+    "chart_with_upwards_trend": "📈", "chart_with_downwards_trend": "📉", "bar_chart": "📊",
+    "mag": "🔍", "lock": "🔒", "wrench": "🔧", "hammer": "🔨", "gear": "⚙️", "zap": "⚡", "boom": "💥",
+    "100": "💯", "ok_hand": "👌", "clap": "👏", "pray": "🙏", "muscle": "💪", "point_right": "👉",
+    "arrow_right": "➡️", "arrow_up": "⬆️", "arrow_down": "⬇️", "red_circle": "🔴", "green_circle": "🟢",
+    "yellow_circle": "🟡", "large_blue_circle": "🔵", "no_entry": "⛔", "stop_sign": "🛑",
+    "checkered_flag": "🏁",
+    "package": "📦", "books": "📚", "book": "📖", "link": "🔗", "pushpin": "📌", "calendar": "📅",
+    "clock1": "🕐", "test_tube": "🧪", "microscope": "🔬", "robot": "🤖", "brain": "🧠", "cry": "😢",
+    "sweat_smile": "😅", "joy": "😂", "laughing": "😆", "rotating_light": "🚨", "recycle": "♻️",
+}
 _SUB_SUP = re.compile(r"<(sub|sup)>(.*?)</\1>", re.DOTALL)
 _SAFE_URL = re.compile(r"^(https?://|/(?!/))", re.IGNORECASE)
 
@@ -49,7 +77,7 @@ def _split_text(token: Token) -> list[Token]:
 
 def _text(content: str) -> Token:
     token = Token("text", "", 0)
-    token.content = content
+    token.content = _SHORTCODE.sub(lambda m: EMOJI.get(m.group(1), m.group(0)), content)
     return token
 
 
@@ -131,6 +159,46 @@ def _parser() -> MarkdownIt:
 _MD = _parser()
 
 
+def _sections(lines: list[str]) -> list[tuple[str, str]]:
+    """The document as ("md", text) runs and ("open", summary) / ("close", "") markers of <details>."""
+    out: list[tuple[str, str]] = []
+    run: list[str] = []
+    depth, fenced = 0, False
+
+    def flush() -> None:
+        if run:
+            out.append(("md", "\n".join(run)))
+            run.clear()
+
+    for line in lines:
+        if _FENCE.match(line):
+            fenced = not fenced
+        details, summary = (None, None) if fenced else (_DETAILS.match(line), _SUMMARY.match(line))
+        if details:
+            flush()
+            out.append(("open", details.group(2) or ""))
+            depth += 1
+        elif summary and depth and out and out[-1] == ("open", ""):
+            out[-1] = ("open", summary.group(1))
+        elif depth and not fenced and _END.match(line):
+            flush()
+            out.append(("close", ""))
+            depth -= 1
+        else:
+            run.append(line)
+    flush()
+    return out + [("close", "")] * depth
+
+
 def render(text: str) -> Markup:
     """Safe HTML for a Markdown document (an issue body or a comment)."""
-    return Markup(_MD.render(text.replace("\r\n", "\n")).strip())
+    parts = []
+    for kind, value in _sections(text.replace("\r\n", "\n").split("\n")):
+        if kind == "open":
+            summary = _MD.renderInline(value).strip() if value.strip() else "Details"
+            parts.append(f"<details><summary>{summary}</summary>")
+        elif kind == "close":
+            parts.append("</details>")
+        else:
+            parts.append(_MD.render(value).strip())
+    return Markup("\n".join(p for p in parts if p))

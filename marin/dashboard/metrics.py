@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.compare.source import Columns
 from marin.dashboard.schemas import EvalPoint, ExpertLoad, Metrics
 from marin.dashboard.store import PrefixStore, signature
 
@@ -70,11 +71,12 @@ def _num(v: Any) -> float | None:
 
 
 @dataclass
-class _Columns:
+class _Columns(Columns):
+    """marin.compare's columns (every numeric key of the training rows, for the compare view) plus what the
+    step page shows besides curves: the latest expert load and the eval rows."""
+
     signature: Any = None
     consumed: int = 0
-    steps: list[float | None] = field(default_factory=list)
-    series: dict[str, list[float | None]] = field(default_factory=lambda: {k: [] for k in SERIES})
     expert_load: ExpertLoad | None = None
     evals: list[EvalPoint] = field(default_factory=list)
     nbytes: int = 0  # the memory the values above take (the module docstring says how it is counted)
@@ -91,12 +93,11 @@ class _Columns:
                 self.nbytes += _SLOT + sum(_SLOT + _cost(v) for v in scores)
         if "loss" not in row and "lr" not in row:
             return  # an eval-only row
-        self.steps.append(step)
-        self.nbytes += _cost(step)
-        for k in SERIES:
-            value = _num(row.get(k))
-            self.series[k].append(value)
-            self.nbytes += _cost(value)
+        before = {k: len(col) for k, col in self.series.items()}
+        super().add(row)
+        self.nbytes += _cost(self.steps[-1])
+        for k, col in self.series.items():
+            self.nbytes += sum(_cost(v) for v in col[before.get(k, 0):])
         load = row.get("expert_load")
         if isinstance(load, list) and load and all(isinstance(x, list) for x in load):
             ent = row.get("routing_entropy")
@@ -171,6 +172,10 @@ class MetricsReader:
             self._keep(rel, cols)
             return cols
 
+    def columns(self, rel: str) -> Columns | None:
+        """metrics.jsonl at `rel` as columns (incrementally read, cached): what marin.compare reads."""
+        return self._columns(rel)
+
     def metrics(self, rel: str, max_points: int) -> Metrics | None:
         cols = self._columns(f"{rel}/metrics.jsonl")
         eval_doc = self.store.read_json(f"{rel}/eval.json")
@@ -186,7 +191,8 @@ class MetricsReader:
         return Metrics(
             rows=n,
             steps=[cols.steps[i] for i in keep],
-            series={k: [v[i] for i in keep] for k, v in cols.series.items() if any(x is not None for x in v)},
+            series={k: [v[i] for i in keep] for k in SERIES
+                    if (v := cols.series.get(k)) is not None and any(x is not None for x in v)},
             downsampled=len(keep) < n,
             expert_load=cols.expert_load,
             eval_history=cols.evals[-200:],

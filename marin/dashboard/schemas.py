@@ -32,6 +32,12 @@ class IssueLink(BaseModel):
     local: bool = False
 
 
+class HeadlineMetric(BaseModel):
+    name: str = Field(description="`STEP:PATH`, e.g. `eval/tiny_moe:macro.bpb`")
+    value: float
+    stderr: float | None = None
+
+
 class ExperimentSummary(BaseModel):
     id: str = Field(description="manifest file stem: '{script stem}-{hash8}'")
     script: str | None = None
@@ -46,6 +52,10 @@ class ExperimentSummary(BaseModel):
     n_steps: int = 0
     n_runs: int = 0
     last_run: RunSummary | None = None
+    verdict: str | None = Field(default=None, description="the current verdict's outcome (docs/notebook.md)")
+    headline: list[HeadlineMetric] = Field(
+        default_factory=list, description="the verdict's measured values, else the own eval steps' main "
+                                          "metrics (marin.compare.headline)")
 
 
 class ExperimentList(BaseModel):
@@ -107,6 +117,18 @@ class Dag(BaseModel):
     edges: list[DagEdge]
 
 
+class ResultValue(BaseModel):
+    metric: str = Field(description="marin.compare's key: `eval:macro.bpb`, `choices:TASK.acc`, `train:loss`")
+    value: float
+    stderr: float | None = None
+
+
+class StepResult(BaseModel):
+    name: str
+    path: str
+    values: list[ResultValue]
+
+
 class ExperimentDetail(ExperimentSummary):
     script_args: list[Any] = Field(default_factory=list)
     runs: list[RunSummary] = Field(default_factory=list)
@@ -114,6 +136,10 @@ class ExperimentDetail(ExperimentSummary):
     step_counts: dict[str, int] = Field(default_factory=dict)
     dag: Dag
     active: bool = Field(description="true while a step is WAITING or RUNNING or the latest run is RUNNING")
+    baseline: str | None = Field(default=None, description="the experiment it is compared with by default "
+                                                          "(marin.compare.runs.baseline_of)")
+    results: list[StepResult] = Field(default_factory=list, description="its own steps' final and eval "
+                                                                        "metrics")
 
 
 class StepStatus(BaseModel):

@@ -13,6 +13,15 @@ lists element by element; a `$type` as `config.x type`). Dependency placeholders
 which the caller explains one level down with the dependency's own identity changes (`because`).
 `code_changes` reports `fn` and `fn_source_hash`: they do not change identity, but explain different
 results. Each difference is a `Change`; `describe()` is its one-line text (`config.lr: 0.001 -> 0.002`).
+`step_changes` puts the three together for two step.json documents, whatever their names: a dependency
+removed under one name and added under another (an ablation's renamed train step feeding a renamed eval)
+is one `dependency {old} -> {new}` change when the two are the only such pair or run the same function.
+
+Steps of different names. An ablation usually renames the step it changes (`train/tiny_moe` ->
+`train/tiny_moe-aux_free`), so no same-name version exists. `most_similar` then pairs a step with the
+candidate that runs the same function (`fn`) and differs from it in the fewest identity fields (ties: the
+newest); `marin plan` uses it for a step with no same-name version among the step directories next to it,
+and `marin compare` to pair the steps of two runs.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 HASH8 = re.compile(r"-[0-9a-f]{8}$")
@@ -155,3 +164,70 @@ def code_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     """`fn` and `fn_source_hash` differences between two step.json files (not identity: results)."""
     keys = ("fn", "fn_source_hash")
     return [Change(k, "changed", old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
+
+
+def most_similar(
+    identity: dict[str, Any], fn: str | None, candidates: Sequence[tuple[K, dict[str, Any]]],
+    expected_deps: Iterable[str] = (),
+) -> tuple[K, dict[str, Any], list[Change]] | None:
+    """(key, step.json, identity changes) of the candidate (key, step.json) running `fn` whose identity
+    differs least from `identity`; ties go to the one with most dependencies among `expected_deps` (the
+    hashes the step's own dependencies were paired with: an eval of a renamed train step pairs with the
+    eval of the train step that one was paired with), then to the newest (`created`). None when no
+    candidate runs `fn`."""
+    expected = set(expected_deps)
+    best: tuple[tuple[int, int, float], K, dict[str, Any], list[Change]] | None = None
+    for key, doc in candidates:
+        if fn is not None and doc.get("fn") != fn:
+            continue
+        changes = identity_changes(doc, identity)
+        deps = {str(d.get("hash")) for d in dependencies_of(doc).values()}
+        rank = (len(changes), -len(deps & expected), -_created(doc))
+        if best is None or rank < best[0]:
+            best = (rank, key, doc, changes)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def pair_renamed(changes: list[Change], old_deps: dict[str, dict[str, Any]],
+                  new_deps: dict[str, dict[str, Any]],
+                  dep_doc: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[Change]:
+    """Dependencies removed under one name and added under another, paired (see the module docstring)."""
+    removed = [c for c in changes if c.kind == "removed"]
+    added = [c for c in changes if c.kind == "added"]
+    pairs: list[tuple[Change, Change, dict[str, Any] | None, dict[str, Any] | None]] = []
+    docs = {c.field: dep_doc((old_deps if c.kind == "removed" else new_deps)[c.field[11:]])
+            for c in removed + added}
+    for r in removed:
+        same = [a for a in added if (docs[a.field] or {}).get("fn") == (docs[r.field] or {}).get("fn")
+                and docs[a.field] is not None]
+        match = same[0] if same else (added[0] if len(removed) == 1 and len(added) == 1 else None)
+        if match is not None:
+            added.remove(match)
+            pairs.append((r, match, docs[r.field], docs[match.field]))
+    paired = {id(c) for p in pairs for c in p[:2]}
+    out = [c for c in changes if id(c) not in paired]
+    for r, a, old, new in pairs:
+        because = tuple(identity_changes(old, new)) if old and new else ()
+        out.append(Change(f"{r.field} -> {a.field[11:]}", "changed", r.old, a.new, because))
+    return out
+
+
+def step_changes(
+    old: dict[str, Any], new: dict[str, Any], dep_doc: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> list[Change]:
+    """Differences between two step.json documents, whatever their names: identity, dependencies (explained
+    one level down through `dep_doc`, which reads a dependency's step.json from its
+    {"name", "hash", "output_path"} entry), then code."""
+    old_deps, new_deps = dependencies_of(old), dependencies_of(new)
+    hashes = [{n: str(d.get("hash", "")) for n, d in deps.items()} for deps in (old_deps, new_deps)]
+    changes = identity_changes(old, new)
+    deps = []
+    for change in dependency_changes(*hashes):
+        name = change.field.removeprefix("dependency ")
+        a = dep_doc(old_deps[name]) if change.kind == "changed" else None
+        b = dep_doc(new_deps[name]) if a else None
+        because = tuple(identity_changes(a, b)) if a and b else ()
+        deps.append(Change(change.field, change.kind, change.old, change.new, because))
+    if old.get("name") != new.get("name"):
+        deps = pair_renamed(deps, old_deps, new_deps, dep_doc)
+    return changes + deps + code_changes(old, new)

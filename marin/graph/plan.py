@@ -3,7 +3,11 @@
 Actions: `run`; `skip` (already succeeded, or not needed because everything that uses it succeeded);
 `wait` (held by a live lease of another executor); `blocked` (a dependency failed and will not be re-run);
 `failed` (failed before; re-run only with `--force-run-failed`). `changed` explains, field by field, why a
-step that ran earlier under this prefix with the same name now has a different hash.
+step that ran earlier under this prefix with the same name now has a different hash; a step with no earlier
+run of its name (an ablation that renamed the step it changes) is compared with the most similar earlier
+step running the same function in the same directory (`marin.graph.changes.most_similar`), and its first
+`changed` line says which (`compared with train/tiny_moe: no earlier step named ...`), for up to
+`CROSS_NAME_BUDGET` steps per plan.
 
 Planning reads storage but writes nothing. It lists each parent directory of the output paths once instead
 of probing every step, so planning a fresh 10,000-step DAG costs one listing.
@@ -12,6 +16,7 @@ of probing every step, so planning a fresh 10,000-step DAG costs one listing.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import posixpath
 import re
@@ -26,6 +31,8 @@ from marin.graph.changes import (
     dependencies_of,
     dependency_changes,
     identity_changes,
+    most_similar,
+    pair_renamed,
     previous_version,
     version_names,
     version_stem,
@@ -47,6 +54,10 @@ from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
+CROSS_NAME_BUDGET = 200
+"""Steps per plan that may be compared with a step of another name: each such search reads up to 32
+step.json files (once per plan) and diffs them, so a fresh 10,000-step DAG next to many others is not
+planned 32 times over; the steps beyond it simply get no `changed` lines, as before issue 33."""
 
 
 @dataclasses.dataclass
@@ -128,6 +139,8 @@ class Scan:
         statuses = _map(storage, lambda p: read_record(storage, status_path(p)), present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
         self._stems: dict[str, dict[str, list[str]]] = {}
+        self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
+        self.cross_name_budget = CROSS_NAME_BUDGET
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -142,6 +155,25 @@ class Scan:
             self._stems[parent] = by_stem  # built once per parent: a re-plan of 10,000 steps stays linear
         stem = version_stem(base) or base
         return [posixpath.join(parent, n) for n in version_names(by_stem.get(stem, ()), stem) if n != base]
+
+    def step_docs(self, paths: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The step.json of each path, each read at most once per plan."""
+        missing = [p for p in paths if p not in self._docs]
+        for p, doc in zip(missing, _map(self.storage, lambda q: read_record(self.storage, step_json_path(q)),
+                                        missing), strict=True):
+            self._docs[p] = doc
+        return [self._docs[p] for p in paths]
+
+    def others(self, output_path: str, limit: int = 32) -> list[str]:
+        """Output paths of steps with *other* names in the same directory, the `limit` names most like this
+        step's first (candidates for `most_similar` when no same-name version exists)."""
+        parent, base = posixpath.split(output_path)
+        self.siblings(output_path)  # builds the parent's stems
+        stem = version_stem(base) or base
+        by_stem = self._stems.get(parent, {})
+        names = sorted((s for s in by_stem if s != stem),
+                       key=lambda s: (-difflib.SequenceMatcher(None, s, stem).ratio(), s))
+        return [posixpath.join(parent, n) for s in names for n in sorted(by_stem[s])][:limit]
 
 
 def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
@@ -252,11 +284,22 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     """(hash of the latest earlier run of the same name under this prefix, the differences that explain it,
     as text and structured)."""
     candidates = scan.siblings(path)
-    if not candidates:
-        return None, [], []
     docs = _map(storage, lambda p: read_record(storage, step_json_path(p)), candidates)
     found = previous_version([(p, d) for p, d in zip(candidates, docs, strict=True)
                               if d and d.get("name", node.name) == node.name], None)
+    intro: list[str] = []
+    others = scan.others(path) if found is None and scan.cross_name_budget > 0 else []
+    if others:
+        scan.cross_name_budget -= 1
+        docs = scan.step_docs(others)
+        expected = [(by_node[id(d)].previous_hash if id(d) in by_node else None) or d.hash for d in node.deps]
+        similar = most_similar(node.identity, node.step.fn_path,
+                               [(p, d) for p, d in zip(others, docs, strict=True) if d], expected)
+        if similar is None:
+            return None, [], []
+        found = (similar[0], similar[1], True)
+        intro = [f"compared with {similar[1].get('name')}: no earlier step named {node.name} here; it is the "
+                 "most similar earlier step running the same function"]
     if found is None:
         return None, [], []
     _, prev, _ = found
@@ -266,7 +309,9 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     changes += [_dependency_change(c, old_deps, new_deps, storage)
                 for c in dependency_changes({n: str(d.get("hash")) for n, d in old_deps.items()},
                                             {n: d.hash for n, d in new_deps.items()})]
-    text = [_describe(c, new_deps, by_node) for c in changes]
+    if intro:  # a renamed step's renamed dependencies: `dependency train/a -> train/a-lr2 changed: ...`
+        changes = _pair_dependencies(changes, old_deps, new_deps, storage)
+    text = intro + [_describe(c, new_deps, by_node) for c in changes]
     if not text:
         text.append("no field differs: the hashing scheme or the encoding of a value type changed")
     return str(prev.get("hash", "")) or None, text, changes
@@ -283,12 +328,26 @@ def _dependency_change(change: Change, old_deps: dict[str, dict[str, Any]], new_
     return dataclasses.replace(change, because=tuple(identity_changes(old_info, new_deps[name].identity)))
 
 
+def _pair_dependencies(changes: list[Change], old_deps: dict[str, dict[str, Any]], new_deps: dict[str, Node],
+                       storage: Storage) -> list[Change]:
+    def doc(entry: dict[str, Any]) -> dict[str, Any] | None:
+        node = entry.get("node")
+        if isinstance(node, Node):
+            return {"fn": node.step.fn_path, "identity": node.identity}
+        path = entry.get("output_path")
+        return read_record(storage, step_json_path(str(path))) if path else None
+
+    plain = [c for c in changes if not c.is_dependency]
+    deps = [c for c in changes if c.is_dependency]
+    return plain + pair_renamed(deps, old_deps, {n: {"node": d} for n, d in new_deps.items()}, doc)
+
+
 def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, PlanEntry]) -> str:
     """The plan's line for a change; a changed dependency without its own differences is explained by the
     dependency changes the plan found upstream of it."""
     if not change.is_dependency or change.kind != "changed" or change.because:
         return change.describe()
-    dep = new_deps[change.field.removeprefix("dependency ")]
+    dep = new_deps[change.field.removeprefix("dependency ").split(" -> ")[-1]]
     found = by_node[id(dep)].changed if id(dep) in by_node else []
     upstream = [c for c in found if c.startswith("dependency")]
     if upstream:

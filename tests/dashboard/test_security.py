@@ -231,3 +231,21 @@ def _tags(html: str) -> list[tuple[str, list[tuple[str, str]]]]:
 
     Collect().feed(html)
     return found
+
+
+def test_markdown_renders_details_summary_and_emoji_like_github() -> None:
+    from marin.dashboard.markdown import render
+
+    html = str(render(
+        "Done :tada: :+1: but :not_an_emoji: stays\n\n"
+        "<details>\n<summary>Logs **bold** <img src=x onerror=alert(1)></summary>\n\n- a\n- b\n\n"
+        "```\n<details>\n</details>\n```\n</details>\n\n"
+        "<details><summary>left open</summary>\n\n<script>alert(1)</script>\n"
+    ))
+    assert "<p>Done 🎉 👍 but :not_an_emoji: stays</p>" in html
+    assert "<details><summary>Logs <strong>bold</strong> &lt;img src=x onerror=alert(1)&gt;</summary>" in html
+    assert "<ul>\n<li>a</li>" in html
+    assert "<pre><code>&lt;details&gt;\n&lt;/details&gt;\n</code></pre>\n</details>" in html  # code is code
+    assert html.count("<details>") == html.count("</details>") == 2  # the open one is closed at the end
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert {tag for tag, _ in _tags(html)} <= {"p", "details", "summary", "strong", "ul", "li", "pre", "code"}

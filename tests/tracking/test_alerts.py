@@ -188,3 +188,32 @@ def test_status_comment_lists_active_alerts_and_counts_resolved_ones(tmp_path: P
     section = _status_comment(issue).split("#### Alerts", 1)[1]
     assert section.startswith(" (1 active, 2 resolved)")  # the failed risk point stays on the record
     assert "drop_rate 2" in section
+
+
+def test_dashboard_alert_history_keeps_resolved_alerts(tmp_path: Path) -> None:
+    """A rule that fired and resolved leaves the active list but stays in the history, with its resolution,
+    its rule and the experiment naming the step; the filters select by rule, run and state."""
+    prefix = tmp_path / "prefix"
+    write_prefix(str(prefix), experiments=2, metrics_rows=5, groups=2)
+    manifests = [json.loads(p.read_text()) for p in sorted((prefix / "experiments").glob("*.json"))]
+    step = next(s for s in manifests[0]["steps"] if "/train/" in s["name"])
+    out = Path(step["output_path"])
+    w = Watcher(WatchConfig(drop_rate=DropRate(pending_steps=1)), str(out), FACTS)
+    for s in range(1, 4):
+        w.observe(row(s, drop_rate=0.4))
+    for s in range(4, 8):
+        w.observe(row(s, drop_rate=0.0))  # back under the threshold: resolved
+    w.close()
+    rel = str(out.relative_to(prefix))
+    with TestClient(create_app(str(prefix), cache_ttl=0)) as client:
+        doc = client.get("/api/alerts").json()
+        assert doc["active"] == []
+        (entry,) = [h for h in doc["history"] if h["rule"] == "drop_rate"]
+        assert entry["resolved"] is not None and entry["resolved"]["step"] >= 4 and entry["step"] >= 1
+        assert entry["step_path"] == rel and entry["experiments"] == [manifests[0]["id"]]
+        assert client.get("/api/alerts", params={"state": "active"}).json()["history"] == []
+        assert client.get("/api/alerts", params={"rule": "nope"}).json()["history"] == []
+        assert len(client.get("/api/alerts", params={"run": manifests[0]["id"]}).json()["history"]) == 1
+        assert client.get("/api/alerts", params={"run": manifests[1]["id"]}).json()["history"] == []
+        page = client.get("/alerts", params={"state": "resolved"}).text
+        assert 'data-rule="drop_rate" data-state="resolved"' in page and "no active alerts" in page

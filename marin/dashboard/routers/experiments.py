@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
+from marin.dashboard.results import warm, with_headline, with_results
 from marin.dashboard.routers.catalogue import notebook_view
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
 
@@ -28,9 +29,11 @@ def _list(
     offset: int,
     limit: int,
 ) -> ExperimentList:
-    return dash.experiments.query(
+    result = dash.experiments.query(
         q=q, state=state, issue=issue, author=author, since=since, until=until, offset=offset, limit=limit
     )
+    warm(dash)
+    return result.model_copy(update={"items": [with_headline(dash, s) for s in result.items]})
 
 
 @router.get("/api/experiments", response_model=ExperimentList, tags=["experiments"])
@@ -61,7 +64,7 @@ def get_experiment(experiment_id: str, dash: Dash) -> ExperimentDetail:
         raise HTTPException(
             404, f"no experiment {experiment_id!r}: no experiments/{experiment_id}.json under the prefix"
         )
-    return detail
+    return with_results(dash, detail)
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

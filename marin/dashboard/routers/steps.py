@@ -7,9 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from marin.compare.fitplot import FitChart, fit_chart
+from marin.compare.step_view import step_view
 from marin.dashboard.alerts import StepAlerts, step_alerts
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.paths import clean_relpath
+from marin.dashboard.predictions import for_step as prediction_for
+from marin.dashboard.results import source
 from marin.dashboard.schemas import LogTail, Metrics, StepDetail
 from marin.dashboard.steps import log_tail, step_detail
 from marin.status import files as sf
@@ -59,11 +63,34 @@ def get_metrics(
 
 
 @router.get("/steps/{step_path:path}", response_class=HTMLResponse, include_in_schema=False)
-def step_page(step_path: str, request: Request, dash: Dash) -> HTMLResponse:
+def step_page(step_path: str, request: Request, dash: Dash,
+              smooth: Annotated[float, Query(ge=0.0, lt=1.0)] = 0.0) -> HTMLResponse:
     step = get_step(step_path, dash)
+    res = step_view(source(dash), step.path, step.name or step.path, ema=smooth or None)
     return page(
-        request, "step.html", {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step)}
+        request, "step.html",
+        {"prefix": dash.prefix, "step": step, "alerts": _alerts(dash, step), "res": res,
+         "fit": _fit_plot(dash, step)},
     )
+
+
+def _fit_plot(dash: Dashboard, step: StepDetail) -> FitChart | None:
+    """The ladder's fit plot on its fit step's page (fit.json) and its prediction step's (prediction.json,
+    with the fit.json of the dependency that wrote one, and the target's actual value once it landed)."""
+    fit_doc = dash.store.read_json(f"{step.path}/fit.json")
+    if isinstance(fit_doc, dict):
+        return fit_chart(fit_doc)
+    prediction = dash.store.read_json(f"{step.path}/prediction.json")
+    if not isinstance(prediction, dict):
+        return None
+    for dep in step.dependencies:
+        fit_doc = dash.store.read_json(f"{dep.path}/fit.json")
+        if isinstance(fit_doc, dict):
+            pred = prediction_for(dash.prefix, step.path)
+            points = (pred or {}).get("points") or []
+            actual = next((p.actual for p in reversed(points) if p.actual is not None), None)
+            return fit_chart(fit_doc, prediction, actual)
+    return None
 
 
 def _alerts(dash: Dashboard, step: StepDetail) -> StepAlerts:

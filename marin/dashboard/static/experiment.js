@@ -33,3 +33,23 @@ document.addEventListener("DOMContentLoaded", () => {
     active = exp.active;
   }, 3000, () => active);
 });
+
+// The DAG: fitted to its box by the stylesheet; when that would shrink it below half size (text too small to
+// read) show it at actual size, scrolled to the right end where the result steps are. Buttons switch.
+(() => {
+  const wrap = document.getElementById("dag-wrap");
+  const svg = document.getElementById("dag");
+  if (!wrap || !svg) return;
+  const tools = document.querySelector(".dag-tools");
+  const natural = Number(svg.getAttribute("width")) || 1;
+  const actual = (on) => {
+    wrap.classList.toggle("actual", on);
+    if (on) wrap.scrollLeft = wrap.scrollWidth;
+  };
+  if (wrap.clientWidth / natural < 0.5) actual(true);
+  if (tools && natural > wrap.clientWidth) {
+    tools.hidden = false;
+    document.getElementById("dag-fit").addEventListener("click", () => actual(false));
+    document.getElementById("dag-actual").addEventListener("click", () => actual(true));
+  }
+})();

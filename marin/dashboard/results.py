@@ -1,0 +1,122 @@
+"""Numbers where people look: the verdict and headline metrics of the experiments list, and an experiment's
+results (its own steps' final and eval metrics) and baseline, all from marin.compare (the same reading
+`marin compare` and `marin status` do).
+
+Cached per experiment, as the alert index is (marin/dashboard/alerts.py): an experiment's own steps only
+write while a run of it is RUNNING, and a run's start and end rewrite its manifest. So what was computed is
+reused while the manifest's signature is the same, no run of it is RUNNING, and its verdicts.json is the
+same parsed object in the store's cache (a person's verdict changes it); a list page of 25 experiments then
+costs 25 cached reads instead of one per own step and record file.
+
+Computing one experiment's numbers reads two or three small files per own step. So that the first visit of a
+list page is not the one that pays for 25 experiments, `warm(dash)` computes them in one background thread,
+newest experiments first (all of them on local storage, the newest `WARM_REMOTE` on an object store, where
+each read is a request), whenever the experiment index changed; requests never wait for it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from marin.compare.headline import headline, own_values
+from marin.compare.runs import baseline_of
+from marin.dashboard.compare_source import DashboardSource
+from marin.dashboard.context import Dashboard
+from marin.dashboard.schemas import (
+    ExperimentDetail,
+    ExperimentSummary,
+    HeadlineMetric,
+    ResultValue,
+    StepResult,
+)
+from marin.status.manifest import EXPERIMENTS_DIR
+
+
+def source(dash: Dashboard) -> DashboardSource:
+    return DashboardSource(dash.store, dash.metrics, dash.experiments)
+
+
+@dataclass(frozen=True)
+class _Numbers:
+    verdict: str | None
+    headline: list[HeadlineMetric]
+    results: list[StepResult]
+    baseline: str | None
+
+
+_CACHE: dict[tuple[int, str], tuple[Any, Any, _Numbers]] = {}
+_LOCK = threading.Lock()
+
+
+def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
+    src, owner = source(dash), dash.experiments.owners()
+    step_values = own_values(src, experiment_id, owner)  # no metrics.jsonl: the step page has the curves
+    h = headline(src, experiment_id, owner, step_values)
+    results = []
+    for ref, values in step_values:
+        if values:
+            results.append(StepResult(name=ref.name, path=ref.rel, values=[
+                ResultValue(metric=k, value=v.value, stderr=v.stderr) for k, v in values.items()]))
+    metrics = [HeadlineMetric(name=m.name, value=m.value, stderr=m.stderr) for m in h.metrics]
+    return _Numbers(h.outcome, metrics, results, baseline_of(src, experiment_id, owner))
+
+
+def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
+    """An experiment's verdict, headline, results and baseline (cached: see the module docstring)."""
+    found = dash.experiments.manifest(experiment_id)
+    running = found is not None and any(
+        isinstance(r, dict) and r.get("status") == "RUNNING" for r in found[0].get("runs") or [])
+    sig = dash.experiments.signature_of(experiment_id)
+    verdicts = dash.store.read_json(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+    key = (id(dash), experiment_id)
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None and not running and hit[0] == sig and hit[1] is verdicts:
+        return hit[2]
+    value = _compute(dash, experiment_id)
+    with _LOCK:
+        _CACHE[key] = (sig, verdicts, value)
+    return value
+
+
+WARM_REMOTE = 100
+_WARMING: set[int] = set()
+_WARMED: dict[int, Any] = {}  # dashboard -> the manifest map it last warmed
+
+
+def warm(dash: Dashboard) -> None:
+    """Start computing every experiment's numbers in the background (see the module docstring), unless a
+    warm-up of this dashboard is running or no manifest changed since the last one."""
+    manifests = dash.experiments.manifest_map()
+    with _LOCK:
+        if id(dash) in _WARMING or _WARMED.get(id(dash)) is manifests:
+            return
+        _WARMING.add(id(dash))
+        _WARMED[id(dash)] = manifests
+
+    def run() -> None:
+        try:
+            ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
+            for experiment_id in ids if dash.store.is_local else ids[:WARM_REMOTE]:
+                numbers(dash, experiment_id)
+        except (OSError, ValueError):
+            pass  # a prefix gone or a corrupt record: the request that needs it computes it and reports why
+        finally:
+            with _LOCK:
+                _WARMING.discard(id(dash))
+
+    threading.Thread(target=run, name="marin-dashboard-warm", daemon=True).start()
+
+
+def with_headline(dash: Dashboard, summary: ExperimentSummary) -> ExperimentSummary:
+    n = numbers(dash, summary.id)
+    return summary.model_copy(update={"verdict": n.verdict, "headline": n.headline})
+
+
+def with_results(dash: Dashboard, detail: ExperimentDetail) -> ExperimentDetail:
+    """The detail with its verdict, headline, baseline and its own steps' results (eval and multiple-choice,
+    and the final training loss of train_result.json; no metrics.jsonl is parsed for this page)."""
+    n = numbers(dash, detail.id)
+    return detail.model_copy(update={"verdict": n.verdict, "headline": n.headline, "baseline": n.baseline,
+                                     "results": n.results})
