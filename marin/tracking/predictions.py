@@ -419,7 +419,16 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
         "error_words": error_words(vend.error_pct, verdict.metric) if vend and verdict else None,
         "inside": vend.inside if vend else None,
         "points_inside": f"{verdict.hits}/{len(verdict.points)}" if verdict else None,
+        **_ladder_columns(record),
     }
+
+
+def _ladder_columns(record: Prediction | None) -> dict[str, Any]:
+    """The recipe and compute share a ladder's record states (``ladder``; None for other records)."""
+    ladder = record.details.get("ladder") if record is not None else None
+    if not isinstance(ladder, dict):
+        return {"recipe": None, "compute_share": None}
+    return {"recipe": ladder.get("recipe"), "compute_share": ladder.get("compute_share")}
 
 
 def list_predictions(prefix: str) -> dict[str, Any]:

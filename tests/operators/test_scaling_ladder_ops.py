@@ -615,3 +615,33 @@ def test_pre_decay_anchor_refuses_rungs_without_the_anchor_and_unknown_rules(
     assert got["point"] == pytest.approx(1.75) and got["rule"]["rung_falls"] == pytest.approx(
         {"small": 0.2, "big": 0.3}
     )
+
+
+def test_prediction_records_the_recipe_and_the_ladders_compute_share(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    from marin.tracking.predictions import prediction_body
+
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    facts = {"recipe": "delphi-v2", "rungs_recipe": ["delphi-v2"], "compute_trainer": 2.0e12,
+             "target_compute_trainer": 1.0e14, "compute_share": 0.02, "targets": ["big", "bigger", "biggest"]}
+    predict_target(dataclasses.replace(_prediction_config(tmp_path), ladder=facts))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
+    assert record["ladder"] == facts
+    line = ("Recipe: delphi-v2. The ladder's runs cost 2e+12 FLOPs, 2.0% of this target's 1e+14 (one of 3 "
+            "targets forecast by this ladder).")
+    assert line in record["summary"] and line in prediction_body(Prediction.from_json(record))
+    bare_config = dataclasses.replace(_prediction_config(tmp_path), output_path=str(tmp_path / "bare"))
+    predict_target(bare_config)  # a ladder that states nothing records nothing
+    bare = read_sealed(str(tmp_path / "bare" / PREDICTION_FILE))
+    assert "ladder" not in bare and not any(s.startswith("Recipe:") for s in bare["summary"])
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+    from marin.tracking.predictions import list_predictions
+
+    rows = {r["path"].rsplit("/", 2)[-2]: r for r in list_predictions(str(tmp_path))["predictions"]}
+    assert (rows["prediction"]["compute_share"], rows["prediction"]["recipe"]) == (0.02, "delphi-v2")
+    assert rows["bare"]["compute_share"] is None
+    page = TestClient(create_app(str(tmp_path))).get("/predictions").text  # the dashboard's Predictions page
+    assert "<td>2.0% of the target (delphi-v2)</td>" in page
