@@ -84,7 +84,14 @@ History (docs/benchmarks/scaling-ladder.md has each ladder's figures; every one 
    (14x), seed 700: 1.6490 [1.6183, 1.6778] against 1.6439, +0.31%, inside; 75% inside (+0.80%), 25% and
    50% outside, so the criterion (every point inside) failed. The rungs alone (E fitted) would have said
    -4.02%; E is the lab's record, stated.
-This script runs the eleventh design.
+This script runs the eleventh design (its rungs and target train the ``adamw-v1`` recipe, as registered).
+The reduced ladder (CI) trains the default ``delphi-v2`` recipe (AdamH, Delphi v2's rule) and forecasts
+three targets at once (about 1x, 3x and 10x the first), each frozen by its own record before its run.
+
+The criterion (2026-12-06): each target's endpoint inside its 90% interval (``verdict.json/endpoint_hit``),
+the one scored point every surface states (the verdict comment, the status comment, ``marin predictions``,
+the dashboard, the alert); before, it asked for every point inside, which the verdict's own line and the
+listing did not, so they disagreed on one ladder.
 
     python experiments/exp15_scaling_ladder.py --prefix ladder-out        # about 33 min, 2 quiet cores
     MARIN_LADDER_SMALL=1 python experiments/exp15_scaling_ladder.py       # the reduced ladder CI runs
@@ -111,7 +118,7 @@ from experiments.common.scaling_ladder import build_ladder  # noqa: E402
 from experiments.tutorials.tiny_moe import decontaminated  # noqa: E402
 from marin import Criterion, Step, executor_main, output_path_of, this_output_path  # noqa: E402
 from operators.scaling.ladder import plan_ladder  # noqa: E402
-from operators.scaling.rules import LadderRules  # noqa: E402
+from operators.scaling.rules import RECIPE_V1, LadderRules  # noqa: E402
 from operators.tokenize import TokenizeConfig, tokenize  # noqa: E402
 from operators.train import TrainConfig  # noqa: E402
 from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer  # noqa: E402
@@ -136,8 +143,9 @@ BASE_MODEL = {"vocab_size": 257, "n_experts": 0, "qk_norm": True, "logit_z_loss_
 if SMALL:
     rules = LadderRules(tokens_per_param=2.0, min_batch_tokens=64, seq_len=32, min_width=8, head_dim=4)
     # The reduced ladder also runs the target at x0.5 and x2 of the rule's rate (target/lr-check).
-    plan = plan_ladder(BASE_MODEL, sizes=[1.5e3, 3e3, 6e3], seeds=[0, 1], target=2.7e9, rules=rules,
-                       target_lr_multiples=(0.5, 2.0))
+    # three targets: 2.7e9 (the one the reduced ladder always had), 3x and 10x it
+    plan = plan_ladder(BASE_MODEL, sizes=[1.5e3, 3e3, 6e3], seeds=[0, 1], target=[2.7e9, 8.1e9, 2.7e10],
+                       rules=rules, target_lr_multiples=(0.5, 2.0))
 else:
     # 10 tokens per parameter and one batch of 4 x 128 tokens for every run: what fits a 2-core machine (each
     # run also pays a JAX compilation). lr_ref 0.008: the second ladder's check (x0.5, x2 at both ends) found
@@ -146,7 +154,7 @@ else:
     # six seeds per rung (10-15). The tenth: the same rungs, the target d104-L4 at 2.88e13, 25x the top
     # rung. The eleventh: five rungs (d56-L4 added on top) x three seeds (10-12), the target d112-L4 at
     # 3.41e13, 14x.
-    rules = LadderRules(tokens_per_param=10.0, batch_tokens=512, lr_ref=0.008)
+    rules = LadderRules(tokens_per_param=10.0, batch_tokens=512, lr_ref=0.008, recipe=RECIPE_V1)
     plan = plan_ladder(BASE_MODEL, sizes=[37144, 61792, 102824, 138736, 201272], seeds=[10, 11, 12],
                        target=3.4082736e13, rules=rules, min_extrapolation=10.0, target_seed=700,
                        lr_multiples=(0.5, 2.0) if RUNG_LR_CHECK else (), lr_check_seeds=2)
@@ -192,13 +200,13 @@ SMALL_HYPOTHESIS = ("(the reduced ladder, MARIN_LADDER_SMALL=1, as CI runs it) t
                     "target's first step, the target scored against it. Its figures test the machinery, not "
                     "the full ladder's claim (the script's docstring).")
 
-# The verdict step's record (verdict.json) counts the scored points inside their 90% intervals: every one.
-INSIDE_EVERY_INTERVAL = Criterion(metric=f"{ladder.verdict.name}:verdict.json/hits", better="higher",
-                                  baseline=len(plan.fractions) - 1, min_effect=1)
+# Each target's endpoint inside its 90% interval (verdict.json/endpoint_hit: 1 inside, 0 outside).
+ENDPOINT_INSIDE = [Criterion(metric=f"{v.name}:verdict.json/endpoint_hit", better="higher", baseline=0,
+                             min_effect=1) for v in ladder.verdicts]
 
 if __name__ == "__main__":
     executor_main(steps=ladder.rung_steps if STAGE == "rungs" else ladder.steps,
                   description="exp15: a scaling ladder pre-registers the target's held-out loss",
-                  criterion=None if STAGE == "rungs" else INSIDE_EVERY_INTERVAL, tags=("scaling",),
+                  criterion=None if STAGE == "rungs" else ENDPOINT_INSIDE, tags=("scaling",),
                   hypothesis=SMALL_HYPOTHESIS if SMALL else None,
                   issue=ISSUE, publishers=[ConsoleProgress()])

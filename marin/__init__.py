@@ -23,6 +23,7 @@ from marin.errors import (
 )
 from marin.execution.argv import ExecutorMainConfig
 from marin.execution.main import RunResult, executor_main, run_experiment
+from marin.graph.dag import identity_hash
 from marin.issue_ref import IssueRef
 from marin.status.publisher import Publisher, RunContext, RunView, StepView, register_publisher_factory
 
@@ -44,6 +45,7 @@ __all__ = [
     "StepView",
     "StorageError",
     "executor_main",
+    "identity_hash",
     "output_path_of",
     "prefix_path",
     "register_publisher_factory",

@@ -27,6 +27,7 @@ from openlab_records.schema import (
     Tracking,
     Verdict,
     error_pct,
+    error_words,
 )
 from openlab_records.sealed import (
     HASH_KEY,
@@ -65,6 +66,7 @@ __all__ = [
     "Verdict",
     "canonical_json",
     "error_pct",
+    "error_words",
     "is_sealed",
     "read_json",
     "read_sealed",

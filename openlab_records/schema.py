@@ -56,6 +56,18 @@ def error_pct(predicted: float, actual: float) -> float:
     return 100.0 * (predicted - actual) / actual
 
 
+def error_words(error: float, metric: str = "metric") -> str:
+    """The signed error in plain words, written next to the number on every surface:
+    ``-11.83%`` -> "the run's micro.bpb came out higher than forecast (the forecast was 11.83% too low)".
+    The percentage is the same number without its sign, so the words can never disagree with it."""
+    if not math.isfinite(error):
+        return f"the run's {metric} could not be compared with the forecast"
+    if round(error, 2) == 0:
+        return f"the run's {metric} came out as forecast (within 0.005%)"
+    way, fault = ("higher", "low") if error < 0 else ("lower", "high")
+    return f"the run's {metric} came out {way} than forecast (the forecast was {abs(error):.2f}% too {fault})"
+
+
 def _need(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, Mapping) or key not in obj:
         raise RecordFormatError(f"{where}: the record has no {key!r}; it is not a record of this schema")

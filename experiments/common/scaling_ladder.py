@@ -2,7 +2,8 @@
 forecast.
 
     plan = plan_ladder(base_model, budgets=[...], seeds=[0, 1, 2], target=5e12)
-    ladder = build_ladder("exp15", plan, base_train=TrainConfig(...), tokenized=tokenized, issue=ISSUE)
+    ladder = build_ladder("exp15", plan, base_train=TrainConfig(...), tokenized=tokenized, issue=ISSUE,
+                          validation=..., settings=LadderSettings(fixed_e=1.176))
     executor_main(ladder.steps)
 
 Steps (names under ``{name}/``), in DAG order:
@@ -22,20 +23,26 @@ Steps (names under ``{name}/``), in DAG order:
   whether the rule's rate was the best at the target's end (:mod:`operators.scaling.lrcheck`), posted to
   the issue by the engine. A separate leaf: a failed check run never holds back the verdict.
 
+With several targets (``plan_ladder(target=[...])``) each further target gets its own
+``target-{shape}/prediction``, ``target-{shape}/train``, ``target-{shape}/eval`` and
+``target-{shape}/verdict`` (the first keeps the names above): one fit, one frozen record per target, each
+posted before its run.
+
 The target's config hash in the record is the identity hash of the *plain* target train step (the same
-training config without the dependency on the forecast), computed here with the engine's graph builder.
+training config without the dependency on the forecast), from the engine's public
+:func:`marin.identity_hash`. Each record also says which recipe trained the rungs and the target, and what
+share of the target's compute the ladder cost (``ladder``: :func:`ladder_facts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import Any
 
-from marin import Step, output_path_of, this_output_path
-from marin.graph.dag import build_graph
+from marin import Step, identity_hash, output_path_of, this_output_path
 from operators.scaling.curve import CurveConfig, evaluate_curve
 from operators.scaling.fitstep import FitConfig, RungRun, fit_ladder
 from operators.scaling.ladder import LadderPlan
@@ -53,6 +60,42 @@ from operators.train import TrainConfig, train
 
 
 @dataclasses.dataclass(frozen=True)
+class LadderSettings:
+    """How the forecast is made and scored (everything of :func:`build_ladder` that is not a step)."""
+
+    metric: str = "micro.bpb"
+    """The held-out metric forecast (a key of the eval step's rows)."""
+    eval_max_batches: int | None = 128
+    """Held-out batches per evaluation (the same windows for every run)."""
+    fixed_e: float | None = None
+    """E fixed (an assumption stated in the record) instead of fitted."""
+    bootstrap: int = 1000
+    """Bootstrap replicates of the interval."""
+    assumptions: tuple[str, ...] = ()
+    """Stated assumptions, on every record and comment."""
+    require_posted: bool | None = None
+    """Each target waits for its record's issue comment (None: whenever the ladder has an issue)."""
+    end_rule: str = "law"
+    """How the endpoint is forecast (:class:`operators.scaling.prediction.PredictionConfig`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "assumptions", tuple(self.assumptions))
+
+
+@dataclasses.dataclass(frozen=True)
+class Forecast:
+    """One target's steps: its frozen record, its run, its scored curve."""
+
+    target: RungSpec
+    prediction: Step
+    train: Step
+    eval: Step
+    verdict: Step
+    config_hash: str
+    """The identity hash of the plain target train step, named by the record."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Ladder:
     """The steps of one ladder; ``steps`` is what to pass to executor_main (every leaf)."""
 
@@ -60,17 +103,38 @@ class Ladder:
     rung_trains: tuple[Step, ...]
     rung_evals: tuple[Step, ...]
     fit: Step
-    prediction: Step
-    target_train: Step
-    target_eval: Step
-    verdict: Step
-    target_config_hash: str
+    forecasts: tuple[Forecast, ...]
+    """One per target, the plan's first target first."""
     lr_check: Step | None = None
-    """The target's learning-rate check (None: the plan has no target_lr_multiples)."""
+    """The first target's learning-rate check (None: the plan has no target_lr_multiples)."""
+
+    @property
+    def prediction(self) -> Step:
+        return self.forecasts[0].prediction
+
+    @property
+    def target_train(self) -> Step:
+        return self.forecasts[0].train
+
+    @property
+    def target_eval(self) -> Step:
+        return self.forecasts[0].eval
+
+    @property
+    def verdict(self) -> Step:
+        return self.forecasts[0].verdict
+
+    @property
+    def verdicts(self) -> tuple[Step, ...]:
+        return tuple(f.verdict for f in self.forecasts)
+
+    @property
+    def target_config_hash(self) -> str:
+        return self.forecasts[0].config_hash
 
     @property
     def steps(self) -> list[Step]:
-        return [self.verdict] if self.lr_check is None else [self.verdict, self.lr_check]
+        return [*self.verdicts, *(() if self.lr_check is None else (self.lr_check,))]
 
     @property
     def rung_steps(self) -> list[Step]:
@@ -129,184 +193,228 @@ def curve_config(
     )
 
 
-def build_ladder(
-    name: str,
-    plan: LadderPlan,
-    *,
-    base_train: TrainConfig,
-    tokenized: Step,
-    validation: dict[str, Any],
-    issue: str | None,
-    metric: str = "micro.bpb",
-    eval_max_batches: int | None = 128,
-    fixed_e: float | None = None,
-    bootstrap: int = 1000,
-    assumptions: Sequence[str] = (),
-    require_posted: bool | None = None,
-    end_rule: str = "law",
-) -> Ladder:
-    """Every step of the ladder (see the module docstring). ``validation`` maps domains to the held-out
-    caches (``output_path_of(tokenized, "validation/python")``...) for the target's in-training evaluation.
-    ``end_rule`` picks how the endpoint is forecast
-    (:class:`operators.scaling.prediction.PredictionConfig`)."""
-    trains, evals, runs = [], [], []
-    check_seeds = plan.seeds[: plan.lr_check_seeds]
-    pairs = [*((r, plan.seeds) for r in plan.rungs), *((r, check_seeds) for r in plan.lr_check)]
-    for rung, seeds in pairs:
-        multiple = 1.0 if "-lrx" not in rung.name else float(rung.name.rsplit("-lrx", 1)[1])
-        for seed in seeds:
-            t = Step(
-                name=f"{name}/train/{rung.name}-s{seed}",
-                fn=train,
-                description=f"rung {rung.name} seed {seed}: N={rung.n_params:,}, D={rung.tokens:,}",
-                config=rung_train_config(base_train, rung, seed, rung.eval_steps(plan.fractions)),
-            )
-            e = Step(
-                name=f"{name}/eval/{rung.name}-s{seed}",
-                fn=evaluate_curve,
-                description=f"held-out {metric} of {rung.name} seed {seed} at {len(plan.fractions)} points",
-                config=curve_config(t, rung, plan, tokenized, metric, eval_max_batches),
-            )
-            trains.append(t)
-            evals.append(e)
-            runs.append(
-                RungRun(
-                    rung=rung.name,
-                    seed=seed,
-                    curve=output_path_of(e),
-                    train=output_path_of(t),
-                    lr_multiple=multiple,
-                )
-            )
-    fit = Step(
-        name=f"{name}/fit",
+def ladder_facts(plan: LadderPlan, target: RungSpec) -> dict[str, Any]:
+    """What a record says about the ladder behind it: the recipe, and its compute share of ``target``."""
+    return {
+        "recipe": target.recipe,
+        "rungs_recipe": sorted({r.recipe for r in plan.rungs}),
+        "compute_trainer": plan.ladder_compute(),
+        "target_compute_trainer": target.compute_trainer(),
+        "compute_share": plan.compute_share(target),
+        "targets": [t.name for t in plan.targets],
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """What every step of one ladder is built from."""
+
+    name: str
+    plan: LadderPlan
+    base_train: TrainConfig
+    tokenized: Step
+    validation: Mapping[str, Any]
+    issue: str | None
+    settings: LadderSettings
+
+    @property
+    def posted(self) -> bool:
+        required = self.settings.require_posted
+        return (self.issue is not None) if required is None else required
+
+    def curve(self, train_step: Step, rung: RungSpec) -> CurveConfig:
+        s = self.settings
+        return curve_config(train_step, rung, self.plan, self.tokenized, s.metric, s.eval_max_batches)
+
+
+def _rung_run(b: _Build, rung: RungSpec, seed: int) -> tuple[Step, Step, RungRun]:
+    """One rung and seed: its train step, its curve eval step, and the fit's view of the pair."""
+    t = Step(
+        name=f"{b.name}/train/{rung.name}-s{seed}",
+        fn=train,
+        description=f"rung {rung.name} seed {seed}: N={rung.n_params:,}, D={rung.tokens:,}",
+        config=rung_train_config(b.base_train, rung, seed, rung.eval_steps(b.plan.fractions)),
+    )
+    e = Step(
+        name=f"{b.name}/eval/{rung.name}-s{seed}",
+        fn=evaluate_curve,
+        description=f"held-out {b.settings.metric} of {rung.name} seed {seed} at "
+        f"{len(b.plan.fractions)} points",
+        config=b.curve(t, rung),
+    )
+    run = RungRun(
+        rung=rung.name,
+        seed=seed,
+        curve=output_path_of(e),
+        train=output_path_of(t),
+        lr_multiple=rung.lr_multiple,
+    )
+    return t, e, run
+
+
+def _fit(b: _Build, runs: Sequence[RungRun]) -> Step:
+    return Step(
+        name=f"{b.name}/fit",
         fn=fit_ladder,
         description="one law per evaluation fraction",
         config=FitConfig(
             output_path=this_output_path(),
             runs=tuple(runs),
-            fractions=plan.fractions,
-            fixed_e=fixed_e,
-            bootstrap=bootstrap,
+            fractions=b.plan.fractions,
+            fixed_e=b.settings.fixed_e,
+            bootstrap=b.settings.bootstrap,
         ),
     )
-    target = plan.target
-    target_steps = target.eval_steps(plan.fractions)
-    target_train_config = rung_train_config(
-        base_train, target, plan.target_seed, target_steps, validation, eval_max_batches
-    )
-    plain = Step(name=f"{name}/target/train", fn=train, config=target_train_config)
-    config_hash = build_graph([plain]).node_of(plain).hash
-    spec = TargetSpec(
+
+
+def _target_spec(target: RungSpec, config_hash: str, b: _Build) -> TargetSpec:
+    return TargetSpec(
         name=target.name,
         config_hash=config_hash,
         n_params=target.n_params,
         tokens_per_step=target.batch_tokens,
         num_steps=target.num_steps,
         flops_per_token=target.flops_per_token,
-        eval_steps=target_steps,
-        seed=plan.target_seed,
+        eval_steps=target.eval_steps(b.plan.fractions),
+        seed=b.plan.target_seed,
     )
+
+
+def _forecast(b: _Build, fit: Step, target: RungSpec, first: bool) -> Forecast:
+    """One target's prediction, train, eval and verdict steps (the first target keeps the old names)."""
+    names = ("prediction", "target/train", "target/eval", "verdict")
+    if not first:
+        names = tuple(f"target-{target.name}/{n}" for n in ("prediction", "train", "eval", "verdict"))
+    s, steps_at = b.settings, target.eval_steps(b.plan.fractions)
+    train_config = rung_train_config(
+        b.base_train, target, b.plan.target_seed, steps_at, dict(b.validation), s.eval_max_batches
+    )
+    config_hash = identity_hash(Step(name=f"{b.name}/{names[1]}", fn=train, config=train_config))
     prediction = Step(
-        name=f"{name}/prediction",
+        name=f"{b.name}/{names[0]}",
         fn=predict_target,
-        description="the frozen, hashed forecast",
+        description=f"the frozen, hashed forecast of {target.name}",
         config=PredictionConfig(
             output_path=this_output_path(),
             fit=output_path_of(fit),
-            target=spec,
-            experiment=name,
-            issue=issue,
-            assumptions=tuple(assumptions),
-            end_rule=end_rule,
+            target=_target_spec(target, config_hash, b),
+            experiment=b.name,
+            issue=b.issue,
+            assumptions=s.assumptions,
+            end_rule=s.end_rule,
+            ladder=ladder_facts(b.plan, target),
         ),
     )
-    posted = (issue is not None) if require_posted is None else require_posted
-    target_train = Step(
-        name=f"{name}/target/train",
+    run = Step(
+        name=f"{b.name}/{names[1]}",
         fn=train_target,
         description=f"the target {target.name}: N={target.n_params:,}, D={target.tokens:,}, "
-        f"{plan.extrapolation:.1f}x the top rung",
+        f"{target.compute_6nd() / b.plan.rungs[-1].compute_6nd():.1f}x the top rung",
         config=TargetTrainConfig(
-            train=target_train_config,
+            train=train_config,
             prediction=output_path_of(prediction),
             target_config_hash=config_hash,
-            require_posted=posted,
+            require_posted=b.posted,
         ),
     )
-    target_eval = Step(
-        name=f"{name}/target/eval",
+    curve = Step(
+        name=f"{b.name}/{names[2]}",
         fn=evaluate_curve,
-        description="the target's held-out curve",
-        config=curve_config(target_train, target, plan, tokenized, metric, eval_max_batches),
+        description=f"the held-out curve of {target.name}",
+        config=b.curve(run, target),
     )
     verdict = Step(
-        name=f"{name}/verdict",
+        name=f"{b.name}/{names[3]}",
         fn=score_prediction,
-        description="the forecast scored",
+        description=f"the forecast of {target.name} scored",
         config=VerdictConfig(
             output_path=this_output_path(),
             prediction=output_path_of(prediction),
-            target_curve=output_path_of(target_eval),
+            target_curve=output_path_of(curve),
         ),
     )
-    return Ladder(
-        plan=plan,
-        rung_trains=tuple(trains),
-        rung_evals=tuple(evals),
-        fit=fit,
-        prediction=prediction,
-        target_train=target_train,
-        target_eval=target_eval,
-        verdict=verdict,
-        target_config_hash=config_hash,
-        lr_check=_target_lr_check(
-            name, plan, base_train, tokenized, prediction, target_eval, metric, eval_max_batches, posted
-        ),
-    )
+    return Forecast(target, prediction, run, curve, verdict, config_hash)
 
 
-def _target_lr_check(
+def build_ladder(
     name: str,
     plan: LadderPlan,
+    *,
     base_train: TrainConfig,
     tokenized: Step,
-    prediction: Step,
-    target_eval: Step,
-    metric: str,
-    eval_max_batches: int | None,
-    require_posted: bool,
-) -> Step | None:
-    """The target at each of the plan's other learning-rate multiples (train + eval, each train step
+    validation: Mapping[str, Any],
+    issue: str | None,
+    settings: LadderSettings | None = None,
+    **options: Any,
+) -> Ladder:
+    """Every step of the ladder (see the module docstring). ``validation`` maps domains to the held-out
+    caches (``output_path_of(tokenized, "validation/python")``...) for the targets' in-training evaluation.
+    ``options`` are :class:`LadderSettings` fields given one by one (``fixed_e=1.176``), on top of
+    ``settings``."""
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(LadderSettings)})
+    if unknown:
+        raise TypeError(
+            f"build_ladder: unknown option(s) {unknown}; the options are LadderSettings' fields: "
+            f"{', '.join(f.name for f in dataclasses.fields(LadderSettings))}"
+        )
+    b = _Build(
+        name,
+        plan,
+        base_train,
+        tokenized,
+        validation,
+        issue,
+        dataclasses.replace(settings or LadderSettings(), **options),
+    )
+    check_seeds = plan.seeds[: plan.lr_check_seeds]
+    pairs = [(r, s) for r in plan.rungs for s in plan.seeds] + [
+        (r, s) for r in plan.lr_check for s in check_seeds
+    ]
+    built = [_rung_run(b, rung, seed) for rung, seed in pairs]
+    fit = _fit(b, [run for _, _, run in built])
+    forecasts = tuple(_forecast(b, fit, t, i == 0) for i, t in enumerate(plan.targets))
+    return Ladder(
+        plan=plan,
+        rung_trains=tuple(t for t, _, _ in built),
+        rung_evals=tuple(e for _, e, _ in built),
+        fit=fit,
+        forecasts=forecasts,
+        lr_check=_target_lr_check(b, forecasts[0]),
+    )
+
+
+def _target_lr_check(b: _Build, first: Forecast) -> Step | None:
+    """The first target at each of the plan's other learning-rate multiples (train + eval, each train step
     waiting for the frozen, posted forecast) and the step comparing their ends; None without multiples."""
     runs = []
-    for multiple, rung in plan.target_lr_check:
-        config = rung_train_config(base_train, rung, plan.target_seed, rung.eval_steps(plan.fractions))
+    for multiple, rung in b.plan.target_lr_check:
+        config = rung_train_config(b.base_train, rung, b.plan.target_seed, rung.eval_steps(b.plan.fractions))
         t = Step(
-            name=f"{name}/target/train-lrx{multiple:g}",
+            name=f"{b.name}/target/train-lrx{multiple:g}",
             fn=train_after_forecast,
             description=f"the target at x{multiple:g} the rule's learning rate (after the forecast)",
             config=AfterForecastConfig(
-                train=config, prediction=output_path_of(prediction), require_posted=require_posted
+                train=config, prediction=output_path_of(first.prediction), require_posted=b.posted
             ),
         )
         e = Step(
-            name=f"{name}/target/eval-lrx{multiple:g}",
+            name=f"{b.name}/target/eval-lrx{multiple:g}",
             fn=evaluate_curve,
-            description=f"held-out {metric} of the target at x{multiple:g} the rule's learning rate",
-            config=curve_config(t, rung, plan, tokenized, metric, eval_max_batches),
+            description=f"held-out {b.settings.metric} of the target at x{multiple:g} the rule's "
+            "learning rate",
+            config=b.curve(t, rung),
         )
         runs.append((multiple, output_path_of(e)))
     if not runs:
         return None
     return Step(
-        name=f"{name}/target/lr-check",
+        name=f"{b.name}/target/lr-check",
         fn=check_target_lr,
         description="was the rule's learning rate the best at the target?",
         config=TargetLrCheckConfig(
             output_path=this_output_path(),
-            prediction=output_path_of(prediction),
-            target_curve=output_path_of(target_eval),
+            prediction=output_path_of(first.prediction),
+            target_curve=output_path_of(first.eval),
             runs=tuple(runs),
         ),
     )

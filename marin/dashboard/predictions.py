@@ -96,7 +96,7 @@ def for_step(prefix: str, step_path: str) -> dict[str, Any] | None:
         "metric": record.metric,
         "target": record.target,
         "points": points,
-        "summary": latest[-1].describe() if latest else "no evaluation yet",
+        "summary": latest[-1].describe(record.metric) if latest else "no evaluation yet",
         "chart": chart(points),
     }
 

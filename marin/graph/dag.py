@@ -163,6 +163,12 @@ def build_graph(steps: Iterable[Step]) -> Graph:
     return Graph(nodes, target_nodes, warnings, by_step)
 
 
+def identity_hash(step: Step) -> str:
+    """The identity hash the executor gives ``step``: its config and its dependencies' hashes, as a plan
+    computes them (what a record names as a run's config hash; raises StepDefinitionError like a plan)."""
+    return build_graph([step]).node_of(step).hash
+
+
 def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
     from marin.graph.changes import identity_changes
 

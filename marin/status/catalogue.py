@@ -7,7 +7,12 @@ follow Marin's MoE digest ("80 ideas: 16 worked, 32 did not work, ..."): every o
 since a published negative result is what keeps the next person from paying for it again.
 
 `marin catalogue` (marin/tracking/catalogue_cli.py) prints it as a table, JSON or Markdown; the dashboard's
-`/catalogue` page shows it. Markdown cells are escaped so that any text pastes into a report as one cell.
+`/catalogue` page shows it. **Ranked by speedup** (`--sort speedup`, `by_speedup`): an experiment whose
+criterion reads a number named `compute_multiplier` (the compute-equivalent speedup of an idea,
+`operators/scaling/speedup.py`: "worth 1.21x compute") carries it as `compute_multiplier`, and the ideas with
+one come first, largest first, as Marin's MoE digest ranks them; the others follow, newest first (the
+dashboard's `/api/catalogue?sort=speedup` too). Markdown cells are escaped so that any text pastes into a
+report as one cell.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class Row:
     baseline: str
     note: str
     date: float | None
+    compute_multiplier: float | None = None
+    """The idea's compute-equivalent speedup, from a criterion on a ``...compute_multiplier`` number."""
 
 
 def _date(manifest: dict[str, Any], current: dict[str, Any] | None) -> float | None:
@@ -75,7 +82,17 @@ def row(manifest: dict[str, Any], doc: dict[str, Any] | None) -> Row:
                by=str(current.get("by")) if current else None,
                deciding=deciding(current, doc.get("history") or []) if current else "",
                baseline="; ".join(baselines), note=str((current or {}).get("note") or ""),
-               date=_date(manifest, current))
+               date=_date(manifest, current), compute_multiplier=_multiplier(current))
+
+
+def _multiplier(current: dict[str, Any] | None) -> float | None:
+    """The value of the verdict's first criterion on a number named ``compute_multiplier``."""
+    for c in (current or {}).get("criteria") or []:
+        if isinstance(c, dict) and str(c.get("metric", "")).endswith("compute_multiplier"):
+            value = c.get("value")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+    return None
 
 
 def build(storage: Storage, prefix: str) -> list[Row]:
@@ -86,6 +103,13 @@ def build(storage: Storage, prefix: str) -> list[Row]:
 
 def newest_first(rows: Sequence[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (r.date or 0.0, r.experiment), reverse=True)
+
+
+def by_speedup(rows: Sequence[Row]) -> list[Row]:
+    """Ideas with a compute multiplier first, largest first; then the others, newest first."""
+    ranked = sorted((r for r in rows if r.compute_multiplier is not None),
+                    key=lambda r: (-float(r.compute_multiplier or 0.0), r.experiment))
+    return ranked + newest_first([r for r in rows if r.compute_multiplier is None])
 
 
 def select(rows: Sequence[Row], outcomes: Sequence[str] = (), tags: Sequence[str] = ()) -> list[Row]:
@@ -138,6 +162,8 @@ def table(rows: Sequence[Row]) -> str:
     for r in rows:
         lines.append(f"{r.outcome:<14} {day(r.date):<10} {r.experiment[:36]:<36} "
                      f"{str(r.issue or '—')[:24]:<24} {' '.join(r.hypothesis.split())[:80]}")
+        if r.compute_multiplier is not None:
+            lines.append(f"{'':<14} {'':<10} worth {r.compute_multiplier:.2f}× compute")
         if r.deciding:
             lines.append(f"{'':<14} {'':<10} deciding: {r.deciding[:150]}")
     return "\n".join(lines)

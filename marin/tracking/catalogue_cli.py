@@ -25,6 +25,8 @@ def parser() -> argparse.ArgumentParser:
                    help="keep experiments with this outcome (repeatable)")
     p.add_argument("--tag", action="append", default=[], help="keep experiments with this tag (repeatable)")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--sort", choices=("date", "speedup"), default="date",
+                   help="newest first, or ideas by compute-equivalent speedup (compute_multiplier) first")
     return p
 
 
@@ -32,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     prefix = normalize_prefix(resolve_prefix(args.prefix))
     rows = catalogue.select(catalogue.build(storage_for(prefix), prefix), args.outcome, args.tag)
+    if args.sort == "speedup":
+        rows = catalogue.by_speedup(rows)
     if args.format == "json":
         print(json.dumps({"prefix": prefix, **catalogue.to_json(rows)}, indent=1))
     elif args.format == "markdown":

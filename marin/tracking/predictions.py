@@ -49,6 +49,7 @@ from openlab_records import (
     Tracking,
     Verdict,
     error_pct,
+    error_words,
     is_sealed,
     read_json,
     write_json_atomic,
@@ -116,13 +117,15 @@ class TrackPoint:
         """The state, with the signed error when off track (``off track by -6.25%``)."""
         return f"off track by {self.error_pct:+.2f}%" if self.state == "off track" else self.state
 
-    def describe(self) -> str:
+    def describe(self, metric: str = "metric") -> str:
+        """The point in one line: state, signed error, the error in words (:func:`error_words`)."""
         if self.actual is None:
             return f"pending (predicted {self.point:.4f} [{self.low:.4f}, {self.high:.4f}])"
         where = "inside" if self.state == "on track" else "outside"
+        error = error_pct(self.point, self.actual)
         return (
             f"{self.state_text} ({where} the 90% interval): actual {self.actual:.4f}, predicted "
-            f"{self.point:.4f} [{self.low:.4f}, {self.high:.4f}]"
+            f"{self.point:.4f} [{self.low:.4f}, {self.high:.4f}], {error:+.2f}%: {error_words(error, metric)}"
         )
 
 
@@ -180,7 +183,7 @@ def _tracked_step_lines(name: str, record: Prediction, points: list[TrackPoint])
     lines = [
         "",
         f"#### Prediction `{str(record.sha256)[:12]}` for `{name}` ({record.metric}): "
-        f"{landed[-1].describe() if landed else 'no evaluation yet'}",
+        f"{landed[-1].describe(record.metric) if landed else 'no evaluation yet'}",
         "",
         "| Point | Step | Predicted | 90% interval | Actual | State |",
         "|---|---|---|---|---|---|",
@@ -260,7 +263,8 @@ def verdict_body(verdict: Verdict) -> str:
             f"### Verdict on prediction `{verdict.prediction_sha256}` ({verdict.metric})",
             "",
             f"Endpoint: predicted {end.band.point:.4f}, actual {end.actual:.4f}, error {end.error_pct:+.2f}% "
-            f"((predicted - actual) / actual; {'inside' if end.inside else 'outside'} the 90% interval); "
+            f"((predicted - actual) / actual; {'inside' if end.inside else 'outside'} the 90% interval): "
+            f"{error_words(end.error_pct, verdict.metric)}. "
             f"{verdict.hits}/{len(verdict.points)} points inside. Verdict sha256 `{verdict.sha256}`."
             + "".join(f" {s}" for s in verdict.summary or ()),
             "",
@@ -412,9 +416,19 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
         "verdict_verified": is_sealed(vraw) if vraw else None,
         "actual": vend.actual if vend else None,
         "error_pct": vend.error_pct if vend else None,
+        "error_words": error_words(vend.error_pct, verdict.metric) if vend and verdict else None,
         "inside": vend.inside if vend else None,
         "points_inside": f"{verdict.hits}/{len(verdict.points)}" if verdict else None,
+        **_ladder_columns(record),
     }
+
+
+def _ladder_columns(record: Prediction | None) -> dict[str, Any]:
+    """The recipe and compute share a ladder's record states (``ladder``; None for other records)."""
+    ladder = record.details.get("ladder") if record is not None else None
+    if not isinstance(ladder, dict):
+        return {"recipe": None, "compute_share": None}
+    return {"recipe": ladder.get("recipe"), "compute_share": ladder.get("compute_share")}
 
 
 def list_predictions(prefix: str) -> dict[str, Any]:

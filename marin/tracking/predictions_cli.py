@@ -52,6 +52,8 @@ def table(listing: dict[str, Any]) -> str:
             f"{_fmt(r['error_pct'], '+.2f') + '%' if r['error_pct'] is not None else '—':>8} {hit:<7} "
             f"{posted}"
         )
+        if r.get("error_words"):
+            lines.append(f"{'':<16} {r['error_words']}")
     rate = listing["hit_rate"]
     lines.append(
         f"{len(listing['predictions'])} predictions, {listing['scored']} scored"

@@ -48,6 +48,23 @@ class LadderPlan:
     target_lr_multiples: tuple[float, ...] = ()
     """Multiples of the rule's learning rate the target is also trained at, after the forecast (never
     fitted; :mod:`.lrcheck` compares their ends with the target's)."""
+    more_targets: tuple[RungSpec, ...] = ()
+    """Further targets forecast by the same fit (each its own frozen record, run and verdict), smallest
+    first; ``target`` is the first."""
+
+    @property
+    def targets(self) -> tuple[RungSpec, ...]:
+        """Every target the ladder forecasts, the first (``target``) first."""
+        return (self.target, *self.more_targets)
+
+    def ladder_compute(self) -> float:
+        """What the ladder's own runs cost in trainer FLOPs: every rung x seed and the check's runs."""
+        rungs = sum(r.compute_trainer() for r in self.rungs) * len(self.seeds)
+        return rungs + sum(r.compute_trainer() for r in self.lr_check) * self.lr_check_seeds
+
+    def compute_share(self, target: RungSpec) -> float:
+        """The ladder's compute over ``target``'s (Marin's ladder costs about 1% of the run it forecasts)."""
+        return self.ladder_compute() / target.compute_trainer()
 
     @property
     def target_lr_check(self) -> tuple[tuple[float, RungSpec], ...]:
@@ -62,7 +79,7 @@ class LadderPlan:
     def summary(self) -> list[dict[str, Any]]:
         """One row per rung and the target: shape, N, D, compute, batch, steps, learning rate."""
         rows = []
-        for role, rung in [*(("rung", r) for r in self.rungs), ("target", self.target)]:
+        for role, rung in [*(("rung", r) for r in self.rungs), *(("target", t) for t in self.targets)]:
             rows.append(
                 {
                     "role": role,
@@ -130,11 +147,40 @@ def _distinct_rungs(wanted: Sequence[RungSpec]) -> list[RungSpec]:
     return rungs
 
 
+def _targets(
+    budgets: float | Sequence[float],
+    base: Mapping[str, Any],
+    rules: LadderRules,
+    top: RungSpec,
+    min_extrapolation: float,
+) -> list[RungSpec]:
+    """The target rungs, smallest first: each beyond ``min_extrapolation`` x the top rung, all distinct."""
+    wanted = sorted([float(budgets)] if isinstance(budgets, int | float) else [float(b) for b in budgets])
+    if not wanted:
+        raise ValueError("plan_ladder: target=[] names no target budget; give one or more 6·N·D budgets")
+    targets = [rung_for_compute(c, base, rules) for c in wanted]
+    for t in targets:
+        ratio = t.compute_6nd() / top.compute_6nd()
+        if ratio <= min_extrapolation:
+            raise ValueError(
+                f"plan_ladder: the target {t.name} ({t.compute_6nd():.3g} FLOPs) is "
+                f"only {ratio:.2f}x the top rung {top.name} ({top.compute_6nd():.3g}); "
+                f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
+            )
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"plan_ladder: the target budgets {wanted} give the shapes {names}; two land on one shape: "
+            "spread the budgets further apart"
+        )
+    return targets
+
+
 def plan_ladder(
     base_model: Mapping[str, Any],
     *,
     seeds: Sequence[int],
-    target: float,
+    target: float | Sequence[float],
     budgets: Sequence[float] = (),
     sizes: Sequence[float] = (),
     rules: LadderRules | None = None,
@@ -145,7 +191,8 @@ def plan_ladder(
     min_extrapolation: float = 1.0,
     target_lr_multiples: Sequence[float] = (),
 ) -> LadderPlan:
-    """A ladder from compute ``budgets`` (6·N·D) or parameter counts ``sizes``, and a ``target`` budget."""
+    """A ladder from compute ``budgets`` (6·N·D) or parameter counts ``sizes``, and a ``target`` budget
+    (or several: each is forecast from the same fit, frozen and scored on its own)."""
     rules = rules or LadderRules()
     multiples = {"lr_multiples": lr_multiples, "target_lr_multiples": target_lr_multiples}
     _check_arguments(budgets, sizes, seeds, fractions, lr_check_seeds, multiples)
@@ -154,19 +201,13 @@ def plan_ladder(
     else:
         wanted = [rung_for_params(n, base_model, rules) for n in sorted(sizes)]
     rungs = _distinct_rungs(wanted)
-    target_rung = rung_for_compute(target, base_model, rules)
-    ratio = target_rung.compute_6nd() / rungs[-1].compute_6nd()
-    if ratio <= min_extrapolation:
-        raise ValueError(
-            f"plan_ladder: the target {target_rung.name} ({target_rung.compute_6nd():.3g} FLOPs) is "
-            f"only {ratio:.2f}x the top rung {rungs[-1].name} ({rungs[-1].compute_6nd():.3g}); "
-            f"it must be more than {min_extrapolation:g}x (10x is the research note's advice)"
-        )
+    targets = _targets(target, base_model, rules, rungs[-1], min_extrapolation)
     check = tuple(r.with_lr_multiple(m) for r in (rungs[0], rungs[-1]) for m in lr_multiples)
     return LadderPlan(
         rungs=tuple(rungs),
         seeds=tuple(seeds),
-        target=dataclasses.replace(target_rung),
+        target=targets[0],
+        more_targets=tuple(targets[1:]),
         target_seed=seeds[0] if target_seed is None else target_seed,
         lr_check=check,
         fractions=tuple(fractions),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +69,9 @@ class PredictionConfig:
     point (the fourth real ladder: 20%, missed by 9%; the third: 4%, within 2%)."""
     end_rule: str = "law"
     """How the endpoint is forecast: ``"law"`` or ``"pre_decay_anchor"`` (:mod:`.end_rule`)."""
+    ladder: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the ladder says about itself, recorded as ``ladder``: the ``recipe`` that trained the runs and
+    the ladder's ``compute_share`` of this target (``experiments.common.scaling_ladder.ladder_facts``)."""
 
     def __post_init__(self) -> None:
         if self.end_rule not in END_RULES:
@@ -133,6 +137,19 @@ def law_line(fixed_e: float | None, end_rule: dict[str, Any] | None, end: dict[s
     return line if end_rule is None else f"{line}. {rule_line(end_rule, end.get('end_law'))}"
 
 
+def ladder_lines(ladder: Mapping[str, Any]) -> tuple[str, ...]:
+    """The recipe and the compute share in words (nothing for a ladder that did not record them)."""
+    if not ladder:
+        return ()
+    targets = ladder.get("targets") or []
+    also = f" (one of {len(targets)} targets forecast by this ladder)" if len(targets) > 1 else ""
+    return (
+        f"Recipe: {ladder['recipe']}. The ladder's runs cost {ladder['compute_trainer']:.3g} FLOPs, "
+        f"{100 * ladder['compute_share']:.1f}% of this target's "
+        f"{ladder['target_compute_trainer']:.3g}{also}.",
+    )
+
+
 def _fitter(fit_record: dict[str, Any]) -> dict[str, Any]:
     settings = fit_record["fractions"][0]["fit"]["settings"]
     # every fit.json names its interval (fit steps since 2026-12-02; an older one has no boot_sigma and is
@@ -174,7 +191,7 @@ def _prediction(
         issue=config.issue,
         assumptions=config.assumptions,
         warnings=tuple(ladder_warnings(points, fit_record["lr_check"], config.loo_spread_limit)),
-        summary=(law_line(fitter["fixed_e"], end_rule, points[-1]),),
+        summary=(law_line(fitter["fixed_e"], end_rule, points[-1]), *ladder_lines(config.ladder)),
         details={
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "form": {**FORM, "end_rule": config.end_rule},
@@ -186,6 +203,7 @@ def _prediction(
             "loo_spread_limit": config.loo_spread_limit,
             "scoring": SCORING,
             "interval_covers": "one run at the target's seed (the target is a single run)",
+            **({"ladder": dict(config.ladder)} if config.ladder else {}),
         },
     )
 

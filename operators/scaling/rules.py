@@ -39,8 +39,11 @@ from typing import Any
 
 from moe_trainer.config import ModelConfig
 from moe_trainer.flops import count_params, flops_per_token
+from moe_trainer.hparams import DelphiV2Rule
 
 EVAL_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+RECIPE_V2, RECIPE_V1 = "delphi-v2", "adamw-v1"
+RECIPES = (RECIPE_V2, RECIPE_V1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +86,21 @@ class LadderRules:
     """Warmup steps / total steps."""
     decay_fraction: float = 0.2
     """Final linear decay to 0, as a fraction of the steps."""
+    recipe: str = RECIPE_V2
+    """``delphi-v2`` (AdamH, Delphi v2's rule :class:`moe_trainer.hparams.DelphiV2Rule` with ``v2``'s
+    reference, no weight decay) or ``adamw-v1`` (AdamW with the preset's weight decay 0.1 and the ``lr_ref``
+    rule above: every ladder before 2026-12-06)."""
+    v2: DelphiV2Rule = DelphiV2Rule()
+    """The v2 rule and its reference point (Marin's: 64 x 4,096 tokens per step, 2.5e9 tokens, 0.0063);
+    re-tuning the reference on the rungs means ``dataclasses.replace(v2, lr_base=..., adam_lr_base=...)``
+    by the factor the learning-rate check found (``lr_multiples``)."""
 
     def __post_init__(self) -> None:
+        if self.recipe not in RECIPES:
+            raise ValueError(
+                f"LadderRules: recipe={self.recipe!r} is not one of {', '.join(RECIPES)}: 'delphi-v2' "
+                "trains AdamH with a rate that falls with the token horizon, 'adamw-v1' the older AdamW rule"
+            )
         if self.tokens_per_param <= 0 or self.lr_ref <= 0:
             raise ValueError(
                 f"LadderRules: tokens_per_param={self.tokens_per_param} and lr_ref={self.lr_ref} must be > 0"
@@ -122,6 +138,13 @@ class RungSpec:
     """Every parameter, embedding and head included."""
     flops_per_token: float
     """The trainer's training FLOPs per token (forward + backward)."""
+    lr_multiple: float = 1.0
+    """The multiple of the rule's learning rate this run trains at (1: the rule; the check's runs differ)."""
+    recipe: str = RECIPE_V1
+    """Which recipe's optimizer settings :func:`trainer_overrides` writes (:data:`RECIPES`)."""
+    optimizer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The recipe's other optimizer settings (``delphi-v2``: the Adam group's rate ``adam_lr``, ``beta1``,
+    ``beta2``, ``eps``, ``max_grad_norm``); ``lr`` is the hyperball groups' rate there."""
 
     @property
     def batch_tokens(self) -> int:
@@ -146,7 +169,16 @@ class RungSpec:
     def with_lr_multiple(self, multiple: float) -> RungSpec:
         """The same rung with its learning rate scaled (the mistuning check)."""
         suffix = f"-lrx{multiple:g}"
-        return dataclasses.replace(self, name=self.name + suffix, lr=self.lr * multiple)
+        optimizer = dict(self.optimizer)
+        if "adam_lr" in optimizer:  # v2: both groups' rates move together
+            optimizer["adam_lr"] = optimizer["adam_lr"] * multiple
+        return dataclasses.replace(
+            self,
+            name=self.name + suffix,
+            lr=self.lr * multiple,
+            lr_multiple=self.lr_multiple * multiple,
+            optimizer=optimizer,
+        )
 
 
 def layers_for(width: int) -> int:
@@ -209,13 +241,7 @@ def rung_for_params(
     batch_tokens = rules.batch_tokens or max(rules.min_batch_tokens, _pow2(math.sqrt(tokens)))
     batch_size = max(1, batch_tokens // rules.seq_len)
     steps = max(4, 4 * round(tokens / (batch_size * rules.seq_len) / 4))
-    run_tokens = steps * batch_size * rules.seq_len
-    lr = (
-        rules.lr_ref
-        * (batch_size * rules.seq_len / rules.batch_ref_tokens) ** rules.batch_exponent
-        * (rules.tokens_ref / run_tokens) ** rules.horizon_exponent
-        * (rules.width_ref / width) ** rules.width_exponent
-    )
+    lr, optimizer = learning_rate(rules, width, batch_size, steps)
     return RungSpec(
         name=name or f"d{width}-L{fields['n_layers']}",
         model=fields,
@@ -228,7 +254,36 @@ def rung_for_params(
         n_params=active,
         n_total=total,
         flops_per_token=fpt,
+        recipe=rules.recipe,
+        optimizer=optimizer,
     )
+
+
+def learning_rate(
+    rules: LadderRules, width: int, batch_size: int, steps: int
+) -> tuple[float, dict[str, Any]]:
+    """The rung's main learning rate and its recipe's other optimizer settings.
+
+    ``adamw-v1``: ``lr_ref · (B/B_ref)^0.5 · (T_ref/T)^0.3 · (d_ref/d)^0.5`` (AdamW; nothing else set).
+    ``delphi-v2``: :meth:`DelphiV2Rule.at` at the rung's batch and run length, the one implementation of
+    Delphi v2's rule (its hyperball rate as ``lr``; Adam's rate, betas, epsilon and clip in the dict)."""
+    run_tokens = steps * batch_size * rules.seq_len
+    if rules.recipe == RECIPE_V2:
+        hp = rules.v2.at(batch_size, rules.seq_len, run_tokens)
+        return hp.lr, {
+            "adam_lr": hp.adam_lr,
+            "beta1": hp.beta1,
+            "beta2": hp.beta2,
+            "eps": hp.eps,
+            "max_grad_norm": hp.max_grad_norm,
+        }
+    lr = (
+        rules.lr_ref
+        * (batch_size * rules.seq_len / rules.batch_ref_tokens) ** rules.batch_exponent
+        * (rules.tokens_ref / run_tokens) ** rules.horizon_exponent
+        * (rules.width_ref / width) ** rules.width_exponent
+    )
+    return lr, {}
 
 
 def rung_for_compute(compute_6nd: float, base: Mapping[str, Any], rules: LadderRules) -> RungSpec:
@@ -239,11 +294,24 @@ def rung_for_compute(compute_6nd: float, base: Mapping[str, Any], rules: LadderR
 
 
 def trainer_overrides(rung: RungSpec) -> dict[str, Any]:
-    """The train operator's ``overrides`` for a rung: its learning rate and WSD schedule."""
-    return {
-        "optimizer.lr": rung.lr,
+    """The train operator's ``overrides`` for a rung: its recipe's optimizer and the WSD schedule
+    (``adamw-v1`` writes exactly what every ladder before the recipes wrote, so their hashes stay)."""
+    schedule = {
         "schedule.kind": "wsd",
         "schedule.warmup_steps": rung.warmup_steps,
         "schedule.decay_fraction": rung.decay_fraction,
         "schedule.min_lr_ratio": 0.0,
+    }
+    if rung.recipe == RECIPE_V1:
+        return {"optimizer.lr": rung.lr, **schedule}
+    o = rung.optimizer
+    return {
+        "optimizer.name": "adamh",
+        "optimizer.hyperball_lr": rung.lr,
+        "optimizer.lr": o["adam_lr"],
+        "optimizer.beta1": o["beta1"],
+        "optimizer.beta2": o["beta2"],
+        "optimizer.eps": o["eps"],
+        "health.max_grad_norm": o["max_grad_norm"],
+        **schedule,
     }

@@ -23,6 +23,7 @@ from openlab_records import (
     Scored,
     Verdict,
     error_pct,
+    error_words,
     read_json,
     read_sealed,
     write_sealed,
@@ -90,6 +91,9 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
         details={
             "curve_sha256": hashlib.sha256(read_bytes(curve_path)).hexdigest(),
             "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            # the endpoint inside its interval as a number, for the experiment's criterion
+            # (verdict.json/endpoint_hit: the notebook reads numbers, not booleans)
+            "endpoint_hit": int(points[-1].inside),
         },
     )
     sealed = write_sealed(f"{config.output_path.rstrip('/')}/{VERDICT_FILE}", verdict.to_json())
@@ -97,7 +101,8 @@ def score_prediction(config: VerdictConfig) -> dict[str, Any]:
     print(
         f"[verdict] {record.target}: actual {end.actual:.4f}, predicted {end.band.point:.4f} "
         f"({end.error_pct:+.2f}%), {'inside' if end.inside else 'OUTSIDE'} [{end.band.low:.4f}, "
-        f"{end.band.high:.4f}]; {verdict.hits}/{len(points)} points inside",
+        f"{end.band.high:.4f}]: {error_words(end.error_pct, record.metric)}; {verdict.hits}/{len(points)} "
+        "points inside",
         file=sys.stderr,
         flush=True,
     )

@@ -1,8 +1,9 @@
-"""The reduced exp15 ladder end to end (MARIN_LADDER_SMALL=1: 3 rungs x 2 seeds of 2k-8k parameters, a
-5x target) through the real CLI on the local tracker: the DAG puts the prediction before the target, the
-record is posted (its own comment, with its hash) before the target's first step, the status comment tracks
-the target against the band, the verdict lands on the issue and the dashboard, a second run recomputes
-nothing, and an edited record is caught by its hash."""
+"""The reduced exp15 ladder end to end (MARIN_LADDER_SMALL=1: 3 rungs x 2 seeds of 2k-8k parameters on the
+delphi-v2 recipe, three targets) through the real CLI on the local tracker: the DAG puts each prediction
+before its target, each record is posted (its own comment, with its hash) before its target's first step,
+the status comment tracks the target against the band, the verdicts land on the issue and the dashboard,
+every surface agrees on each endpoint, a second run recomputes nothing, and an edited record is caught by
+its hash."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_prediction_and_verdict_are_on_the_issue(ladder: LadderRun) -> None:
         len(prediction) == 1 and prediction[0].updated == prediction[0].created and sha in prediction[0].body
     )
     verdicts = [c for c in comments if c.body.startswith("<!-- marin-verdict:")]
-    assert len(verdicts) == 1 and sha in verdicts[0].body
+    assert len(verdicts) == 3 and len([c for c in verdicts if sha in c.body]) == 1  # one per target
     # exp15's fixed E is stated on the comment and in the record's assumptions
     record = read(f"{p['exp15/prediction']}/prediction.json")
     assert "E fixed at 1.176 (an assumption, not fitted)" in prediction[0].body
@@ -143,7 +144,45 @@ def test_dashboard_shows_the_band_and_the_verdict(ladder: LadderRun) -> None:
     assert note_page.status_code == 200 and 'id="prediction-note"' in note_page.text
     assert "Learning rate at the target:" in note_page.text and "learning rate ended at" in note_page.text
     listing = client.get("/api/predictions").json()
-    assert listing["scored"] == 1 and listing["predictions"][0]["verdict_verified"] is True
+    assert listing["scored"] == 3 and all(r["verdict_verified"] is True for r in listing["predictions"])
+
+
+def test_each_target_is_frozen_before_its_run_and_every_surface_agrees(ladder: LadderRun) -> None:
+    from marin.tracking.predictions import list_predictions
+
+    p = ladder.paths
+    extra = sorted({n.split("/")[1] for n in p if n.startswith("exp15/target-")})
+    assert len(extra) == 2, sorted(p)
+    names = [("exp15/prediction", "exp15/target/train", "exp15/verdict")] + [
+        (f"exp15/{t}/prediction", f"exp15/{t}/train", f"exp15/{t}/verdict") for t in extra
+    ]
+    rows = {r["sha256"]: r for r in list_predictions(ladder.prefix)["predictions"]}
+    shares = []
+    for prediction, train, verdict_step in names:
+        record = read(f"{p[prediction]}/prediction.json")
+        posted = read(f"{p[prediction]}/posted.json")
+        first_row = json.loads(Path(f"{p[train]}/metrics.jsonl").read_text().splitlines()[0])
+        assert posted["record_sha256"] == record["record_sha256"]
+        assert posted["comment_created"] <= first_row["time"]
+        assert record["ladder"]["recipe"] == "delphi-v2" and len(record["ladder"]["targets"]) == 3
+        step = read(f"{p[train]}/.marin/step.json")["config"]["train"]["overrides"]
+        assert step["optimizer.name"] == "adamh" and "optimizer.hyperball_lr" in step
+        shares.append(record["ladder"]["compute_share"])
+        verdict = read(f"{p[verdict_step]}/verdict.json")
+        assert verdict["prediction_sha256"] == record["record_sha256"]
+        row = rows[record["record_sha256"]]
+        assert row["inside"] == verdict["endpoint"]["inside"] == bool(verdict["endpoint_hit"])
+        assert row["error_pct"] == verdict["endpoint"]["error_pct"]
+    assert shares == sorted(shares, reverse=True)
+    outcome = _experiment_outcome(ladder)
+    hits = [read(f"{p[v]}/verdict.json")["endpoint_hit"] for _, _, v in names]
+    assert outcome == ("worked" if all(hits) else "did_not_work" if not any(hits) else "mixed")
+
+
+def _experiment_outcome(ladder: LadderRun) -> str:
+    found = list(Path(ladder.prefix, "experiments").glob("*/verdicts.json"))
+    assert len(found) == 1
+    return str(read(str(found[0]))["current"]["outcome"])
 
 
 def test_a_second_run_recomputes_nothing(ladder: LadderRun) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from marin.tracking.predictions import note_body
+from moe_trainer.hparams import DelphiV2Rule
 from moe_trainer.jsonio import write_json_atomic
 from openlab_records import (
     POSTED_FILE,
@@ -32,6 +33,8 @@ from operators.scaling.ladder import plan_ladder
 from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
 from operators.scaling.prediction import TargetSpec, predict_target
 from operators.scaling.rules import (
+    RECIPE_V1,
+    RECIPE_V2,
     LadderRules,
     layers_for,
     rung_for_compute,
@@ -46,7 +49,7 @@ DENSE = {"vocab_size": 257, "n_experts": 0}
 
 
 def test_rules_give_shapes_batches_and_learning_rates_by_the_documented_formulas() -> None:
-    rules = LadderRules()
+    rules = LadderRules(recipe=RECIPE_V1)  # the older recipe's formula (the default is delphi-v2, below)
     rungs = [rung_for_compute(c, DENSE, rules) for c in (5e9, 5e10, 5e11, 5e12)]
     assert [r.n_params for r in rungs] == sorted(r.n_params for r in rungs)
     for r in rungs:
@@ -64,7 +67,7 @@ def test_rules_give_shapes_batches_and_learning_rates_by_the_documented_formulas
 
 
 def test_a_fixed_batch_holds_for_every_rung_and_the_target() -> None:
-    rules = LadderRules(tokens_per_param=10.0, batch_tokens=512)
+    rules = LadderRules(tokens_per_param=10.0, batch_tokens=512, recipe=RECIPE_V1)
     plan = plan_ladder(DENSE, sizes=[7.8e3, 1.86e4, 4.64e4], seeds=[0], target=3.6e12, rules=rules)
     assert {r.batch_tokens for r in (*plan.rungs, plan.target)} == {512}
     for r in (*plan.rungs, plan.target):  # the batch term of the learning-rate rule is the same constant
@@ -73,6 +76,33 @@ def test_a_fixed_batch_holds_for_every_rung_and_the_target() -> None:
         assert r.lr == pytest.approx(expected)
     with pytest.raises(ValueError, match="batch_tokens=500 must be a positive multiple of seq_len=128"):
         LadderRules(batch_tokens=500)
+
+
+def test_the_default_recipe_is_delphi_v2_through_the_one_rule() -> None:
+    rules = LadderRules()
+    assert rules.recipe == RECIPE_V2
+    rungs = [rung_for_compute(c, DENSE, rules) for c in (5e9, 5e10, 5e11)]
+    for r in rungs:  # DelphiV2Rule's own numbers at the rung's batch and run length: one implementation
+        hp = DelphiV2Rule().at(r.batch_size, r.seq_len, r.tokens)
+        assert r.lr == hp.lr and r.optimizer["adam_lr"] == hp.adam_lr and r.optimizer["beta2"] == hp.beta2
+        b, t = r.batch_tokens, r.tokens
+        assert r.lr == pytest.approx(0.0063 * (b / 262144) ** 0.5 * (2.5e9 / t) ** 0.3)  # falls with T
+        o = trainer_overrides(r)
+        assert o["optimizer.name"] == "adamh" and o["optimizer.hyperball_lr"] == r.lr
+        assert o["optimizer.lr"] == hp.adam_lr and o["health.max_grad_norm"] == 0.1
+        assert "optimizer.weight_decay" not in o  # AdamH keeps each matrix's norm: no weight decay
+    same_batch = LadderRules(batch_tokens=512)
+    short, long = (rung_for_compute(c, DENSE, same_batch) for c in (5e9, 5e11))
+    assert long.lr < short.lr  # the token-horizon term: a longer run gets a smaller rate
+    doubled = long.with_lr_multiple(2.0)
+    assert (doubled.lr_multiple, doubled.lr) == (2.0, 2 * long.lr)
+    assert doubled.optimizer["adam_lr"] == 2 * long.optimizer["adam_lr"]
+    v1 = rung_for_compute(5e9, DENSE, LadderRules(recipe=RECIPE_V1))
+    assert trainer_overrides(v1) == {  # exactly what every ladder before the recipes wrote
+        "optimizer.lr": v1.lr, "schedule.kind": "wsd", "schedule.warmup_steps": v1.warmup_steps,
+        "schedule.decay_fraction": 0.2, "schedule.min_lr_ratio": 0.0}
+    with pytest.raises(ValueError, match="recipe='v3' is not one of delphi-v2, adamw-v1"):
+        LadderRules(recipe="v3")
 
 
 def test_moe_rungs_keep_the_base_experts_and_count_active_parameters() -> None:
@@ -585,3 +615,33 @@ def test_pre_decay_anchor_refuses_rungs_without_the_anchor_and_unknown_rules(
     assert got["point"] == pytest.approx(1.75) and got["rule"]["rung_falls"] == pytest.approx(
         {"small": 0.2, "big": 0.3}
     )
+
+
+def test_prediction_records_the_recipe_and_the_ladders_compute_share(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    from marin.tracking.predictions import prediction_body
+
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    facts = {"recipe": "delphi-v2", "rungs_recipe": ["delphi-v2"], "compute_trainer": 2.0e12,
+             "target_compute_trainer": 1.0e14, "compute_share": 0.02, "targets": ["big", "bigger", "biggest"]}
+    predict_target(dataclasses.replace(_prediction_config(tmp_path), ladder=facts))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
+    assert record["ladder"] == facts
+    line = ("Recipe: delphi-v2. The ladder's runs cost 2e+12 FLOPs, 2.0% of this target's 1e+14 (one of 3 "
+            "targets forecast by this ladder).")
+    assert line in record["summary"] and line in prediction_body(Prediction.from_json(record))
+    bare_config = dataclasses.replace(_prediction_config(tmp_path), output_path=str(tmp_path / "bare"))
+    predict_target(bare_config)  # a ladder that states nothing records nothing
+    bare = read_sealed(str(tmp_path / "bare" / PREDICTION_FILE))
+    assert "ladder" not in bare and not any(s.startswith("Recipe:") for s in bare["summary"])
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+    from marin.tracking.predictions import list_predictions
+
+    rows = {r["path"].rsplit("/", 2)[-2]: r for r in list_predictions(str(tmp_path))["predictions"]}
+    assert (rows["prediction"]["compute_share"], rows["prediction"]["recipe"]) == (0.02, "delphi-v2")
+    assert rows["bare"]["compute_share"] is None
+    page = TestClient(create_app(str(tmp_path))).get("/predictions").text  # the dashboard's Predictions page
+    assert "<td>2.0% of the target (delphi-v2)</td>" in page

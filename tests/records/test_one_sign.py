@@ -33,12 +33,13 @@ V1 = Path(__file__).resolve().parents[1] / "fakes" / "records_v1" / "prediction-
 FACTOR = (1.0, 1.0, 1.0, 1.02)  # the run's actual value over the forecast, per point
 
 
-@pytest.fixture
-def prefix(tmp_path: Path) -> Path:
+def scored_ladder(tmp_path: Path, factors: tuple[float, ...] = FACTOR) -> Path:
+    """The v1 record under ``tmp_path/exp``, a target whose curve lands at ``factors`` x the forecast (its
+    metrics rows and tracking.json), and the verdict step's verdict.json."""
     (tmp_path / "exp/prediction").mkdir(parents=True)
     shutil.copy(V1, tmp_path / "exp/prediction" / PREDICTION_FILE)
     record = Prediction.from_json(read_sealed(str(tmp_path / "exp/prediction" / PREDICTION_FILE)))
-    actual = [p.point * f for p, f in zip(record.points, FACTOR, strict=True)]
+    actual = [p.point * f for p, f in zip(record.points, factors, strict=True)]
     points = [
         {"step": p.step, "fraction": p.details["fraction"], "value": v}
         for p, v in zip(record.points, actual, strict=True)
@@ -62,6 +63,11 @@ def prefix(tmp_path: Path) -> Path:
         )
     )
     return tmp_path
+
+
+@pytest.fixture
+def prefix(tmp_path: Path) -> Path:
+    return scored_ladder(tmp_path)
 
 
 def test_every_surface_states_the_same_signed_error(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,21 +45,25 @@ def verdicts_doc(dash: Dashboard, experiment_id: str,
     return doc if isinstance(doc, dict) else None
 
 
-def rows(dash: Dashboard, outcome: list[str] | None, tag: list[str] | None) -> list[catalogue.Row]:
+def rows(dash: Dashboard, outcome: list[str] | None, tag: list[str] | None, sort: str = "date"
+         ) -> list[catalogue.Row]:
     listed = dash.store.listing(EXPERIMENTS_DIR)  # one listing per cache TTL, not one call per experiment
     every = [catalogue.row(m, verdicts_doc(dash, str(m["id"]), listed)) for m in dash.experiments.manifests()
              if isinstance(m.get("id"), str)]
     wanted = [o for o in outcome or [] if o]
     try:
-        return catalogue.select(catalogue.newest_first(every), wanted, [t for t in tag or [] if t])
+        found = catalogue.select(catalogue.newest_first(every), wanted, [t for t in tag or [] if t])
+        return catalogue.by_speedup(found) if sort == "speedup" else found
     except ValueError as e:
         raise HTTPException(400, str(e)) from e
 
 
 @router.get("/api/catalogue", tags=["notebook"])
-def catalogue_json(dash: Dash, outcome: Outcomes = None, tag: Tags = None) -> dict[str, Any]:
-    """Every experiment with its hypothesis, outcome, deciding number, baseline and date; counts on top."""
-    return {"prefix": dash.prefix, **catalogue.to_json(rows(dash, outcome, tag))}
+def catalogue_json(dash: Dash, outcome: Outcomes = None, tag: Tags = None,
+                   sort: Annotated[str, Query(pattern="^(date|speedup)$")] = "date") -> dict[str, Any]:
+    """Every experiment with its hypothesis, outcome, deciding number, baseline and date; counts on top
+    (``sort=speedup``: ideas by their compute-equivalent speedup first)."""
+    return {"prefix": dash.prefix, **catalogue.to_json(rows(dash, outcome, tag, sort))}
 
 
 @router.get("/api/catalogue.md", response_class=PlainTextResponse, tags=["notebook"])

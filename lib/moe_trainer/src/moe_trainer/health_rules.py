@@ -464,6 +464,17 @@ class BandPoint:
             fail("eval_band.points", self, "give step >= 1 and finite low <= point <= high")
 
 
+def _error_words(error: float, metric: str) -> str:
+    """The signed error in words, as ``openlab_records.error_words`` says it (this library imports nothing
+    outside itself; tests/records/test_one_story.py checks that the two agree)."""
+    if not math.isfinite(error):
+        return f"the run's {metric} could not be compared with the forecast"
+    if round(error, 2) == 0:
+        return f"the run's {metric} came out as forecast (within 0.005%)"
+    way, fault = ("higher", "low") if error < 0 else ("lower", "high")
+    return f"the run's {metric} came out {way} than forecast (the forecast was {abs(error):.2f}% too {fault})"
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalBand(Rule):
     """An evaluation outside a pre-registered band: the evaluation at a band point's step must lie within
@@ -511,7 +522,8 @@ class EvalBand(Rule):
         where = f" ({p.label} of the run)" if p.label else ""
         return Finding(f"eval {self.metric} at step {p.step}{where} is {value:.4f}, outside the "
                        f"pre-registered band [{p.low:.4f}, {p.high:.4f}] (predicted {p.point:.4f}; forecast "
-                       f"error {error:+.2f}%)" + (f"; band from {self.source}" if self.source else ""),
+                       f"error {error:+.2f}%: {_error_words(error, self.metric)})"
+                       + (f"; band from {self.source}" if self.source else ""),
                        {"value": value, "point": p.point, "low": p.low, "high": p.high, "error_pct": error,
                         "label": p.label, "source": self.source or None})
 
