@@ -32,6 +32,7 @@ commands:
   predictions [--prefix]  every pre-registered prediction, its verdict and the interval hit rate
   verdict EXP [OUTCOME]   show, set (--note, --by) or --recompute an experiment's verdict (docs/notebook.md)
   catalogue [--prefix]    every experiment's hypothesis and verdict (--outcome, --tag, --format markdown)
+  verify [SCRIPT|PREFIX]  re-read every succeeded step's outputs and check them against its manifest
 
 flags (also accepted by `python SCRIPT ...`):
 """
@@ -40,7 +41,8 @@ DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "submit": "marin.cluster.submit",
              "jobs": "marin.cluster.jobs_cli",
              "predictions": "marin.tracking.predictions_cli",
-             "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli"}
+             "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli",
+             "verify": "marin.status.verify"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs, predictions, verdict, catalogue",
+              "submit, jobs, predictions, verdict, catalogue, verify",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

@@ -144,6 +144,8 @@ def step_info(node: StepNode, output_path: str, config: Any, dep_path: Callable[
         "resources": step.resources.to_json(),  # type: ignore[union-attr]
         "issue": ctx.issue,
         "experiment": ctx.experiment_id,
+        **({"raw_inputs": inputs.record()}
+           if (inputs := getattr(node, "inputs", None)) and inputs.fingerprints else {}),
         **ctx.provenance,
         "created": time.time(),
     }
