@@ -122,6 +122,7 @@ class StepRecord:
     step_json: str | None = None  # step.json's text, written when the attempt starts (a run's first attempt)
     lease_acquired: float | None = None  # `acquired` of the executor's lease: the holding this attempt is for
     nondeterministic: tuple[str, ...] = ()  # the step's output globs left out of reproduction comparisons
+    patch: str | None = None  # the dirty checkout's diff, written as .marin/source.patch with step.json
 
 
 @dataclasses.dataclass(frozen=True)

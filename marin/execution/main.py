@@ -185,7 +185,7 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
                             if e.action == RUN and e.node is not None])
         prov = provenance()
         ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
-                             prov)
+                             prov, getattr(provenance, "patch", None))
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
                            steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),

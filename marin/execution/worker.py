@@ -30,6 +30,7 @@ from marin.status import files as sf
 from marin.status import interruptions
 from marin.status.interruptions import PROGRESS_ENV
 from marin.status.live_log import LogShipper
+from marin.status.lock import PATCH_FILE
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 from marin.storage.outputs import record_outputs
@@ -75,6 +76,8 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
 
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
+    if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
+        storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
     if record.step_json is not None:
         storage.write_text(sf.step_json_path(record.output_path), record.step_json)
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.RUNNING,

@@ -10,13 +10,12 @@ A missing or changed file (size, the store's checksum, or on local disk a change
 digest differs) means the outputs are not the ones that succeeded: the plan re-runs the step and says why
 (`outputs changed since success: 2 files missing (a.txt, b.txt)`). A file added since is reported, never a
 reason to re-run. `marin verify` (`verify.py`) re-reads every byte and recomputes the digests.
-Files matching the step's `nondeterministic` globs are recorded but left out of reproduction comparisons.
+The step's `nondeterministic` declarations are recorded here for `marin reproduce` (execution/reproduce.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import posixpath
 import time
@@ -145,10 +144,3 @@ def check_outputs(storage: Storage, output_path: str, summary: dict[str, Any]) -
     if recorded is None:
         return OutputCheck(no_manifest=True)
     return compare(storage, output_path, recorded, files)
-
-
-def comparable_digests(recorded: dict[str, Any]) -> dict[str, str | None]:
-    """name -> checksum of a manifest's files, without those its step declared non-deterministic."""
-    skip = tuple(recorded.get("nondeterministic") or ())
-    return {name: entry.get("checksum") for name, entry in recorded["entries"].items()
-            if not any(fnmatch.fnmatch(name, pattern) for pattern in skip)}
