@@ -197,6 +197,10 @@ def make_plan(
         return scan.status.get(paths[id(node)])
 
     needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings)
+    # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
+    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
+    infos = dict(zip(reused, _map(storage, lambda p: read_record(storage, step_json_path(p)), reused),
+                     strict=True))
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
                         "outputs are trusted without a check (their next run records one)")
@@ -220,7 +224,7 @@ def make_plan(
                                                                              storage,
                                                                              by_node)
             elif entry.action == SKIP and entry.previous is not None:
-                entry.warnings.extend(_code_drift(node, paths[id(node)], storage))
+                entry.warnings.extend(_code_drift(node, infos.get(paths[id(node)])))
         by_node[id(node)] = entry
         entries.append(entry)
     return Plan(prefix, entries, warnings, len(graph.nodes) - len(needed) if run_only else 0)
@@ -323,9 +327,9 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
     return change.describe()
 
 
-def _code_drift(node: Node, path: str, storage: Storage) -> list[str]:
-    """Warnings about a reused result: its function's source changed, or (policy `warn`) a raw input did."""
-    info = read_record(storage, step_json_path(path))
+def _code_drift(node: Node, info: dict[str, Any] | None) -> list[str]:
+    """Warnings about a reused result (`info`: its step.json): its function's source changed, or (policy
+    `warn`) a raw input did."""
     recorded = (info or {}).get("fn_source_hash")
     current = fn_source_hash(node.step.fn)
     out = []
