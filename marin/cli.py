@@ -33,6 +33,8 @@ commands:
   verdict EXP [OUTCOME]   show, set (--note, --by) or --recompute an experiment's verdict (docs/notebook.md)
   catalogue [--prefix]    every experiment's hypothesis and verdict (--outcome, --tag, --format markdown)
   compare A [B ...]       runs side by side: metrics with differences, config diff, curves (--format json)
+  verify [SCRIPT|PREFIX]  re-read every succeeded step's outputs and check them against its manifest
+  reproduce EXP|PATH --prefix OTHER  re-run recorded steps from their record and compare output digests
 
 flags (also accepted by `python SCRIPT ...`):
 """
@@ -42,7 +44,8 @@ DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "jobs": "marin.cluster.jobs_cli",
              "predictions": "marin.tracking.predictions_cli",
              "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli",
-             "compare": "marin.compare.cli"}
+             "compare": "marin.compare.cli",
+             "verify": "marin.status.verify", "reproduce": "marin.execution.reproduce"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -117,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs, predictions, verdict, catalogue, compare",
+              "submit, jobs, predictions, verdict, catalogue, compare, verify, reproduce",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

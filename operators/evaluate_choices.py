@@ -86,6 +86,12 @@ class EvaluateChoicesConfig:
             if not t.endswith(".jsonl"):
                 task_path(t)  # raises, listing the shipped names
 
+    def raw_input_paths(self) -> tuple[str, ...]:
+        """The shipped task files this step reads (the engine fingerprints them as raw inputs; JSONL paths
+        in `tasks` are config values, fingerprinted as such)."""
+        return tuple(path for name, path in sorted(_task_files(self).items())
+                     if not any(t == path for t in self.tasks))
+
 
 def _fail(where: str, problem: str) -> None:
     raise ValueError(f"{where}: {problem}; each line must be a JSON object "

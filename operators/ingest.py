@@ -80,6 +80,15 @@ class IngestConfig:
     deduplicate: bool = True
     """Drop exact duplicate texts (counted as ``duplicate``)."""
 
+    def raw_input_paths(self) -> tuple[str, ...]:
+        """Files read that no config value names: the module behind ``kind="pydoc_topics"`` (the engine
+        fingerprints them as raw inputs; paths and globs in `sources` are config values)."""
+        if not any(s.kind == "pydoc_topics" for s in self.sources):
+            return ()
+        import pydoc_data.topics
+
+        return (str(pydoc_data.topics.__file__),)
+
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("IngestConfig.sources is empty; give at least one Source")

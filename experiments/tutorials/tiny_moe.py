@@ -109,6 +109,7 @@ tokenizer = Step(
 
 tokenized = Step(
     name="tokenized/stdlib", fn=tokenize, description="token caches: train and validation, one per domain",
+    nondeterministic=("tokenize.json#work",),  # timings (marin reproduce leaves them out)
     config=TokenizeConfig(input_path=output_path_of(decontaminated), tokenizer_path=output_path_of(tokenizer),
                           output_path=this_output_path(), train_by_domain=True),
 )
@@ -126,6 +127,10 @@ COOLDOWN = MixtureStage(start_step=NUM_STEPS * 4 // 5, weights={"python": 0.5, "
 tiny_moe = Step(
     name="train/tiny_moe", fn=train,
     description="a 2-layer MoE (4 experts, top-2, 1 shared) from the tiny preset",
+    # What differs between identical runs, left out by `marin reproduce`: timings and ids, and the orbax
+    # checkpoint files (random file names, timestamps); the losses and norms of every step are compared.
+    nondeterministic=("metrics.jsonl#time,tokens_per_s,mfu", "train_result.json#wall_s,tokens_per_s",
+                      "wandb.json#run_id", "watch.json#time,session", "wandb/*", "checkpoints/*"),
     config=TrainConfig(output_path=this_output_path(), train_cache=output_path_of(tokenized, "train"),
                        mixture=MIXTURE, mixture_stages=(COOLDOWN,), preset="tiny", model=TINY_MOE,
                        overrides={"schedule.warmup_steps": max(NUM_STEPS // 10, 1), "optimizer.lr": 0.004},

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import math
 import pathlib
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -189,3 +190,42 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     return repr(value) if not isinstance(value, pathlib.PurePath) else str(value)
+
+
+# ----- raw inputs: config values that may name an existing path outside the DAG (docs/concepts.md) ---------
+OUTPUT_FIELDS = frozenset({"output_path"})  # a step's own output: never an input, whatever it holds
+_URL = re.compile(r"^(s3|gs|gcs|file|az|abfs|abfss|hdfs)://.")
+
+
+def _names_a_path(value: str) -> bool:
+    return value.startswith("/") or bool(_URL.match(value))
+
+
+def raw_input_candidates(config: Any) -> list[tuple[str, str | PrefixPath]]:
+    """(field path, value) of every identity field value that may name a raw input: an absolute local path
+    or an object-store URL (a string or a Path; globs too), a `prefix_path(...)` placeholder, and what the
+    config's own `raw_input_paths()` method returns (files a step reads that no field names, e.g. shipped task
+    files). Fields named `output_path` and runtime fields are left out; whether a candidate exists is for
+    the caller (marin/graph/raw_inputs.py) to find out."""
+    out: list[tuple[str, str | PrefixPath]] = []
+    stack: list[tuple[str, Any]] = [("config", config)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, OutputPathOf | ThisOutputPath | Step):
+            continue  # a path inside the DAG: produced by a step, never a raw input
+        if isinstance(value, PrefixPath):
+            out.append((path, value))
+        elif isinstance(value, str | pathlib.PurePath) and _names_a_path(str(value)):
+            out.append((path, str(value)))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            stack.extend((f"{path}.{f.name}", getattr(value, f.name))
+                         for f in reversed(dataclasses.fields(value))
+                         if not is_runtime_field(f) and f.name not in OUTPUT_FIELDS)
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, Mapping):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(value.items())) if isinstance(k, str))
+    declared = getattr(config, "raw_input_paths", None)
+    if callable(declared):
+        out.extend((f"config.raw_input_paths()[{i}]", str(p)) for i, p in enumerate(declared()))
+    return out

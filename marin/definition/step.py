@@ -20,6 +20,7 @@ from typing import Any
 from marin.definition.tpu import slice_shape
 from marin.errors import StepDefinitionError
 
+RAW_INPUT_POLICIES = ("rerun", "warn")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
@@ -239,6 +240,13 @@ class Step:
     max_preemptions: int = 100
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     output_path_override: str | None = None
+    raw_inputs: str | None = None
+    """What a changed raw input does (docs/concepts.md, "Raw inputs"): "rerun" (its fingerprint is part of
+    the identity: the step and its dependents re-run), "warn" (the plan warns; the result is reused), or
+    None for the run's `--raw-inputs` policy (default "rerun")."""
+    nondeterministic: tuple[str, ...] = ()
+    """Globs (relative to the output path) of outputs that differ between identical runs (timings, wall-clock
+    fields): recorded in the output manifest, left out when `marin reproduce` compares digests."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -269,6 +277,15 @@ class Step:
                 raise StepDefinitionError(f"step {self.name}: env must map str to str, got {key!r}: "
                                           f"{value!r}")
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        if self.raw_inputs not in (*RAW_INPUT_POLICIES, None):
+            raise StepDefinitionError(f"step {self.name}: raw_inputs={self.raw_inputs!r} is not a policy; "
+                                      "use "
+                                      f"one of {RAW_INPUT_POLICIES} or None (the run's --raw-inputs)")
+        globs = self.nondeterministic
+        if isinstance(globs, str) or not all(isinstance(p, str) for p in globs):
+            raise StepDefinitionError(f"step {self.name}: nondeterministic must be a tuple of glob strings "
+                                      f"(e.g. ('metrics.jsonl',)), got {self.nondeterministic!r}")
+        object.__setattr__(self, "nondeterministic", tuple(self.nondeterministic))
         try:
             object.__setattr__(self, "resources", Resources.coerce(self.resources))
         except StepDefinitionError as e:

@@ -15,6 +15,8 @@ import os
 import draccus
 import draccus.utils
 
+from marin.definition.step import RAW_INPUT_POLICIES
+
 BACKENDS = ("ray", "local")
 FORMATS = ("table", "json")
 
@@ -44,6 +46,9 @@ class ExecutorMainConfig:
     issue: str | None = None
     """The experiment's issue, owner/repo#N (default: from a script named exp<N>_<slug>.py and
     $MARIN_ISSUE_REPO)."""
+    raw_inputs: str = "rerun"
+    """What a changed raw input does to steps without their own Step(raw_inputs=...): 'rerun' (its
+    fingerprint is part of the identity) or 'warn' (the plan warns, the result is reused)."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -52,6 +57,8 @@ class ExecutorMainConfig:
             raise ValueError(f"--format {self.format!r} is not one of {FORMATS}")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise ValueError(f"--max-concurrent must be >= 1, got {self.max_concurrent}")
+        if self.raw_inputs not in RAW_INPUT_POLICIES:
+            raise ValueError(f"--raw-inputs {self.raw_inputs!r} is not one of {RAW_INPUT_POLICIES}")
         if self.lease_timeout_s <= 0:
             raise ValueError(f"--lease-timeout-s must be > 0, got {self.lease_timeout_s}")
 

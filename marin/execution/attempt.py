@@ -121,6 +121,8 @@ class StepRecord:
     created: float | None  # `created` of the status this attempt replaces (it carries over)
     step_json: str | None = None  # step.json's text, written when the attempt starts (a run's first attempt)
     lease_acquired: float | None = None  # `acquired` of the executor's lease: the holding this attempt is for
+    nondeterministic: tuple[str, ...] = ()  # the step's output globs left out of reproduction comparisons
+    patch: str | None = None  # the dirty checkout's diff, written as .marin/source.patch with step.json
 
 
 @dataclasses.dataclass(frozen=True)

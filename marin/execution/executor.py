@@ -209,7 +209,8 @@ class Executor:
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
         current = self.records.current(st)
-        if current and current.get("status") == sf.SUCCESS:
+        # (a SUCCESS the plan itself found and re-runs - its outputs changed since - is not such a finish)
+        if current and current.get("status") == sf.SUCCESS and current != st.entry.previous:
             self.leases.release(st)
             self._succeeded(key, note="finished by another executor")
             return

@@ -37,6 +37,7 @@ from marin.execution.state import StepState
 from marin.execution.views import RunViews, summary
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
+from marin.graph.raw_inputs import RawInputs
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import interruptions, manifest
@@ -148,9 +149,10 @@ def run_experiment(
     notebook = declare(hypothesis, criterion, tags, script_doc)  # checked before anything else
     # git runs as a subprocess (~4 ms): let it work while the DAG is hashed and planned. It only reads.
     prov_of = None if config.dry_run else provenance_started(script)
-    graph = build_graph(steps)  # definition errors surface here, before any I/O
-    frozen = freeze(notebook, graph)
     prefix = normalize_prefix(config.resolved_prefix())
+    # definition errors surface here, before any I/O; then raw inputs are fingerprinted (graph/raw_inputs.py)
+    graph = build_graph(steps, RawInputs(prefix, config.raw_inputs))
+    frozen = freeze(notebook, graph)
     storage = storage_for(prefix)
     issue_ref = (IssueRef.parse(config.issue) if config.issue else None) or IssueRef.from_script(script)
     issue = str(issue_ref) if issue_ref else None
@@ -183,7 +185,7 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
                             if e.action == RUN and e.node is not None])
         prov = provenance()
         ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
-                             prov)
+                             prov, getattr(provenance, "patch", None))
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
                            steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),
@@ -310,7 +312,8 @@ DESCRIBED: contextvars.ContextVar[list[Described] | None] = contextvars.ContextV
 
 
 def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None) -> RunResult:
-    graph = build_graph(steps)
+    # raw inputs are read (not the prefix's status): the experiment id must be the one the run will have
+    graph = build_graph(steps, RawInputs(normalize_prefix(cfg.resolved_prefix()), cfg.raw_inputs))
     script = script_path()
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     issue = cfg.issue or issue  # the run's own rule (`executor_main`): the --issue flag wins
@@ -324,9 +327,9 @@ def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None)
 
 
 def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook: Notebook) -> RunResult:
-    graph = build_graph(steps)
-    freeze(notebook, graph)  # the definition errors `run` would raise
     prefix = normalize_prefix(cfg.resolved_prefix())
+    graph = build_graph(steps, RawInputs(prefix, cfg.raw_inputs))
+    freeze(notebook, graph)  # the definition errors `run` would raise
     storage = storage_for(prefix)
     plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)
     experiment_id = f"{script_stem(script_path())}-{graph.experiment_hash[:8]}"

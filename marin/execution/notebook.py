@@ -55,7 +55,8 @@ def _baseline_node(graph: Graph, step: Step) -> Node:
         return graph.node_of(step)
     except KeyError:
         pass
-    wanted = build_graph([step]).node_of(step).hash  # an equal step built elsewhere has the same identity
+    # an equal step built elsewhere has the same identity (its raw inputs read as the graph's were)
+    wanted = build_graph([step], graph.raw_inputs).node_of(step).hash
     for node in graph.nodes:
         if node.hash == wanted:
             return node

@@ -35,6 +35,7 @@ class RunContextInfo:
     issue: str | None
     prefix: str
     provenance: dict[str, Any]
+    patch: str | None = None  # a dirty checkout's diff, written as .marin/source.patch (status/lock.py)
 
 
 class StepRecords:
@@ -81,6 +82,8 @@ class StepRecords:
         return StepRecord(output_path=st.path, name=st.node.name, hash=key, attempt=st.attempt,
                           run_id=self.ctx.run_id, executor=self.ctx.executor_id,
                           created=(st.previous or {}).get("created"), lease_acquired=lease_acquired,
+                          nondeterministic=st.node.step.nondeterministic,
+                          patch=self.ctx.patch if first else None,
                           step_json=jsonio.json_text(self._step_info(st, st.config)) if first else None)
 
     def takeover(self, st: StepState, previous_owner: str) -> None:

@@ -4,7 +4,8 @@
 The same function runs in a forked local process and inside a Ray task. The executor acquires the step's lease
 before it submits an attempt. The worker first checks that the lease still names its executor (see
 `_refusal`), then writes the attempt's records as the lease holder's agent: `step.json` (first attempt of a
-run) and RUNNING (status and event) when it really starts; once `fn` returned, SUCCESS (status and event) -
+run) and RUNNING (status and event) when it really starts; once `fn` returned, the output manifest
+(`.marin/outputs.json`, marin/storage/outputs.py) and then SUCCESS (status and event) -
 only after checking the lease again, so a worker whose executor lost the lease never marks the step SUCCESS -
 and then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
 Failures are reported back and recorded by the executor, which decides about retries. Writing here instead
@@ -29,8 +30,10 @@ from marin.status import files as sf
 from marin.status import interruptions
 from marin.status.interruptions import PROGRESS_ENV
 from marin.status.live_log import LogShipper
+from marin.status.lock import PATCH_FILE
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
+from marin.storage.outputs import record_outputs
 
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
 # `env` passes one explicitly, so a step that prints its environment cannot leak them into its log.
@@ -73,6 +76,8 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
 
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
+    if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
+        storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
     if record.step_json is not None:
         storage.write_text(sf.step_json_path(record.output_path), record.step_json)
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.RUNNING,
@@ -95,9 +100,11 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
     holder = LeaseInfo.parse(current.text) if current is not None else None
     if current is None or not _holds(record, holder):
         return None
+    # The output manifest first: a SUCCESS status always has one (marin/storage/outputs.py).
+    outputs = record_outputs(storage, record.output_path, record.nondeterministic)
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.SUCCESS,
                     attempt=record.attempt, run_id=record.run_id, executor=record.executor,
-                    previous={"created": record.created}, started=started, ended=ended)
+                    previous={"created": record.created}, started=started, ended=ended, outputs=outputs)
     sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
                     executor=record.executor)
     return storage.delete_if(lease_file, current.token)  # only if it is still the lease read above

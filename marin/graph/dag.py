@@ -18,6 +18,7 @@ from marin.definition.identity import direct_dependencies, identity_of, pinned_i
 from marin.definition.placeholders import join
 from marin.definition.step import Step
 from marin.errors import StepDefinitionError
+from marin.graph.raw_inputs import RawInputs, StepInputs
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Node:
     identity: dict[str, Any]
     deps: list[Node]
     content_hash: str  # the hash from name/version/config/deps, even when the path is pinned
+    inputs: StepInputs | None = None  # its raw inputs, when the graph was built with a RawInputs reader
 
     @property
     def name(self) -> str:
@@ -55,6 +57,7 @@ class Graph:
     targets: list[Node]
     warnings: list[str]
     _by_step: dict[int, Node]
+    raw_inputs: RawInputs | None = None  # the reader the identities were built with (None: no fingerprints)
 
     def node_of(self, step: Step) -> Node:
         return self._by_step[id(step)]
@@ -108,13 +111,15 @@ def _collect(targets: Sequence[Step]) -> tuple[list[Step], dict[int, list[Step]]
     return order, deps_of
 
 
-def build_graph(steps: Iterable[Step]) -> Graph:
-    """Collect, check and hash the DAG reachable from `steps`. Raises StepDefinitionError before any I/O."""
+def build_graph(steps: Iterable[Step], raw_inputs: RawInputs | None = None) -> Graph:
+    """Collect, check and hash the DAG reachable from `steps`. Raises StepDefinitionError before any I/O;
+    then, with `raw_inputs`, fingerprints the steps' raw inputs into their identities (raw_inputs.py)."""
     targets = list(steps)
     for i, s in enumerate(targets):
         if not isinstance(s, Step):
             raise StepDefinitionError(f"steps[{i}] is a {type(s).__name__}, not a Step: pass Step objects")
     order, deps_of = _collect(targets)
+    inputs_of = raw_inputs.read(order) if raw_inputs is not None else {}
     by_step: dict[int, Node] = {}
     by_hash: dict[str, Node] = {}
     by_name: dict[str, Node] = {}
@@ -122,6 +127,10 @@ def build_graph(steps: Iterable[Step]) -> Graph:
     warnings: list[str] = []
     for step in order:
         identity = identity_of(step, lambda d: by_step[id(d)].hash, deps_of[id(step)])
+        inputs = inputs_of.get(id(step))
+        component = inputs.identity_component() if inputs is not None else None
+        if component:  # only steps with raw inputs under `rerun`: every other hash is as before issue 35
+            identity["raw_inputs"] = component
         content_hash = step_hash(identity)
         hash_ = content_hash
         if step.output_path_override:
@@ -149,7 +158,7 @@ def build_graph(steps: Iterable[Step]) -> Graph:
                 if id(dn) not in seen:
                     seen.add(id(dn))
                     deps.append(dn)
-            node = Node(step, hash_, identity, deps, content_hash)
+            node = Node(step, hash_, identity, deps, content_hash, inputs)
             by_hash[hash_] = node
             by_name[step.name] = node
             nodes.append(node)
@@ -160,7 +169,7 @@ def build_graph(steps: Iterable[Step]) -> Graph:
             target_nodes.append(by_step[id(s)])
     for w in warnings:
         logger.warning(w)
-    return Graph(nodes, target_nodes, warnings, by_step)
+    return Graph(nodes, target_nodes, warnings, by_step, raw_inputs)
 
 
 def identity_hash(step: Step) -> str:

@@ -52,6 +52,7 @@ from marin.status.files import (
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
+from marin.storage.outputs import OutputCheck, check_outputs
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
 CROSS_NAME_BUDGET = 200
@@ -141,6 +142,17 @@ class Scan:
         self._stems: dict[str, dict[str, list[str]]] = {}
         self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
         self.cross_name_budget = CROSS_NAME_BUDGET
+        # Outputs checked before reuse: one listing per succeeded step (marin/storage/outputs.py)
+        succeeded = [p for p, s in self.status.items() if s and s.get("status") == SUCCESS]
+        checked = [p for p in succeeded if isinstance(self.status[p].get("outputs"), dict)]  # type: ignore[union-attr]
+        self.unchecked = len(succeeded) - len(checked)  # recorded before output manifests: trusted as before
+        checks = _map(storage, lambda p: check_outputs(storage, p, self.status[p]["outputs"]), checked)  # type: ignore[index]
+        self.outputs: dict[str, OutputCheck] = dict(zip(checked, checks, strict=True))
+
+    def succeeded(self, path: str) -> bool:
+        """SUCCESS recorded, and its outputs still the ones that succeeded (or recorded before manifests)."""
+        check = self.outputs.get(path)
+        return (self.status.get(path) or {}).get("status") == SUCCESS and (check is None or check.ok)
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -176,7 +188,7 @@ class Scan:
         return [posixpath.join(parent, n) for s in names for n in sorted(by_stem[s])][:limit]
 
 
-def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
+def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[Node], bool],
            warnings: list[str]) -> set[int]:
     """Nodes to consider: the roots and their dependencies, not descending below succeeded steps."""
     if run_only:
@@ -194,7 +206,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Nod
         if id(node) in needed:
             continue
         needed.add(id(node))
-        if (previous(node) or {}).get("status") != SUCCESS:
+        if not succeeded(node):
             stack.extend(node.deps)
     return needed
 
@@ -216,24 +228,35 @@ def make_plan(
     def previous(node: Node) -> dict[str, Any] | None:
         return scan.status.get(paths[id(node)])
 
-    needed = select(graph, run_only, previous, warnings)
+    needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings)
+    # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
+    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
+    infos = dict(zip(reused, _map(storage, lambda p: read_record(storage, step_json_path(p)), reused),
+                     strict=True))
+    if scan.unchecked:
+        warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
+                        "outputs are trusted without a check (their next run records one)")
     entries: list[PlanEntry] = []
     by_node: dict[int, PlanEntry] = {}
     for node in graph.nodes:
+        outputs = scan.outputs.get(paths[id(node)])
         if id(node) not in needed:
             if run_only:
                 continue
             entry = _entry(node, paths[id(node)], SKIP,
                            "not needed: every step that uses it already succeeded",
                            previous(node))
+            if outputs is not None and not outputs.ok:
+                entry.warnings.append(outputs.describe() + " (not re-run: nothing that needs it will run)")
         else:
-            entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now)
+            entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now,
+                            outputs)
             if entry.action == RUN and entry.previous is None:
                 entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan,
                                                                              storage,
                                                                              by_node)
             elif entry.action == SKIP and entry.previous is not None:
-                entry.warnings.extend(_code_drift(node, paths[id(node)], storage))
+                entry.warnings.extend(_code_drift(node, infos.get(paths[id(node)])))
         by_node[id(node)] = entry
         entries.append(entry)
     return Plan(prefix, entries, warnings, len(graph.nodes) - len(needed) if run_only else 0)
@@ -246,10 +269,15 @@ def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any]
 
 def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
             storage: Storage,
-            force_run_failed: bool, now: float) -> PlanEntry:
+            force_run_failed: bool, now: float, outputs: OutputCheck | None = None) -> PlanEntry:
     status = (prev or {}).get("status")
+    if status == SUCCESS and outputs is not None and not outputs.ok:
+        return _entry(node, path, RUN, f"{outputs.describe()}; re-running", prev)
     if status == SUCCESS:
-        return _entry(node, path, SKIP, f"already succeeded (attempt {prev.get('attempt')})", prev)  # type: ignore[union-attr]
+        entry = _entry(node, path, SKIP, f"already succeeded (attempt {prev.get('attempt')})", prev)  # type: ignore[union-attr]
+        if outputs is not None and outputs.added:
+            entry.warnings.append(outputs.describe() + " (reused: added files are not a reason to re-run)")
+        return entry
     if status == FAILED and not force_run_failed:
         err = (prev or {}).get("error") or {}
         return _entry(node, path, FAILED_ACTION,
@@ -312,6 +340,8 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     if intro:  # a renamed step's renamed dependencies: `dependency train/a -> train/a-lr2 changed: ...`
         changes = _pair_dependencies(changes, old_deps, new_deps, storage)
     text = intro + [_describe(c, new_deps, by_node) for c in changes]
+    if node.inputs is not None and node.inputs.identity_component():  # what the raw inputs changed
+        text += node.inputs.changes(prev.get("raw_inputs"))
     if not text:
         text.append("no field differs: the hashing scheme or the encoding of a value type changed")
     return str(prev.get("hash", "")) or None, text, changes
@@ -349,21 +379,27 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
         return change.describe()
     dep = new_deps[change.field.removeprefix("dependency ").split(" -> ")[-1]]
     found = by_node[id(dep)].changed if id(dep) in by_node else []
-    upstream = [c for c in found if c.startswith("dependency")]
+    upstream = [c for c in found if c.startswith("dependency")] or [c for c in found if c.startswith("raw ")]
     if upstream:
         text = upstream[0]
         return f"{change.field} changed: {text if len(text) < 200 else text[:197] + '...'}"
     return change.describe()
 
 
-def _code_drift(node: Node, path: str, storage: Storage) -> list[str]:
-    info = read_record(storage, step_json_path(path))
+def _code_drift(node: Node, info: dict[str, Any] | None) -> list[str]:
+    """Warnings about a reused result (`info`: its step.json): its function's source changed, or (policy
+    `warn`) a raw input did."""
     recorded = (info or {}).get("fn_source_hash")
     current = fn_source_hash(node.step.fn)
+    out = []
     if recorded and current and recorded != current:
-        return [f"code drift: the source of {node.step.fn_path} changed since this step ran; its result is "
-                "reused as is (set Step(version=...) to re-address it on purpose)"]
-    return []
+        out.append(f"code drift: the source of {node.step.fn_path} changed since this step ran; its result "
+                   "is reused as is (set Step(version=...) to re-address it on purpose)")
+    if node.inputs is not None and node.inputs.policy == "warn" and isinstance((info or {}).get("raw_inputs"),
+                                                                               dict):
+        out.extend(f"{c} since this step ran; its result is reused (raw-input policy warn)"
+                   for c in node.inputs.changes(info["raw_inputs"]) if c.startswith("raw input "))  # type: ignore[index]
+    return out
 
 
 def plan_json(plan: Plan) -> str:

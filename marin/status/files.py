@@ -102,8 +102,10 @@ def write_status(
     ended: float | None = None,
     error: dict[str, Any] | None = None,
     now: float | None = None,
+    outputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time."""
+    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time; `outputs` is a
+    SUCCESS's output-manifest summary (marin/storage/outputs.py)."""
     now = time.time() if now is None else now
     record = {
         "name": name,
@@ -119,6 +121,8 @@ def write_status(
         "error": error,
         "log": log_relpath(attempt) if attempt > 0 else None,
     }
+    if outputs is not None:
+        record["outputs"] = outputs
     jsonio.write_json(storage, status_path(output_path), record)
     return record
 

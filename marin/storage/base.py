@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
+
+from marin.storage.listing import FileInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,3 +74,22 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def delete_if(self, path: str, token: Any) -> bool:
         """Delete `path` only if it still has version `token`; False if someone else changed it."""
+
+    # ----- listings (output manifests and raw-input fingerprints: marin/storage/listing.py) ---------------
+    @abc.abstractmethod
+    def list_files(self, path: str, limit: int | None = None) -> dict[str, FileInfo] | None:
+        """Every file under the directory `path`, recursively, by name relative to it ('/'-separated), from
+        as few store calls as the store allows; None when `path` is not a directory (or does not exist).
+        With `limit`, a store that walks (local disk) may stop once it found more than `limit` files."""
+
+    @abc.abstractmethod
+    def file_info(self, path: str) -> FileInfo | None:
+        """The file at `path` (one stat or HEAD); None when no file is there."""
+
+    @abc.abstractmethod
+    def glob_files(self, pattern: str) -> dict[str, FileInfo]:
+        """The files matching a glob (`*`, `?`, `[..]`, `**` for any depth), by absolute path."""
+
+    @abc.abstractmethod
+    def iter_bytes(self, path: str) -> Iterator[bytes]:
+        """The file's content in chunks (for digests)."""

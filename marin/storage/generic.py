@@ -8,11 +8,13 @@ with real preconditions subclass this class and replace exactly those operations
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 import fsspec
 
 from marin.storage.base import Storage, Versioned
+from marin.storage.listing import CHUNK, FileInfo, fsspec_file_info
 
 
 def split_bucket(path: str) -> tuple[str, str]:
@@ -84,6 +86,43 @@ class FsspecStorage(Storage):
             return False
         self.fs.rm_file(path)
         return True
+
+    # ----- listings: one paged `find` per directory (marin/storage/listing.py) ---------------------------
+    def _bare(self, path: str) -> str:
+        """`path` as the filesystem names it in listings (without the protocol)."""
+        return str(self.fs._strip_protocol(path)).rstrip("/")
+
+    def list_files(self, path: str, limit: int | None = None) -> dict[str, FileInfo] | None:
+        root = self._bare(path)
+        try:
+            found = self.fs.find(root, detail=True, withdirs=False)
+        except FileNotFoundError:
+            return None
+        out: dict[str, FileInfo] = {}
+        for name, info in found.items():
+            name = str(name).rstrip("/")
+            if info.get("type") == "directory" or not name.startswith(root + "/"):
+                continue  # the directory itself, or a file named like the path (not under it)
+            out[name[len(root) + 1:]] = fsspec_file_info(info)
+        return out or None  # object stores have no empty directories: nothing under it is "absent"
+
+    def file_info(self, path: str) -> FileInfo | None:
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        return None if info.get("type") == "directory" else fsspec_file_info(info)
+
+    def glob_files(self, pattern: str) -> dict[str, FileInfo]:
+        found = self.fs.glob(pattern, detail=True)
+        return {self.protocol + "://" + str(name): fsspec_file_info(info)
+                for name, info in sorted(found.items())
+                if info.get("type") != "directory"}
+
+    def iter_bytes(self, path: str) -> Iterator[bytes]:
+        with self.fs.open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                yield chunk
 
     def _create_if_absent(self, path: str, text: str) -> bool:
         """Create through the store's own create-if-absent (`mode="create"`, s3fs and gcsfs): a lost race is

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import itertools
 import os
+import stat
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from marin.storage.base import Storage, Versioned
+from marin.storage.listing import CHUNK, FileInfo
 
 T = TypeVar("T")
 
@@ -242,3 +245,40 @@ class LocalStorage(Storage):
                 return False
             os.unlink(path)
             return True
+
+    # ----- listings -------------------------------------------------------------------------------------
+    def list_files(self, path: str, limit: int | None = None) -> dict[str, FileInfo] | None:
+        if not os.path.isdir(path):
+            return None
+        out: dict[str, FileInfo] = {}
+        stack = [""]
+        while stack and (limit is None or len(out) <= limit):
+            rel = stack.pop()
+            with os.scandir(os.path.join(path, rel) if rel else path) as entries:
+                for entry in entries:
+                    name = f"{rel}/{entry.name}" if rel else entry.name
+                    if entry.is_dir(follow_symlinks=True):
+                        stack.append(name)
+                    elif entry.is_file(follow_symlinks=True):
+                        st = entry.stat(follow_symlinks=True)
+                        out[name] = FileInfo(st.st_size, None, st.st_mtime_ns)
+        return out
+
+    def file_info(self, path: str) -> FileInfo | None:
+        st = _stat_or_none(path)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            return None
+        return FileInfo(st.st_size, None, st.st_mtime_ns)
+
+    def glob_files(self, pattern: str) -> dict[str, FileInfo]:
+        out: dict[str, FileInfo] = {}
+        for p in sorted(glob.glob(pattern, recursive=True)):
+            info = self.file_info(p)
+            if info is not None:
+                out[p] = info
+        return out
+
+    def iter_bytes(self, path: str) -> Iterator[bytes]:
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                yield chunk

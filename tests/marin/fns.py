@@ -1,4 +1,7 @@
-"""Importable step functions and configs shared by the engine's tests (workers import them by module path)."""
+"""Importable step functions and configs shared by the engine's tests (workers import them by module path).
+
+Files a test watches or uses to steer a step (counters, markers, gates) are runtime fields: they are side
+channels, not inputs, so they never enter identity and are never fingerprinted as raw inputs."""
 
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ class CountConfig:
     """Appends one line to `counter_file` per execution, so tests can count how often a step really ran."""
 
     output_path: str
-    counter_file: str
+    counter_file: str = runtime_field()
     sleep_s: float = 0.0
     inputs: tuple[str, ...] = ()
     tag: str = ""
@@ -95,7 +98,7 @@ class FlakyConfig:
     """Fails until `marker` exists; creates it on the first attempt (so the second attempt succeeds)."""
 
     output_path: str
-    marker: str
+    marker: str = runtime_field()
 
 
 def flaky(cfg: FlakyConfig) -> None:
@@ -124,8 +127,8 @@ class BlockConfig:
     demand)."""
 
     output_path: str
-    started_file: str
-    release_file: str
+    started_file: str = runtime_field()
+    release_file: str = runtime_field()
     timeout_s: float = 120.0
 
 
@@ -193,7 +196,7 @@ class ExclusiveConfig:
     (checked all along the hold, and the first to see the other says so to both: an overlap fails at once)."""
 
     output_path: str
-    markers_dir: str
+    markers_dir: str = runtime_field()
     hold_s: float = 0.3
 
 
@@ -223,7 +226,7 @@ class RendezvousConfig:
     once)."""
 
     output_path: str
-    arrive_file: str
+    arrive_file: str = runtime_field()
     others: tuple[str, ...]
     timeout_s: float = 60.0
 
@@ -241,7 +244,7 @@ def rendezvous(cfg: RendezvousConfig) -> None:
 @dataclasses.dataclass(frozen=True)
 class TalkConfig:
     output_path: str
-    gate: str
+    gate: str = runtime_field()
     """A local file: the step prints its lines, then waits for it (and writes out.txt), or dies if it says
     'die'."""
     lines: int = 3

@@ -66,7 +66,7 @@ def test_two_step_run_resolves_placeholders_and_writes_the_status_contract(run_m
     status = meta(t_path, "status.json")
     assert set(status) == {"name", "hash", "status", "attempt", "run_id", "executor", "created", "updated",
                            "started",
-                           "ended", "error", "log"}
+                           "ended", "error", "log", "outputs"}  # outputs: the manifest summary (issue 35)
     assert (status["status"], status["attempt"], status["error"], status["log"]) == ("SUCCESS", 1, None,
                                                                                      "logs/attempt-1.log")
     assert [e["event"] for e in meta(t_path, "events.jsonl")] == ["RUNNING", "SUCCESS"]

