@@ -285,9 +285,14 @@ def executor_main(
         return _report(steps, cfg, mode, declare(hypothesis, criterion, tags, doc))
     if mode == "describe":
         return _describe(steps, cfg, issue)
-    result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
-                            description=description, publishers=publishers, args=args,
-                            hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
+    try:
+        result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
+                                description=description, publishers=publishers, args=args,
+                                hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
+    except KeyboardInterrupt:  # the executor already recorded the running steps PREEMPTED: one line, no trace
+        print("interrupted (Ctrl-C): running steps were recorded PREEMPTED and their leases released; run "
+              "the same command again to resume them", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     if result.status == "FAILED":
         error = ExperimentFailedError(result.summary, result.failures)
         first = result.failures[0] if result.failures else None

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.errors import CorruptFileError, StepDefinitionError, StorageError
+from marin.errors import CorruptFileError, NoExperimentsError, StepDefinitionError, StorageError
 from marin.jsonio import json_text, parse_json
 from marin.status.files import read_record
 from marin.storage.base import Storage
@@ -148,3 +148,12 @@ def list_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:
             if data:
                 out.append(data)
     return out
+
+
+def require_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:
+    """`list_manifests`, or NoExperimentsError when the prefix holds none: the one error every read command
+    (status, catalogue, verdict, issue, predictions, compare) gives for a wrong `--prefix`."""
+    manifests = list_manifests(storage, prefix)
+    if not manifests:
+        raise NoExperimentsError(prefix)
+    return manifests

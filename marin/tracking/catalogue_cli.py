@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from marin.definition.criterion import OUTCOMES
 from marin.status import catalogue
+from marin.status.manifest import require_manifests
 from marin.storage.fs import normalize_prefix, storage_for
 from marin.tracking.cli import resolve_prefix
 
@@ -31,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     prefix = normalize_prefix(resolve_prefix(args.prefix))
+    require_manifests(storage_for(prefix), prefix)  # a wrong --prefix: the one error of every read command
     rows = catalogue.select(catalogue.build(storage_for(prefix), prefix), args.outcome, args.tag)
     if args.format == "json":
         print(json.dumps({"prefix": prefix, **catalogue.to_json(rows)}, indent=1))
