@@ -50,12 +50,13 @@ declare it with ``runtime_field`` below. Everything else changes the step's outp
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import draccus
 
@@ -138,6 +139,16 @@ class TrainConfig:
     progress_bar: bool = runtime_field(default=True)
     """Show the trainer's progress bar (in the step's log)."""
 
+    # The numbers a run's summary shows for this step (marin/status/results.py). No RESULT_METRICS: the
+    # rows of metrics.jsonl carry data-dependent keys, so criteria on them are checked when judged.
+    HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("train_result.json/loss", "train_result.json/step",
+                                                   "train_result.json/tokens_per_s")
+
+    def check(self) -> None:
+        """Parse what the run would parse (preset, `model`, `overrides`), without reading any data: `marin
+        plan` and the start of every run call it, so a typo in a field name fails before anything runs."""
+        trainer_config(self)
+
     def __post_init__(self) -> None:
         for name in ("num_steps", "batch_size", "seq_len", "checkpoint_every"):
             value = getattr(self, name)
@@ -167,10 +178,12 @@ def _apply(obj: _Config, changes: Mapping[str, Any], where: str, prefix: str = "
     for dotted, value in changes.items():
         head, _, rest = dotted.partition(".")
         if head not in fields:
+            close = difflib.get_close_matches(head, sorted(fields), n=1)
+            hint = f"did you mean {prefix + close[0]!r}? " if close else ""
             raise ValueError(
                 f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no "
                 "field "
-                f"{head!r}; valid fields: {', '.join(sorted(fields))}"
+                f"{head!r}; {hint}valid fields: {', '.join(sorted(fields))}"
             )
         if rest:
             nested.setdefault(head, {})[rest] = value

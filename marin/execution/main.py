@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
+from marin.execution import report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
@@ -35,11 +36,13 @@ from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
 from marin.execution.state import StepState
 from marin.execution.views import RunViews, summary
+from marin.graph.checks import check_configs
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
-from marin.status import interruptions, manifest
+from marin.status import interruptions, manifest, verdicts
+from marin.status.console import ConsoleProgress
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
 from marin.storage.fs import Storage, normalize_prefix, storage_for
@@ -157,16 +160,25 @@ def run_experiment(
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     run = RunContext(prefix, issue, experiment_id, script, run_id, description)
+    check_configs(graph, prefix)  # what each worker would parse, parsed now (marin/graph/checks.py)
     plan = make_plan(graph, prefix, storage, run_only=config.run_only,
                      force_run_failed=config.force_run_failed)
-    if verbose:
+    chatty = verbose and not config.quiet
+    if chatty:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
+        _log(report.banner(run), verbose)
     if config.dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
                          "dry run: nothing written")
     assert prov_of is not None  # started above for every run that is not a dry run
+    if chatty and not any(isinstance(p, ConsoleProgress) for p in publishers):
+        publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
+    if verbose:
+        _log(report.results_text(storage, prefix, experiment_id,
+                                 [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries
+                                  if e.node is not None]), verbose)
     return result
 
 
@@ -187,7 +199,8 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
                            steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),
-                           notebook=notebook)
+                           notebook=notebook, amendable=notebook is not None and not verdicts.judged(
+                               verdicts.read_verdicts(storage, run.prefix, run.experiment_id)))
         pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
@@ -331,6 +344,7 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
     graph = build_graph(steps)
     freeze(notebook, graph)  # the definition errors `run` would raise
     prefix = normalize_prefix(cfg.resolved_prefix())
+    check_configs(graph, prefix)
     storage = storage_for(prefix)
     plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)
     experiment_id = f"{script_stem(script_path())}-{graph.experiment_hash[:8]}"
@@ -365,4 +379,6 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
                     print(f"             {line}")
             print(f"goodput {goodput['goodput']:.3f} ({goodput['time_lost_s']:.1f} s lost to interruptions "
                   f"of {goodput['wall_s']:.1f} s)")
+            verdict = (verdicts.read_verdicts(storage, prefix, experiment_id) or {}).get("current")
+            print(f"verdict: {verdicts.plain_words(verdict) if verdict else 'none recorded'}")
     return RunResult("", experiment_id, prefix, f"{mode.upper()}", plan, {}, [], [], "")
