@@ -12,7 +12,8 @@ unless one was passed (``executor_main(..., publishers=[ConsoleProgress(...)])``
 A background thread polls the logs of running steps (local prefixes only: logs on object stores are uploaded
 when an attempt ends) and prints a line when it changed, at most every ``interval_s`` per step. Progress bars
 rewrite their line with carriage returns; only the newest state of the line is shown. A step that is SUCCESS
-the first time it is seen was reused from an earlier run and is reported as skipped. Live progress is what
+the first time it is seen was reused from an earlier run and is reported as skipped; when a step succeeds,
+the last line of its log is shown if it was not yet (a data step's final counts). Live progress is what
 the step prints: the trainer's progress bar (steps, steps/s, ETA, loss, tokens/s), the tokenizer's shard
 counts; the engine reads none of it. Status words are coloured on a terminal (marin/colour.py).
 """
@@ -91,6 +92,7 @@ class ConsoleProgress:
         if step.status == "SUCCESS" and before in (None, "WAITING"):
             self._print(f"{self._word('SKIPPED ')} {label} (succeeded in an earlier run)")
         elif step.status == "SUCCESS":
+            self._show_tail(step, force=True)  # a quick step's last line: a data step's final counts
             took = f" ({step.ended - step.started:.1f} s)" if step.started and step.ended else ""
             self._print(f"{self._word('SUCCESS ')} {label}{took}")
         else:
@@ -106,7 +108,7 @@ class ConsoleProgress:
             for step in running:
                 self._show_tail(step)
 
-    def _show_tail(self, step: StepView) -> None:
+    def _show_tail(self, step: StepView, force: bool = False) -> None:
         path = step.log_path
         if not path or "://" in path.replace("file://", "") or not os.path.exists(path):
             return
@@ -117,7 +119,7 @@ class ConsoleProgress:
             return
         previous, when = self._shown.get(step.hash, ("", 0.0))
         now = time.time()
-        if line != previous and now - when >= self.interval_s:
+        if line != previous and (force or now - when >= self.interval_s):
             self._shown[step.hash] = (line, now)
             self._print(f"   {step.name} | {line}")
 
