@@ -59,7 +59,7 @@ def _print_help(command: str = "run") -> None:
     print(USAGE)
     print(flags_help())
     print("\nBooleans alone mean true (--dry-run); --run-only takes several regexes (--run-only tokenize")
-    print("train); the underscore spelling (--dry_run true) is accepted too.")
+    print("train); the underscore spelling of a flag is accepted too.")
 
 
 def version() -> str:

@@ -25,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--outcome", action="append", default=[], choices=OUTCOMES,
                    help="keep experiments with this outcome (repeatable)")
     p.add_argument("--tag", action="append", default=[], help="keep experiments with this tag (repeatable)")
-    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
+                   help="output format (default: table)")
     return p
 
 

@@ -50,12 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("title", help="what the experiment tries, in a few words (also names the script)")
     body = new.add_mutually_exclusive_group()
     body.add_argument("--body", default="", help="the issue text: what is tried and why")
-    body.add_argument("--body-file", type=Path, help="read the issue text from this file")
+    body.add_argument("--body-file", type=Path, metavar="FILE", help="read the issue text from this file")
     new.add_argument("--repo", help=f"owner/repo (default: $MARIN_ISSUE_REPO or {DEFAULT_LOCAL_REPO})")
     new.add_argument("--label", action="append", default=None,
                      help="label to add (repeatable; default: experiment)")
     new.add_argument("--write", action="store_true", help="also create the script under --experiments-dir")
-    new.add_argument("--experiments-dir", type=Path, default=Path("experiments"),
+    new.add_argument("--experiments-dir", type=Path, default=Path("experiments"), metavar="DIR",
                      help="where --write puts the script (default: ./experiments)")
     show = sub.add_parser("show", parents=[common], help="print an issue and its comments")
     show.add_argument("ref", help="owner/repo#N (or #N with $MARIN_ISSUE_REPO)")
@@ -116,6 +116,7 @@ def _new(args: argparse.Namespace) -> int:
             print(f"error: {path} already exists; not overwritten", file=sys.stderr)
             return 1
         print(f"wrote {path}")
+        print(f"next: edit its CHANGE and hypothesis, then `marin plan {path}` and `marin run {path}`")
     else:
         print(f"script skeleton: {path} (create it with --write)\n")
         print(text, end="")

@@ -26,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix", default=None, help="the prefix to search (default: $MARIN_PREFIX or ./marin-out)"
     )
-    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
     return p
 
 

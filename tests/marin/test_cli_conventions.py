@@ -119,3 +119,22 @@ def test_a_mistyped_flag_suggests_the_right_one(capsys: pytest.CaptureFixture[st
         parse_flags(["--dryrun"])
     assert exited.value.code == 2
     assert "--dryrun is not a flag; did you mean --dry-run?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["run"], ["plan"], ["status"], ["dashboard"], ["issue", "new"], ["issue", "show"], ["issue", "list"],
+    ["submit"], ["jobs"], ["predictions"], ["verdict"], ["catalogue"],
+], ids=lambda c: "-".join(c))
+def test_every_subcommand_help_uses_dashes_and_no_none_default(command: list[str],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    try:
+        marin_main([*command, "--help"])
+    except SystemExit as e:  # argparse-based subcommands exit after printing their help
+        assert e.code in (0, None)
+    out = capsys.readouterr().out
+    assert "--" in out
+    assert not re.findall(r"--[a-z]+_[a-z_]+", out), out  # flags spelled with dashes
+    assert not re.findall(r"--[a-z-]+ [A-Z]+_[A-Z_]+", out), out  # and their values named without '_'
+    assert "(default: None)" not in out
