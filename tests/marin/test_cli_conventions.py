@@ -138,3 +138,24 @@ def test_every_subcommand_help_uses_dashes_and_no_none_default(command: list[str
     assert not re.findall(r"--[a-z]+_[a-z_]+", out), out  # flags spelled with dashes
     assert not re.findall(r"--[a-z-]+ [A-Z]+_[A-Z_]+", out), out  # and their values named without '_'
     assert "(default: None)" not in out
+
+
+def test_jobs_list_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`marin jobs list --format json`, against a stand-in for Ray's JobSubmissionClient."""
+    import json
+    from types import SimpleNamespace
+
+    from marin.cluster.jobs_cli import _list
+
+    job = SimpleNamespace(submission_id="marin-exp2_x-1a2b3c4d-1", status="RUNNING",
+                          start_time=1_764_000_000_000, end_time=None, error_type=None, message="", driver_exit_code=None,
+                          runtime_env={"py_modules": ["sealed"]},
+                          metadata={"marin_experiment": "exp2_x-1a2b3c4d", "marin_kind": "run",
+                                    "marin_issue": "o/r#2", "marin_script": "experiments/exp2_x.py",
+                                    "marin_prefix": "gs://b/p"})
+    client = SimpleNamespace(list_jobs=lambda: [job, SimpleNamespace(metadata={})])
+    assert _list(client, "json") == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["submission_id"], row["experiment"], row["issue"], row["start_time"]) == (
+        "marin-exp2_x-1a2b3c4d-1", "exp2_x-1a2b3c4d", "o/r#2", 1_764_000_000.0)
+    assert "runtime_env" not in row
