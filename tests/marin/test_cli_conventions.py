@@ -148,7 +148,8 @@ def test_jobs_list_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
     from marin.cluster.jobs_cli import _list
 
     job = SimpleNamespace(submission_id="marin-exp2_x-1a2b3c4d-1", status="RUNNING",
-                          start_time=1_764_000_000_000, end_time=None, error_type=None, message="", driver_exit_code=None,
+                          start_time=1_764_000_000_000, end_time=None, error_type=None, message="",
+                          driver_exit_code=None,
                           runtime_env={"py_modules": ["sealed"]},
                           metadata={"marin_experiment": "exp2_x-1a2b3c4d", "marin_kind": "run",
                                     "marin_issue": "o/r#2", "marin_script": "experiments/exp2_x.py",
