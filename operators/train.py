@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import sys
@@ -204,10 +205,19 @@ def _apply(obj: _Config, changes: Mapping[str, Any], where: str, prefix: str = "
 
 
 def _base(config: TrainConfig) -> TrainerConfig:
-    if os.path.exists(config.preset):
-        return draccus.parse(TrainerConfig, config_path=config.preset, args=[])
-    preset_path(config.preset)  # raises ValueError listing the valid preset names
-    return load_preset(config.preset)
+    mtime = os.path.getmtime(config.preset) if os.path.exists(config.preset) else None
+    return _parsed_preset(config.preset, mtime)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_preset(preset: str, mtime: float | None) -> TrainerConfig:
+    """The preset's trainer config, parsed once per process (a YAML file again when its mtime changes):
+    `marin plan` checks every train step of a ladder, and draccus takes tens of ms per parse. The config is
+    a frozen dataclass; callers derive new ones with `dataclasses.replace`."""
+    if mtime is not None:
+        return draccus.parse(TrainerConfig, config_path=preset, args=[])
+    preset_path(preset)  # raises ValueError listing the valid preset names
+    return load_preset(preset)
 
 
 def trainer_config(config: TrainConfig) -> TrainerConfig:
