@@ -4,6 +4,11 @@
 `executor_main(...)` call does the work (`plan`/`status` tell it to report instead of running). The flags are
 the same as for `python SCRIPT ...` (see `marin run --help`). `dashboard` and `issue` are dispatched to their
 own packages, imported only when used.
+
+Conventions every subcommand keeps (README, "Running"): flags are spelled with dashes and
+their help shows the real defaults; read commands take `--format json`; colour only on a terminal and never
+with NO_COLOR; a prefix that holds no experiments is one error (NoExperimentsError, exit 2); a closed pipe
+(`marin status | head`) ends quietly with exit 141 and Ctrl-C with one line and exit 130.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ import runpy
 import sys
 from collections.abc import Sequence
 
-from marin.errors import ExperimentFailedError, InfeasibleResourcesError, StepDefinitionError, StorageError
-from marin.execution.argv import ExecutorMainConfig
+from marin.errors import (
+    ExperimentFailedError,
+    InfeasibleResourcesError,
+    NoExperimentsError,
+    StepDefinitionError,
+    StorageError,
+)
+from marin.execution.argv import flags_help
 from marin.execution.main import cli_mode
 
-USAGE = """usage: marin <command> [args]
+USAGE = """usage: marin <command> [args]      (marin --version: the installed version)
 
 commands:
   run SCRIPT [flags]      plan and run an experiment script's steps
@@ -49,15 +60,25 @@ DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
 
 
 def _print_help(command: str = "run") -> None:
-    """The usage, then draccus's help for the flags (built from ExecutorMainConfig's field docstrings)."""
-    import draccus
-
+    """The usage, then the flags (ExecutorMainConfig's field docstrings, with dashes and real defaults)."""
     print(USAGE)
-    print("Flags may also be spelled with dashes (--dry-run), booleans alone mean true, and --run-only takes")
-    print("several regexes (--run-only tokenize train).\n")
-    sys.stdout.flush()
-    with contextlib.suppress(SystemExit):  # argparse exits after printing the help
-        draccus.parse(ExecutorMainConfig, args=["--help"], prog=f"marin {command} SCRIPT")
+    print(flags_help())
+    print("\nBooleans alone mean true (--dry-run); --run-only takes several regexes (--run-only tokenize")
+    print("train); the underscore spelling of a flag is accepted too.")
+
+
+def version() -> str:
+    """The installed distribution's version (the checkout's pyproject when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("marin-openlab")
+    except metadata.PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
 
 
 def _run_script(mode: str, script: str, flags: list[str]) -> int:
@@ -81,31 +102,66 @@ def _run_script(mode: str, script: str, flags: list[str]) -> int:
 
 
 def _status_all(flags: list[str]) -> int:
+    from marin.colour import word
     from marin.execution.argv import parse_flags
-    from marin.status.manifest import list_manifests
+    from marin.status.manifest import require_manifests
+    from marin.status.verdicts import headline, read_verdicts
     from marin.storage.fs import normalize_prefix, storage_for
 
     cfg = parse_flags(flags)
     prefix = normalize_prefix(cfg.resolved_prefix())
-    manifests = list_manifests(storage_for(prefix), prefix)
+    storage = storage_for(prefix)
+    rows = []
+    for m in require_manifests(storage, prefix):
+        current = (read_verdicts(storage, prefix, str(m.get("id"))) or {}).get("current") or {}
+        rows.append({"id": m.get("id"), "script": m.get("script"), "issue": m.get("issue"),
+                     "last_run": (m.get("runs") or [None])[-1], "runs": len(m.get("runs") or []),
+                     "verdict": current.get("outcome"), "headline": headline(current)})
     if cfg.format == "json":
         import json
 
-        print(json.dumps([{"id": m.get("id"), "script": m.get("script"), "issue": m.get("issue"),
-                           "last_run": (m.get("runs") or [None])[-1]} for m in manifests], indent=1))
+        print(json.dumps(rows, indent=1))
         return 0
     print(f"experiments under {prefix}:")
-    for m in manifests:
-        last = (m.get("runs") or [{}])[-1]
-        print(f"  {str(last.get('status')):<8} {m.get('id')}  {m.get('script')}  issue={m.get('issue')}  "
-              f"runs={len(m.get('runs') or [])}")
+    width = max(len(str(r["id"])) for r in rows)
+    print(f"  {'STATUS':<8} {'EXPERIMENT':<{width}}  {'VERDICT':<13} {'HEADLINE':<28} SCRIPT  ISSUE  RUNS")
+    for r in rows:
+        status, verdict = str((r["last_run"] or {}).get("status")), str(r["verdict"] or "-")
+        h = r["headline"]
+        metric = f"{h['metric'].split(':', 1)[-1]} {h['value']:.4g}" if h else "-"
+        shown = word(f"{verdict:<13}", key=verdict)
+        print(f"  {word(f'{status:<8}', key=status)} {r['id']:<{width}}  {shown} {metric:<28} "
+              f"{r['script']}  issue={r['issue']}  runs={r['runs']}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`marin ...`: the command's exit status; a closed pipe and Ctrl-C end it cleanly (module docstring)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args else ""
+    try:
+        return _dispatch(args)
+    except NoExperimentsError as e:
+        print(f"marin {command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `marin status | head`: the reader left. Point stdout at /dev/null so that the interpreter's final
+        # flush cannot raise again, and exit as a process killed by SIGPIPE would.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print(f"marin {command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         _print_help()
+        return 0
+    if args[0] in ("--version", "-V", "version"):
+        print(f"marin {version()}")
         return 0
     command, rest = args[0], args[1:]
     if command in DELEGATES:

@@ -28,6 +28,19 @@ class InfeasibleResourcesError(MarinError):
     """A step asks for resources that no node of the cluster can ever provide."""
 
 
+class NoExperimentsError(MarinError, ValueError):
+    """A read command (status, catalogue, verdict, issue, predictions, compare) was pointed at a prefix that
+    holds no experiment manifest: almost always a wrong or missing ``--prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        super().__init__(
+            f"no experiments under {prefix} (there is no {prefix.rstrip('/')}/experiments/*.json). Fix: pass "
+            "--prefix with the prefix your runs wrote to (every run prints it: 'experiment ... under "
+            "PREFIX'), or set MARIN_PREFIX; the default is ./marin-out"
+        )
+
+
 class InternalError(MarinError, RuntimeError):
     """An invariant of the engine itself failed (a bug to report, never a mistake in the experiment)."""
 

@@ -26,7 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import fsspec
 
@@ -55,6 +55,14 @@ class EvaluateConfig:
     """Evaluate at most this many batches per domain (None: every token of every cache)."""
     batch_size: int = runtime_field(default=8)
     """Windows per forward pass (memory/speed only: padding is masked, so the figures do not depend on it)."""
+
+    # What this step writes, for criteria checked before a run and for the run's summary (marin/status/
+    # results.py): FILE/PATH patterns, `*` a domain.
+    RESULT_METRICS: ClassVar[tuple[str, ...]] = tuple(
+        f"eval.json/{group}.{key}" for group in ("domains.*", "micro", "macro")
+        for key in ("bpb", "loss", "tokens", "bytes") if group != "macro" or key in ("bpb", "loss"))
+    HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("eval.json/domains.*.bpb", "eval.json/micro.bpb",
+                                                   "eval.json/macro.bpb")
 
     def __post_init__(self) -> None:
         if not self.validation and self.tokenized is None:

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import fsspec
 import jax
@@ -76,6 +76,13 @@ class EvaluateChoicesConfig:
     """Score at most the first this many items of each task (None: all)."""
     batch_size: int = runtime_field(default=32)
     """Sequences per forward pass (speed/memory only)."""
+
+    # What this step writes (marin/status/results.py): per task, the accuracies and their standard errors.
+    RESULT_METRICS: ClassVar[tuple[str, ...]] = tuple(
+        f"choices.json/tasks.*.{key}" for key in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr",
+                                                  "acc_bytes", "acc_bytes_stderr", "items", "chance"))
+    HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("choices.json/tasks.*.acc",
+                                                   "choices.json/tasks.*.acc_norm")
 
     def __post_init__(self) -> None:
         if self.max_items is not None and self.max_items < 1:

@@ -51,12 +51,14 @@ declare it with ``runtime_field`` below. Everything else changes the step's outp
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import draccus
 
@@ -140,6 +142,16 @@ class TrainConfig:
     progress_bar: bool = runtime_field(default=True)
     """Show the trainer's progress bar (in the step's log)."""
 
+    # The numbers a run's summary shows for this step (marin/status/results.py). No RESULT_METRICS: the
+    # rows of metrics.jsonl carry data-dependent keys, so criteria on them are checked when judged.
+    HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("train_result.json/loss", "train_result.json/step",
+                                                   "train_result.json/tokens_per_s")
+
+    def check(self) -> None:
+        """Parse what the run would parse (preset, `model`, `overrides`), without reading any data: `marin
+        plan` and the start of every run call it, so a typo in a field name fails before anything runs."""
+        trainer_config(self)
+
     def __post_init__(self) -> None:
         for name in ("num_steps", "batch_size", "seq_len", "checkpoint_every"):
             value = getattr(self, name)
@@ -169,10 +181,12 @@ def _apply(obj: _Config, changes: Mapping[str, Any], where: str, prefix: str = "
     for dotted, value in changes.items():
         head, _, rest = dotted.partition(".")
         if head not in fields:
+            close = difflib.get_close_matches(head, sorted(fields), n=1)
+            hint = f"did you mean {prefix + close[0]!r}? " if close else ""
             raise ValueError(
                 f"train: {where} names {prefix + dotted!r}, but {type(obj).__name__} has no "
                 "field "
-                f"{head!r}; valid fields: {', '.join(sorted(fields))}"
+                f"{head!r}; {hint}valid fields: {', '.join(sorted(fields))}"
             )
         if rest:
             nested.setdefault(head, {})[rest] = value
@@ -193,10 +207,19 @@ def _apply(obj: _Config, changes: Mapping[str, Any], where: str, prefix: str = "
 
 
 def _base(config: TrainConfig) -> TrainerConfig:
-    if os.path.exists(config.preset):
-        return draccus.parse(TrainerConfig, config_path=config.preset, args=[])
-    preset_path(config.preset)  # raises ValueError listing the valid preset names
-    return load_preset(config.preset)
+    mtime = os.path.getmtime(config.preset) if os.path.exists(config.preset) else None
+    return _parsed_preset(config.preset, mtime)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_preset(preset: str, mtime: float | None) -> TrainerConfig:
+    """The preset's trainer config, parsed once per process (a YAML file again when its mtime changes):
+    `marin plan` checks every train step of a ladder, and draccus takes tens of ms per parse. The config is
+    a frozen dataclass; callers derive new ones with `dataclasses.replace`."""
+    if mtime is not None:
+        return draccus.parse(TrainerConfig, config_path=preset, args=[])
+    preset_path(preset)  # raises ValueError listing the valid preset names
+    return load_preset(preset)
 
 
 def trainer_config(config: TrainConfig) -> TrainerConfig:

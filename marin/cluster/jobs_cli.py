@@ -1,4 +1,4 @@
-"""`marin jobs list | logs JOB [--follow] | stop JOB [--cluster ADDRESS]`.
+"""`marin jobs list [--format json] | logs JOB [--follow] | stop JOB [--cluster ADDRESS]`.
 
 JOB is a submission id (`marin-exp12_x-1a2b3c4d-1`) or an experiment id (its newest driver job). `logs` prints
 the driver's output; with `--steps` it also prints the output of the experiment's running steps, read from
@@ -10,6 +10,8 @@ released) and any supervisor of the experiment, so nothing is resubmitted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import threading
 import time
@@ -19,8 +21,12 @@ from typing import Any
 from marin.cluster import jobs
 
 
-def _list(client: Any) -> int:
+def _list(client: Any, fmt: str = "table") -> int:
     rows = jobs.marin_jobs(client)
+    if fmt == "json":  # every field but the runtime env (it names the sealed credentials' package)
+        shown = [{k: v for k, v in dataclasses.asdict(r).items() if k != "runtime_env"} for r in rows]
+        print(json.dumps(shown, indent=1))
+        return 0
     if not rows:
         print("no marin jobs on this cluster")
         return 0
@@ -111,6 +117,8 @@ def main(argv: Sequence[str]) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="every job marin submitted, with its experiment, issue, state and "
                              "start time")
+    listing.add_argument("--format", choices=("table", "json"), default="table",
+                         help="output format (default: table)")
     logs = sub.add_parser("logs", help="a job's driver output (and its running steps' output with --steps)")
     logs.add_argument("job")
     logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
@@ -123,7 +131,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         client = jobs.client(ns.cluster)
         if ns.command == "list":
-            return _list(client)
+            return _list(client, ns.format)
         if ns.command == "logs":
             return _logs(client, ns.job, ns.follow, ns.steps)
         return _stop(client, ns.job)

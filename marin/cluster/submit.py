@@ -48,14 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--entrypoint-num-cpus",
         type=float,
+        metavar="N",
         default=DEFAULT_DRIVER_CPUS,
         help="CPUs the driver asks for (default 1; 0 lets Ray put it on the head node)",
     )
-    p.add_argument("--entrypoint-num-gpus", type=float, default=None, help="GPUs the driver asks for")
-    p.add_argument("--entrypoint-memory", type=int, default=None, help="memory (bytes) the driver asks for")
+    p.add_argument("--entrypoint-num-gpus", type=float, default=None, metavar="N",
+                   help="GPUs the driver asks for (default: none)")
+    p.add_argument("--entrypoint-memory", type=int, default=None, metavar="BYTES",
+                   help="memory (bytes) the driver asks for (default: no reservation)")
     p.add_argument(
         "--entrypoint-resources",
         type=json.loads,
+        metavar="JSON",
         default=None,
         help="custom resources for the driver, JSON: '{\"driver_node\": 1}' keeps it on nodes that "
         "declare that resource (e.g. non-preemptible ones)",

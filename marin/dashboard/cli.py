@@ -26,17 +26,20 @@ def parser() -> argparse.ArgumentParser:
         "--cache-ttl",
         type=float,
         default=None,
+        metavar="SECONDS",
         help="seconds a read file is trusted before its mtime/etag is checked again "
         "(default: 1 locally, 5 on object stores)",
     )
     p.add_argument(
         "--metrics-cache-mb",
         type=float,
+        metavar="MIB",
         default=None,
         help="most memory (MiB) the parsed metrics files take; least recently used out first "
         "(default: $MARIN_DASHBOARD_METRICS_CACHE_MB, else 256; 0 keeps none)",
     )
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default: info)")
     return p
 
 

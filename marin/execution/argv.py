@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import textwrap
 
 import draccus
 import draccus.utils
@@ -26,7 +28,7 @@ class ExecutorMainConfig:
     """Flags of `marin run|plan|status SCRIPT` and of `python SCRIPT`."""
 
     prefix: str | None = None
-    """Where outputs and status live (local path, gs://, s3://). Default: $MARIN_PREFIX, else ./marin-out."""
+    """Where outputs and status live (local path, gs://, s3://)."""
     dry_run: bool = False
     """Print the plan and write nothing."""
     run_only: list[str] | None = None
@@ -34,21 +36,22 @@ class ExecutorMainConfig:
     force_run_failed: bool = False
     """Re-run steps that failed in an earlier run (otherwise they stay failed and block their dependents)."""
     backend: str = "ray"
-    """Where steps run: 'ray' (embedded Ray, or the cluster at --ray_address / $RAY_ADDRESS) or 'local'."""
+    """Where steps run: 'ray' (embedded Ray, or the cluster at --ray-address) or 'local'."""
     ray_address: str | None = None
-    """Address of a Ray cluster to submit to; default $RAY_ADDRESS, else an embedded Ray."""
+    """Address of a Ray cluster to submit to."""
     max_concurrent: int | None = None
-    """Most steps running at once (default: the number of CPUs for 'local', unbounded for 'ray')."""
+    """Most steps running at once."""
     lease_timeout_s: float = 60.0
     """A lease whose heartbeat is older than this is stale and may be taken over by another executor."""
     format: str = "table"
     """Plan/status output: 'table' or 'json'."""
     issue: str | None = None
-    """The experiment's issue, owner/repo#N (default: from a script named exp<N>_<slug>.py and
-    $MARIN_ISSUE_REPO)."""
+    """The experiment's issue, owner/repo#N."""
     raw_inputs: str = "rerun"
     """What a changed raw input does to steps without their own Step(raw_inputs=...): 'rerun' (its
     fingerprint is part of the identity) or 'warn' (the plan warns, the result is reused)."""
+    quiet: bool = False
+    """Print only the final summary: no plan table, no start banner, no live progress."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -71,6 +74,44 @@ class ExecutorMainConfig:
         return self.max_concurrent or ((os.cpu_count() or 1) if self.backend == "local" else 100_000)
 
 
+# What a field left at None means, for the help (the dataclass default alone would print "None").
+HELP_DEFAULTS = {
+    "prefix": "$MARIN_PREFIX, else ./marin-out",
+    "run_only": "every step",
+    "ray_address": "$RAY_ADDRESS, else an embedded Ray",
+    "max_concurrent": "the number of CPUs for local, unbounded for ray",
+    "issue": "from a script named exp<N>_<slug>.py and $MARIN_ISSUE_REPO",
+}
+SHORT_FLAGS = {"-q": "--quiet"}
+METAVARS = {"prefix": "PATH", "run_only": "REGEX...", "backend": "ray|local", "ray_address": "ADDRESS",
+            "max_concurrent": "N", "lease_timeout_s": "SECONDS", "format": "table|json",
+            "issue": "OWNER/REPO#N", "raw_inputs": "rerun|warn"}
+
+
+def _flag_default(f: dataclasses.Field[object]) -> str:
+    if f.name in HELP_DEFAULTS:
+        return HELP_DEFAULTS[f.name]
+    value = f.default
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def flags_help() -> str:
+    """The flags of `marin run|plan|status` as people type them (dashes), with their real defaults."""
+    from draccus.wrappers.docstring import get_attribute_docstring
+
+    lines = []
+    for f in dataclasses.fields(ExecutorMainConfig):
+        doc = get_attribute_docstring(ExecutorMainConfig, f.name)
+        text = " ".join((doc.docstring_below or doc.comment_inline or doc.comment_above).split())
+        flag = "--" + f.name.replace("_", "-")
+        meta = "" if f.name in _BOOL else f" {METAVARS.get(f.name, f.name.upper())}"
+        short = "-q, " if f.name == "quiet" else ""
+        lines.append(f"  {short}{flag}{meta}")
+        lines += textwrap.wrap(f"{text} (default: {_flag_default(f)})", width=104, initial_indent=" " * 6,
+                               subsequent_indent=" " * 6, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
 _BOOL = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("bool", bool)}
 _LIST = {"run_only"}
 _TEXT = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("str", "str | None", str)}
@@ -81,6 +122,7 @@ value is handed to it as a JSON string, which YAML reads back exactly."""
 
 def normalize_argv(argv: list[str]) -> list[str]:
     out: list[str] = []
+    argv = [SHORT_FLAGS.get(a, a) for a in argv]
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -119,7 +161,12 @@ def _literal_text(args: list[str]) -> list[str]:
 
 
 def parse_flags(argv: list[str]) -> ExecutorMainConfig:
-    """Parse flags; an invalid value raises ValueError naming the flag and the valid choices."""
+    """Parse flags; an invalid value raises ValueError naming the flag and the valid choices, an unknown flag
+    exits with status 2 after naming the closest valid one."""
+    unknown = _did_you_mean(argv)
+    if unknown:  # as argparse does for an unknown flag: the message on stderr and exit status 2
+        print(f"error: unknown flag in {' '.join(argv)}{unknown}", file=sys.stderr)
+        raise SystemExit(2)
     try:
         return draccus.parse(ExecutorMainConfig, args=_literal_text(normalize_argv(argv)))
     except draccus.utils.ParsingError as e:
@@ -127,3 +174,20 @@ def parse_flags(argv: list[str]) -> ExecutorMainConfig:
         if isinstance(cause, ValueError):
             raise ValueError(str(cause)) from e
         raise ValueError(f"invalid flags {argv}: {e}") from e
+
+
+def _did_you_mean(argv: list[str]) -> str:
+    """`; did you mean --dry-run?` for the first flag that is not one of ExecutorMainConfig's fields."""
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(ExecutorMainConfig)]
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        name = arg[2:].partition("=")[0].replace("-", "_")
+        if name not in known and name not in ("help", "config_path"):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            valid = ", ".join("--" + k.replace("_", "-") for k in known)
+            hint = f"did you mean --{close[0].replace('_', '-')}? " if close else ""
+            return f". Fix: --{name.replace('_', '-')} is not a flag; {hint}(valid flags: {valid})"
+    return ""

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
+from marin.execution import report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
@@ -35,12 +36,14 @@ from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
 from marin.execution.state import StepState
 from marin.execution.views import RunViews, summary
+from marin.graph.checks import check_configs
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.graph.raw_inputs import RawInputs
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
-from marin.status import interruptions, manifest
+from marin.status import interruptions, manifest, verdicts
+from marin.status.console import ConsoleProgress
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
 from marin.storage.fs import Storage, normalize_prefix, storage_for
@@ -159,16 +162,25 @@ def run_experiment(
     run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(t0))}-{uuid.uuid4().hex[:6]}"
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     run = RunContext(prefix, issue, experiment_id, script, run_id, description)
+    check_configs(graph, prefix)  # what each worker would parse, parsed now (marin/graph/checks.py)
     plan = make_plan(graph, prefix, storage, run_only=config.run_only,
                      force_run_failed=config.force_run_failed)
-    if verbose:
+    chatty = verbose and not config.quiet
+    if chatty:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
+        _log(report.banner(run), verbose)
     if config.dry_run:
         return RunResult(run_id, experiment_id, prefix, "DRY_RUN", plan, {}, [], [],
                          "dry run: nothing written")
     assert prov_of is not None  # started above for every run that is not a dry run
+    if chatty and not any(isinstance(p, ConsoleProgress) for p in publishers):
+        publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
+    if verbose:
+        _log(report.results_text(storage, prefix, experiment_id,
+                                 [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries
+                                  if e.node is not None]), verbose)
     return result
 
 
@@ -189,7 +201,8 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
                            steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),
-                           notebook=notebook)
+                           notebook=notebook, amendable=notebook is not None and not verdicts.judged(
+                               verdicts.read_verdicts(storage, run.prefix, run.experiment_id)))
         pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
@@ -287,9 +300,14 @@ def executor_main(
         return _report(steps, cfg, mode, declare(hypothesis, criterion, tags, doc))
     if mode == "describe":
         return _describe(steps, cfg, issue)
-    result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
-                            description=description, publishers=publishers, args=args,
-                            hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
+    try:
+        result = run_experiment(steps, dataclasses.replace(cfg, issue=cfg.issue or issue),
+                                description=description, publishers=publishers, args=args,
+                                hypothesis=hypothesis, criterion=criterion, tags=tags, script_doc=doc)
+    except KeyboardInterrupt:  # the executor already recorded the running steps PREEMPTED: one line, no trace
+        print("interrupted (Ctrl-C): running steps were recorded PREEMPTED and their leases released; run "
+              "the same command again to resume them", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     if result.status == "FAILED":
         error = ExperimentFailedError(result.summary, result.failures)
         first = result.failures[0] if result.failures else None
@@ -330,6 +348,7 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
     prefix = normalize_prefix(cfg.resolved_prefix())
     graph = build_graph(steps, RawInputs(prefix, cfg.raw_inputs))
     freeze(notebook, graph)  # the definition errors `run` would raise
+    check_configs(graph, prefix)
     storage = storage_for(prefix)
     plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)
     experiment_id = f"{script_stem(script_path())}-{graph.experiment_hash[:8]}"
@@ -364,4 +383,6 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
                     print(f"             {line}")
             print(f"goodput {goodput['goodput']:.3f} ({goodput['time_lost_s']:.1f} s lost to interruptions "
                   f"of {goodput['wall_s']:.1f} s)")
+            verdict = (verdicts.read_verdicts(storage, prefix, experiment_id) or {}).get("current")
+            print(f"verdict: {verdicts.plain_words(verdict) if verdict else 'none recorded'}")
     return RunResult("", experiment_id, prefix, f"{mode.upper()}", plan, {}, [], [], "")

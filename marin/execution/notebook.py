@@ -22,7 +22,7 @@ from marin.errors import StepDefinitionError
 from marin.graph.dag import Graph, Node, build_graph
 from marin.jsonio import canonical_sha256
 from marin.status import files as sf
-from marin.status import verdicts
+from marin.status import results, verdicts
 from marin.status.manifest import manifest_path
 from marin.storage.base import Storage
 
@@ -84,10 +84,28 @@ def _baseline(graph: Graph, c: Criterion) -> dict[str, Any]:
     return {"kind": "experiment", "experiment": b, "path": c.path, "label": f"experiment {b}"}
 
 
+def _check_declared(node: Node, path: str, what: str, written: str) -> None:
+    """Refuse a metric path that the step's config says it never writes (marin/status/results.py)."""
+    declared = results.declared(node.step.config)
+    closest = results.check_path(declared, path)
+    if closest is None:
+        return
+    shown = ", ".join(declared[:8]) + (", ..." if len(declared) > 8 else "")
+    raise StepDefinitionError(
+        f"{what} = {written!r}: step {node.name} ({type(node.step.config).__name__}) writes no {path!r} "
+        f"(it declares {shown}). Fix: did you mean '{node.name}:{closest}'? A criterion can be corrected "
+        "until its first verdict is recorded (docs/notebook.md)")
+
+
 def criterion_record(graph: Graph, c: Criterion) -> dict[str, Any]:
     node = _step_node(graph, c.step, "Criterion.metric")
+    _check_declared(node, c.path, "Criterion.metric", c.metric)
+    baseline = _baseline(graph, c)
+    if baseline.get("kind") in ("step", "metric"):
+        _check_declared(_names(graph)[baseline["step"]], baseline["path"], "Criterion.baseline",
+                        str(baseline["label"]))
     return {"metric": c.metric, "step": node.name, "hash": node.hash, "path": c.path, "better": c.better,
-            "min_effect": float(c.min_effect), "baseline": _baseline(graph, c)}
+            "min_effect": float(c.min_effect), "baseline": baseline}
 
 
 def freeze(notebook: Notebook, graph: Graph) -> dict[str, Any] | None:

@@ -37,6 +37,10 @@ class Node:
     deps: list[Node]
     content_hash: str  # the hash from name/version/config/deps, even when the path is pinned
     inputs: StepInputs | None = None  # its raw inputs, when the graph was built with a RawInputs reader
+    definition_hash: str = ""  # the hash without any raw-input fingerprint, here or upstream (the experiment's)
+
+    def __post_init__(self) -> None:
+        self.definition_hash = self.definition_hash or self.hash
 
     @property
     def name(self) -> str:
@@ -71,10 +75,12 @@ class Graph:
 
     @property
     def experiment_hash(self) -> str:
-        """sha256 over the sorted hashes of the experiment's steps (docs/formats.md)."""
+        """sha256 over the sorted hashes of the experiment's steps (docs/formats.md), each without its raw
+        inputs' fingerprints: new bytes at a raw input's path re-address the steps that read it, but the
+        experiment keeps its id (its manifest, its run history, what `marin submit` described)."""
         import hashlib
 
-        return hashlib.sha256("\n".join(sorted(n.hash for n in self.nodes)).encode()).hexdigest()
+        return hashlib.sha256("\n".join(sorted(n.definition_hash for n in self.nodes)).encode()).hexdigest()
 
 
 def _collect(targets: Sequence[Step]) -> tuple[list[Step], dict[int, list[Step]]]:
@@ -158,7 +164,8 @@ def build_graph(steps: Iterable[Step], raw_inputs: RawInputs | None = None) -> G
                 if id(dn) not in seen:
                     seen.add(id(dn))
                     deps.append(dn)
-            node = Node(step, hash_, identity, deps, content_hash, inputs)
+            node = Node(step, hash_, identity, deps, content_hash, inputs,
+                         _definition_hash(step, hash_, bool(component), deps_of[id(step)], by_step))
             by_hash[hash_] = node
             by_name[step.name] = node
             nodes.append(node)
@@ -170,6 +177,15 @@ def build_graph(steps: Iterable[Step], raw_inputs: RawInputs | None = None) -> G
     for w in warnings:
         logger.warning(w)
     return Graph(nodes, target_nodes, warnings, by_step, raw_inputs)
+
+
+def _definition_hash(step: Step, hash_: str, fingerprinted: bool, deps: list[Step],
+                     by_step: dict[int, Node]) -> str:
+    """`hash_` as it would be with no raw-input fingerprint in this step or upstream (most steps: `hash_`)."""
+    if step.output_path_override or not (fingerprinted or any(by_step[id(d)].definition_hash
+                                                               != by_step[id(d)].hash for d in deps)):
+        return hash_
+    return step_hash(identity_of(step, lambda d: by_step[id(d)].definition_hash, deps))
 
 
 def identity_hash(step: Step) -> str:

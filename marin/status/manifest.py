@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.definition.placeholders import join
-from marin.errors import CorruptFileError, StepDefinitionError, StorageError
+from marin.errors import CorruptFileError, NoExperimentsError, StepDefinitionError, StorageError
 from marin.jsonio import json_text, parse_json
 from marin.status.files import read_record
 from marin.storage.base import Storage
@@ -59,33 +59,45 @@ class NotebookFrozenError(StepDefinitionError):
 
 
 def _freeze_notebook(data: dict[str, Any], experiment_id: str, notebook: dict[str, Any] | None,
-                     run_id: str, now: float) -> None:
+                     run_id: str, now: float, amendable: bool = False) -> None:
     """Record `notebook` (hypothesis, criteria, tags: marin/execution/notebook.py) the first time one is
-    declared; refuse a different one later (docs/notebook.md, "Frozen at launch")."""
+    declared; a different one later replaces it only while `amendable` (no verdict recorded yet), the
+    previous text kept in `notebook_amendments`; otherwise it is refused (docs/notebook.md)."""
     if notebook is None:
         return
     frozen = data.get("notebook")
     if isinstance(frozen, dict) and frozen.get("sha256") != notebook.get("sha256"):
-        raise NotebookFrozenError(
-            f"experiment {experiment_id} was first run with another hypothesis/criterion (notebook sha256 "
-            f"{str(frozen.get('sha256'))[:12]}, frozen by run {frozen.get('frozen_by')}); this run declares "
-            f"{str(notebook.get('sha256'))[:12]}. A hypothesis is never edited after launch. Fix: restore "
-            f"the recorded one (hypothesis: {str(frozen.get('hypothesis'))[:120]!r}), or register a new "
-            "experiment by renaming the script (the experiment id is the script's stem plus the DAG's hash)")
+        if not amendable:
+            was, now_sha = str(frozen.get("sha256"))[:12], str(notebook.get("sha256"))[:12]
+            raise NotebookFrozenError(
+                f"experiment {experiment_id} was first run with another hypothesis/criterion (notebook "
+                f"sha256 {was}, frozen by run {frozen.get('frozen_by')}), and a verdict was recorded; "
+                f"this run declares {now_sha}. A hypothesis is never edited after launch once it has a "
+                "verdict. Fix: restore the recorded one (hypothesis: "
+                f"{str(frozen.get('hypothesis'))[:120]!r}), or register a new experiment by renaming the "
+                "script (the experiment id is the script's stem plus the DAG's hash)")
+        previous = {k: frozen.get(k) for k in ("hypothesis", "criteria", "tags", "sha256", "frozen",
+                                                 "frozen_by")}
+        data.setdefault("notebook_amendments", []).append(
+            {"at": now, "run_id": run_id, "sha256": notebook.get("sha256"), "previous": previous})
+        data["notebook"] = {**notebook, "frozen": now, "frozen_by": run_id}
+        return
     if not isinstance(frozen, dict):
         data["notebook"] = {**notebook, "frozen": now, "frozen_by": run_id}
 
 
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
-              args: list[str], now: float | None = None, notebook: dict[str, Any] | None = None) -> None:
+              args: list[str], now: float | None = None, notebook: dict[str, Any] | None = None,
+              amendable: bool = False) -> None:
     """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock.
-    `notebook` is frozen into it by the first run that declares one (NotebookFrozenError on a change)."""
+    `notebook` is frozen into it by the first run that declares one; a change is recorded as an amendment
+    while `amendable` (no verdict recorded yet), else refused (NotebookFrozenError)."""
     now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "created": now, "runs": []}
-        _freeze_notebook(data, experiment_id, notebook, run_id, now)
+        _freeze_notebook(data, experiment_id, notebook, run_id, now, amendable)
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})
@@ -148,3 +160,12 @@ def list_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:
             if data:
                 out.append(data)
     return out
+
+
+def require_manifests(storage: Storage, prefix: str) -> list[dict[str, Any]]:
+    """`list_manifests`, or NoExperimentsError when the prefix holds none: the one error every read command
+    (status, catalogue, verdict, issue, predictions, compare) gives for a wrong `--prefix`."""
+    manifests = list_manifests(storage, prefix)
+    if not manifests:
+        raise NoExperimentsError(prefix)
+    return manifests

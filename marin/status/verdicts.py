@@ -344,3 +344,42 @@ def deciding(entry: dict[str, Any] | None, history: Iterable[dict[str, Any]] = (
         parts.append(f"{c.get('metric')} {c['value']:.4g} vs {base} ({c.get('baseline')}; {effect}"
                      f"needed >= {c.get('min_effect', 0):g})")
     return "; ".join(parts)
+
+
+def headline(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The experiment's headline number: the first criterion of `entry` that has a value (`metric`, `value`,
+    `baseline_value`, `effect`, `met`), or None."""
+    for c in (entry or {}).get("criteria") or []:
+        if isinstance(c, dict) and _number(c.get("value")) is not None:
+            return {k: c.get(k) for k in ("metric", "value", "baseline", "baseline_value", "effect", "met")}
+    return None
+
+
+def last_computed(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The newest computed entry of a verdicts document, or None."""
+    return next((e for e in reversed((doc or {}).get("history") or []) if e.get("source") == COMPUTED), None)
+
+
+def judged(doc: dict[str, Any] | None) -> bool:
+    """Whether a verdict was recorded: a person set one, or a computed entry judged at least one criterion
+    (a `not_evaluated` from a metric that could not be read does not count). Until then a criterion may be
+    amended (docs/notebook.md, "Amending a criterion")."""
+    for e in (doc or {}).get("history") or []:
+        if e.get("source") == PERSON or any(c.get("met") is not None for c in e.get("criteria") or []):
+            return True
+    return False
+
+
+def plain_words(entry: dict[str, Any] | None) -> str:
+    """The verdict as a sentence: `worked: eval/x:macro.bpb 1.234 vs 1.250 (...): 1 of 1 criteria met`."""
+    if not entry:
+        return "no verdict (the experiment declares no criterion)"
+    outcome = str(entry.get("outcome"))
+    meaning = {"worked": "the hypothesis held", "did_not_work": "the hypothesis did not hold",
+               "mixed": "some criteria were met, some not",
+               "inconclusive": "some criteria could not be judged",
+               "not_evaluated": "nothing could be judged",
+               "infra_failure": "infrastructure trouble stopped it"}
+    text = f"{outcome} ({meaning.get(outcome, outcome)}; {entry.get('note') or ''})".replace("; )", ")")
+    number = deciding(entry)
+    return f"{text}: {number}" if number else text

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from marin.definition.criterion import OUTCOMES
 from marin.status import catalogue
+from marin.status.manifest import require_manifests
 from marin.storage.fs import normalize_prefix, storage_for
 from marin.tracking.cli import resolve_prefix
 
@@ -24,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--outcome", action="append", default=[], choices=OUTCOMES,
                    help="keep experiments with this outcome (repeatable)")
     p.add_argument("--tag", action="append", default=[], help="keep experiments with this tag (repeatable)")
-    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
+                   help="output format (default: table)")
     p.add_argument("--sort", choices=("date", "speedup"), default="date",
                    help="newest first, or ideas by compute-equivalent speedup (compute_multiplier) first")
     return p
@@ -33,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     prefix = normalize_prefix(resolve_prefix(args.prefix))
+    require_manifests(storage_for(prefix), prefix)  # a wrong --prefix: the one error of every read command
     rows = catalogue.select(catalogue.build(storage_for(prefix), prefix), args.outcome, args.tag)
     if args.sort == "speedup":
         rows = catalogue.by_speedup(rows)

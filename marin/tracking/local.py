@@ -289,6 +289,12 @@ class LocalTracker(Tracker):
 
         return self._read(op, empty=[])
 
+    def exists(self) -> bool:
+        """Whether the store has been created under the prefix (a read of a missing one finds nothing)."""
+        if self._remote is not None:
+            return self._remote.remote_key() is not None
+        return self.path.exists()
+
     def list_repos(self) -> list[str]:
         """Every repository that has issues in this store."""
         return self._read(lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT repo FROM issues ORDER "

@@ -58,6 +58,15 @@ def notebook_section(manifest: Mapping[str, Any] | None, verdicts: Mapping[str, 
         lines.append("- tags: " + ", ".join(f"`{text(t, 40)}`" for t in notebook["tags"]))
     if notebook.get("sha256"):
         lines.append(f"- frozen {_when(notebook.get('frozen'))}, sha256 `{str(notebook['sha256'])[:12]}`")
+    for amended in (manifest or {}).get("notebook_amendments") or []:
+        if not isinstance(amended, Mapping):
+            continue
+        before = amended.get("previous") or {}
+        was = "; ".join(str(c.get("metric")) + " " + str(c.get("better")) + " than " +
+                        str((c.get("baseline") or {}).get("label")) + f" by at least {c.get('min_effect')}"
+                        for c in before.get("criteria") or [] if isinstance(c, Mapping))
+        lines.append(f"- amended {_when(amended.get('at'))} (before any verdict), was: "
+                     f"{text(before.get('hypothesis'), 300)}{' — criterion: ' + text(was) if was else ''}")
     if isinstance(current, Mapping):
         outcome = str(current.get("outcome"))
         lines.append(f"\n**Verdict: {OUTCOME_ICONS.get(outcome, '')} {text(outcome)}** — by "

@@ -14,6 +14,9 @@ import os
 import sys
 from typing import Any
 
+from marin.errors import NoExperimentsError
+from marin.status.manifest import require_manifests
+from marin.storage.fs import normalize_prefix, storage_for
 from marin.tracking.predictions import list_predictions
 from openlab_records import Posted
 
@@ -23,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix", default=None, help="the prefix to search (default: $MARIN_PREFIX or ./marin-out)"
     )
-    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
     return p
 
 
@@ -65,9 +69,11 @@ def table(listing: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     prefix = args.prefix or os.environ.get("MARIN_PREFIX") or "./marin-out"
+    normalized = normalize_prefix(prefix)
     if "://" not in prefix and not os.path.isdir(prefix):
-        print(f"marin predictions: prefix {prefix} does not exist; pass --prefix", file=sys.stderr)
-        return 2
+        raise NoExperimentsError(normalized)  # a wrong --prefix: the one error of every read command
     listing = list_predictions(prefix)
+    if not listing["predictions"]:
+        require_manifests(storage_for(normalized), normalized)
     print(json.dumps(listing, indent=1, default=str) if args.format == "json" else table(listing))
     return 0

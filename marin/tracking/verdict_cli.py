@@ -8,13 +8,16 @@ Without OUTCOME: print the experiment's current verdict and its history. With OU
 lost driver was recorded). Then, unless `--no-post`, the experiment's issue gets the verdict label
 (`marin:worked`, ... replacing the previous one) and the verdict section of its status comment is replaced.
 
-EXPERIMENT is an experiment id (`exp2_tiny_moe_aux_free-0a1b2c3d`) or an unambiguous start of one.
+EXPERIMENT is an experiment id (`exp2_tiny_moe_aux_free-0a1b2c3d`) or an unambiguous start of one. A verdict
+that contradicts the computed one (the criterion said `did_not_work`, the person says `worked`) needs a
+non-empty `--note` saying why. `--format json` prints the verdicts document (docs/formats.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import subprocess
 import sys
@@ -22,11 +25,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from marin.colour import word
 from marin.definition.criterion import OUTCOMES
+from marin.errors import NoExperimentsError
 from marin.issue_ref import IssueRef
 from marin.status import files as sf
 from marin.status import verdicts
-from marin.status.manifest import list_manifests, manifest_path
+from marin.status.manifest import manifest_path, require_manifests
 from marin.storage.base import Storage
 from marin.storage.fs import normalize_prefix, storage_for
 from marin.tracking.base import TrackerError, TrackerNotFound
@@ -47,6 +52,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="the prefix (default: $MARIN_PREFIX or ./marin-out)")
     p.add_argument("--recompute", action="store_true", help="judge the frozen criterion again from the files")
     p.add_argument("--no-post", action="store_true", help="record only; do not touch the issue")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
     return p
 
 
@@ -65,7 +72,7 @@ def find_experiment(storage: Storage, prefix: str, name: str) -> dict[str, Any]:
     exact = sf.read_record(storage, manifest_path(prefix, name))
     if exact is not None:
         return exact
-    found = [m for m in list_manifests(storage, prefix) if str(m.get("id", "")).startswith(name)]
+    found = [m for m in require_manifests(storage, prefix) if str(m.get("id", "")).startswith(name)]
     if len(found) == 1:
         return found[0]
     known = ", ".join(str(m.get("id")) for m in found[:10]) if found else "none match"
@@ -104,7 +111,8 @@ def show(doc: dict[str, Any] | None, experiment_id: str) -> None:
         print(f"{experiment_id}: no verdict yet (not_evaluated)")
         return
     current = doc.get("current") or {}
-    print(f"{experiment_id}: {current.get('outcome')} (by {current.get('by')}) {current.get('note') or ''}")
+    outcome = str(current.get("outcome"))
+    print(f"{experiment_id}: {word(outcome)} (by {current.get('by')}) {current.get('note') or ''}")
     number = verdicts.deciding(current, doc.get("history") or [])
     if number:
         print(f"  deciding: {number}")
@@ -114,19 +122,44 @@ def show(doc: dict[str, Any] | None, experiment_id: str) -> None:
               f"{e.get('note') or ''}")
 
 
+def contradiction(doc: dict[str, Any] | None, outcome: str, note: str) -> str | None:
+    """The refusal when a person's `outcome` overturns the computed verdict without a note, else None."""
+    computed = verdicts.last_computed(doc)
+    if note.strip() or computed is None or computed.get("outcome") in (outcome, "not_evaluated"):
+        return None
+    number = verdicts.deciding(computed)
+    return (f"{outcome} contradicts the computed verdict {computed.get('outcome')}"
+            f"{f' ({number})' if number else ''}. Fix: say why with --note '...' (shown on the issue and the "
+            "dashboard beside the numbers)")
+
+
+def _print(doc: dict[str, Any] | None, experiment_id: str, fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(doc or {"experiment": experiment_id, "current": None, "history": []}, indent=1))
+    else:
+        show(doc, experiment_id)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     prefix = normalize_prefix(resolve_prefix(args.prefix))
     storage = storage_for(prefix)
     try:
         manifest = find_experiment(storage, prefix, args.experiment)
+    except NoExperimentsError:
+        raise  # the one error every read command gives (marin/cli.py prints it)
     except ValueError as e:
         print(f"marin verdict: {e}", file=sys.stderr)
         return 2
     experiment_id = str(manifest["id"])
+    existing = verdicts.read_verdicts(storage, prefix, experiment_id)
     if args.outcome is None and not args.recompute:
-        show(verdicts.read_verdicts(storage, prefix, experiment_id), experiment_id)
+        _print(existing, experiment_id, args.format)
         return 0
+    refusal = contradiction(existing, args.outcome, args.note) if args.outcome is not None else None
+    if refusal:
+        print(f"marin verdict: error: {refusal}", file=sys.stderr)
+        return 2
     if args.outcome is not None:
         entry: dict[str, Any] = {"outcome": args.outcome, "note": " ".join(args.note.split()),
                                  "by": who(args.by), "source": verdicts.PERSON, "at": time.time(),
@@ -135,11 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         entry = verdicts.judge(storage, prefix, manifest)
     doc = verdicts.record(storage, prefix, experiment_id, entry)
-    show(doc, experiment_id)
+    _print(doc, experiment_id, args.format)
     if args.no_post:
         return 0
     try:
-        print(post(prefix, manifest, doc))
+        print(post(prefix, manifest, doc), file=sys.stderr if args.format == "json" else sys.stdout)
     except (TrackerError, OSError, ValueError) as e:
         print(f"marin verdict: recorded, but not posted to {manifest.get('issue')}: {type(e).__name__}: {e}",
               file=sys.stderr)

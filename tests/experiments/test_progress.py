@@ -48,3 +48,17 @@ def test_console_progress_narrates_a_run(tmp_path: Path) -> None:
     assert "SUCCESS  work-" in text and "(2.5 s)" in text
     assert "FAILED   bad-" in text and "ValueError: boom" in text and "bad.log" in text
     assert progress._thread is not None and not progress._thread.is_alive()
+
+
+def test_a_quick_step_shows_its_last_line_when_it_succeeds(tmp_path: Path) -> None:
+    """A data step that ends between two polls still shows its final counts (its log's last line)."""
+    out = io.StringIO()
+    log = tmp_path / "attempt-1.log"
+    progress = ConsoleProgress(stream=out, interval_s=3600.0, poll_s=3600.0)
+    progress.publish(view([step("documents", "WAITING", str(log))]), final=False)
+    progress.publish(view([step("documents", "RUNNING", str(log))]), final=False)
+    log.write_text("[ingest] /p/documents: python 812 documents, prose 96 documents\n")
+    progress.publish(view([step("documents", "SUCCESS", str(log), 1.0, 2.0)], "SUCCESS"), final=True)
+    text = out.getvalue()
+    assert "documents | [ingest] /p/documents: python 812 documents, prose 96 documents" in text
+    assert text.index("[ingest]") < text.index("SUCCESS  documents-")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import ClassVar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,3 +40,13 @@ def write_rows(cfg: TrainRowsConfig) -> None:
         for step in range(1, 4):
             f.write(json.dumps({"step": step, "loss": cfg.final_loss + (3 - step)}) + "\n")
         f.write(json.dumps({"step": 3, "eval": {"macro": {"bpb": 2.5}}}) + "\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredEvalConfig(EvalConfig):
+    """EvalConfig that declares what `write_eval` writes, as the operators do (marin/status/results.py)."""
+
+    RESULT_METRICS: ClassVar[tuple[str, ...]] = ("eval.json/domains.*.bpb", "eval.json/domains.*.loss",
+                                                 "eval.json/macro.bpb", "eval.json/macro.loss",
+                                                 "choices.json/macro.accuracy")
+    HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("eval.json/domains.*.bpb", "eval.json/macro.bpb")

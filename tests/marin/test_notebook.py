@@ -242,8 +242,14 @@ def test_an_override_is_recorded_with_its_history_and_posted(run_marin: Run, mar
     assert "did_not_work (by alice)" in shown and "computed" in shown and "person" in shown
 
 
-def test_verdict_cli_refuses_an_unknown_experiment(marin_prefix: str,
+def test_verdict_cli_refuses_an_unknown_experiment(run_marin: Run, marin_prefix: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # an empty prefix: the one error every read command gives for a wrong --prefix, naming the fix
+    assert marin_main(["verdict", "nope", "worked", "--prefix", marin_prefix]) == 2
+    err = capsys.readouterr().err
+    assert f"marin verdict: error: no experiments under {marin_prefix}" in err and "Fix: pass --prefix" in err
+    base, new = evals()
+    run_marin([base, new], hypothesis=HYPOTHESIS, criterion=bpb(base))
     assert marin_main(["verdict", "nope", "worked", "--prefix", marin_prefix]) == 2
     assert "experiment 'nope' is not under" in capsys.readouterr().err
 

@@ -80,6 +80,23 @@ def test_new_bytes_at_the_same_path_re_run_the_step_and_its_dependents(tmp_path:
     assert Path(first.output_path("raw/total"), "total.txt").read_text() == "3\n"  # the old result is kept
 
 
+def test_new_bytes_re_address_the_steps_but_the_experiment_keeps_its_id(tmp_path: Path) -> None:
+    raw = tmp_path / "numbers.txt"
+    raw.write_text("1\n2\n")
+    total, after = _pair(str(raw))
+    plain = build_graph([after])
+    before = build_graph([after], RawInputs(str(tmp_path / "p")))
+    raw.write_text("1\n2\n3\n")
+    changed = build_graph([after], RawInputs(str(tmp_path / "p")))
+    assert before.node_of(after).hash != changed.node_of(after).hash != plain.node_of(after).hash
+    assert before.experiment_hash == changed.experiment_hash == plain.experiment_hash
+    first = _run([after], tmp_path / "q")
+    raw.write_text("4\n")
+    again = _run([after], tmp_path / "q")
+    assert [e.action for e in again.plan.entries] == ["run", "run"]
+    assert first.experiment_id == again.experiment_id  # one manifest, one run history
+
+
 def test_policy_warn_reuses_the_result_and_the_plan_warns(tmp_path: Path) -> None:
     raw = tmp_path / "numbers.txt"
     raw.write_text("5\n")

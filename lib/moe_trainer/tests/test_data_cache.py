@@ -150,3 +150,18 @@ def test_truncated_tokens_file_is_named(tmp_path: Path, shards: dict) -> None:
     f.write_bytes(f.read_bytes()[:-2])
     with pytest.raises(ValueError, match="00000.tokens has .* bytes.*truncated"):
         TokenCache(str(tmp_path))
+
+
+def test_a_mistyped_cache_path_names_what_is_there(tmp_path: Path, shards: dict) -> None:
+    """A dependency subpath typo (`trian/python` for `train/python`) names the existing caches, not "run the
+    tokenize step first" (the step did run)."""
+    _build(str(tmp_path / "tokenized" / "train" / "python"), shards)
+    _build(str(tmp_path / "tokenized" / "validation" / "python"), shards)
+    with pytest.raises(FileNotFoundError, match=r"did you mean 'train'\?") as typo:
+        TokenCache(str(tmp_path / "tokenized" / "trian"))
+    assert "run the tokenize step" not in str(typo.value)
+    with pytest.raises(FileNotFoundError,
+                       match=r"holds caches at train/python, validation/python: point at one"):
+        TokenCache(str(tmp_path / "tokenized"))
+    with pytest.raises(FileNotFoundError, match="run the tokenize step first"):
+        TokenCache(str(tmp_path / "nowhere" / "at_all"))

@@ -21,6 +21,7 @@ gives random access to the concatenated token stream of all shards.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -228,6 +229,24 @@ class CacheWriter:
         }
         write_json_atomic(_join(self.path, MANIFEST), manifest)
         return manifest
+def _missing_cache(path: str, fs: fsspec.AbstractFileSystem, root: str) -> str:
+    """Why there is no cache at `path`, and the fix: the caches the directory holds, or the closest sibling
+    (a subpath typo such as `trian` for `train`), or else that the tokenize step has not written it."""
+    head = f"no token cache at {path}: {MANIFEST} is missing"
+    if fs.isdir(root):
+        manifests = fs.glob(_join(root, "**", MANIFEST))
+        found = sorted(p[len(root):].strip("/").rsplit("/", 1)[0] for p in manifests)
+        if found:
+            return f"{head}; the directory holds caches at {', '.join(found[:8])}: point at one of them"
+    parent, _, name = root.rstrip("/").rpartition("/")
+    if parent and fs.isdir(parent):
+        siblings = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(parent, detail=False))
+        close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.6)
+        if close:
+            return f"{head}; {parent} has {', '.join(siblings[:8])}: did you mean {close[0]!r}?"
+    return f"{head} (run the tokenize step first, or point at the cache directory itself)"
+
+
 class TokenCache:
     """Read side: random access to the concatenated token stream of a finished cache.
 
@@ -242,8 +261,7 @@ class TokenCache:
         manifest_path = _join(self.root, MANIFEST)
         manifest = read_json(manifest_path, self.fs)
         if manifest is None:
-            raise FileNotFoundError(f"no token cache at {self.path}: {MANIFEST} is missing (run the tokenize "
-                                    "step first, or point at the cache directory itself)")
+            raise FileNotFoundError(_missing_cache(self.path, self.fs, self.root))
         self.manifest: dict[str, Any] = manifest
         if self.manifest.get("format") != CACHE_FORMAT or self.manifest.get("version") != CACHE_VERSION:
             raise ValueError(f"{manifest_path} is not a {CACHE_FORMAT} v{CACHE_VERSION} manifest "
