@@ -43,6 +43,12 @@ RESIDUALS = "fit residuals (no repeated seeds)"
 BOOTSTRAP_T = "parametric bootstrap-t (pivot studentized by each replicate's local standard error)"
 BOOTSTRAP_T_SIGMA = "parametric bootstrap-t (studentized by each replicate's sigma)"
 EPS_PER_REPLICATE = 16
+SE_FLOOR = 0.05
+"""No replicate's (nor the point fit's) standard error of the extrapolation is taken below this fraction of
+its sigma: a fit on a bound has a local standard error of nearly 0, and the pivot divided by it overflowed."""
+LOG_WIDTH_CAP = 5.0
+"""Each side of an interval spans at most this much in log L (a factor of about 150): past it an interval
+says nothing, and exp() of an unbounded pivot overflows."""
 
 
 class IntervalMethod(enum.Enum):
@@ -126,8 +132,11 @@ def interval(
         raise ValueError("interval(BOOTSTRAP_T) needs boot_se and point_se (the local standard errors)")
     if not sigma > 0:
         return _percentile(point, draws, tail)
-    lp, floor = math.log(point), 1e-12 * sigma
-    scale = np.maximum(boot_se, floor)
+    lp = math.log(point)
+    # a replicate whose fit sits on a bound (E at 0 or at the smallest loss) extrapolates with a local
+    # standard error of nearly 0; dividing by it made the pivot overflow (issue 34), so no scale is taken
+    # below SE_FLOOR of the noise
+    scale = np.maximum(boot_se, SE_FLOOR * np.maximum(boot_sigma, sigma))
     if single_run:
         eps = np.random.default_rng(rng_seed + 1).standard_normal((draws.size, EPS_PER_REPLICATE))
         run_scale = np.sqrt(scale**2 + boot_sigma**2)[:, None]
@@ -135,10 +144,10 @@ def interval(
         width = math.hypot(point_se, sigma)
     else:
         pivot = (np.log(draws) - lp) / scale
-        width = max(point_se, floor)
+        width = max(point_se, SE_FLOOR * sigma)
     q_lo, q_hi = (float(v) for v in np.quantile(pivot, [tail, 1.0 - tail]))
-    low, high = math.exp(lp - q_hi * width), math.exp(lp - q_lo * width)
-    return point, min(low, point), max(high, point)
+    down, up = (min(max(v, 0.0), LOG_WIDTH_CAP) for v in (q_hi * width, -q_lo * width))
+    return point, math.exp(lp - down), math.exp(lp + up)
 
 
 def _percentile(point: float, draws: np.ndarray, tail: float) -> tuple[float, float, float]:
