@@ -52,11 +52,15 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from operators.scaling.bootstrap import (
+    INTERVAL_RULES,
+    INTERVAL_RULES_V1,
     IntervalMethod,
+    Noise,
     bootstrap_targets,
     gauss_newton_se,
     interval,
-    noise_sigma,
+    noise_from_json,
+    noise_model,
     replicate_sigmas,
 )
 from operators.scaling.inputs import (
@@ -253,6 +257,12 @@ class ScalingFit:
     loo_theta: tuple[tuple[float, np.ndarray], ...]
     boot_sigma: np.ndarray
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
+    noise: Noise | None = None
+    """The noise model's figures (degrees of freedom, raw estimate, prior); None for a fit read back from a
+    record written under the old interval rules (before issue 34), which had none."""
+    rules: str = INTERVAL_RULES
+    """The interval rules the fit was made under (``INTERVAL_RULES_V1`` for a fit.json written before issue
+    34: sigma the plain residual RMS or any repeats' spread, no prior, no model-error term)."""
 
     @property
     def interval_method(self) -> IntervalMethod:
@@ -320,6 +330,8 @@ class ScalingFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
+            **(self.noise.to_json() if self.noise is not None else {}),
+            "interval_rules": self.rules,
             "interval": self.interval_method.value,
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
@@ -359,6 +371,8 @@ class ScalingFit:
             sigma_source=str(data["sigma_source"]),
             loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]),
             boot_sigma=np.asarray(st["boot_sigma"]),
+            noise=noise_from_json(data),
+            rules=str(data.get("interval_rules", INTERVAL_RULES_V1)),
         )
 
 
@@ -393,7 +407,8 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
     u, y = np.log(c / c_ref), np.log(loss)
     theta = _point_fit(u, y, settings.huber_delta, settings.fixed_e)
     fitted = _log_model(theta[None, :], u, settings.fixed_e)[0][0]
-    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    noise = noise_model(y, fitted, groups, theta.size)
+    sigma = noise.sigma
     ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     e_max = np.exp(ys.min(axis=1)) * (1.0 - 1e-6)
     boot = refit_batch(
@@ -405,7 +420,7 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
         e_max=e_max,
     )
     boot_fitted = _log_model(boot, u, settings.fixed_e)[0]
-    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, source)
+    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, noise)
     loo: list[tuple[float, np.ndarray]] = []
     enough = leave_one_out and len(groups) - 1 >= (3 if settings.fixed_e is None else 2)
     for j, g in enumerate(groups if enough else []):
@@ -419,7 +434,8 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
         theta=theta,
         boot_theta=boot,
         sigma=float(sigma),
-        sigma_source=source,
+        sigma_source=noise.source,
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
+        noise=noise,
     )

@@ -102,13 +102,3 @@ def check_fixed_e(fixed_e: float | None, smallest_loss: float) -> None:
             f"fixed_e={fixed_e} is not below the smallest loss {smallest_loss:.5g}: E is the loss "
             "no amount of compute removes, so it must be lower than every measured loss"
         )
-
-
-def pooled_seed_sigma(log_loss: np.ndarray, groups: list[np.ndarray]) -> float | None:
-    """Pooled within-budget standard deviation of log L (the seeds' spread); None without repeated seeds."""
-    ss, dof = 0.0, 0
-    for g in groups:
-        if len(g) > 1:
-            ss += float(np.sum((log_loss[g] - np.mean(log_loss[g])) ** 2))
-            dof += len(g) - 1
-    return math.sqrt(ss / dof) if dof else None

@@ -29,10 +29,12 @@ import numpy as np
 from scipy.optimize import minimize
 
 from operators.scaling.bootstrap import (
+    INTERVAL_RULES,
     IntervalMethod,
     bootstrap_targets,
     interval,
-    noise_sigma,
+    Noise,
+    noise_model,
     replicate_sigmas,
 )
 from operators.scaling.fit import FORM_SURFACE, FitSettings
@@ -150,6 +152,8 @@ class SurfaceFit:
     sigma_source: str
     boot_sigma: np.ndarray
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
+    noise: Noise | None = None
+    """The noise model's figures (degrees of freedom, raw estimate, prior)."""
 
     @staticmethod
     def _params_of(t: np.ndarray, fixed_e: float | None) -> dict[str, float]:
@@ -214,6 +218,8 @@ class SurfaceFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
+            **(self.noise.to_json() if self.noise is not None else {}),
+            "interval_rules": INTERVAL_RULES,
             "interval": self.interval_method.value,
             "fixed_e": self.settings.fixed_e is not None,
         }
@@ -253,11 +259,12 @@ def fit_surface(
     fe = settings.fixed_e
     theta = _fit_once(ln, ld, y, settings.huber_delta, fe, _starts(nn, dd, y_loss, fe))
     fitted = _log_model(theta, ln, ld, fe)
-    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    noise = noise_model(y, fitted, groups, theta.size)
+    sigma = noise.sigma
     ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     boot = np.array([_fit_once(ln, ld, y_star, settings.huber_delta, fe, [theta]) for y_star in ys])
     boot_fitted = np.array([_log_model(t, ln, ld, fe) for t in boot])
-    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, source)
+    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, noise)
     return SurfaceFit(
         settings=settings,
         n=nn,
@@ -266,8 +273,9 @@ def fit_surface(
         theta=theta,
         boot_theta=boot,
         sigma=float(sigma),
-        sigma_source=source,
+        sigma_source=noise.source,
         boot_sigma=boot_sigma,
+        noise=noise,
     )
 
 

@@ -56,3 +56,43 @@ def test_a_degenerate_sub_fit_is_a_flagged_gate_in_words() -> None:
     flagged = [g for g in ladder_gates([point], None, 0.05) if g.flag]
     assert [g.name for g in flagged] == ["backtest_top_rung"]
     assert "degenerate" in flagged[0].message and "lower bound 0" in flagged[0].message
+
+
+def test_three_budgets_of_one_run_get_the_prior_sigma_never_a_zero_width_interval() -> None:
+    # a law through three points fits them exactly: the residuals are 0 and carry no degrees of freedom
+    compute = np.array([1e15, 1e16, 1e17])
+    loss = 1.5 + 30.0 * compute**-0.1
+    fit = fit_offset(compute, loss, FitSettings(bootstrap=100), leave_one_out=False)
+    record = fit.to_json()
+    assert record["sigma_dof"] == 0 and record["sigma_estimate"] is None
+    assert record["sigma_log"] == pytest.approx(0.005)
+    assert record["sigma_prior"] == {"sigma": 0.005, "dof": 2.0}
+    assert record["interval_rules"] == "issue-34"
+    for single in (False, True):
+        point, low, high = fit.predict(1e18, single_run=single)
+        assert (high - low) / point > 0.01  # a decade past the top of three exact points
+
+
+def test_the_residual_scale_is_robust_to_one_outlying_run() -> None:
+    rng = np.random.default_rng(5)
+    compute = np.geomspace(1e15, 1e18, 8)
+    loss = (1.5 + 3000.0 * compute**-0.2) * np.exp(0.003 * rng.standard_normal(8))
+    clean = fit_offset(compute, loss, FitSettings(bootstrap=50), leave_one_out=False)
+    loss[2] *= 0.96  # one run 4% off the law
+    dirty = fit_offset(compute, loss, FitSettings(bootstrap=50), leave_one_out=False)
+    rms = math.sqrt(float(np.sum(dirty.residuals() ** 2)) / (8 - 3))
+    assert dirty.sigma < 0.4 * rms  # the plain RMS is dominated by the one outlier
+    assert dirty.sigma < 2.5 * clean.sigma
+
+
+def test_one_duplicated_pair_does_not_set_the_noise_model() -> None:
+    from operators.scaling import FORM_SURFACE, fit_surface
+
+    rng = np.random.default_rng(2)
+    n = np.array([1e6, 2e6, 4e6, 1e6, 2e6, 4e6, 8e6, 8e6, 1.6e7, 1.6e7])
+    d = np.array([2e7, 2e7, 2e7, 8e7, 8e7, 8e7, 1.6e8, 3.2e8, 3.2e8, 3.2e8])
+    loss = (1.8 + 400 / n**0.34 + 400 / d**0.28) * np.exp(0.01 * rng.standard_normal(n.size))
+    loss[-1] = loss[-2] * (1 + 7e-5)  # one duplicated (N, D) pair that happens to agree to 7e-5
+    fit = fit_surface(n, d, loss, FitSettings(form=FORM_SURFACE, bootstrap=30))
+    assert fit.sigma_source.startswith("robust scale")
+    assert fit.sigma > 1e-3
