@@ -63,6 +63,7 @@ from operators.scaling.bootstrap import (
     noise_model,
     replicate_sigmas,
 )
+from operators.scaling.model_error import Backtest, ModelError, estimate, widen
 from operators.scaling.inputs import (
     LadderInputError,
     as_array,
@@ -263,6 +264,9 @@ class ScalingFit:
     rules: str = INTERVAL_RULES
     """The interval rules the fit was made under (``INTERVAL_RULES_V1`` for a fit.json written before issue
     34: sigma the plain residual RMS or any repeats' spread, no prior, no model-error term)."""
+    model_error: ModelError | None = None
+    """The model-error term (:mod:`.model_error`), added to both intervals; None for a fit written under the
+    old interval rules."""
 
     @property
     def interval_method(self) -> IntervalMethod:
@@ -290,7 +294,7 @@ class ScalingFit:
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
         u = np.log(self.compute / self.c_ref)
-        return interval(
+        noise_only = interval(
             self.point(c),
             draws,
             self.settings.level,
@@ -302,6 +306,11 @@ class ScalingFit:
             boot_se=local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma,
             point_se=float(local_se(self.theta[None, :], u, u_c, fe)[0]) * self.sigma,
         )
+        return widen(noise_only, self.model_error_sd(c), self.settings.level)
+
+    def model_error_sd(self, c: float) -> float:
+        """The model error's standard deviation in log L at compute ``c`` (0 for a fit without the term)."""
+        return 0.0 if self.model_error is None else self.model_error.sd(c)
 
     def loo(self, c: float) -> list[dict[str, float]]:
         """Leave-one-budget-out: each refit's prediction at ``c`` (empty when there are too few budgets)."""
@@ -332,6 +341,7 @@ class ScalingFit:
             "sigma_source": self.sigma_source,
             **(self.noise.to_json() if self.noise is not None else {}),
             "interval_rules": self.rules,
+            **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
@@ -373,6 +383,7 @@ class ScalingFit:
             boot_sigma=np.asarray(st["boot_sigma"]),
             noise=noise_from_json(data),
             rules=str(data.get("interval_rules", INTERVAL_RULES_V1)),
+            model_error=ModelError.from_json(data["model_error"]) if "model_error" in data else None,
         )
 
 
@@ -438,4 +449,24 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
         noise=noise,
+        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), float(c.max())),
     )
+
+
+def _rolling_origin(
+    c: np.ndarray, u: np.ndarray, y: np.ndarray, groups: list[np.ndarray], settings: FitSettings, sigma: float
+) -> list[Backtest]:
+    """The law fitted on the smallest budgets (3, or 2 with E fixed; then one more at a time), predicting every
+    larger budget: the model-error term's backtests (:mod:`.model_error`)."""
+    fe, first = settings.fixed_e, 3 if settings.fixed_e is None else 2
+    out = []
+    for j in range(first, len(groups)):
+        keep = np.concatenate(groups[:j])
+        theta = _point_fit(u[keep], y[keep], settings.huber_delta, fe)
+        for g in groups[j:]:
+            u_k = u[g[:1]]
+            predicted = float(_log_model(theta[None, :], u_k, fe)[0][0, 0])
+            se = float(local_se(theta[None, :], u[keep], u_k, fe)[0]) * sigma
+            error = float(np.mean(y[g])) - predicted
+            out.append(Backtest(float(c[groups[j - 1][0]]), float(c[g[0]]), error, se**2 + sigma**2 / len(g)))
+    return out

@@ -96,3 +96,48 @@ def test_one_duplicated_pair_does_not_set_the_noise_model() -> None:
     fit = fit_surface(n, d, loss, FitSettings(form=FORM_SURFACE, bootstrap=30))
     assert fit.sigma_source.startswith("robust scale")
     assert fit.sigma > 1e-3
+
+
+def test_the_model_error_term_is_measured_on_the_ladder_and_recorded_apart_from_the_noise() -> None:
+    from operators.scaling.fit import ScalingFit
+
+    rng = np.random.default_rng(11)
+    compute = np.repeat(np.geomspace(1e15, 1e18, 6), 3)  # six budgets of three seeds: the seeds pin sigma
+    # a law that bends away from the offset power law past 1e16 (its power term decays ever more slowly)
+    bent = 1.5 + 3000.0 * compute**-0.2 * np.maximum(compute / 1e16, 1.0) ** 0.05
+    loss = bent * np.exp(0.002 * rng.standard_normal(compute.size))
+    fit = fit_offset(compute, loss, FitSettings(bootstrap=100))
+    record = fit.to_json(full=True)
+    me = record["model_error"]
+    assert record["sigma_source"] == "pooled seed spread" and record["sigma_log"] < 0.004
+    assert len(me["backtests"]) == 3 + 2 + 1  # origins at 3, 4 and 5 budgets, each predicting the rest
+    assert me["estimate"] > 0.01 and me["tau_per_decade"] > 0.01
+    assert me["prior"] == {"tau_per_decade": 0.005, "weight": 2.0}
+    assert record["sigma_log"] != me["tau_per_decade"]  # noise and model error are recorded apart
+    target = 1e19
+    assert fit.model_error_sd(target) == pytest.approx(me["tau_per_decade"], rel=1e-9)  # one decade out
+    assert fit.model_error_sd(1e17) == 0.0  # inside the ladder
+    # both intervals are wider than the noise alone makes them, and the state round-trips
+    again = ScalingFit.from_json(record)
+    assert again.predict(target) == pytest.approx(fit.predict(target))
+    bare = ScalingFit.from_json({k: v for k, v in record.items() if k != "model_error"})
+    for single in (False, True):
+        _, low, high = fit.predict(target, single_run=single)
+        _, low0, high0 = bare.predict(target, single_run=single)
+        assert low < low0 and high > high0
+
+
+def test_a_fit_record_without_the_new_fields_reads_as_the_old_interval_rules() -> None:
+    from operators.scaling.fit import ScalingFit
+
+    compute = np.geomspace(1e15, 1e18, 5)
+    fit = fit_offset(compute, 1.5 + 3000.0 * compute**-0.2, FitSettings(bootstrap=50))
+    record = fit.to_json(full=True)
+    old = {
+        k: v
+        for k, v in record.items()
+        if k not in ("model_error", "interval_rules", "sigma_dof", "sigma_estimate", "sigma_prior")
+    }
+    again = ScalingFit.from_json(old)
+    assert again.rules == "before-issue-34" and again.model_error is None and again.noise is None
+    assert again.to_json()["interval_rules"] == "before-issue-34"
