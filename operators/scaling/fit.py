@@ -70,6 +70,7 @@ from operators.scaling.inputs import (
     check_budgets,
     check_decreasing,
     check_fixed_e,
+    check_not_a_sweep,
 )
 
 FORM_OFFSET = "offset_power_law"
@@ -393,6 +394,7 @@ def fit_offset(
     settings: FitSettings,
     *,
     leave_one_out: bool = True,
+    n: Sequence[float] | np.ndarray | None = None,
 ) -> ScalingFit:
     """Fit ``L = E + A·C^(-alpha)`` to one (compute, loss) pair per rung and seed; see the module docstring.
 
@@ -400,7 +402,8 @@ def fit_offset(
     :func:`operators.scaling.surface.fit_surface`). Raises :class:`LadderInputError` for inputs that must
     not be fitted (see :mod:`operators.scaling.inputs`). ``leave_one_out=False`` skips the
     leave-one-rung-out refits (simulations that need only the interval; not a setting: the record's
-    ``loo`` is then empty)."""
+    ``loo`` is then empty). ``n``, each run's parameter count when known, only checks that the runs of one
+    budget are one model size (seeds), not an IsoFLOP sweep."""
     if settings.form != FORM_OFFSET:
         raise LadderInputError(
             f"fit_offset got FitSettings(form={settings.form!r}); it fits {FORM_OFFSET!r}: use "
@@ -408,11 +411,15 @@ def fit_offset(
         )
     y_loss = as_array("loss", loss)
     c = as_array("compute", compute, n=y_loss.size)
-    return _fit_offset(c, y_loss, settings, leave_one_out)
+    sizes = None if n is None else as_array("n", n, n=y_loss.size)
+    return _fit_offset(c, y_loss, settings, leave_one_out, sizes)
 
 
-def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_one_out: bool) -> ScalingFit:
+def _fit_offset(
+    c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_one_out: bool, n: np.ndarray | None
+) -> ScalingFit:
     groups = check_budgets(c, settings.min_budgets)
+    check_not_a_sweep(c, loss, groups, n)
     check_decreasing(c, loss, groups)
     c_ref = float(np.exp(np.mean(np.log([c[g[0]] for g in groups]))))
     u, y = np.log(c / c_ref), np.log(loss)

@@ -141,3 +141,27 @@ def test_a_fit_record_without_the_new_fields_reads_as_the_old_interval_rules() -
     again = ScalingFit.from_json(old)
     assert again.rules == "before-issue-34" and again.model_error is None and again.noise is None
     assert again.to_json()["interval_rules"] == "before-issue-34"
+
+
+def test_a_synthetic_isoflop_sweep_is_refused_by_fit_offset_with_a_pointer_to_fit_surface() -> None:
+    from operators.scaling.inputs import LadderInputError
+
+    budgets = np.geomspace(1e15, 1e18, 6)
+    c, loss, sizes = [], [], []
+    for budget in budgets:  # five model sizes per budget, from a quarter to four times the optimum
+        for ratio in (0.25, 0.5, 1.0, 2.0, 4.0):
+            n = math.sqrt(budget / 120.0) * ratio
+            c.append(budget)
+            sizes.append(n)
+            loss.append(1.0 + 19.3 / n**0.34 + 18.5 / (budget / (6 * n)) ** 0.28)
+    # this surface is flat near the optimum (under 7% across each budget, like seeds): only N tells
+    with pytest.raises(LadderInputError, match=r"IsoFLOP sweep.*fit_surface") as err:
+        fit_offset(c, loss, FitSettings(bootstrap=50), n=sizes)
+    assert "pooled seed spread" not in str(err.value) and len(str(err.value)) < 1000
+
+
+def test_seeds_spread_like_the_real_cpu_ladders_are_not_taken_for_a_sweep() -> None:
+    compute = np.repeat(np.geomspace(1e15, 1e18, 5), 3)
+    loss = np.repeat(1.5 + 3000.0 * np.geomspace(1e15, 1e18, 5) ** -0.2, 3) * np.tile([1.0, 1.035, 0.965], 5)
+    fit = fit_offset(compute, loss, FitSettings(bootstrap=50), leave_one_out=False)  # 7.3% within a rung
+    assert fit.sigma_source == "pooled seed spread"
