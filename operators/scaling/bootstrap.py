@@ -1,7 +1,8 @@
 """The noise model and the interval both fitted forms share (the offset law of ``fit.py`` and the two-variable
 surface of ``surface.py``): a parametric bootstrap over the seeds' spread, studentized.
 
-1. ``noise_model`` (issue 34): the standard deviation ``sigma`` of log L. Repeated runs (the seeds of a budget,
+1. ``noise_model`` (issue 34): the standard deviation ``sigma`` of log L. Repeated runs (the seeds of a
+   budget,
    or of one (N, D) pair) set it by their pooled within-group spread (each group weighted by its degrees of
    freedom) only when they have at least ``SEED_DOF_MIN`` (3) degrees of freedom together; otherwise it is
    the **robust scale of the residuals**, consistent with the Huber fit: the scaled MAD of the ``n - p``
@@ -65,7 +66,8 @@ seeds showed): what sigma is with no degrees of freedom (3 budgets of one run ea
 SIGMA_PRIOR_DOF = 2.0
 """The prior's weight in degrees of freedom: 2 pseudo-residuals, so 10 real ones (a 5 x 3 ladder) dominate."""
 SEED_DOF_MIN = 3
-"""Repeated runs set sigma only with at least this many degrees of freedom; one duplicated pair (1) does not."""
+"""Repeated runs set sigma only with at least this many degrees of freedom; one duplicated pair (1)
+does not."""
 MAD_SCALE = 1.4826
 """The scaled MAD's factor: median |r| of a normal sample is 0.6745 sigma."""
 SE_FLOOR = 0.05
@@ -128,9 +130,7 @@ def shrink(estimate: np.ndarray | float, dof: int) -> np.ndarray:
     """The estimate of sigma pooled with the prior, weighted by degrees of freedom:
     ``sqrt((nu0·s0² + dof·s²) / (nu0 + dof))`` (a scaled inverse-chi² prior's posterior mean of sigma²)."""
     est = np.asarray(estimate, dtype=float)
-    return np.asarray(
-        np.sqrt((SIGMA_PRIOR_DOF * SIGMA_PRIOR**2 + dof * est**2) / (SIGMA_PRIOR_DOF + dof))
-    )
+    return np.asarray(np.sqrt((SIGMA_PRIOR_DOF * SIGMA_PRIOR**2 + dof * est**2) / (SIGMA_PRIOR_DOF + dof)))
 
 
 def robust_scale(resid: np.ndarray, n_free: int) -> np.ndarray:

@@ -24,15 +24,18 @@ degrees of freedom on a 5 x 3 ladder, the estimator's bias and skew, and how the
 depends on the fit they start from, which the plain percentile interval missed: 0.83-0.895 coverage where
 0.90 was asked); ``predict(c, single_run=True)`` adds a new
 run's noise to the pivot, the interval for one new run at ``c`` (what a single target run is scored
-against). Without repeated seeds ``sigma`` falls back to the fit's residual standard deviation (recorded in
-``sigma_source``), and each replicate's ``sigma*`` to its refit's. The test suite checks 0.85-0.95 coverage
+against). Without enough repeated seeds ``sigma`` is the robust scale of the fit's residuals, and either is
+shrunk to a stated prior (:func:`operators.scaling.bootstrap.noise_model`, recorded in ``sigma_source``,
+``sigma_dof``, ``sigma_prior``); each replicate's ``sigma*`` is estimated alike. Both intervals then add the
+model-error term (:mod:`operators.scaling.model_error`: a rolling-origin backtest of the law on the ladder,
+recorded as ``model_error``). The test suite checks 0.85-0.95 coverage
 on a fixed set of replicates; ``benchmarks/scaling_ladder.py`` on 200 replicates of three surfaces.
 
 **Leave-one-rung-out.** With at least four budgets (three with a fixed E) the law is refitted without each
 budget; :meth:`ScalingFit.loo` gives those refits' predictions, whose spread says how much one rung moves the
 forecast (Open-Athena's check of Delphi).
 
-(About 440 lines: the batched solver, the point fit and the fit object with its record state are one
+(About 480 lines: the batched solver, the point fit and the fit object with its record state are one
 unit; splitting them would spread the parametrisation over three files.)
 
 The two-variable surface (:func:`operators.scaling.surface.fit_surface`, same :class:`FitSettings` with
@@ -63,7 +66,6 @@ from operators.scaling.bootstrap import (
     noise_model,
     replicate_sigmas,
 )
-from operators.scaling.model_error import Backtest, ModelError, estimate, widen
 from operators.scaling.inputs import (
     LadderInputError,
     as_array,
@@ -72,6 +74,7 @@ from operators.scaling.inputs import (
     check_fixed_e,
     check_not_a_sweep,
 )
+from operators.scaling.model_error import Backtest, ModelError, estimate, widen
 
 FORM_OFFSET = "offset_power_law"
 FORM_SURFACE = "two_variable"
@@ -463,8 +466,8 @@ def _fit_offset(
 def _rolling_origin(
     c: np.ndarray, u: np.ndarray, y: np.ndarray, groups: list[np.ndarray], settings: FitSettings, sigma: float
 ) -> list[Backtest]:
-    """The law fitted on the smallest budgets (3, or 2 with E fixed; then one more at a time), predicting every
-    larger budget: the model-error term's backtests (:mod:`.model_error`)."""
+    """The law fitted on the smallest budgets (3, or 2 with E fixed; then one more at a time), predicting
+    every larger budget: the model-error term's backtests (:mod:`.model_error`)."""
     fe, first = settings.fixed_e, 3 if settings.fixed_e is None else 2
     out = []
     for j in range(first, len(groups)):

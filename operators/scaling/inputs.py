@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 SHOWN = 3
 """A refusal names at most this many offending entries, then how many more there are."""
 ISOFLOP_SPREAD = 0.15
@@ -130,7 +129,8 @@ def check_not_a_sweep(
     if wide:
         raise LadderInputError(
             f"{len(wide)} of {len(groups)} budgets hold several model sizes, or runs whose losses differ by "
-            f"more than {ISOFLOP_SPREAD:.0%}, which seeds of one configuration do not: {shown(wide)}. This is an "
+            f"more than {ISOFLOP_SPREAD:.0%}, which seeds of one configuration do not: {shown(wide)}. "
+            "This is an "
             "IsoFLOP sweep (several model sizes per budget): fit it with "
             "operators.scaling.fit_surface(n, d, loss, FitSettings(form='two_variable')), or give fit_offset "
             "one configuration per budget (e.g. each budget's best run). If these are seeds, one of them is "

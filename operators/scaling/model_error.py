@@ -1,4 +1,5 @@
-"""The model-error term: how far the law itself misses when it extrapolates, measured on the ladder (issue 34).
+"""The model-error term: how far the law itself misses when it extrapolates, measured on its ladder
+(issue 34).
 
 The bootstrap interval (:mod:`.bootstrap`) carries the noise of the runs through the law; it assumes the law
 is right. On real ladders it is not quite (a bend past the top rung, a rung off the law, a schedule effect),
@@ -98,7 +99,9 @@ class ModelError:
             tau=float(data["tau_per_decade"]),
             estimate=None if data.get("estimate") is None else float(data["estimate"]),
             backtests=tuple(
-                Backtest(float(b["origin"]), float(b["compute"]), float(b["error_log"]), float(b["noise_var"]))
+                Backtest(
+                    float(b["origin"]), float(b["compute"]), float(b["error_log"]), float(b["noise_var"])
+                )
                 for b in data.get("backtests", [])
             ),
             c_top=float(data["c_top"]),
@@ -114,15 +117,15 @@ def estimate(backtests: Sequence[Backtest], c_top: float) -> ModelError:
         return ModelError(tau=TAU_PRIOR, estimate=None, backtests=tuple(backtests), c_top=c_top)
     weights = [1.0 / max(b.noise_var, 1e-12) for b in usable]
     excess = sum(w * (b.error_log**2 - b.noise_var) for w, b in zip(weights, usable, strict=True))
-    tau_hat = math.sqrt(max(0.0, excess) / sum(w * b.decades**2 for w, b in zip(weights, usable, strict=True)))
+    tau_hat = math.sqrt(
+        max(0.0, excess) / sum(w * b.decades**2 for w, b in zip(weights, usable, strict=True))
+    )
     n = len(usable)
     tau = math.sqrt((TAU_PRIOR_WEIGHT * TAU_PRIOR**2 + n * tau_hat**2) / (TAU_PRIOR_WEIGHT + n))
     return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_top=c_top)
 
 
-def widen(
-    interval: tuple[float, float, float], sd: float, level: float
-) -> tuple[float, float, float]:
+def widen(interval: tuple[float, float, float], sd: float, level: float) -> tuple[float, float, float]:
     """``(point, low, high)`` with ``z·sd`` (in log L) added in quadrature to each side's log width."""
     point, low, high = interval
     if sd <= 0:

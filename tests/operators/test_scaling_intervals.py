@@ -1,9 +1,10 @@
-"""Honest intervals on the ladders labs run (issue 34): never a crash, never a zero-width interval, a degenerate
-sub-fit flagged as such."""
+"""Honest intervals on the ladders labs run (issue 34): never a crash, never a zero-width interval, a
+degenerate sub-fit flagged as such."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -165,3 +166,36 @@ def test_seeds_spread_like_the_real_cpu_ladders_are_not_taken_for_a_sweep() -> N
     loss = np.repeat(1.5 + 3000.0 * np.geomspace(1e15, 1e18, 5) ** -0.2, 3) * np.tile([1.0, 1.035, 0.965], 5)
     fit = fit_offset(compute, loss, FitSettings(bootstrap=50), leave_one_out=False)  # 7.3% within a rung
     assert fit.sigma_source == "pooled seed spread"
+
+
+def _clean_surface() -> Any:
+    from operators.scaling import FORM_SURFACE, fit_surface
+
+    rng = np.random.default_rng(4)
+    n = np.repeat(np.geomspace(1e6, 1e8, 6), 4)
+    d = n * np.tile([5.0, 10.0, 20.0, 40.0], 6)
+    loss = (1.8 + 400 / n**0.34 + 400 / d**0.28) * np.exp(0.003 * rng.standard_normal(n.size))
+    return fit_surface(n, d, loss, FitSettings(form=FORM_SURFACE, bootstrap=30))
+
+
+def test_surface_gates_stay_quiet_on_a_clean_surface_and_fire_on_each_fault() -> None:
+    import dataclasses
+
+    from operators.scaling.gates import surface_gates
+
+    fit = _clean_surface()
+    assert fit.to_json()["model_error"]["backtests"]  # the surface has its model-error term too
+    assert [g.name for g in surface_gates(fit) if g.flag] == []
+    theta = fit.theta.copy()
+    theta[4] = math.log(float(fit.loss.min()))  # E at the smallest loss: no room for the law's floor
+    high_e = dataclasses.replace(fit, theta=theta)
+    assert [g.name for g in surface_gates(high_e) if g.flag] == ["e_above_data"]
+    theta = fit.theta.copy()
+    theta[2] = 1e-3  # alpha on its lower bound: the law no longer falls with N
+    flat = dataclasses.replace(fit, theta=theta)
+    assert {g.name for g in surface_gates(flat) if g.flag} == {"law_not_decreasing", "exponent_at_bound"}
+    boot = fit.boot_theta.copy()
+    boot[: len(boot) // 2, 3] = 3.0  # half the replicates put beta on its upper bound
+    shaky = dataclasses.replace(fit, boot_theta=boot)
+    flagged = [g for g in surface_gates(shaky) if g.flag]
+    assert [g.name for g in flagged] == ["bootstrap_at_bounds"] and "50%" in flagged[0].message
