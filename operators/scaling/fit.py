@@ -459,7 +459,7 @@ def _fit_offset(
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
         noise=noise,
-        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), float(c.max())),
+        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), c_ref),
     )
 
 
@@ -473,10 +473,11 @@ def _rolling_origin(
     for j in range(first, len(groups)):
         keep = np.concatenate(groups[:j])
         theta = _point_fit(u[keep], y[keep], settings.huber_delta, fe)
+        centre = float(np.exp(np.mean([math.log(c[h[0]]) for h in groups[:j]])))
         for g in groups[j:]:
             u_k = u[g[:1]]
             predicted = float(_log_model(theta[None, :], u_k, fe)[0][0, 0])
             se = float(local_se(theta[None, :], u[keep], u_k, fe)[0]) * sigma
             error = float(np.mean(y[g])) - predicted
-            out.append(Backtest(float(c[groups[j - 1][0]]), float(c[g[0]]), error, se**2 + sigma**2 / len(g)))
+            out.append(Backtest(centre, float(c[g[0]]), error, se**2 + sigma**2 / len(g)))
     return out

@@ -9,18 +9,20 @@ its own law's extrapolation error on its ladder, by a **rolling-origin backtest*
 - for each origin ``j`` (the smallest budgets that can be fitted on their own, then one more at a time, up
   to all but the top one), the law is fitted on the budgets up to ``j`` and predicts every later budget
   ``k``: an error ``e = log L_k - log pred_j(C_k)`` (``L_k`` the budget's mean over its runs, in log) at a
-  distance of ``x = log10(C_k / C_j)`` decades past that origin's top, with the variance the noise alone
+  distance of ``x = log10(C_k / C_j)`` decades from the centre ``C_j`` of the budgets fitted (their
+  geometric mean: where the data pin the law down; a law's error grows with the distance from there, and is
+  not 0 at the top rung, where a law bent by 1-2% still misses), with the variance the noise alone
   would give it, ``v = se_j(C_k)² + sigma²/m_k`` (the sub-fit's Gauss-Newton standard error of its
   extrapolation, and the noise of the ``m_k`` runs it is scored against);
 - the model error per decade is estimated by moments, each backtest weighted by its precision ``w = 1/v``
   (a 3-budget sub-fit far out is mostly noise), ``tau_hat² = max(0, Σ w(e² - v)) / Σ w x²`` (the error
   beyond what noise explains, growing in proportion to the distance extrapolated), and **shrunk to a prior**
-  ``TAU_PRIOR`` (0.5% of log L per decade) with ``TAU_PRIOR_WEIGHT`` (2) pseudo-backtests:
+  ``TAU_PRIOR`` (0.25% of log L per decade) with ``TAU_PRIOR_WEIGHT`` (2) pseudo-backtests:
   ``tau² = (2·tau0² + n·tau_hat²) / (2 + n)`` for ``n`` backtests. A ladder too short for any backtest
   (3 budgets with E fitted) gets the prior: a stated rule, never a zero term.
 
-At a forecast ``x = log10(C / C_top)`` decades past the fitted top (0 inside the ladder) the model error's
-standard deviation in log L is ``tau·x``; :func:`widen` adds ``z·tau·x`` (``z`` the level's normal
+At a forecast ``x = log10(C / C_from)`` decades past the centre of the fitted budgets (0 below it) the model
+error's standard deviation in log L is ``tau·x``; :func:`widen` adds ``z·tau·x`` (``z`` the level's normal
 quantile) in quadrature to each side of both intervals, the mean's and one run's. The record keeps it apart
 from the noise: ``model_error`` (``tau_per_decade``, ``estimate``, ``backtests``, ``prior``...), and each
 forecast point's ``model_error_log``.
@@ -34,8 +36,9 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Any
 
-TAU_PRIOR = 0.005
-"""The prior's model error, in log L per decade of extrapolation (0.5%, the noise prior's size)."""
+TAU_PRIOR = 0.0025
+"""The prior's model error, in log L per decade from the centre of the ladder (0.25%: 0.5% at a target a
+decade past a two-decade ladder, the noise prior's size)."""
 TAU_PRIOR_WEIGHT = 2.0
 """The prior's weight, in backtests: two, so a ladder with five or more backtests mostly speaks for itself."""
 METHOD = "rolling-origin backtest on the ladder, moments beyond the noise, per decade; shrunk to a prior"
@@ -43,7 +46,7 @@ METHOD = "rolling-origin backtest on the ladder, moments beyond the noise, per d
 
 @dataclasses.dataclass(frozen=True)
 class Backtest:
-    """One rolling-origin prediction: the origin's top compute, the budget predicted, the error in log L, the
+    """One rolling-origin prediction: the centre of the origin's budgets, the budget predicted, the error in log L, the
     variance the noise alone gives it, and the distance in decades."""
 
     origin: float
@@ -67,27 +70,27 @@ class Backtest:
 
 @dataclasses.dataclass(frozen=True)
 class ModelError:
-    """The model-error term of one fit: ``tau`` per decade past ``c_top``, and how it was found."""
+    """The model-error term of one fit: ``tau`` per decade past ``c_from``, and how it was found."""
 
     tau: float
     estimate: float | None
     """The backtests' own estimate (None with no backtest)."""
     backtests: tuple[Backtest, ...]
-    c_top: float
-    """The largest fitted compute: distances are counted from it."""
+    c_from: float
+    """The centre (geometric mean) of the fitted budgets: distances are counted from it."""
     prior: float = TAU_PRIOR
     prior_weight: float = TAU_PRIOR_WEIGHT
 
     def sd(self, compute: float) -> float:
-        """The model error's standard deviation in log L at ``compute`` (0 inside the ladder)."""
-        return self.tau * max(0.0, math.log10(compute / self.c_top))
+        """The model error's standard deviation in log L at ``compute`` (0 below the ladder's centre)."""
+        return self.tau * max(0.0, math.log10(compute / self.c_from))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "method": METHOD,
             "tau_per_decade": self.tau,
             "estimate": self.estimate,
-            "c_top": self.c_top,
+            "c_from": self.c_from,
             "prior": {"tau_per_decade": self.prior, "weight": self.prior_weight},
             "backtests": [b.to_json() for b in self.backtests],
         }
@@ -104,17 +107,17 @@ class ModelError:
                 )
                 for b in data.get("backtests", [])
             ),
-            c_top=float(data["c_top"]),
+            c_from=float(data["c_from"]),
             prior=float(prior.get("tau_per_decade", TAU_PRIOR)),
             prior_weight=float(prior.get("weight", TAU_PRIOR_WEIGHT)),
         )
 
 
-def estimate(backtests: Sequence[Backtest], c_top: float) -> ModelError:
+def estimate(backtests: Sequence[Backtest], c_from: float) -> ModelError:
     """The model error per decade from the backtests, shrunk to the prior (the module docstring)."""
     usable = [b for b in backtests if b.decades > 0 and math.isfinite(b.error_log)]
     if not usable:
-        return ModelError(tau=TAU_PRIOR, estimate=None, backtests=tuple(backtests), c_top=c_top)
+        return ModelError(tau=TAU_PRIOR, estimate=None, backtests=tuple(backtests), c_from=c_from)
     weights = [1.0 / max(b.noise_var, 1e-12) for b in usable]
     excess = sum(w * (b.error_log**2 - b.noise_var) for w, b in zip(weights, usable, strict=True))
     tau_hat = math.sqrt(
@@ -122,7 +125,7 @@ def estimate(backtests: Sequence[Backtest], c_top: float) -> ModelError:
     )
     n = len(usable)
     tau = math.sqrt((TAU_PRIOR_WEIGHT * TAU_PRIOR**2 + n * tau_hat**2) / (TAU_PRIOR_WEIGHT + n))
-    return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_top=c_top)
+    return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_from=c_from)
 
 
 def widen(interval: tuple[float, float, float], sd: float, level: float) -> tuple[float, float, float]:

@@ -98,12 +98,13 @@ def _rolling_origin(
         if keep.sum() < len(theta) + 2 or later.size == 0:
             continue
         sub = _fit_once(ln[keep], ld[keep], y[keep], settings.huber_delta, fe, [theta])
+        centre = float(np.exp(np.mean(np.log(np.unique(compute[keep])))))
         jac = _jacobian(sub, ln[keep], ld[keep], fe)[None]
         for k in later:
             grad = _jacobian(sub, ln[k : k + 1], ld[k : k + 1], fe)
             se = float(gauss_newton_se(jac, grad)[0]) * sigma
             error = float(y[k] - _log_model(sub, ln[k : k + 1], ld[k : k + 1], fe)[0])
-            out.append(Backtest(origin, float(compute[k]), error, se**2 + sigma**2))
+            out.append(Backtest(centre, float(compute[k]), error, se**2 + sigma**2))
     return out
 
 
@@ -324,7 +325,8 @@ def fit_surface(
         boot_sigma=boot_sigma,
         noise=noise,
         model_error=estimate(
-            _rolling_origin(ln, ld, y, theta, settings, sigma), float(6.0 * np.max(nn * dd))
+            _rolling_origin(ln, ld, y, theta, settings, sigma),
+            float(np.exp(np.mean(np.log(np.unique(6.0 * nn * dd))))),
         ),
     )
 

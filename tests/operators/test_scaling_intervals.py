@@ -113,11 +113,13 @@ def test_the_model_error_term_is_measured_on_the_ladder_and_recorded_apart_from_
     assert record["sigma_source"] == "pooled seed spread" and record["sigma_log"] < 0.004
     assert len(me["backtests"]) == 3 + 2 + 1  # origins at 3, 4 and 5 budgets, each predicting the rest
     assert me["estimate"] > 0.01 and me["tau_per_decade"] > 0.01
-    assert me["prior"] == {"tau_per_decade": 0.005, "weight": 2.0}
+    assert me["prior"] == {"tau_per_decade": 0.0025, "weight": 2.0}
     assert record["sigma_log"] != me["tau_per_decade"]  # noise and model error are recorded apart
     target = 1e19
-    assert fit.model_error_sd(target) == pytest.approx(me["tau_per_decade"], rel=1e-9)  # one decade out
-    assert fit.model_error_sd(1e17) == 0.0  # inside the ladder
+    # distances count from the ladder's centre, the geometric mean of its budgets (10^16.5)
+    assert me["c_from"] == pytest.approx(10**16.5)
+    assert fit.model_error_sd(target) == pytest.approx(2.5 * me["tau_per_decade"], rel=1e-9)
+    assert fit.model_error_sd(1e16) == 0.0  # below the centre
     # both intervals are wider than the noise alone makes them, and the state round-trips
     again = ScalingFit.from_json(record)
     assert again.predict(target) == pytest.approx(fit.predict(target))
