@@ -46,8 +46,8 @@ METHOD = "rolling-origin backtest on the ladder, moments beyond the noise, per d
 
 @dataclasses.dataclass(frozen=True)
 class Backtest:
-    """One rolling-origin prediction: the centre of the origin's budgets, the budget predicted, the error in log L, the
-    variance the noise alone gives it, and the distance in decades."""
+    """One rolling-origin prediction: the centre of the origin's budgets, the budget predicted, the error in
+    log L, the variance the noise alone gives it, and the distance in decades."""
 
     origin: float
     compute: float
