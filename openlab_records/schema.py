@@ -21,6 +21,11 @@ needs, naming the field.
 catalogue): ``error = (predicted - actual) / actual`` (:func:`error_pct`, in %). Positive: the forecast was
 too high (the run came in below it); negative: too low.
 
+**Interval rules (issue 34).** A prediction written since issue 34 names its interval rules and the gates that
+fired in ``details`` (``interval_rules``, ``gates_flagged``); :attr:`Prediction.interval_rules` reads
+``"before-issue-34"`` for one without (every sealed record before then, which still verifies by hash), and
+:meth:`Prediction.rules_line` is the line a surface shows under such a forecast.
+
 **Versions.** ``marin-prediction/v2`` adds ``summary``: lines the writing step rendered for people (its law,
 its endpoint rule), which the engine posts as they are, so the engine needs no knowledge of any science;
 ``v1`` records (without it) still read. ``marin-verdict/v1`` gains the same optional ``summary``.
@@ -37,6 +42,9 @@ from openlab_records.sealed import HASH_KEY, RecordFormatError
 
 PREDICTION_SCHEMA = "marin-prediction/v2"
 PREDICTION_SCHEMAS = ("marin-prediction/v1", PREDICTION_SCHEMA)
+OLD_INTERVAL_RULES = "before-issue-34"
+"""What :attr:`Prediction.interval_rules` says of a record written without ``interval_rules`` (operators'
+``bootstrap.INTERVAL_RULES_V1``: the same text)."""
 VERDICT_SCHEMA = "marin-verdict/v1"
 TRACKING_SCHEMA = "marin-tracking/v1"
 NOTE_SCHEMA = "marin-prediction-note/v1"
@@ -186,6 +194,34 @@ class Prediction:
     @property
     def endpoint(self) -> Band:
         return self.points[-1]
+
+    @property
+    def interval_rules(self) -> str:
+        """The interval rules the forecast was made under (``details["interval_rules"]``, written since issue
+        34); a record without it was made under the old rules, :data:`OLD_INTERVAL_RULES`."""
+        return str(self.details.get("interval_rules", OLD_INTERVAL_RULES))
+
+    @property
+    def gates_flagged(self) -> tuple[str, ...]:
+        """The names of the gates that fired before the run (``details["gates_flagged"]``, since issue 34);
+        for an older record, ``("unnamed",)`` when it has warnings and none otherwise."""
+        if "gates_flagged" in self.details:
+            return tuple(self.details["gates_flagged"])
+        return ("unnamed",) if self.warnings else ()
+
+    @property
+    def flagged(self) -> bool:
+        """Whether any gate fired: what every surface marks next to the forecast."""
+        return bool(self.gates_flagged)
+
+    def rules_line(self) -> str | None:
+        """A line for a surface to show under a forecast made under the old interval rules; None otherwise."""
+        if self.interval_rules != OLD_INTERVAL_RULES:
+            return None
+        return (
+            "Made under the interval rules before issue 34 (sigma the plain residual spread or one pair's, "
+            "no floor on it, no model-error term): its interval may be narrower than the data support."
+        )
 
     @classmethod
     def from_json(cls, obj: Any, where: str = PREDICTION_FILE) -> Self:

@@ -5,6 +5,7 @@
 - :mod:`.surface` — ``fit_surface``: the two-variable surface ``E + A/N^a + B/D^b`` and the compute-optimal
   allocation;
 - :mod:`.bootstrap` — the noise model and the interval both forms share (``IntervalMethod``);
+- :mod:`.model_error` — the model-error term: the law's own extrapolation error, backtested on the ladder;
 - :mod:`.inputs` — what the fitter refuses (too few budgets, non-finite or non-decreasing losses);
 - :mod:`.calibrate` — fixing E from a family's earlier rung runs and scored targets;
 - :mod:`.rules` — per-rung shape, batch, learning rate and schedule from documented rules;

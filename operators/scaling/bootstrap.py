@@ -1,9 +1,19 @@
 """The noise model and the interval both fitted forms share (the offset law of ``fit.py`` and the two-variable
 surface of ``surface.py``): a parametric bootstrap over the seeds' spread, studentized.
 
-1. ``noise_sigma``: the standard deviation ``sigma`` of log L: the pooled within-budget spread of the seeds
-   (``inputs.pooled_seed_sigma``), or, without repeated seeds, the fit's residual standard deviation
-   (``sum r² / max(n - p, 1)``, p the free parameters). The returned source says which.
+1. ``noise_model`` (issue 34): the standard deviation ``sigma`` of log L. Repeated runs (the seeds of a
+   budget,
+   or of one (N, D) pair) set it by their pooled within-group spread (each group weighted by its degrees of
+   freedom) only when they have at least ``SEED_DOF_MIN`` (3) degrees of freedom together; otherwise it is
+   the **robust scale of the residuals**, consistent with the Huber fit: the scaled MAD of the ``n - p``
+   largest absolute residuals (a Huber fit with delta 1e-3 passes through about ``p`` points, whose
+   residuals are 0 by construction; the plain RMS it replaced was inflated 2-7x by a few outlying runs on
+   real data). Either estimate, with ``dof`` degrees of freedom, is then **shrunk to a prior**
+   ``SIGMA_PRIOR`` = 0.5% with ``SIGMA_PRIOR_DOF`` = 2 pseudo degrees of freedom:
+   ``sigma² = (2·0.005² + dof·s²) / (2 + dof)``. So a ladder of 3 budgets of one run each (0 degrees of
+   freedom, residuals exactly 0) gets sigma = 0.5% instead of 0 and a zero-width interval, and 4 rungs of
+   one run (1 degree of freedom) cannot claim 0.1%. The record states the source, ``sigma_dof``, the raw
+   ``sigma_estimate`` and ``sigma_prior``.
 2. ``bootstrap_targets``: ``replicates`` data sets ``log L* = fitted + sigma·z`` (z standard normal from
    ``default_rng(seed)``, drawn row after row), which each form refits from its point fit;
    ``replicate_sigmas`` estimates each replicate's own ``sigma*`` the same way ``sigma`` was estimated.
@@ -31,18 +41,41 @@ surface of ``surface.py``): a parametric bootstrap over the seeds' spread, stude
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from operators.scaling.inputs import pooled_seed_sigma
-
+INTERVAL_RULES = "issue-34"
+"""The interval rules of this module: a robust sigma shrunk to a prior, the model-error term (fit records
+write it as ``interval_rules``)."""
+INTERVAL_RULES_V1 = "before-issue-34"
+"""What a record without ``interval_rules`` was made under: sigma the plain residual RMS (or any repeats'
+spread, even one pair's), no prior, no model-error term; shown as such by the readers."""
 SEED_SPREAD = "pooled seed spread"
-RESIDUALS = "fit residuals (no repeated seeds)"
+RESIDUALS = "robust scale of the fit residuals (too few repeated runs)"
 BOOTSTRAP_T = "parametric bootstrap-t (pivot studentized by each replicate's local standard error)"
 BOOTSTRAP_T_SIGMA = "parametric bootstrap-t (studentized by each replicate's sigma)"
 EPS_PER_REPLICATE = 16
+SIGMA_PRIOR = 0.005
+"""The prior's sigma of log L (0.5%: the research note's per-seed noise, and about what the real CPU ladders'
+seeds showed): what sigma is with no degrees of freedom (3 budgets of one run each)."""
+SIGMA_PRIOR_DOF = 2.0
+"""The prior's weight in degrees of freedom: 2 pseudo-residuals, so 10 real ones (a 5 x 3 ladder) dominate."""
+SEED_DOF_MIN = 3
+"""Repeated runs set sigma only with at least this many degrees of freedom; one duplicated pair (1)
+does not."""
+MAD_SCALE = 1.4826
+"""The scaled MAD's factor: median |r| of a normal sample is 0.6745 sigma."""
+SE_FLOOR = 0.05
+"""No replicate's (nor the point fit's) standard error of the extrapolation is taken below this fraction of
+its sigma: a fit on a bound has a local standard error of nearly 0, and the pivot divided by it overflowed."""
+LOG_WIDTH_CAP = 5.0
+"""Each side of an interval spans at most this much in log L (a factor of about 150): past it an interval
+says nothing, and exp() of an unbounded pivot overflows."""
 
 
 class IntervalMethod(enum.Enum):
@@ -55,32 +88,98 @@ class IntervalMethod(enum.Enum):
     """Pivot studentized by each replicate's sigma (the two-variable surface)."""
 
 
-def noise_sigma(
-    y: np.ndarray, fitted: np.ndarray, groups: list[np.ndarray], n_free: int
-) -> tuple[float, str]:
-    """(sigma of log L, where it came from) for log losses ``y``, the fit's ``fitted`` log losses, the index
-    groups of repeated seeds and the fit's number of free parameters."""
-    sigma = pooled_seed_sigma(y, groups)
-    if sigma is not None and sigma > 0:
-        return sigma, SEED_SPREAD
-    resid = y - fitted
-    return float(math.sqrt(np.sum(resid**2) / max(y.size - n_free, 1))), RESIDUALS
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """The noise model of log L: ``sigma`` (what the bootstrap draws with), where the estimate came from, its
+    degrees of freedom, the raw estimate (None with no degrees of freedom) and the prior it was shrunk to."""
+
+    sigma: float
+    source: str
+    dof: int
+    estimate: float | None
+    prior: float = SIGMA_PRIOR
+    prior_dof: float = SIGMA_PRIOR_DOF
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's fields (``sigma_log`` is written by the fit itself)."""
+        return {
+            "sigma_source": self.source,
+            "sigma_dof": self.dof,
+            "sigma_estimate": self.estimate,
+            "sigma_prior": {"sigma": self.prior, "dof": self.prior_dof},
+        }
+
+
+def noise_from_json(data: Mapping[str, Any]) -> Noise | None:
+    """The noise model a fit record wrote (None for one written before issue 34, which has no
+    ``sigma_dof``)."""
+    if "sigma_dof" not in data:
+        return None
+    prior = data.get("sigma_prior") or {}
+    return Noise(
+        sigma=float(data["sigma_log"]),
+        source=str(data["sigma_source"]),
+        dof=int(data["sigma_dof"]),
+        estimate=None if data.get("sigma_estimate") is None else float(data["sigma_estimate"]),
+        prior=float(prior.get("sigma", SIGMA_PRIOR)),
+        prior_dof=float(prior.get("dof", SIGMA_PRIOR_DOF)),
+    )
+
+
+def shrink(estimate: np.ndarray | float, dof: int) -> np.ndarray:
+    """The estimate of sigma pooled with the prior, weighted by degrees of freedom:
+    ``sqrt((nu0·s0² + dof·s²) / (nu0 + dof))`` (a scaled inverse-chi² prior's posterior mean of sigma²)."""
+    est = np.asarray(estimate, dtype=float)
+    return np.asarray(np.sqrt((SIGMA_PRIOR_DOF * SIGMA_PRIOR**2 + dof * est**2) / (SIGMA_PRIOR_DOF + dof)))
+
+
+def robust_scale(resid: np.ndarray, n_free: int) -> np.ndarray:
+    """Per row of residuals (B, n): the scaled MAD (1.4826 · median |r|) of the ``n - n_free`` largest
+    absolute residuals. A Huber fit with a small threshold passes (nearly) through ``n_free`` points, like a
+    least-absolute-deviations fit, so that many residuals are 0 by construction and carry no noise."""
+    dof = resid.shape[-1] - n_free
+    if dof <= 0:
+        return np.zeros(resid.shape[:-1])
+    largest = np.sort(np.abs(resid), axis=-1)[..., n_free:]
+    return np.asarray(MAD_SCALE * np.median(largest, axis=-1))
+
+
+def _seed_spread(ys: np.ndarray, groups: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """The pooled within-group standard deviation of each row of ``ys`` (B, n) and its degrees of freedom."""
+    ss, dof = np.zeros(ys.shape[0]), 0
+    for g in groups:
+        if len(g) > 1:
+            block = ys[:, g]
+            ss += np.sum((block - block.mean(axis=1, keepdims=True)) ** 2, axis=1)
+            dof += len(g) - 1
+    return (np.sqrt(ss / dof) if dof else ss), dof
+
+
+def noise_model(y: np.ndarray, fitted: np.ndarray, groups: list[np.ndarray], n_free: int) -> Noise:
+    """The noise of log L for log losses ``y``, the fit's ``fitted`` log losses, the index groups of repeated
+    runs (seeds of a budget, or of one (N, D) pair) and the fit's number of free parameters (see the module
+    docstring): the repeats' pooled spread when they have at least ``SEED_DOF_MIN`` degrees of freedom, else
+    the robust scale of the residuals; either way shrunk to the prior by degrees of freedom."""
+    seeds, seed_dof = _seed_spread(y[None, :], groups)
+    if seed_dof >= SEED_DOF_MIN:
+        est, dof, source = float(seeds[0]), seed_dof, SEED_SPREAD
+    else:
+        dof = max(y.size - n_free, 0)
+        est, source = float(robust_scale((y - fitted)[None, :], n_free)[0]), RESIDUALS
+    sigma = float(shrink(est, dof))
+    return Noise(sigma=sigma, source=source, dof=dof, estimate=est if dof else None)
 
 
 def replicate_sigmas(
-    ys: np.ndarray, boot_fitted: np.ndarray, groups: list[np.ndarray], n_free: int, source: str
+    ys: np.ndarray, boot_fitted: np.ndarray, groups: list[np.ndarray], n_free: int, noise: Noise
 ) -> np.ndarray:
-    """Each bootstrap data set's own sigma (rows of ``ys``, (B, n)), estimated as ``noise_sigma`` did for
-    the data: the pooled seed spread, or the residual spread of that replicate's refit (``boot_fitted``)."""
-    if source == SEED_SPREAD:
-        ss, dof = np.zeros(ys.shape[0]), 0
-        for g in groups:
-            if len(g) > 1:
-                block = ys[:, g]
-                ss += np.sum((block - block.mean(axis=1, keepdims=True)) ** 2, axis=1)
-                dof += len(g) - 1
-        return np.asarray(np.sqrt(ss / dof))
-    return np.asarray(np.sqrt(np.sum((ys - boot_fitted) ** 2, axis=1) / max(ys.shape[1] - n_free, 1)))
+    """Each bootstrap data set's own sigma (rows of ``ys``, (B, n)), estimated as :func:`noise_model` did for
+    the data: the repeats' spread or the robust residual scale of that replicate's refit, shrunk alike."""
+    if noise.source == SEED_SPREAD:
+        est = _seed_spread(ys, groups)[0]
+    else:
+        est = robust_scale(ys - boot_fitted, n_free)
+    return shrink(est, noise.dof)
 
 
 def gauss_newton_se(jac: np.ndarray, grad: np.ndarray) -> np.ndarray:
@@ -126,8 +225,11 @@ def interval(
         raise ValueError("interval(BOOTSTRAP_T) needs boot_se and point_se (the local standard errors)")
     if not sigma > 0:
         return _percentile(point, draws, tail)
-    lp, floor = math.log(point), 1e-12 * sigma
-    scale = np.maximum(boot_se, floor)
+    lp = math.log(point)
+    # a replicate whose fit sits on a bound (E at 0 or at the smallest loss) extrapolates with a local
+    # standard error of nearly 0; dividing by it made the pivot overflow (issue 34), so no scale is taken
+    # below SE_FLOOR of the noise
+    scale = np.maximum(boot_se, SE_FLOOR * np.maximum(boot_sigma, sigma))
     if single_run:
         eps = np.random.default_rng(rng_seed + 1).standard_normal((draws.size, EPS_PER_REPLICATE))
         run_scale = np.sqrt(scale**2 + boot_sigma**2)[:, None]
@@ -135,10 +237,10 @@ def interval(
         width = math.hypot(point_se, sigma)
     else:
         pivot = (np.log(draws) - lp) / scale
-        width = max(point_se, floor)
+        width = max(point_se, SE_FLOOR * sigma)
     q_lo, q_hi = (float(v) for v in np.quantile(pivot, [tail, 1.0 - tail]))
-    low, high = math.exp(lp - q_hi * width), math.exp(lp - q_lo * width)
-    return point, min(low, point), max(high, point)
+    down, up = (min(max(v, 0.0), LOG_WIDTH_CAP) for v in (q_hi * width, -q_lo * width))
+    return point, math.exp(lp - down), math.exp(lp + up)
 
 
 def _percentile(point: float, draws: np.ndarray, tail: float) -> tuple[float, float, float]:

@@ -24,15 +24,18 @@ degrees of freedom on a 5 x 3 ladder, the estimator's bias and skew, and how the
 depends on the fit they start from, which the plain percentile interval missed: 0.83-0.895 coverage where
 0.90 was asked); ``predict(c, single_run=True)`` adds a new
 run's noise to the pivot, the interval for one new run at ``c`` (what a single target run is scored
-against). Without repeated seeds ``sigma`` falls back to the fit's residual standard deviation (recorded in
-``sigma_source``), and each replicate's ``sigma*`` to its refit's. The test suite checks 0.85-0.95 coverage
+against). Without enough repeated seeds ``sigma`` is the robust scale of the fit's residuals, and either is
+shrunk to a stated prior (:func:`operators.scaling.bootstrap.noise_model`, recorded in ``sigma_source``,
+``sigma_dof``, ``sigma_prior``); each replicate's ``sigma*`` is estimated alike. Both intervals then add the
+model-error term (:mod:`operators.scaling.model_error`: a rolling-origin backtest of the law on the ladder,
+recorded as ``model_error``). The test suite checks 0.85-0.95 coverage
 on a fixed set of replicates; ``benchmarks/scaling_ladder.py`` on 200 replicates of three surfaces.
 
 **Leave-one-rung-out.** With at least four budgets (three with a fixed E) the law is refitted without each
 budget; :meth:`ScalingFit.loo` gives those refits' predictions, whose spread says how much one rung moves the
 forecast (Open-Athena's check of Delphi).
 
-(About 440 lines: the batched solver, the point fit and the fit object with its record state are one
+(About 480 lines: the batched solver, the point fit and the fit object with its record state are one
 unit; splitting them would spread the parametrisation over three files.)
 
 The two-variable surface (:func:`operators.scaling.surface.fit_surface`, same :class:`FitSettings` with
@@ -52,11 +55,15 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from operators.scaling.bootstrap import (
+    INTERVAL_RULES,
+    INTERVAL_RULES_V1,
     IntervalMethod,
+    Noise,
     bootstrap_targets,
     gauss_newton_se,
     interval,
-    noise_sigma,
+    noise_from_json,
+    noise_model,
     replicate_sigmas,
 )
 from operators.scaling.inputs import (
@@ -65,7 +72,9 @@ from operators.scaling.inputs import (
     check_budgets,
     check_decreasing,
     check_fixed_e,
+    check_not_a_sweep,
 )
+from operators.scaling.model_error import Backtest, ModelError, estimate, widen
 
 FORM_OFFSET = "offset_power_law"
 FORM_SURFACE = "two_variable"
@@ -253,6 +262,15 @@ class ScalingFit:
     loo_theta: tuple[tuple[float, np.ndarray], ...]
     boot_sigma: np.ndarray
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
+    noise: Noise | None = None
+    """The noise model's figures (degrees of freedom, raw estimate, prior); None for a fit read back from a
+    record written under the old interval rules (before issue 34), which had none."""
+    rules: str = INTERVAL_RULES
+    """The interval rules the fit was made under (``INTERVAL_RULES_V1`` for a fit.json written before issue
+    34: sigma the plain residual RMS or any repeats' spread, no prior, no model-error term)."""
+    model_error: ModelError | None = None
+    """The model-error term (:mod:`.model_error`), added to both intervals; None for a fit written under the
+    old interval rules."""
 
     @property
     def interval_method(self) -> IntervalMethod:
@@ -280,7 +298,7 @@ class ScalingFit:
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
         u = np.log(self.compute / self.c_ref)
-        return interval(
+        noise_only = interval(
             self.point(c),
             draws,
             self.settings.level,
@@ -292,6 +310,11 @@ class ScalingFit:
             boot_se=local_se(self.boot_theta, u, u_c, fe) * self.boot_sigma,
             point_se=float(local_se(self.theta[None, :], u, u_c, fe)[0]) * self.sigma,
         )
+        return widen(noise_only, self.model_error_sd(c), self.settings.level)
+
+    def model_error_sd(self, c: float) -> float:
+        """The model error's standard deviation in log L at compute ``c`` (0 for a fit without the term)."""
+        return 0.0 if self.model_error is None else self.model_error.sd(c)
 
     def loo(self, c: float) -> list[dict[str, float]]:
         """Leave-one-budget-out: each refit's prediction at ``c`` (empty when there are too few budgets)."""
@@ -320,6 +343,9 @@ class ScalingFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
+            **(self.noise.to_json() if self.noise is not None else {}),
+            "interval_rules": self.rules,
+            **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
@@ -359,6 +385,9 @@ class ScalingFit:
             sigma_source=str(data["sigma_source"]),
             loo_theta=tuple((float(left), np.asarray(t)) for left, t in st["loo_theta"]),
             boot_sigma=np.asarray(st["boot_sigma"]),
+            noise=noise_from_json(data),
+            rules=str(data.get("interval_rules", INTERVAL_RULES_V1)),
+            model_error=ModelError.from_json(data["model_error"]) if "model_error" in data else None,
         )
 
 
@@ -368,6 +397,7 @@ def fit_offset(
     settings: FitSettings,
     *,
     leave_one_out: bool = True,
+    n: Sequence[float] | np.ndarray | None = None,
 ) -> ScalingFit:
     """Fit ``L = E + A·C^(-alpha)`` to one (compute, loss) pair per rung and seed; see the module docstring.
 
@@ -375,7 +405,8 @@ def fit_offset(
     :func:`operators.scaling.surface.fit_surface`). Raises :class:`LadderInputError` for inputs that must
     not be fitted (see :mod:`operators.scaling.inputs`). ``leave_one_out=False`` skips the
     leave-one-rung-out refits (simulations that need only the interval; not a setting: the record's
-    ``loo`` is then empty)."""
+    ``loo`` is then empty). ``n``, each run's parameter count when known, only checks that the runs of one
+    budget are one model size (seeds), not an IsoFLOP sweep."""
     if settings.form != FORM_OFFSET:
         raise LadderInputError(
             f"fit_offset got FitSettings(form={settings.form!r}); it fits {FORM_OFFSET!r}: use "
@@ -383,17 +414,22 @@ def fit_offset(
         )
     y_loss = as_array("loss", loss)
     c = as_array("compute", compute, n=y_loss.size)
-    return _fit_offset(c, y_loss, settings, leave_one_out)
+    sizes = None if n is None else as_array("n", n, n=y_loss.size)
+    return _fit_offset(c, y_loss, settings, leave_one_out, sizes)
 
 
-def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_one_out: bool) -> ScalingFit:
+def _fit_offset(
+    c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_one_out: bool, n: np.ndarray | None
+) -> ScalingFit:
     groups = check_budgets(c, settings.min_budgets)
+    check_not_a_sweep(c, loss, groups, n)
     check_decreasing(c, loss, groups)
     c_ref = float(np.exp(np.mean(np.log([c[g[0]] for g in groups]))))
     u, y = np.log(c / c_ref), np.log(loss)
     theta = _point_fit(u, y, settings.huber_delta, settings.fixed_e)
     fitted = _log_model(theta[None, :], u, settings.fixed_e)[0][0]
-    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    noise = noise_model(y, fitted, groups, theta.size)
+    sigma = noise.sigma
     ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     e_max = np.exp(ys.min(axis=1)) * (1.0 - 1e-6)
     boot = refit_batch(
@@ -405,7 +441,7 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
         e_max=e_max,
     )
     boot_fitted = _log_model(boot, u, settings.fixed_e)[0]
-    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, source)
+    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, noise)
     loo: list[tuple[float, np.ndarray]] = []
     enough = leave_one_out and len(groups) - 1 >= (3 if settings.fixed_e is None else 2)
     for j, g in enumerate(groups if enough else []):
@@ -419,7 +455,29 @@ def _fit_offset(c: np.ndarray, loss: np.ndarray, settings: FitSettings, leave_on
         theta=theta,
         boot_theta=boot,
         sigma=float(sigma),
-        sigma_source=source,
+        sigma_source=noise.source,
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
+        noise=noise,
+        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), c_ref),
     )
+
+
+def _rolling_origin(
+    c: np.ndarray, u: np.ndarray, y: np.ndarray, groups: list[np.ndarray], settings: FitSettings, sigma: float
+) -> list[Backtest]:
+    """The law fitted on the smallest budgets (3, or 2 with E fixed; then one more at a time), predicting
+    every larger budget: the model-error term's backtests (:mod:`.model_error`)."""
+    fe, first = settings.fixed_e, 3 if settings.fixed_e is None else 2
+    out = []
+    for j in range(first, len(groups)):
+        keep = np.concatenate(groups[:j])
+        theta = _point_fit(u[keep], y[keep], settings.huber_delta, fe)
+        centre = float(np.exp(np.mean([math.log(c[h[0]]) for h in groups[:j]])))
+        for g in groups[j:]:
+            u_k = u[g[:1]]
+            predicted = float(_log_model(theta[None, :], u_k, fe)[0][0, 0])
+            se = float(local_se(theta[None, :], u[keep], u_k, fe)[0]) * sigma
+            error = float(np.mean(y[g])) - predicted
+            out.append(Backtest(centre, float(c[g[0]]), error, se**2 + sigma**2 / len(g)))
+    return out

@@ -7,7 +7,9 @@ words); the prediction record's ``warnings`` are the messages of the gates that 
 - ``residual`` (per evaluation point, from the fit step): the fit's largest residual in units of the seeds'
   spread; flags above 3.
 - ``backtest_top_rung`` (per point, from the fit step): the law fitted without the top rung, asked to predict
-  it; flags when it misses by more than max(1%, 2·SE).
+  it; flags when it misses by more than max(1%, 2·SE), and when that sub-fit is degenerate (a parameter on
+  a bound of its range, or an interval that is not a positive range: ``degenerate``, ``reason``), which
+  says the rungs below the top do not pin the law down (issue 34: such a sub-fit once crashed the gate).
 - ``late_drop`` (the endpoint): the target's fall from the point before the end to the end, as the forecast
   implies it, against each rung's measured fall there; flags when it exceeds every rung's (in the third to
   eighth real ladders no target fell over the WSD decay by more than the top rungs did, and every forecast
@@ -33,12 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from operators.scaling.fit import FitSettings, ScalingFit, fit_offset
+from operators.scaling.fit import ALPHA_BOUNDS, FitSettings, ScalingFit, fit_offset
+from operators.scaling.surface import EXPONENT_BOUNDS, SurfaceFit
 
 LR_CHECK_TOLERANCE = 0.003
 """The rule's learning rate holds when its run ends within this fraction of the best multiple's loss (the
 research note: about 0.3%); the rungs' check and the target's (:mod:`.lrcheck`) share it."""
 RESIDUAL_LIMIT_SIGMAS = 3.0
+BOUND_TOL = 1e-4
+"""A fitted parameter within this relative distance of a bound of its range is taken to sit on it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,15 +86,29 @@ def _backtest_top_rung(compute: np.ndarray, value: np.ndarray, settings: FitSett
     sub = fit_offset(compute[keep], value[keep], settings, leave_one_out=False)
     actual = float(np.mean(value[~keep]))
     point, low, high = sub.predict(float(top))
-    se = (math.log(high) - math.log(low)) / (2 * 1.645)  # the half-width of a 90% interval is 1.645 se
     error = point / actual - 1
-    return {
-        "ran": True,
-        "predicted": point,
-        "actual": actual,
-        "error": error,
-        "flag": abs(error) > max(0.01, 2 * se),
-    }
+    out: dict[str, Any] = {"ran": True, "predicted": point, "actual": actual, "error": error}
+    reason = degenerate_reason(sub.params, float(np.min(value[keep])), settings.fixed_e is not None)
+    if reason is None and not (0 < low <= point <= high < math.inf):
+        reason = f"its interval [{low!r}, {high!r}] is not a positive range around {point!r}"
+    if reason is not None:  # a sub-fit on a bound says nothing about the law: the gate fires, with the cause
+        return {**out, "flag": True, "degenerate": True, "reason": reason}
+    se = (math.log(high) - math.log(low)) / (2 * 1.645)  # the half-width of a 90% interval is 1.645 se
+    return {**out, "flag": abs(error) > max(0.01, 2 * se)}
+
+
+def degenerate_reason(params: Mapping[str, float], smallest_loss: float, fixed_e: bool) -> str | None:
+    """Why an offset-law fit sits on a bound of its parameters (E at 0 or at the smallest loss, alpha at
+    either end of its range), in words; None when it does not."""
+    e, alpha = params["E"], params["alpha"]
+    if not fixed_e and e <= BOUND_TOL * smallest_loss:
+        return f"E = {e:.3g} sits on its lower bound 0 (a pure power law: the rungs do not pin E down)"
+    if not fixed_e and e >= smallest_loss * (1 - BOUND_TOL):
+        return f"E = {e:.5g} sits on its upper bound, the smallest loss {smallest_loss:.5g}"
+    low, high = ALPHA_BOUNDS
+    if alpha <= low * (1 + BOUND_TOL) or alpha >= high * (1 - BOUND_TOL):
+        return f"alpha = {alpha:.4g} sits on a bound of its range [{low:g}, {high:g}]"
+    return None
 
 
 # ---- the rungs' learning-rate check ------------------------------------------------------------------------
@@ -200,7 +219,9 @@ def _point_gates(p: Mapping[str, Any]) -> list[Gate]:
                 "backtest_top_rung",
                 p["label"],
                 bool(back.get("flag")),
-                f"{p['label']}: the fit without the top rung misses it by {back['error']:+.1%}",
+                f"{p['label']}: the fit without the top rung is degenerate: {back['reason']}"
+                if back.get("degenerate")
+                else f"{p['label']}: the fit without the top rung misses it by {back['error']:+.1%}",
             )
         )
     return found
@@ -270,3 +291,65 @@ def ladder_warnings(
 ) -> list[str]:
     """The messages of the gates that flagged (the prediction record's ``warnings``)."""
     return [g.message for g in ladder_gates(points, lr_check, loo_spread_limit) if g.flag]
+
+
+# ---- the two-variable surface's gates (issue 34) ----------------------------------------------------------
+
+BOOT_AT_BOUND_LIMIT = 0.1
+"""The surface's ``bootstrap_at_bounds`` gate fires when more than this fraction of its replicates put an
+exponent on a bound."""
+
+
+def _at_bound(value: np.ndarray | float, bounds: tuple[float, float]) -> np.ndarray:
+    low, high = bounds
+    v = np.asarray(value)
+    return np.asarray((v <= low * (1 + BOUND_TOL)) | (v >= high * (1 - BOUND_TOL)))
+
+
+def surface_gates(fit: SurfaceFit) -> list[Gate]:
+    """Every gate of a two-variable surface fit, flagged or not: ``law_not_decreasing`` (a term whose
+    coefficient or exponent vanishes: the law stops falling in N or in D), ``e_above_data`` (E above the
+    smallest observed loss less two sigma: the runs sit on the floor, or their losses were read before the
+    end of a decay), ``exponent_at_bound`` and ``bootstrap_at_bounds`` (more than 10% of the replicates
+    with an exponent on a bound)."""
+    p, lmin = fit.params, float(fit.loss.min())
+    dead = [
+        k
+        for k, c, x in (("N", "A", "alpha"), ("D", "B", "beta"))
+        if p[c] < 1e-9 or p[x] <= 1e-3 * (1 + BOUND_TOL)
+    ]
+    e_limit = lmin * math.exp(-2 * fit.sigma)
+    on_bound = [k for k in ("alpha", "beta") if _at_bound(p[k], EXPONENT_BOUNDS)]
+    boot = np.asarray(fit.boot_theta)[:, 2:4]
+    frac = float(np.mean(_at_bound(boot, EXPONENT_BOUNDS).any(axis=1))) if boot.size else 0.0
+    return [
+        Gate(
+            "law_not_decreasing",
+            "surface",
+            bool(dead),
+            f"the surface does not fall with {' or '.join(dead) or 'N and D'} (a term's coefficient or "
+            "exponent vanished)"
+            if dead
+            else "the surface falls with N and with D",
+        ),
+        Gate(
+            "e_above_data",
+            "surface",
+            p["E"] > e_limit,
+            f"E = {p['E']:.4g} is above the smallest loss {lmin:.4g} less two sigma ({e_limit:.4g}): the "
+            "runs' losses do not leave room for the law's floor (losses read before the end of a decay?)",
+        ),
+        Gate(
+            "exponent_at_bound",
+            "surface",
+            bool(on_bound),
+            f"{', '.join(on_bound) or 'no exponent'} on a bound of {EXPONENT_BOUNDS}",
+        ),
+        Gate(
+            "bootstrap_at_bounds",
+            "surface",
+            frac > BOOT_AT_BOUND_LIMIT,
+            f"{frac:.0%} of the bootstrap replicates put an exponent on a bound (limit "
+            f"{BOOT_AT_BOUND_LIMIT:.0%})",
+        ),
+    ]

@@ -23,7 +23,7 @@ from openlab_records import HASH_KEY, PREDICTION_FILE, Band, Prediction, read_js
 from operators.scaling.end_rule import END_RULES, LAW_KEYS, anchored_end, rule_line
 from operators.scaling.fit import ScalingFit
 from operators.scaling.fitstep import FIT_FILE, read_bytes
-from operators.scaling.gates import ladder_warnings, late_drop_gate
+from operators.scaling.gates import ladder_gates, late_drop_gate
 
 SCORING = "signed relative error (predicted - actual) / actual; hit = actual inside the interval"
 FORM = {
@@ -109,6 +109,8 @@ def _forecast_point(step: int, entry: dict[str, Any], t: TargetSpec) -> dict[str
         "loo_spread_rel": None if spread is None else spread / point,
         "params": entry["fit"]["params"],
         "sigma_log": entry["fit"]["sigma_log"],
+        "model_error_log": fit.model_error_sd(c6),
+        "interval_rules": fit.rules,
         "gates": entry["gates"],
     }
 
@@ -175,6 +177,7 @@ def _prediction(
 ) -> Prediction:
     fitter = _fitter(fit_record)
     metric = fit_record["metric"]
+    flagged = [g for g in ladder_gates(points, fit_record["lr_check"], config.loo_spread_limit) if g.flag]
     return Prediction(
         metric=metric,
         metric_path=f"eval.{metric}",
@@ -190,7 +193,7 @@ def _prediction(
         experiment=config.experiment,
         issue=config.issue,
         assumptions=config.assumptions,
-        warnings=tuple(ladder_warnings(points, fit_record["lr_check"], config.loo_spread_limit)),
+        warnings=tuple(g.message for g in flagged),
         summary=(law_line(fitter["fixed_e"], end_rule, points[-1]), *ladder_lines(config.ladder)),
         details={
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -204,6 +207,8 @@ def _prediction(
             "scoring": SCORING,
             "interval_covers": "one run at the target's seed (the target is a single run)",
             **({"ladder": dict(config.ladder)} if config.ladder else {}),
+            "interval_rules": points[-1]["interval_rules"],
+            "gates_flagged": sorted({g.name for g in flagged}),
         },
     )
 

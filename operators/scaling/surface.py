@@ -29,16 +29,23 @@ import numpy as np
 from scipy.optimize import minimize
 
 from operators.scaling.bootstrap import (
+    INTERVAL_RULES,
     IntervalMethod,
+    Noise,
     bootstrap_targets,
+    gauss_newton_se,
     interval,
-    noise_sigma,
+    noise_model,
     replicate_sigmas,
 )
 from operators.scaling.fit import FORM_SURFACE, FitSettings
 from operators.scaling.inputs import LadderInputError, as_array, check_fixed_e
+from operators.scaling.model_error import Backtest, ModelError, estimate, widen
 
 EXPONENT_GRID = tuple(float(v) for v in np.linspace(0.05, 1.0, 20))
+EXPONENT_BOUNDS = (1e-3, 3.0)
+ORIGINS = (0.5, 0.625, 0.75, 0.875)
+"""Where the rolling-origin backtests of the surface start: fractions of the sorted distinct computes."""
 
 
 def compute_optimal(params: Mapping[str, float], compute: float) -> dict[str, float]:
@@ -64,6 +71,41 @@ def _log_model(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | N
         terms = terms[:2]
     m = terms.max(axis=0)
     return np.asarray(m + np.log(np.exp(terms - m).sum(axis=0)))
+
+
+def _jacobian(t: np.ndarray, ln: np.ndarray, ld: np.ndarray, fixed_e: float | None) -> np.ndarray:
+    """d log L / d theta at each (N, D), (n, p): the LSE's softmax weights times each term's derivative."""
+    e = math.log(fixed_e) if fixed_e else (t[4] if fixed_e is None else -np.inf)
+    terms = np.stack([t[0] - t[2] * ln, t[1] - t[3] * ld, np.full_like(ln, e)])
+    w = np.exp(terms - terms.max(axis=0))
+    w /= w.sum(axis=0)
+    cols = [w[0], w[1], -w[0] * ln, -w[1] * ld] + ([w[2]] if fixed_e is None else [])
+    return np.stack(cols, axis=-1)
+
+
+def _rolling_origin(
+    ln: np.ndarray, ld: np.ndarray, y: np.ndarray, theta: np.ndarray, settings: FitSettings, sigma: float
+) -> list[Backtest]:
+    """The surface fitted on the runs up to each origin (the distinct computes at 1/2, 5/8, 3/4 and 7/8 of
+    their sorted list, when that leaves enough runs), predicting every run past it: the model-error term's
+    backtests (:mod:`.model_error`; distances in decades of 6·N·D)."""
+    fe, compute = settings.fixed_e, 6.0 * np.exp(ln + ld)
+    distinct = np.unique(compute)
+    out: list[Backtest] = []
+    for frac in ORIGINS:
+        origin = float(distinct[int(frac * (distinct.size - 1))])
+        keep, later = compute <= origin * (1 + 1e-9), np.flatnonzero(compute > origin * (1 + 1e-9))
+        if keep.sum() < len(theta) + 2 or later.size == 0:
+            continue
+        sub = _fit_once(ln[keep], ld[keep], y[keep], settings.huber_delta, fe, [theta])
+        centre = float(np.exp(np.mean(np.log(np.unique(compute[keep])))))
+        jac = _jacobian(sub, ln[keep], ld[keep], fe)[None]
+        for k in later:
+            grad = _jacobian(sub, ln[k : k + 1], ld[k : k + 1], fe)
+            se = float(gauss_newton_se(jac, grad)[0]) * sigma
+            error = float(y[k] - _log_model(sub, ln[k : k + 1], ld[k : k + 1], fe)[0])
+            out.append(Backtest(centre, float(compute[k]), error, se**2 + sigma**2))
+    return out
 
 
 def _objective(
@@ -96,7 +138,7 @@ def _fit_once(
     starts: Sequence[np.ndarray],
 ) -> np.ndarray:
     best: tuple[float, np.ndarray] | None = None
-    bounds = [(None, None), (None, None), (1e-3, 3.0), (1e-3, 3.0)]
+    bounds = [(None, None), (None, None), EXPONENT_BOUNDS, EXPONENT_BOUNDS]
     if fixed_e is None:
         bounds.append((None, None))
     for x0 in starts:
@@ -150,6 +192,10 @@ class SurfaceFit:
     sigma_source: str
     boot_sigma: np.ndarray
     """Each bootstrap replicate's own sigma (the bootstrap-t pivot's scale)."""
+    noise: Noise | None = None
+    """The noise model's figures (degrees of freedom, raw estimate, prior)."""
+    model_error: ModelError | None = None
+    """The model-error term (:mod:`.model_error`), added to both intervals."""
 
     @staticmethod
     def _params_of(t: np.ndarray, fixed_e: float | None) -> dict[str, float]:
@@ -189,7 +235,7 @@ class SurfaceFit:
         fe = self.settings.fixed_e
         point = float(np.exp(_log_model(self.theta, ln, ld, fe)[0]))
         draws = np.array([np.exp(_log_model(t, ln, ld, fe)[0]) for t in self.boot_theta])
-        return interval(
+        noise_only = interval(
             point,
             draws,
             self.settings.level,
@@ -199,6 +245,11 @@ class SurfaceFit:
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
         )
+        return widen(noise_only, self.model_error_sd(6.0 * nn * dd), self.settings.level)
+
+    def model_error_sd(self, compute: float) -> float:
+        """The model error's standard deviation in log L at 6·N·D = ``compute`` (0 without the term)."""
+        return 0.0 if self.model_error is None else self.model_error.sd(compute)
 
     @property
     def interval_method(self) -> IntervalMethod:
@@ -214,6 +265,9 @@ class SurfaceFit:
             "settings": dataclasses.asdict(self.settings),
             "sigma_log": self.sigma,
             "sigma_source": self.sigma_source,
+            **(self.noise.to_json() if self.noise is not None else {}),
+            "interval_rules": INTERVAL_RULES,
+            **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
             "fixed_e": self.settings.fixed_e is not None,
         }
@@ -253,11 +307,12 @@ def fit_surface(
     fe = settings.fixed_e
     theta = _fit_once(ln, ld, y, settings.huber_delta, fe, _starts(nn, dd, y_loss, fe))
     fitted = _log_model(theta, ln, ld, fe)
-    sigma, source = noise_sigma(y, fitted, groups, theta.size)
+    noise = noise_model(y, fitted, groups, theta.size)
+    sigma = noise.sigma
     ys = bootstrap_targets(fitted, sigma, settings.bootstrap, settings.rng_seed)
     boot = np.array([_fit_once(ln, ld, y_star, settings.huber_delta, fe, [theta]) for y_star in ys])
     boot_fitted = np.array([_log_model(t, ln, ld, fe) for t in boot])
-    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, source)
+    boot_sigma = replicate_sigmas(ys, boot_fitted, groups, theta.size, noise)
     return SurfaceFit(
         settings=settings,
         n=nn,
@@ -266,8 +321,13 @@ def fit_surface(
         theta=theta,
         boot_theta=boot,
         sigma=float(sigma),
-        sigma_source=source,
+        sigma_source=noise.source,
         boot_sigma=boot_sigma,
+        noise=noise,
+        model_error=estimate(
+            _rolling_origin(ln, ld, y, theta, settings, sigma),
+            float(np.exp(np.mean(np.log(np.unique(6.0 * nn * dd))))),
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from openlab_records import (
     Prediction,
     RecordTamperedError,
     Verdict,
+    read_json,
     read_sealed,
     record_hash,
     seal,
@@ -645,3 +646,19 @@ def test_prediction_records_the_recipe_and_the_ladders_compute_share(
     assert rows["bare"]["compute_share"] is None
     page = TestClient(create_app(str(tmp_path))).get("/predictions").text  # the dashboard's Predictions page
     assert "<td>2.0% of the target (delphi-v2)</td>" in page
+
+
+def test_prediction_records_its_interval_rules_model_error_and_the_gates_that_fired(
+    tmp_path: Path, ladder_runs: list[RungRun]
+) -> None:
+    fit_ladder(FitConfig(output_path=str(tmp_path / "fit"), runs=tuple(ladder_runs), bootstrap=50))
+    predict_target(_prediction_config(tmp_path))
+    record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
+    typed = Prediction.from_json(record)
+    assert record["interval_rules"] == typed.interval_rules == "issue-34" and typed.rules_line() is None
+    assert record["gates_flagged"] == list(typed.gates_flagged)
+    assert typed.flagged == bool(record["warnings"]) == bool(record["gates_flagged"])
+    end = record["points"][-1]
+    assert end["interval_rules"] == "issue-34" and end["model_error_log"] > 0  # the target is past the ladder
+    fit = read_json(str(tmp_path / "fit" / "fit.json"))["fractions"][-1]["fit"]
+    assert fit["model_error"]["tau_per_decade"] > 0 and fit["sigma_prior"] == {"sigma": 0.005, "dof": 2.0}

@@ -197,3 +197,16 @@ def test_the_hash_ignores_key_order_and_only_its_own_key(body: dict[str, Any]) -
         key = next(iter(body))
         changed = {**sealed, key: [sealed[key]]}
         assert not is_sealed(changed)
+
+
+@pytest.mark.parametrize(
+    "name", ["prediction-law.json", "prediction-pre_decay_anchor.json"], ids=["law", "anchor"]
+)
+def test_a_record_written_under_the_old_interval_rules_says_so_and_still_verifies(name: str) -> None:
+    raw = _v1(name)
+    typed = Prediction.from_json(raw)
+    assert typed.interval_rules == "before-issue-34"
+    line = typed.rules_line()
+    assert line is not None and "before issue 34" in line and "model-error" in line
+    assert typed.flagged == bool(typed.warnings)
+    assert seal(typed.to_json()) == raw  # reading the rules changes nothing in the sealed record

@@ -1,0 +1,140 @@
+"""The model-error term: how far the law itself misses when it extrapolates, measured on its ladder
+(issue 34).
+
+The bootstrap interval (:mod:`.bootstrap`) carries the noise of the runs through the law; it assumes the law
+is right. On real ladders it is not quite (a bend past the top rung, a rung off the law, a schedule effect),
+and an interval without that term covered 0.09-0.48 where the law was biased by 2%. So each fit measures
+its own law's extrapolation error on its ladder, by a **rolling-origin backtest**:
+
+- for each origin ``j`` (the smallest budgets that can be fitted on their own, then one more at a time, up
+  to all but the top one), the law is fitted on the budgets up to ``j`` and predicts every later budget
+  ``k``: an error ``e = log L_k - log pred_j(C_k)`` (``L_k`` the budget's mean over its runs, in log) at a
+  distance of ``x = log10(C_k / C_j)`` decades from the centre ``C_j`` of the budgets fitted (their
+  geometric mean: where the data pin the law down; a law's error grows with the distance from there, and is
+  not 0 at the top rung, where a law bent by 1-2% still misses), with the variance the noise alone
+  would give it, ``v = se_j(C_k)² + sigma²/m_k`` (the sub-fit's Gauss-Newton standard error of its
+  extrapolation, and the noise of the ``m_k`` runs it is scored against);
+- the model error per decade is estimated by moments, each backtest weighted by its precision ``w = 1/v``
+  (a 3-budget sub-fit far out is mostly noise), ``tau_hat² = max(0, Σ w(e² - v)) / Σ w x²`` (the error
+  beyond what noise explains, growing in proportion to the distance extrapolated), and **shrunk to a prior**
+  ``TAU_PRIOR`` (0.25% of log L per decade) with ``TAU_PRIOR_WEIGHT`` (2) pseudo-backtests:
+  ``tau² = (2·tau0² + n·tau_hat²) / (2 + n)`` for ``n`` backtests. A ladder too short for any backtest
+  (3 budgets with E fitted) gets the prior: a stated rule, never a zero term.
+
+At a forecast ``x = log10(C / C_from)`` decades past the centre of the fitted budgets (0 below it) the model
+error's standard deviation in log L is ``tau·x``; :func:`widen` adds ``z·tau·x`` (``z`` the level's normal
+quantile) in quadrature to each side of both intervals, the mean's and one run's. The record keeps it apart
+from the noise: ``model_error`` (``tau_per_decade``, ``estimate``, ``backtests``, ``prior``...), and each
+forecast point's ``model_error_log``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
+from typing import Any
+
+TAU_PRIOR = 0.0025
+"""The prior's model error, in log L per decade from the centre of the ladder (0.25%: 0.5% at a target a
+decade past a two-decade ladder, the noise prior's size)."""
+TAU_PRIOR_WEIGHT = 2.0
+"""The prior's weight, in backtests: two, so a ladder with five or more backtests mostly speaks for itself."""
+METHOD = "rolling-origin backtest on the ladder, moments beyond the noise, per decade; shrunk to a prior"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backtest:
+    """One rolling-origin prediction: the centre of the origin's budgets, the budget predicted, the error in
+    log L, the variance the noise alone gives it, and the distance in decades."""
+
+    origin: float
+    compute: float
+    error_log: float
+    noise_var: float
+
+    @property
+    def decades(self) -> float:
+        return math.log10(self.compute / self.origin)
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "origin": self.origin,
+            "compute": self.compute,
+            "error_log": self.error_log,
+            "noise_var": self.noise_var,
+            "decades": self.decades,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelError:
+    """The model-error term of one fit: ``tau`` per decade past ``c_from``, and how it was found."""
+
+    tau: float
+    estimate: float | None
+    """The backtests' own estimate (None with no backtest)."""
+    backtests: tuple[Backtest, ...]
+    c_from: float
+    """The centre (geometric mean) of the fitted budgets: distances are counted from it."""
+    prior: float = TAU_PRIOR
+    prior_weight: float = TAU_PRIOR_WEIGHT
+
+    def sd(self, compute: float) -> float:
+        """The model error's standard deviation in log L at ``compute`` (0 below the ladder's centre)."""
+        return self.tau * max(0.0, math.log10(compute / self.c_from))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": METHOD,
+            "tau_per_decade": self.tau,
+            "estimate": self.estimate,
+            "c_from": self.c_from,
+            "prior": {"tau_per_decade": self.prior, "weight": self.prior_weight},
+            "backtests": [b.to_json() for b in self.backtests],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelError:
+        prior = data.get("prior") or {}
+        return cls(
+            tau=float(data["tau_per_decade"]),
+            estimate=None if data.get("estimate") is None else float(data["estimate"]),
+            backtests=tuple(
+                Backtest(
+                    float(b["origin"]), float(b["compute"]), float(b["error_log"]), float(b["noise_var"])
+                )
+                for b in data.get("backtests", [])
+            ),
+            c_from=float(data["c_from"]),
+            prior=float(prior.get("tau_per_decade", TAU_PRIOR)),
+            prior_weight=float(prior.get("weight", TAU_PRIOR_WEIGHT)),
+        )
+
+
+def estimate(backtests: Sequence[Backtest], c_from: float) -> ModelError:
+    """The model error per decade from the backtests, shrunk to the prior (the module docstring)."""
+    usable = [b for b in backtests if b.decades > 0 and math.isfinite(b.error_log)]
+    if not usable:
+        return ModelError(tau=TAU_PRIOR, estimate=None, backtests=tuple(backtests), c_from=c_from)
+    weights = [1.0 / max(b.noise_var, 1e-12) for b in usable]
+    excess = sum(w * (b.error_log**2 - b.noise_var) for w, b in zip(weights, usable, strict=True))
+    tau_hat = math.sqrt(
+        max(0.0, excess) / sum(w * b.decades**2 for w, b in zip(weights, usable, strict=True))
+    )
+    n = len(usable)
+    tau = math.sqrt((TAU_PRIOR_WEIGHT * TAU_PRIOR**2 + n * tau_hat**2) / (TAU_PRIOR_WEIGHT + n))
+    return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_from=c_from)
+
+
+def widen(interval: tuple[float, float, float], sd: float, level: float) -> tuple[float, float, float]:
+    """``(point, low, high)`` with ``z·sd`` (in log L) added in quadrature to each side's log width."""
+    point, low, high = interval
+    if sd <= 0:
+        return interval
+    z_sd = NormalDist().inv_cdf(0.5 + level / 2) * sd
+    lp = math.log(point)
+    down = math.hypot(lp - math.log(low), z_sd)
+    up = math.hypot(math.log(high) - lp, z_sd)
+    return point, math.exp(lp - down), math.exp(lp + up)
