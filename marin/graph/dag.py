@@ -37,7 +37,7 @@ class Node:
     deps: list[Node]
     content_hash: str  # the hash from name/version/config/deps, even when the path is pinned
     inputs: StepInputs | None = None  # its raw inputs, when the graph was built with a RawInputs reader
-    definition_hash: str = ""  # the hash without any raw-input fingerprint, here or upstream (the experiment's)
+    definition_hash: str = ""  # the hash with no raw-input fingerprint here or upstream (the experiment's)
 
     def __post_init__(self) -> None:
         self.definition_hash = self.definition_hash or self.hash

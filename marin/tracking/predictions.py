@@ -212,9 +212,11 @@ def tracking_section(steps: Sequence[StepView]) -> list[str]:
 
 def _gates_line(record: Prediction) -> str:
     """What the step's own gates flagged before the target ran."""
+    rules = f"\n\n{record.rules_line()}" if record.rules_line() else ""
     if record.warnings is None:
-        return "Gates: not recorded (an older record)"
-    return "Gates (recorded, not enforced): " + ("; ".join(record.warnings) or "none flagged")
+        return "Gates: not recorded (an older record)" + rules
+    mark = f"⚠️ gates fired ({', '.join(record.gates_flagged)}); " if record.flagged else ""
+    return mark + "Gates (recorded, not enforced): " + ("; ".join(record.warnings) or "none flagged") + rules
 
 
 def prediction_body(record: Prediction) -> str:
@@ -424,11 +426,15 @@ def _listing_row(path: str, raw: Any, verdicts: dict[Any, tuple[str | None, Any]
 
 
 def _ladder_columns(record: Prediction | None) -> dict[str, Any]:
-    """The recipe and compute share a ladder's record states (``ladder``; None for other records)."""
+    """The recipe and compute share a ladder's record states (``ladder``; None for other records), the gates
+    that fired before the run and, for a forecast made under the interval rules before issue 34, the line
+    that says so (every surface shows both)."""
     ladder = record.details.get("ladder") if record is not None else None
+    flags = {"gates_flagged": list(record.gates_flagged) if record is not None else [],
+             "rules_line": record.rules_line() if record is not None else None}
     if not isinstance(ladder, dict):
-        return {"recipe": None, "compute_share": None}
-    return {"recipe": ladder.get("recipe"), "compute_share": ladder.get("compute_share")}
+        return {"recipe": None, "compute_share": None, **flags}
+    return {"recipe": ladder.get("recipe"), "compute_share": ladder.get("compute_share"), **flags}
 
 
 def list_predictions(prefix: str) -> dict[str, Any]:

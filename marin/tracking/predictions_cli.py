@@ -58,6 +58,10 @@ def table(listing: dict[str, Any]) -> str:
         )
         if r.get("error_words"):
             lines.append(f"{'':<16} {r['error_words']}")
+        if r.get("gates_flagged"):
+            lines.append(f"{'':<16} gates fired before the run: {', '.join(r['gates_flagged'])}")
+        if r.get("rules_line"):
+            lines.append(f"{'':<16} {r['rules_line']}")
     rate = listing["hit_rate"]
     lines.append(
         f"{len(listing['predictions'])} predictions, {listing['scored']} scored"

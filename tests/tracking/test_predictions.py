@@ -226,3 +226,33 @@ def test_status_comment_refreshes_when_an_evaluation_lands_between_transitions(t
         assert time.time() < deadline, status_body()
         time.sleep(0.2)
     publisher.publish(dataclasses.replace(view, status="SUCCESS"), final=True)
+
+
+def test_every_listing_surface_marks_fired_gates_and_the_old_interval_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import markupsafe
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+    from marin.tracking.predictions import prediction_body
+    from openlab_records import Prediction
+
+    old = _record()  # no interval_rules: made before issue 34
+    body = {k: v for k, v in old.items() if k != "record_sha256"}
+    new = seal({**body, "warnings": ["the top rung left the law"],
+                "interval_rules": "issue-34", "gates_flagged": ["backtest_top_rung"]})
+    _write(tmp_path / "old/prediction/prediction.json", old)
+    _write(tmp_path / "new/prediction/prediction.json", new)
+    rows = {r["path"].split("/")[-3]: r for r in list_predictions(str(tmp_path))["predictions"]}
+    rules = Prediction.from_json(old).rules_line()
+    assert rules and rows["old"]["rules_line"] == rules and rows["old"]["gates_flagged"] == []
+    assert rows["new"]["rules_line"] is None and rows["new"]["gates_flagged"] == ["backtest_top_rung"]
+    assert predictions_main(["--prefix", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gates fired before the run: backtest_top_rung" in out and rules in out
+    page = TestClient(create_app(str(tmp_path))).get("/predictions").text
+    assert "gates fired: backtest_top_rung" in page and str(markupsafe.escape(rules)) in page
+    comment = prediction_body(Prediction.from_json(new))
+    assert "⚠️ gates fired (backtest_top_rung)" in comment and rules not in comment
+    assert rules in prediction_body(Prediction.from_json(old))
