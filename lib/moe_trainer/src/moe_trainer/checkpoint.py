@@ -18,12 +18,22 @@ listed, whichever member died first. The layout does not depend on the process c
 N processes restores in one and the reverse (onto whatever shardings the restoring mesh asks for).
 ``latest_step`` is process 0's answer broadcast to all, so every member restores the same step even if a
 listing raced with a straggler's commit.
+
+Damaged checkpoints: a committed step can still fail to restore (a file truncated or overwritten on disk, a
+bucket object replaced). ``layout_mismatch`` tells such damage (the saved layout matches this config's, or
+the checkpoint's own metadata is unreadable) from a changed configuration (the layouts differ), and
+``move_aside`` renames a damaged step's directory to ``{step}.corrupt-<UTC time>``: kept for inspection, no
+longer listed (orbax lists step numbers only), and out of the way of the save that will write that step
+again. ``one_line`` reduces orbax/TensorStore's multi-line errors to their innermost cause's first line.
+``resume.py`` decides what to do with them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -114,6 +124,45 @@ class Checkpointer:
         )
         return (TrainState.from_tree(out["state"]) if typed else out["state"]), dict(out["meta"])
 
+    def step_path(self, step: int) -> str:
+        """The directory of one step's checkpoint."""
+        return f"{self.directory.rstrip('/')}/{step}"
+
+    def layout_mismatch(self, step: int, abstract_state: PyTree) -> str | None:
+        """How the train state saved at ``step`` differs in layout (the shapes and dtypes of its arrays) from
+        ``abstract_state``; None when they agree, so a restore of it that failed failed on damaged data.
+        Raises when the checkpoint's own metadata cannot be read (damage too)."""
+        from etils import epath
+
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            tree = handler.metadata(epath.Path(self.step_path(step)) / "state")
+        finally:
+            handler.close()
+        tree = getattr(tree, "tree", tree)
+        item = abstract_state.as_tree() if isinstance(abstract_state, TrainState) else abstract_state
+        saved, wanted = _layout(tree), _layout(item)
+        if saved == wanted:
+            return None
+        return (f"{sum(saved.values())} arrays saved, {sum(wanted.values())} in this config; "
+                f"{sum((saved - wanted).values())} saved shapes/dtypes this config lacks")
+
+    def move_aside(self, step: int) -> str:
+        """Rename the damaged checkpoint of ``step`` to ``{step}.corrupt-<UTC time>`` (never deleted); the
+        step is no longer listed, and a later save of it writes a fresh directory. Returns the new path."""
+        import fsspec
+
+        src = self.step_path(step)
+        dst = f"{src}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        fs, path = fsspec.core.url_to_fs(src)
+        fs.mv(path, fsspec.core.url_to_fs(dst)[1], recursive=True)
+        self.reload()
+        return dst
+
+    def reload(self) -> None:
+        """Re-read the list of steps from storage (after another process moved one aside)."""
+        self._manager.reload()
+
     def read_meta(self, step: int) -> dict[str, Any]:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
@@ -161,6 +210,24 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _layout(tree: PyTree) -> Counter[tuple[tuple[int, ...], str]]:
+    """The (shape, dtype) of every array of a tree of arrays, ShapeDtypeStructs or orbax metadata."""
+    leaves = jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "shape"))
+    return Counter((tuple(leaf.shape), str(np.dtype(leaf.dtype))) for leaf in leaves)
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """``error`` in one line: the innermost exception of its chain (TensorStore's own message, not orbax's
+    60-line dump of the TensorStore spec), type and first line, at most ``limit`` characters."""
+    inner, seen = error, {id(error)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = next((line.strip() for line in str(inner).splitlines() if line.strip()), "")
+    text = f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _restore_args(abstract: PyTree) -> PyTree:
