@@ -49,7 +49,7 @@ def _print_help(command: str = "run") -> None:
 
     print(USAGE)
     print("Flags may also be spelled with dashes (--dry-run), booleans alone mean true, and --run-only takes")
-    print("several regexes (--run-only tokenize train).\n")
+    print("several regexes (--run-only tokenize train), --force-run several step names (--force-run a b).\n")
     sys.stdout.flush()
     with contextlib.suppress(SystemExit):  # argparse exits after printing the help
         draccus.parse(ExecutorMainConfig, args=["--help"], prog=f"marin {command} SCRIPT")

@@ -31,6 +31,9 @@ class ExecutorMainConfig:
     """Regexes (re.search on step names): run only the matching steps and their dependencies."""
     force_run_failed: bool = False
     """Re-run steps that failed in an earlier run (otherwise they stay failed and block their dependents)."""
+    force_run: list[str] | None = None
+    """Step names (exact) to re-run although they succeeded (an output damaged since, e.g. a checkpoint an
+    evaluation cannot read), with every step that depends on them; new attempts, earlier logs kept."""
     backend: str = "ray"
     """Where steps run: 'ray' (embedded Ray, or the cluster at --ray_address / $RAY_ADDRESS) or 'local'."""
     ray_address: str | None = None
@@ -65,7 +68,7 @@ class ExecutorMainConfig:
 
 
 _BOOL = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("bool", bool)}
-_LIST = {"run_only"}
+_LIST = {"run_only", "force_run"}
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -80,6 +83,8 @@ def normalize_argv(argv: list[str]) -> list[str]:
         name, eq, value = arg[2:].partition("=")
         name = name.replace("-", "_")
         if eq:
+            if name in _LIST and not value.startswith("["):
+                value = json.dumps([value])
             out += [f"--{name}", value]
             i += 1
             continue

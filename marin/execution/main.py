@@ -158,7 +158,7 @@ def run_experiment(
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     run = RunContext(prefix, issue, experiment_id, script, run_id, description)
     plan = make_plan(graph, prefix, storage, run_only=config.run_only,
-                     force_run_failed=config.force_run_failed)
+                     force_run_failed=config.force_run_failed, force_run=config.force_run)
     if verbose:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
     if config.dry_run:
@@ -327,7 +327,8 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
     freeze(notebook, graph)  # the definition errors `run` would raise
     prefix = normalize_prefix(cfg.resolved_prefix())
     storage = storage_for(prefix)
-    plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)
+    plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed,
+                     force_run=cfg.force_run)
     experiment_id = f"{script_stem(script_path())}-{graph.experiment_hash[:8]}"
     if mode == "plan":
         print(json.dumps({"experiment": experiment_id, **plan.to_json()}, indent=1) if cfg.format == "json"

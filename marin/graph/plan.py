@@ -2,8 +2,10 @@
 
 Actions: `run`; `skip` (already succeeded, or not needed because everything that uses it succeeded);
 `wait` (held by a live lease of another executor); `blocked` (a dependency failed and will not be re-run);
-`failed` (failed before; re-run only with `--force-run-failed`). `changed` explains, field by field, why a
-step that ran earlier under this prefix with the same name now has a different hash.
+`failed` (failed before; re-run only with `--force-run-failed`). `--force-run NAME` re-runs the named steps
+although they succeeded, and every step that depends on them (`forced` on their entries). `changed`
+explains, field by field, why a step that ran earlier under this prefix with the same name now has a
+different hash.
 
 Planning reads storage but writes nothing. It lists each parent directory of the output paths once instead
 of probing every step, so planning a fresh 10,000-step DAG costs one listing.
@@ -62,6 +64,7 @@ class PlanEntry:
     previous: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     node: Node | None = dataclasses.field(default=None, repr=False)
     previous_hash: str | None = None  # set with `changed`: the hash of the earlier run it is compared with
+    forced: bool = False  # named by --force-run, or depends on a step that is: runs although it succeeded
     changes: list[Change] = dataclasses.field(default_factory=list, repr=False)  # `changed`, structured
 
     def to_json(self) -> dict[str, Any]:
@@ -144,9 +147,32 @@ class Scan:
         return [posixpath.join(parent, n) for n in version_names(by_stem.get(stem, ()), stem) if n != base]
 
 
+def forced_nodes(graph: Graph, names: Sequence[str] | None) -> set[int]:
+    """The nodes `--force-run` names (exact step names) and every node that depends on them, by id."""
+    if not names:
+        return set()
+    by_name = {n.name: n for n in graph.nodes}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        known = sorted(by_name)
+        raise ValueError(f"--force-run {' '.join(unknown)}: no such step in this experiment; its steps are "
+                         f"{', '.join(known[:30])}{' ...' if len(known) > 30 else ''}")
+    dependents = graph.dependents()
+    forced: set[int] = set()
+    stack = [by_name[name] for name in names]
+    while stack:
+        node = stack.pop()
+        if id(node) not in forced:
+            forced.add(id(node))
+            stack.extend(dependents[id(node)])
+    return forced
+
+
 def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Node], dict[str, Any] | None],
-           warnings: list[str]) -> set[int]:
-    """Nodes to consider: the roots and their dependencies, not descending below succeeded steps."""
+           warnings: list[str], forced: set[int] | None = None) -> set[int]:
+    """Nodes to consider: the roots (and forced nodes) and their dependencies, not descending below succeeded
+    steps unless they are forced."""
+    forced = forced or set()
     if run_only:
         patterns = [re.compile(r) for r in run_only]
         roots = [n for n in graph.nodes if any(p.search(n.name) for p in patterns)]
@@ -155,6 +181,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Nod
                 warnings.append(f"--run-only {p.pattern!r} matches no step")
     else:
         roots = list(graph.targets)
+    roots += [n for n in graph.nodes if id(n) in forced]
     needed: set[int] = set()
     stack = list(roots)
     while stack:
@@ -162,7 +189,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, previous: Callable[[Nod
         if id(node) in needed:
             continue
         needed.add(id(node))
-        if (previous(node) or {}).get("status") != SUCCESS:
+        if (previous(node) or {}).get("status") != SUCCESS or id(node) in forced:
             stack.extend(node.deps)
     return needed
 
@@ -174,6 +201,7 @@ def make_plan(
     *,
     run_only: Sequence[str] | None = None,
     force_run_failed: bool = False,
+    force_run: Sequence[str] | None = None,
     now: float | None = None,
 ) -> Plan:
     now = time.time() if now is None else now
@@ -184,7 +212,8 @@ def make_plan(
     def previous(node: Node) -> dict[str, Any] | None:
         return scan.status.get(paths[id(node)])
 
-    needed = select(graph, run_only, previous, warnings)
+    forced = forced_nodes(graph, force_run)
+    needed = select(graph, run_only, previous, warnings, forced)
     entries: list[PlanEntry] = []
     by_node: dict[int, PlanEntry] = {}
     for node in graph.nodes:
@@ -195,7 +224,8 @@ def make_plan(
                            "not needed: every step that uses it already succeeded",
                            previous(node))
         else:
-            entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now)
+            entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now,
+                            forced=id(node) in forced)
             if entry.action == RUN and entry.previous is None:
                 entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan,
                                                                              storage,
@@ -214,8 +244,12 @@ def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any]
 
 def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
             storage: Storage,
-            force_run_failed: bool, now: float) -> PlanEntry:
+            force_run_failed: bool, now: float, forced: bool = False) -> PlanEntry:
     status = (prev or {}).get("status")
+    if forced and status in (SUCCESS, FAILED):
+        entry = _forced(node, path, prev, by_node)
+        if entry is not None:
+            return entry
     if status == SUCCESS:
         return _entry(node, path, SKIP, f"already succeeded (attempt {prev.get('attempt')})", prev)  # type: ignore[union-attr]
     if status == FAILED and not force_run_failed:
@@ -245,6 +279,22 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         None: "not run yet under this prefix",
     }
     return _entry(node, path, RUN, reasons.get(status, f"previous status {status}; re-running"), prev)
+
+
+def _forced(node: Node, path: str, prev: dict[str, Any] | None,
+            by_node: dict[int, PlanEntry]) -> PlanEntry | None:
+    """The entry of a step `--force-run` re-runs (None when a dependency failed: it stays blocked)."""
+    for dep in node.deps:
+        dep_entry = by_node.get(id(dep))
+        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
+            return None
+    upstream = [d.name for d in node.deps if (e := by_node.get(id(d))) is not None and e.forced]
+    was = f"{(prev or {}).get('status', '').lower()} before (attempt {(prev or {}).get('attempt')})"
+    reason = (f"forced by --force-run: {was}; re-running" if not upstream
+              else f"dependency {upstream[0]} is forced to re-run (--force-run): {was}; re-running")
+    entry = _entry(node, path, RUN, reason, prev)
+    entry.forced = True
+    return entry
 
 
 def _explain(node: Node, path: str, scan: Scan, storage: Storage,

@@ -346,3 +346,46 @@ def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(
         )
     )
     assert tc.init_from == "/runs/source" and tc.warm_start.data_position == "carry"
+
+
+def test_a_damaged_final_checkpoint_fails_its_evaluation_naming_the_train_step_and_force_run_repairs_it(
+        run_marin: Any, caches: dict[str, str], train_cache: str) -> None:
+    """Train (checkpoints 2, 4, 6) then evaluate; the step-6 checkpoint is damaged on disk afterwards. A
+    re-run of the evaluation fails in one line naming the checkpoint, the train step and `--force-run` of
+    it; the train step stays SUCCESS. `--force-run` of the train step re-runs it (falling back to checkpoint
+    4) and the evaluation, whose eval.json is then exactly the first one's (bit-exact resume)."""
+    from marin import Step, output_path_of, this_output_path
+
+    trained = Step(name="dmg/train", fn=train, config=dataclasses.replace(
+        small_train(Path("unused"), train_cache), output_path=this_output_path()))
+    scored = Step(name="dmg/eval", fn=evaluate, config=EvaluateConfig(
+        output_path=this_output_path(), checkpoint=output_path_of(trained), validation=caches))
+    first = run_marin([scored])
+    assert first.status == "SUCCESS"
+    train_path, eval_path = Path(first.output_path("dmg/train")), Path(first.output_path("dmg/eval"))
+    before = json.loads((eval_path / "eval.json").read_text())
+    for data in [p for p in (train_path / "checkpoints/6/state").rglob("*") if p.parent.name == "d"]:
+        with data.open("r+b") as f:  # every array data file loses its tail (the parameters' too)
+            f.truncate(100)
+
+    failed = run_marin([scored], force_run=["dmg/eval"])
+    assert failed.status == "FAILED" and failed.status_of("dmg/train") == "SUCCESS"
+    error = json.loads((eval_path / ".marin/status.json").read_text())["error"]
+    message = error["message"]
+    assert error["type"] == "UnreadableCheckpointError" and error["producer"] == "dmg/train"
+    assert f"checkpoint step 6 at {train_path}/checkpoints/6 cannot be read" in message
+    assert "step dmg/train" in message and "`marin run SCRIPT --force-run dmg/train`" in message
+    assert "\n" not in message and "TensorStore(" not in message
+    assert "--force-run dmg/train" in failed.summary
+
+    repaired = run_marin([scored], force_run=["dmg/train"])
+    actions = {e.name: (e.action, e.forced) for e in repaired.plan.entries}
+    assert actions == {"dmg/train": ("run", True), "dmg/eval": ("run", True)}
+    assert repaired.status == "SUCCESS"
+    status = json.loads((train_path / ".marin/status.json").read_text())
+    assert status["attempt"] == 2 and (train_path / ".marin/logs/attempt-1.log").exists()
+    result = json.loads((train_path / "train_result.json").read_text())
+    [fallback] = result["checkpoint_fallbacks"]
+    assert (fallback["step"], fallback["resumed_from"], fallback["steps_redone"]) == (6, 4, 2)
+    assert "checkpoint step 6" in (train_path / ".marin/logs/attempt-2.log").read_text()
+    assert json.loads((eval_path / "eval.json").read_text()) == before

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -129,9 +128,10 @@ class Checkpointer:
         return f"{self.directory.rstrip('/')}/{step}"
 
     def layout_mismatch(self, step: int, abstract_state: PyTree) -> str | None:
-        """How the train state saved at ``step`` differs in layout (the shapes and dtypes of its arrays) from
-        ``abstract_state``; None when they agree, so a restore of it that failed failed on damaged data.
-        Raises when the checkpoint's own metadata cannot be read (damage too)."""
+        """How the train state saved at ``step`` differs in layout (the names, shapes and dtypes of its
+        arrays, from its own metadata) from ``abstract_state``, naming the first array that differs; None
+        when they agree, so a restore of it that failed failed on damaged data. Raises when the checkpoint's
+        metadata cannot be read (damage too)."""
         from etils import epath
 
         handler = ocp.PyTreeCheckpointHandler()
@@ -141,11 +141,14 @@ class Checkpointer:
             handler.close()
         tree = getattr(tree, "tree", tree)
         item = abstract_state.as_tree() if isinstance(abstract_state, TrainState) else abstract_state
-        saved, wanted = _layout(tree), _layout(item)
-        if saved == wanted:
-            return None
-        return (f"{sum(saved.values())} arrays saved, {sum(wanted.values())} in this config; "
-                f"{sum((saved - wanted).values())} saved shapes/dtypes this config lacks")
+        saved = {leaf.name: leaf for leaf in jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "shape"))}
+        wanted = {_dotted(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(item)[0]}
+        for name in sorted(saved.keys() | wanted.keys()):
+            have, want = saved.get(name), wanted.get(name)
+            if have is None or want is None or _shape_dtype(have) != _shape_dtype(want):
+                return (f"{name}: saved {_describe(have)}, this config {_describe(want)} "
+                        f"({len(saved)} arrays saved, {len(wanted)} in this config)")
+        return None
 
     def move_aside(self, step: int) -> str:
         """Rename the damaged checkpoint of ``step`` to ``{step}.corrupt-<UTC time>`` (never deleted); the
@@ -212,10 +215,20 @@ class Checkpointer:
         self._manager.close()
 
 
-def _layout(tree: PyTree) -> Counter[tuple[tuple[int, ...], str]]:
-    """The (shape, dtype) of every array of a tree of arrays, ShapeDtypeStructs or orbax metadata."""
-    leaves = jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "shape"))
-    return Counter((tuple(leaf.shape), str(np.dtype(leaf.dtype))) for leaf in leaves)
+def _dotted(path: tuple[Any, ...]) -> str:
+    """A tree path as orbax names the array (``opt_state.inner_states.decay.inner_state.0.mu``)."""
+    return ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(leaf.shape), str(np.dtype(leaf.dtype))
+
+
+def _describe(leaf: Any) -> str:
+    if leaf is None:
+        return "nothing"
+    shape, dtype = _shape_dtype(leaf)
+    return f"{dtype}{list(shape)}"
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
@@ -295,10 +308,34 @@ def load_checkpoint(path: str) -> Model:
                 f"no complete checkpoint under {directory}: pass a run output dir, its checkpoints/ dir or a "
                 "step dir"
             )
-        meta = ckpt.read_meta(step)
-        model_cfg = draccus.decode(ModelConfig, meta["model_config"])
-        abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
-        params = ckpt.restore_params(step, abstract)
+        try:
+            meta = ckpt.read_meta(step)
+            model_cfg = draccus.decode(ModelConfig, meta["model_config"])
+            abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
+            params = ckpt.restore_params(step, abstract)
+        except Exception as e:  # damaged files: one line naming the checkpoint, never a TensorStore dump
+            raise UnreadableCheckpointError(path, step, ckpt.step_path(step), one_line(e)) from e
     finally:
         ckpt.close()
     return Model(model_cfg, params)
+
+
+class UnreadableCheckpointError(RuntimeError):
+    """A checkpoint that a reader (evaluation, export) was given cannot be read: damaged after it was written.
+
+    ``input_path`` is the path the reader was given (a train step's output path, usually): the engine names
+    the step whose output it is and the fix (``marin run SCRIPT --force-run STEP``,
+    marin/execution/inputs.py); this library knows no engine, only that attribute. A reader never falls
+    back to an older checkpoint by itself: that would evaluate other weights than the ones asked for.
+    """
+
+    def __init__(self, input_path: str, step: int, path: str, error: str) -> None:
+        self.input_path, self.step, self.path, self.error = input_path, step, path, error
+        super().__init__(
+            f"checkpoint step {step} at {path} cannot be read ({error}): it was damaged after the run that "
+            "wrote it finished; re-run that run so it writes the checkpoint again (it falls back to its "
+            "newest readable checkpoint and trains from there)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles with its fields (the engine gets it from a worker)
+        return type(self), (self.input_path, self.step, self.path, self.error)
