@@ -7,9 +7,10 @@
 and runs the jitted step of ``step.py`` over batches that the data library's ``TrainLoader`` computes from the
 step index alone, so a run resumes exactly: on start it restores the newest *complete* checkpoint under
 ``{output_dir}/checkpoints`` (parameters, optimizer state, step, data position, RNG, health windows) and
-continues; metrics.jsonl is cut back to that step. The loop overlaps host and device by reading step t's
-metrics after step t+1 has been dispatched (except at checkpoint and evaluation steps, whose rows are written
-before the checkpoint so that a resumed run never lacks them).
+continues; metrics.jsonl is cut back to that step. A checkpoint damaged on storage is reported in one line,
+moved aside and skipped for the next older one (``resume.py``). The loop overlaps host and device by reading
+step t's metrics after step t+1 has been dispatched (except at checkpoint and evaluation steps, whose rows are
+written before the checkpoint so that a resumed run never lacks them).
 
 Multi-host (docs/trainer.md): with the gang's MARIN_GANG_* variables set, ``train`` joins ``jax.distributed``
 first (``distributed.py``), builds the mesh over every process's devices, has each process read only its rows
