@@ -79,6 +79,7 @@ class PlanEntry:
             "dependencies": self.dependencies,
             "previous_status": (self.previous or {}).get("status"),
             "previous_hash": self.previous_hash,
+            "forced": self.forced,
         }
 
 

@@ -39,6 +39,8 @@ def test_force_run_reruns_the_step_and_its_dependents_as_new_attempts(run_marin:
     entries = {e.name: e for e in forced.plan.entries}
     assert {n: (e.action, e.forced) for n, e in entries.items()} == {
         "fr/numbers": ("run", True), "fr/total": ("run", True), "fr/other": ("skip", False)}
+    assert {s["name"]: s["forced"] for s in forced.plan.to_json()["steps"]} == {
+        "fr/numbers": True, "fr/total": True, "fr/other": False}
     assert entries["fr/numbers"].reason == "forced by --force-run: success before (attempt 1); re-running"
     assert entries["fr/total"].reason.startswith("dependency fr/numbers is forced to re-run (--force-run)")
     assert forced.status == "SUCCESS"

@@ -153,14 +153,15 @@ class Checkpointer:
     def move_aside(self, step: int) -> str:
         """Rename the damaged checkpoint of ``step`` to ``{step}.corrupt-<UTC time>`` (never deleted); the
         step is no longer listed, and a later save of it writes a fresh directory. Returns the new path."""
-        import fsspec
+        from etils import epath  # orbax's own path layer: its cached listings see the move
 
-        src = self.step_path(step)
-        dst = f"{src}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-        fs, path = fsspec.core.url_to_fs(src)
-        fs.mv(path, fsspec.core.url_to_fs(dst)[1], recursive=True)
+        src = epath.Path(self.step_path(step))
+        dst = epath.Path(f"{src}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        src.rename(dst)
+        if src.exists():  # an object store's copy + delete can leave the directory's placeholder object
+            src.rmtree()
         self.reload()
-        return dst
+        return str(dst)
 
     def reload(self) -> None:
         """Re-read the list of steps from storage (after another process moved one aside)."""
