@@ -64,7 +64,8 @@ def _print_help(command: str = "run") -> None:
     print(USAGE)
     print(flags_help())
     print("\nBooleans alone mean true (--dry-run); --run-only takes several regexes (--run-only tokenize")
-    print("train); the underscore spelling of a flag is accepted too.")
+    print("train), --force-run several step names (--force-run a b); the underscore spelling of a flag is")
+    print("accepted too.")
 
 
 def version() -> str:

@@ -31,7 +31,10 @@ data position carry over. Both are identity fields, and a dependency on the sour
 Resume: the trainer restores the newest complete checkpoint under ``output_path/checkpoints``. A step re-run
 by the executor after a failure or a preemption has the same output path, so it continues where the last
 attempt's checkpoint left it instead of starting over, and its batches are exactly those an uninterrupted run
-would have seen (the Feistel data order is a function of the step index alone).
+would have seen (the Feistel data order is a function of the step index alone). A checkpoint damaged on
+storage after it was written is skipped for the next older one (reported in the step's log, recorded in
+``checkpoint_fallbacks`` of ``train_result.json``; docs/trainer.md), which is how ``marin run SCRIPT
+--force-run TRAIN_STEP`` repairs a run whose final checkpoint an evaluation could not read.
 
 Multi-host. Run as a gang step (the engine sets MARIN_GANG_SIZE/RANK and MARIN_COORDINATOR on every member),
 the function runs on every host; the trainer joins the members with ``jax.distributed`` and trains on a mesh

@@ -35,6 +35,9 @@ class ExecutorMainConfig:
     """Regexes (re.search on step names): run only the matching steps and their dependencies."""
     force_run_failed: bool = False
     """Re-run steps that failed in an earlier run (otherwise they stay failed and block their dependents)."""
+    force_run: list[str] | None = None
+    """Step names (exact) to re-run although they succeeded (an output damaged since, e.g. a checkpoint an
+    evaluation cannot read), with every step that depends on them; new attempts, earlier logs kept."""
     backend: str = "ray"
     """Where steps run: 'ray' (embedded Ray, or the cluster at --ray-address) or 'local'."""
     ray_address: str | None = None
@@ -81,11 +84,13 @@ HELP_DEFAULTS = {
     "ray_address": "$RAY_ADDRESS, else an embedded Ray",
     "max_concurrent": "the number of CPUs for local, unbounded for ray",
     "issue": "from a script named exp<N>_<slug>.py and $MARIN_ISSUE_REPO",
+    "force_run": "none",
 }
 SHORT_FLAGS = {"-q": "--quiet"}
 METAVARS = {"prefix": "PATH", "run_only": "REGEX...", "backend": "ray|local", "ray_address": "ADDRESS",
             "max_concurrent": "N", "lease_timeout_s": "SECONDS", "format": "table|json",
-            "issue": "OWNER/REPO#N", "raw_inputs": "rerun|warn"}
+            "issue": "OWNER/REPO#N", "raw_inputs": "rerun|warn",
+            "force_run": "STEP..."}
 
 
 def _flag_default(f: dataclasses.Field[object]) -> str:
@@ -113,7 +118,7 @@ def flags_help() -> str:
 
 
 _BOOL = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("bool", bool)}
-_LIST = {"run_only"}
+_LIST = {"run_only", "force_run"}
 _TEXT = {f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in ("str", "str | None", str)}
 """Flags whose value is taken literally. draccus reads every value as YAML, which would cut a prefix at ` #`
 (a comment), strip its trailing spaces, make `a: b` a mapping and refuse a value starting with `-`; such a
@@ -133,6 +138,8 @@ def normalize_argv(argv: list[str]) -> list[str]:
         name, eq, value = arg[2:].partition("=")
         name = name.replace("-", "_")
         if eq:
+            if name in _LIST and not value.startswith("["):
+                value = json.dumps([value])
             out += [f"--{name}", value]
             i += 1
             continue

@@ -33,6 +33,7 @@ from marin.definition.step import Resources
 from marin.errors import StepFailedError
 from marin.execution.attempt import AttemptResult, Outcome, Task
 from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop
+from marin.execution.inputs import name_producer
 from marin.execution.records import RunContextInfo, StepRecords
 from marin.execution.retry import RetryPolicy
 from marin.execution.state import PHASE_OF_STATUS, POLL_MIN_S, Board, Phase, StepState, recorded_attempt
@@ -209,8 +210,10 @@ class Executor:
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
         current = self.records.current(st)
-        # (a SUCCESS the plan itself found and re-runs - its outputs changed since - is not such a finish)
-        if current and current.get("status") == sf.SUCCESS and current != st.entry.previous:
+        # (a SUCCESS the plan itself found and re-runs - its outputs changed since, or --force-run - is not
+        # such a finish)
+        if current and current.get("status") == sf.SUCCESS and current != st.entry.previous \
+                and not _forced_again(st, current):
             self.leases.release(st)
             self._succeeded(key, note="finished by another executor")
             return
@@ -323,6 +326,9 @@ class Executor:
         st = self.board[key]
         error = result.error
         status = sf.PREEMPTED if result.outcome is Outcome.PREEMPTED else sf.FAILED
+        if status == sf.FAILED and result.exception:  # an input another step wrote is unreadable: name it
+            error = name_producer(error, result.exception,
+                                  [(d.name, self.records.node_path(d)) for d in st.node.deps])
         self._close_ledger(key, result)
         fields: dict[str, Any] = {"cause": result.cause} if result.cause else {}
         if result.outcome is Outcome.PREEMPTED:
@@ -426,6 +432,13 @@ class Executor:
                 self.records.interrupted(st, **fields)
                 self.leases.release(st)
             self.board.move(key, Phase.PREEMPTED)
+
+
+def _forced_again(st: StepState, current: dict[str, Any]) -> bool:
+    """A `--force-run` step whose SUCCESS is still the one the plan saw (not one another executor wrote
+    since): it runs again."""
+    planned = st.entry.previous or {}
+    return st.entry.forced and all(current.get(k) == planned.get(k) for k in ("run_id", "attempt", "ended"))
 
 
 def _step_failure(key: str, st: StepState, error: dict[str, Any],

@@ -164,7 +164,7 @@ def run_experiment(
     run = RunContext(prefix, issue, experiment_id, script, run_id, description)
     check_configs(graph, prefix)  # what each worker would parse, parsed now (marin/graph/checks.py)
     plan = make_plan(graph, prefix, storage, run_only=config.run_only,
-                     force_run_failed=config.force_run_failed)
+                     force_run_failed=config.force_run_failed, force_run=config.force_run)
     chatty = verbose and not config.quiet
     if chatty:
         _log(plan.table() if len(plan.entries) <= 200 else _short_plan(plan), verbose)
@@ -350,7 +350,8 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
     freeze(notebook, graph)  # the definition errors `run` would raise
     check_configs(graph, prefix)
     storage = storage_for(prefix)
-    plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed)
+    plan = make_plan(graph, prefix, storage, run_only=cfg.run_only, force_run_failed=cfg.force_run_failed,
+                     force_run=cfg.force_run)
     experiment_id = f"{script_stem(script_path())}-{graph.experiment_hash[:8]}"
     if mode == "plan":
         print(json.dumps({"experiment": experiment_id, **plan.to_json()}, indent=1) if cfg.format == "json"

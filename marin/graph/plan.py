@@ -7,7 +7,8 @@ step that ran earlier under this prefix with the same name now has a different h
 run of its name (an ablation that renamed the step it changes) is compared with the most similar earlier
 step running the same function in the same directory (`marin.graph.changes.most_similar`), and its first
 `changed` line says which (`compared with train/tiny_moe: no earlier step named ...`), for up to
-`CROSS_NAME_BUDGET` steps per plan.
+`CROSS_NAME_BUDGET` steps per plan. `--force-run NAME` re-runs the named steps although they succeeded, and
+every step that depends on them (`forced` on their entries).
 
 Planning reads storage but writes nothing. It lists each parent directory of the output paths once instead
 of probing every step, so planning a fresh 10,000-step DAG costs one listing.
@@ -74,6 +75,7 @@ class PlanEntry:
     previous: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     node: Node | None = dataclasses.field(default=None, repr=False)
     previous_hash: str | None = None  # set with `changed`: the hash of the earlier run it is compared with
+    forced: bool = False  # named by --force-run, or depends on a step that is: runs although it succeeded
     changes: list[Change] = dataclasses.field(default_factory=list, repr=False)  # `changed`, structured
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +90,7 @@ class PlanEntry:
             "dependencies": self.dependencies,
             "previous_status": (self.previous or {}).get("status"),
             "previous_hash": self.previous_hash,
+            "forced": self.forced,
         }
 
 
@@ -188,9 +191,32 @@ class Scan:
         return [posixpath.join(parent, n) for s in names for n in sorted(by_stem[s])][:limit]
 
 
+def forced_nodes(graph: Graph, names: Sequence[str] | None) -> set[int]:
+    """The nodes `--force-run` names (exact step names) and every node that depends on them, by id."""
+    if not names:
+        return set()
+    by_name = {n.name: n for n in graph.nodes}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        known = sorted(by_name)
+        raise ValueError(f"--force-run {' '.join(unknown)}: no such step in this experiment; its steps are "
+                         f"{', '.join(known[:30])}{' ...' if len(known) > 30 else ''}")
+    dependents = graph.dependents()
+    forced: set[int] = set()
+    stack = [by_name[name] for name in names]
+    while stack:
+        node = stack.pop()
+        if id(node) not in forced:
+            forced.add(id(node))
+            stack.extend(dependents[id(node)])
+    return forced
+
+
 def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[Node], bool],
-           warnings: list[str]) -> set[int]:
-    """Nodes to consider: the roots and their dependencies, not descending below succeeded steps."""
+           warnings: list[str], forced: set[int] | None = None) -> set[int]:
+    """Nodes to consider: the roots (and forced nodes) and their dependencies, not descending below succeeded
+    steps unless they are forced."""
+    forced = forced or set()
     if run_only:
         patterns = [re.compile(r) for r in run_only]
         roots = [n for n in graph.nodes if any(p.search(n.name) for p in patterns)]
@@ -199,6 +225,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
                 warnings.append(f"--run-only {p.pattern!r} matches no step")
     else:
         roots = list(graph.targets)
+    roots += [n for n in graph.nodes if id(n) in forced]
     needed: set[int] = set()
     stack = list(roots)
     while stack:
@@ -206,7 +233,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
         if id(node) in needed:
             continue
         needed.add(id(node))
-        if not succeeded(node):
+        if not succeeded(node) or id(node) in forced:
             stack.extend(node.deps)
     return needed
 
@@ -218,6 +245,7 @@ def make_plan(
     *,
     run_only: Sequence[str] | None = None,
     force_run_failed: bool = False,
+    force_run: Sequence[str] | None = None,
     now: float | None = None,
 ) -> Plan:
     now = time.time() if now is None else now
@@ -228,7 +256,9 @@ def make_plan(
     def previous(node: Node) -> dict[str, Any] | None:
         return scan.status.get(paths[id(node)])
 
-    needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings)
+    forced = forced_nodes(graph, force_run)
+    needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings,
+                    forced)
     # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
     reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
     infos = dict(zip(reused, _map(storage, lambda p: read_record(storage, step_json_path(p)), reused),
@@ -250,7 +280,7 @@ def make_plan(
                 entry.warnings.append(outputs.describe() + " (not re-run: nothing that needs it will run)")
         else:
             entry = _decide(node, paths[id(node)], previous(node), by_node, storage, force_run_failed, now,
-                            outputs)
+                            outputs, forced=id(node) in forced)
             if entry.action == RUN and entry.previous is None:
                 entry.previous_hash, entry.changed, entry.changes = _explain(node, paths[id(node)], scan,
                                                                              storage,
@@ -269,8 +299,13 @@ def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any]
 
 def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
             storage: Storage,
-            force_run_failed: bool, now: float, outputs: OutputCheck | None = None) -> PlanEntry:
+            force_run_failed: bool, now: float, outputs: OutputCheck | None = None,
+            forced: bool = False) -> PlanEntry:
     status = (prev or {}).get("status")
+    if forced and status in (SUCCESS, FAILED):
+        entry = _forced(node, path, prev, by_node)
+        if entry is not None:
+            return entry
     if status == SUCCESS and outputs is not None and not outputs.ok:
         return _entry(node, path, RUN, f"{outputs.describe()}; re-running", prev)
     if status == SUCCESS:
@@ -305,6 +340,22 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         None: "not run yet under this prefix",
     }
     return _entry(node, path, RUN, reasons.get(status, f"previous status {status}; re-running"), prev)
+
+
+def _forced(node: Node, path: str, prev: dict[str, Any] | None,
+            by_node: dict[int, PlanEntry]) -> PlanEntry | None:
+    """The entry of a step `--force-run` re-runs (None when a dependency failed: it stays blocked)."""
+    for dep in node.deps:
+        dep_entry = by_node.get(id(dep))
+        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
+            return None
+    upstream = [d.name for d in node.deps if (e := by_node.get(id(d))) is not None and e.forced]
+    was = f"{(prev or {}).get('status', '').lower()} before (attempt {(prev or {}).get('attempt')})"
+    reason = (f"forced by --force-run: {was}; re-running" if not upstream
+              else f"dependency {upstream[0]} is forced to re-run (--force-run): {was}; re-running")
+    entry = _entry(node, path, RUN, reason, prev)
+    entry.forced = True
+    return entry
 
 
 def _explain(node: Node, path: str, scan: Scan, storage: Storage,

@@ -13,7 +13,10 @@ achieved comes from its **progress file**, `{output_path}/.marin/progress.json`,
 
 `step` is the last completed step, `checkpoint_step`/`checkpoint_time` the latest complete checkpoint,
 `resumed_from` the checkpoint step this attempt restored (null when it started fresh) and `first_step_time`
-when it completed its first step after starting. The path is in `MARIN_PROGRESS_FILE` while the step runs.
+when it completed its first step after starting. When the trainer skipped damaged checkpoints on resume it
+adds `checkpoint_fallbacks` (step, path, error, moved_to, resumed_from, resumed_time, steps_redone each); the
+entry it completes keeps them, and its time lost then runs from the older checkpoint actually resumed. The
+path is in `MARIN_PROGRESS_FILE` while the step runs.
 
 Time lost to one interruption = (interruption - last checkpoint, or - the attempt's start when there is
 none: all its work is redone) + the restart gap (interruption -> the next attempt's first step, or its start
@@ -137,7 +140,13 @@ def record_resume(
     reached, resumed = entry.get("step_reached"), resumed_from if resumed_from is not None else 0
     if isinstance(reached, int) and isinstance(resumed, int):
         entry["steps_redone"] = max(0, reached - resumed)
+    # damaged checkpoints the trainer skipped (progress.json): it resumed older than the entry's checkpoint
+    fallbacks = progress.get("checkpoint_fallbacks") if fresh else None
+    if isinstance(fallbacks, list) and fallbacks:
+        entry["checkpoint_fallbacks"] = fallbacks
     checkpoint_time = _number(entry.get("checkpoint_time"))
+    if entry.get("checkpoint_fallbacks"):
+        checkpoint_time = _number(entry["checkpoint_fallbacks"][-1].get("resumed_time"))
     since = (
         checkpoint_time
         if resumed_from is not None and checkpoint_time is not None
@@ -185,6 +194,8 @@ def ledger_lines(ledger: dict[str, Any]) -> list[str]:
         if e.get("resumed_attempt") is not None:
             start = "from scratch" if e.get("resumed_from") is None else f"from step {e['resumed_from']}"
             redone = f", {e['steps_redone']} steps redone" if e.get("steps_redone") is not None else ""
+            skipped = [str(f.get("step")) for f in e.get("checkpoint_fallbacks") or []]
+            redone += f" (damaged checkpoint {', '.join(skipped)} skipped)" if skipped else ""
             resumed = (
                 f", attempt {e['resumed_attempt']} {start}{redone}, {e.get('time_lost_s') or 0.0:.1f} s lost"
             )

@@ -68,6 +68,27 @@ def test_an_interruption_of_a_training_step_records_the_checkpoint_the_redone_st
     assert totals == {"count": 1, "by_cause": {"node_died": 1}, "time_lost_s": 70.0, "steps_redone": 30}
 
 
+def test_a_damaged_checkpoint_skipped_on_resume_counts_from_the_older_one(tmp_path: Path) -> None:
+    """Interrupted at step 130 with checkpoint 100 (saved at t=1000); the next attempt finds checkpoint 100
+    damaged and resumes from 50 (saved at t=900): 80 steps redone, the work since t=900 lost."""
+    out = tmp_path / "train-12345678"
+    storage = storage_for(str(out))
+    _progress(out, step=130, checkpoint_step=100, checkpoint_time=1000.0, resumed_from=None, updated=1040.0)
+    il.record_interruption(storage, str(out), name="train", attempt=1, cause="preempted", hosts=[],
+                           started=800.0, ended=1050.0, **RUN)
+    skipped = {"step": 100, "path": f"{out}/checkpoints/100", "error": "ValueError: OUT_OF_RANGE: ...",
+               "moved_to": f"{out}/checkpoints/100.corrupt-20261206T070000Z", "resumed_from": 50,
+               "resumed_time": 900.0, "steps_redone": 50}
+    _progress(out, step=140, checkpoint_step=50, checkpoint_time=900.0, resumed_from=50,
+              first_step_time=1070.0, updated=1090.0, checkpoint_fallbacks=[skipped])
+    done = il.record_resume(storage, str(out), attempt=2, started=1060.0)
+    assert done is not None and done["resumed_from"] == 50 and done["steps_redone"] == 80
+    assert done["checkpoint_fallbacks"] == [skipped]
+    assert done["time_lost_s"] == (1050.0 - 900.0) + 20.0
+    [line] = il.ledger_lines(il.read_ledger(storage, str(out)))
+    assert "attempt 2 from step 50, 80 steps redone (damaged checkpoint 100 skipped), 170.0 s lost" in line
+
+
 def test_a_step_without_progress_loses_its_whole_attempt_and_the_gap(tmp_path: Path) -> None:
     out = tmp_path / "work-12345678"
     storage = storage_for(str(out))

@@ -346,3 +346,79 @@ def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(
         )
     )
     assert tc.init_from == "/runs/source" and tc.warm_start.data_position == "carry"
+
+
+# Each run happens in a fresh interpreter: the local backend forks its workers from the executor's process,
+# and a fork of a process whose JAX runtime is already started (pytest's, after the in-process tests above)
+# deadlocks in the child's first JAX call (as in tests/marin/test_interruption_ledger.py).
+RUN_TRAIN_THEN_EVAL = """
+import dataclasses, json, sys
+from pathlib import Path
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+from operators.evaluate import EvaluateConfig, evaluate
+from operators.train import train
+from tests.operators.test_train_eval import small_train
+prefix, train_cache = sys.argv[1], sys.argv[2]
+caches, forced = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+trained = Step(name="dmg/train", fn=train, config=dataclasses.replace(
+    small_train(Path("unused"), train_cache), output_path=this_output_path()))
+scored = Step(name="dmg/eval", fn=evaluate, config=EvaluateConfig(
+    output_path=this_output_path(), checkpoint=output_path_of(trained), validation=caches))
+config = ExecutorMainConfig(prefix=prefix, backend="local", force_run=forced or None)
+result = run_experiment([scored], config, verbose=False, script="tests/experiment_under_test.py")
+print("RESULT " + json.dumps({"status": result.status, "summary": result.summary,
+      "paths": {n: result.output_path(n) for n in ("dmg/train", "dmg/eval")},
+      "statuses": {n: result.status_of(n) for n in ("dmg/train", "dmg/eval")},
+      "plan": {e.name: [e.action, e.forced] for e in result.plan.entries}}))
+"""
+
+
+def _run_train_then_eval(prefix: Path, train_cache: str, caches: dict[str, str],
+                         force_run: list[str]) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", RUN_TRAIN_THEN_EVAL, str(prefix), train_cache,
+                          json.dumps(caches), json.dumps(force_run)],
+                         capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[2])
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+    return result
+
+
+def test_a_damaged_final_checkpoint_fails_its_evaluation_naming_the_train_step_and_force_run_repairs_it(
+        caches: dict[str, str], train_cache: str, tmp_path: Path) -> None:
+    """Train (checkpoints 2, 4, 6) then evaluate; the step-6 checkpoint is damaged on disk afterwards. A
+    re-run of the evaluation fails in one line naming the checkpoint, the train step and `--force-run` of
+    it; the train step stays SUCCESS. `--force-run` of the train step re-runs it (falling back to checkpoint
+    4) and the evaluation, whose eval.json is then exactly the first one's (bit-exact resume)."""
+    prefix = tmp_path / "prefix"
+    first = _run_train_then_eval(prefix, train_cache, caches, [])
+    assert first["status"] == "SUCCESS"
+    train_path, eval_path = Path(first["paths"]["dmg/train"]), Path(first["paths"]["dmg/eval"])
+    before = json.loads((eval_path / "eval.json").read_text())
+    for data in [p for p in (train_path / "checkpoints/6/state").rglob("*") if p.parent.name == "d"]:
+        with data.open("r+b") as f:  # every array data file loses its tail (the parameters' too)
+            f.truncate(100)
+
+    failed = _run_train_then_eval(prefix, train_cache, caches, ["dmg/eval"])
+    assert failed["status"] == "FAILED" and failed["statuses"]["dmg/train"] == "SUCCESS"
+    error = json.loads((eval_path / ".marin/status.json").read_text())["error"]
+    message = error["message"]
+    assert error["type"] == "UnreadableCheckpointError" and error["producer"] == "dmg/train"
+    assert f"checkpoint step 6 at {train_path}/checkpoints/6 cannot be read" in message
+    assert "step dmg/train" in message and "`marin run SCRIPT --force-run dmg/train`" in message
+    assert "\n" not in message and "TensorStore(" not in message
+    assert "--force-run dmg/train" in failed["summary"]
+
+    repaired = _run_train_then_eval(prefix, train_cache, caches, ["dmg/train"])
+    assert repaired["plan"] == {"dmg/train": ["run", True], "dmg/eval": ["run", True]}
+    assert repaired["status"] == "SUCCESS"
+    status = json.loads((train_path / ".marin/status.json").read_text())
+    assert status["attempt"] == 2 and (train_path / ".marin/logs/attempt-1.log").exists()
+    result = json.loads((train_path / "train_result.json").read_text())
+    [fallback] = result["checkpoint_fallbacks"]
+    assert (fallback["step"], fallback["resumed_from"], fallback["steps_redone"]) == (6, 4, 2)
+    assert "checkpoint step 6" in (train_path / ".marin/logs/attempt-2.log").read_text()
+    assert json.loads((eval_path / "eval.json").read_text()) == before

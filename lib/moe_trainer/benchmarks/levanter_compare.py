@@ -17,7 +17,8 @@ auto (XLA:CPU's YNNPACK fusions; auto = `compiled.compiler_options`' per-model c
 defaults. Per vocabulary the report gives each side's median tokens/s over its timed steps (Levanter: its
 `step_duration`, the jitted step up to `loss.item()`; ours: step dispatch to `block_until_ready`), the ratio
 ours / Levanter, and the median, minimum and maximum over steps of the paired ratio (Levanter's step time /
-ours, step i against step i).
+ours): our step run right after Levanter's step k is paired with step k, by Levanter's step number, and its
+forced extra run of the hooks after the last step is not counted (step_pairing.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 import jax
 from harness import JaxStep, data_parallel, parse_value
+from step_pairing import UNTIMED_STEPS, paired_ratios
 
 from moe_trainer.config import ModelConfig
 from moe_trainer.presets import load_preset
@@ -119,16 +121,18 @@ def compare(vocab: int, args: argparse.Namespace, variants: list[str]) -> dict[s
         for _ in range(args.warmup):
             ours[name]()
         compile_s[name] = time.perf_counter() - t0
-    times: dict[str, list[float]] = {n: [] for n in ours}
-    lev_steps = 0
+    times: dict[str, dict[int, float]] = {n: {} for n in ours}  # Levanter's step number -> our step's time
+    seen: set[int] = set()
     report: dict[str, Any] = {}
     assert peer.stdout is not None and peer.stdin is not None
     for line in peer.stdout:
         if line.startswith("LEVSTEP"):
-            lev_steps += 1
-            if lev_steps > 2:  # Levanter's first steps compile
+            lev_step = int(line.split()[1])
+            # Levanter's first steps compile; a number seen before is its forced last run of the hooks
+            if lev_step >= UNTIMED_STEPS and lev_step not in seen:
+                seen.add(lev_step)
                 for n, step in ours.items():
-                    times[n].append(step())
+                    times[n][lev_step] = step()
             peer.stdin.write("go\n")
             peer.stdin.flush()
         elif line.startswith("LEVANTER "):
@@ -139,14 +143,16 @@ def compare(vocab: int, args: argparse.Namespace, variants: list[str]) -> dict[s
         raise SystemExit(f"the Levanter run failed (exit {peer.returncode}): see {work}/peer.log")
     lev = report["levanter"]
     tokens = lev["tokens_per_step"]
-    for n, ts in times.items():
-        # Levanter's kept steps are its steps 2.. minus outliers; pair ours with them by position
-        k = min(len(ts), len(lev["step_times_s"]))
-        paired = [lev["step_times_s"][i] / ts[i] for i in range(k)]
+    lev_by_step = {int(k): float(v) for k, v in lev["step_times_by_step"].items()}
+    for n, by_step in times.items():
+        # paired by Levanter's step number: its outliers drop their pair, never shift the ones after them
+        paired = paired_ratios(lev_by_step, by_step)
+        ts = list(by_step.values())
         tps = tokens / statistics.median(ts)
         report[n] = {
             "tokens_per_s": tps,
             "step_times_s": ts,
+            "pairs": len(paired),
             "compile_and_warmup_s": compile_s[n],
             "final_loss": ours[n].loss,
             "ratio_vs_levanter": tps / lev["tokens_per_s"],

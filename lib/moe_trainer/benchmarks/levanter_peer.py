@@ -14,7 +14,10 @@ batch 4, float32 compute, dense). Data: a Levanter token cache of random ids
 (Levanter's Llama config loads a tokenizer; its "passthrough" one cannot read a prebuilt cache). Step wall
 times: `step_times_s` is Levanter's own `StepInfo.step_duration` (the jitted step up to `loss.item()`), and
 `loop_times_s` the wall time from one hook's return to the next hook (step, data, logging); both exclude the
-first two steps and steps over 3x the median (Levanter compiles a second step variant part-way).
+first two steps and steps over 3x the median (Levanter compiles a second step variant part-way). Levanter runs
+its hooks once more after the last step with that step's info: the hook ignores a step number it has seen (it
+neither stamps nor pauses), so the last step counts once (`step_pairing.py`). `step_times_by_step` keys the
+kept durations by Levanter's step number, which the driver pairs its own steps with.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from step_pairing import kept
 
 
 def _tokenizer(path: str, vocab: int) -> None:
@@ -72,15 +77,17 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     data_config, _ = construct_small_data_cache(data_dir, num_shards=4, chunk_size=256, doc_len=a.seq,
                                                 vocab_size=a.vocab, tokenizer=tok_dir)
-    stamps: list[tuple[int, float, float, float]] = []  # step, hook entry, hook exit, step_duration
+    stamps: dict[int, tuple[float, float, float]] = {}  # step -> hook entry, hook exit, step_duration
     original_init = train_lm.Trainer.__init__
 
     def hook(info) -> None:  # type: ignore[no-untyped-def]
-        entry = time.perf_counter()
+        entry, step = time.perf_counter(), int(info.step)
+        if step in stamps:  # the forced run of the hooks after the last step: already counted
+            return
         if a.interactive:
-            print(f"LEVSTEP {int(info.step)}", flush=True)
+            print(f"LEVSTEP {step}", flush=True)
             sys.stdin.readline()
-        stamps.append((int(info.step), entry, time.perf_counter(), float(info.step_duration)))
+        stamps[step] = (entry, time.perf_counter(), float(info.step_duration))
 
     def init_with_hook(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         original_init(self, *args, **kwargs)
@@ -112,10 +119,9 @@ def main() -> None:
     train_lm.main(train_lm.TrainLmConfig(data=data_config, model=model, trainer=trainer))
     main_s = time.perf_counter() - t0
     tokens = a.batch * a.seq
-    steps = [st[3] for st in stamps[2:]]
-    loops = [b[1] - a_[2] for a_, b in zip(stamps[2:], stamps[3:], strict=False) if b[0] == a_[0] + 1]
-    steps = [d for d in steps if d <= 3 * statistics.median(steps)]
-    loops = [d for d in loops if d <= 3 * statistics.median(loops)]
+    by_step = kept({s: st[2] for s, st in stamps.items()})
+    loops_by_step = kept({s + 1: stamps[s + 1][0] - st[1] for s, st in stamps.items() if s + 1 in stamps})
+    steps, loops = list(by_step.values()), list(loops_by_step.values())
     print(
         "LEVANTER "
         + json.dumps(
@@ -125,11 +131,12 @@ def main() -> None:
                 "steps": a.steps,
                 "tokens_per_step": tokens,
                 "step_times_s": steps,
+                "step_times_by_step": {str(k): v for k, v in by_step.items()},
                 "loop_times_s": loops,
                 "tokens_per_s": tokens / statistics.median(steps),
                 "loop_tokens_per_s": tokens / statistics.median(loops),
                 "main_s": main_s,
-                "first_step_s": stamps[0][1] - t0 if stamps else None,
+                "first_step_s": stamps[min(stamps)][0] - t0 if stamps else None,
             }
         ),
         flush=True,

@@ -114,6 +114,15 @@ GCS_ROUND_TRIP = textwrap.dedent(
     abstract = {"w": jax.ShapeDtypeStruct((6,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
     state, meta = ckpt.restore(3, abstract)
     assert meta == {"step": 3} and float(state["w"][0]) == 3.0 and int(state["step"]) == 3
+    # a damaged step is moved aside on the bucket too (resume.py's fallback): kept, unlisted, writable again
+    moved = ckpt.move_aside(3)
+    assert moved.startswith("gs://ckpt/run/checkpoints/3.corrupt-") and ckpt.all_steps() == [2], moved
+    import fsspec
+    fs = fsspec.filesystem("gs", token="anon")
+    assert fs.exists(moved + "/meta") and not fs.exists("gs://ckpt/run/checkpoints/3/meta")
+    ckpt.save(3, {"w": jnp.full((6,), 4.0), "step": jnp.int32(3)}, {"step": 3})
+    ckpt.wait()
+    assert ckpt.all_steps() == [2, 3] and fs.exists(moved + "/meta")
     ckpt.close()
     print("gcs-ok")
     """

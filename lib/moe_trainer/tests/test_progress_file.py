@@ -54,3 +54,22 @@ def test_a_resumed_run_names_its_restore_point(tmp_path: Path) -> None:
     assert read_progress(path)["checkpoint_time"] is None  # type: ignore[index]  # not that checkpoint's
     ProgressFile(None, start_step=0)  # no path: nothing written, nothing raised
     assert read_progress(None) is None and read_progress(str(tmp_path / "none.json")) is None
+
+
+def test_a_fallback_resume_names_the_older_checkpoint_its_time_and_the_skipped_ones(tmp_path: Path) -> None:
+    """The previous file named checkpoint 8, which was damaged: the run resumed from 4, whose own time (from
+    its meta) is reported, with the skipped checkpoint listed for the ledger."""
+    path, clock = str(tmp_path / "progress.json"), Clock()
+    skipped = {"step": 8, "path": "/r/checkpoints/8", "error": "ValueError: OUT_OF_RANGE: ...",
+               "moved_to": "/r/checkpoints/8.corrupt-20261206T070000Z", "resumed_from": 4,
+               "resumed_time": 950.0, "steps_redone": 4}
+    ProgressFile(path, start_step=4, previous={"step": 9, "checkpoint_step": 8, "checkpoint_time": 990.0},
+                 clock=clock, restored_time=950.0, fallbacks=[skipped])
+    got = read_progress(path)
+    assert got is not None
+    assert (got["resumed_from"], got["checkpoint_step"], got["checkpoint_time"]) == (4, 4, 950.0)
+    assert got["checkpoint_fallbacks"] == [skipped]
+    ProgressFile(path, start_step=4, previous={"checkpoint_step": 4, "checkpoint_time": 949.0}, clock=clock,
+                 restored_time=950.0)
+    got = read_progress(path)
+    assert got is not None and got["checkpoint_time"] == 949.0 and "checkpoint_fallbacks" not in got

@@ -188,6 +188,67 @@ def test_resume_is_bit_exact(learned: dict[str, Any], caches: dict[str, Any], tm
     assert resumed == reference  # same floats, one row per step
 
 
+def _damage_checkpoint(step_dir: Path) -> Path:
+    """Truncate the largest data file of a checkpoint in place (a disk or bucket losing its tail)."""
+    data = max((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+               key=lambda p: p.stat().st_size)
+    with data.open("r+b") as f:
+        f.truncate(100)
+    return data
+
+
+def test_a_damaged_checkpoint_falls_back_bit_exact(learned: dict[str, Any], caches: dict[str, Any],
+                                                   tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Checkpoints at 4 and 8; the step-8 checkpoint is damaged on disk. The resume reports it in one line,
+    moves it aside, resumes from 4 and records the 4 steps redone; the losses stay the uninterrupted run's."""
+    out = tmp_path / "damaged"
+    progress = tmp_path / "progress.json"
+    split = _config(caches, out, checkpoint=CheckpointConfig(every_steps=4, keep=3),
+                    data=dataclasses.replace(_config(caches, out).data, validation={}),
+                    progress_file=str(progress))
+    assert train(dataclasses.replace(split, run_steps=8)).step == 8
+    _damage_checkpoint(out / "checkpoints" / "8")
+    capfd.readouterr()
+    second = train(dataclasses.replace(split, run_steps=6))  # falls back to 4, runs 5..10
+    assert second.step == 10
+    reports = [line for line in capfd.readouterr().err.splitlines() if "checkpoint step 8" in line]
+    assert len(reports) == 1, reports
+    (fallback,) = second.checkpoint_fallbacks
+    assert (fallback["step"], fallback["resumed_from"], fallback["steps_redone"]) == (8, 4, 4)
+    assert fallback["path"] == str(out / "checkpoints" / "8") and fallback["path"] in reports[0]
+    assert fallback["error"] in reports[0] and "resuming from step 4 (4 steps redone)" in reports[0]
+    assert "\n" not in fallback["error"] and len(fallback["error"]) <= 300
+    assert "TensorStore(" not in reports[0]  # not orbax's dump of the TensorStore spec
+    moved = Path(fallback["moved_to"])
+    assert moved.parent == out / "checkpoints" and moved.name.startswith("8.corrupt-") and moved.is_dir()
+    assert not (out / "checkpoints" / "8.orbax-checkpoint-tmp").exists()
+    recorded = [json.loads(line) for line in (out / "checkpoint_fallbacks.jsonl").read_text().splitlines()]
+    assert [{k: r[k] for k in fallback} for r in recorded] == [fallback]
+    written = json.loads(progress.read_text())
+    assert written["resumed_from"] == 4 and written["checkpoint_fallbacks"] == [fallback]
+    assert (out / "checkpoints" / "8").is_dir()  # step 8 was saved again, next to the damaged copy
+    third = train(dataclasses.replace(split, run_steps=2))  # resumes at 10 (end-of-invocation checkpoint)
+    assert third.step == 12 and third.checkpoint_fallbacks == []
+    resumed = [r["loss"] for r in _rows(out)]
+    reference = [r["loss"] for r in learned["rows"] if "loss" in r][:12]
+    assert resumed == reference  # same floats, one row per step
+    assert moved.is_dir()  # kept through later saves and pruning
+
+
+def test_a_changed_config_is_an_error_not_a_fallback(caches: dict[str, Any], tmp_path: Path) -> None:
+    """A checkpoint whose layout differs from the config is not damage: no fallback, nothing moved aside."""
+    out = tmp_path / "changed"
+    cfg = _config(caches, out, checkpoint=CheckpointConfig(every_steps=2, keep=3), num_steps=4, run_steps=4,
+                  data=dataclasses.replace(_config(caches, out).data, validation={}))
+    train(cfg)
+    wider = dataclasses.replace(cfg, model=dataclasses.replace(MODEL, expert_d_ff=48), num_steps=6,
+                                run_steps=None)
+    with pytest.raises(ValueError, match=r"checkpoint step 4 .* does not match this config.*saved float32\["):
+        train(wider)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["2", "4"]
+    assert not (out / "checkpoint_fallbacks.jsonl").exists()
+
+
 def test_injected_loss_spike_is_skipped_and_logged(caches: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "spike"
     cfg = _config(caches, out, run_steps=40,

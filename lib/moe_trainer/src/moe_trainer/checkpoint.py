@@ -18,11 +18,20 @@ listed, whichever member died first. The layout does not depend on the process c
 N processes restores in one and the reverse (onto whatever shardings the restoring mesh asks for).
 ``latest_step`` is process 0's answer broadcast to all, so every member restores the same step even if a
 listing raced with a straggler's commit.
+
+Damaged checkpoints: a committed step can still fail to restore (a file truncated or overwritten on disk, a
+bucket object replaced). ``layout_mismatch`` tells such damage (the saved layout matches this config's, or
+the checkpoint's own metadata is unreadable) from a changed configuration (the layouts differ), and
+``move_aside`` renames a damaged step's directory to ``{step}.corrupt-<UTC time>``: kept for inspection, no
+longer listed (orbax lists step numbers only), and out of the way of the save that will write that step
+again. ``one_line`` reduces orbax/TensorStore's multi-line errors to their innermost cause's first line.
+``resume.py`` decides what to do with them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +123,50 @@ class Checkpointer:
         )
         return (TrainState.from_tree(out["state"]) if typed else out["state"]), dict(out["meta"])
 
+    def step_path(self, step: int) -> str:
+        """The directory of one step's checkpoint."""
+        return f"{self.directory.rstrip('/')}/{step}"
+
+    def layout_mismatch(self, step: int, abstract_state: PyTree) -> str | None:
+        """How the train state saved at ``step`` differs in layout (the names, shapes and dtypes of its
+        arrays, from its own metadata) from ``abstract_state``, naming the first array that differs; None
+        when they agree, so a restore of it that failed failed on damaged data. Raises when the checkpoint's
+        metadata cannot be read (damage too)."""
+        from etils import epath
+
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            tree = handler.metadata(epath.Path(self.step_path(step)) / "state")
+        finally:
+            handler.close()
+        tree = getattr(tree, "tree", tree)
+        item = abstract_state.as_tree() if isinstance(abstract_state, TrainState) else abstract_state
+        saved = {leaf.name: leaf for leaf in jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "shape"))}
+        wanted = {_dotted(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(item)[0]}
+        for name in sorted(saved.keys() | wanted.keys()):
+            have, want = saved.get(name), wanted.get(name)
+            if have is None or want is None or _shape_dtype(have) != _shape_dtype(want):
+                return (f"{name}: saved {_describe(have)}, this config {_describe(want)} "
+                        f"({len(saved)} arrays saved, {len(wanted)} in this config)")
+        return None
+
+    def move_aside(self, step: int) -> str:
+        """Rename the damaged checkpoint of ``step`` to ``{step}.corrupt-<UTC time>`` (never deleted); the
+        step is no longer listed, and a later save of it writes a fresh directory. Returns the new path."""
+        from etils import epath  # orbax's own path layer: its cached listings see the move
+
+        src = epath.Path(self.step_path(step))
+        dst = epath.Path(f"{src}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        src.rename(dst)
+        if src.exists():  # an object store's copy + delete can leave the directory's placeholder object
+            src.rmtree()
+        self.reload()
+        return str(dst)
+
+    def reload(self) -> None:
+        """Re-read the list of steps from storage (after another process moved one aside)."""
+        self._manager.reload()
+
     def read_meta(self, step: int) -> dict[str, Any]:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
@@ -161,6 +214,34 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    """A tree path as orbax names the array (``opt_state.inner_states.decay.inner_state.0.mu``)."""
+    return ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(leaf.shape), str(np.dtype(leaf.dtype))
+
+
+def _describe(leaf: Any) -> str:
+    if leaf is None:
+        return "nothing"
+    shape, dtype = _shape_dtype(leaf)
+    return f"{dtype}{list(shape)}"
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """``error`` in one line: the innermost exception of its chain (TensorStore's own message, not orbax's
+    60-line dump of the TensorStore spec), type and first line, at most ``limit`` characters."""
+    inner, seen = error, {id(error)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = next((line.strip() for line in str(inner).splitlines() if line.strip()), "")
+    text = f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _restore_args(abstract: PyTree) -> PyTree:
@@ -228,10 +309,34 @@ def load_checkpoint(path: str) -> Model:
                 f"no complete checkpoint under {directory}: pass a run output dir, its checkpoints/ dir or a "
                 "step dir"
             )
-        meta = ckpt.read_meta(step)
-        model_cfg = draccus.decode(ModelConfig, meta["model_config"])
-        abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
-        params = ckpt.restore_params(step, abstract)
+        try:
+            meta = ckpt.read_meta(step)
+            model_cfg = draccus.decode(ModelConfig, meta["model_config"])
+            abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
+            params = ckpt.restore_params(step, abstract)
+        except Exception as e:  # damaged files: one line naming the checkpoint, never a TensorStore dump
+            raise UnreadableCheckpointError(path, step, ckpt.step_path(step), one_line(e)) from e
     finally:
         ckpt.close()
     return Model(model_cfg, params)
+
+
+class UnreadableCheckpointError(RuntimeError):
+    """A checkpoint that a reader (evaluation, export) was given cannot be read: damaged after it was written.
+
+    ``input_path`` is the path the reader was given (a train step's output path, usually): the engine names
+    the step whose output it is and the fix (``marin run SCRIPT --force-run STEP``,
+    marin/execution/inputs.py); this library knows no engine, only that attribute. A reader never falls
+    back to an older checkpoint by itself: that would evaluate other weights than the ones asked for.
+    """
+
+    def __init__(self, input_path: str, step: int, path: str, error: str) -> None:
+        self.input_path, self.step, self.path, self.error = input_path, step, path, error
+        super().__init__(
+            f"checkpoint step {step} at {path} cannot be read ({error}): it was damaged after the run that "
+            "wrote it finished; re-run that run so it writes the checkpoint again (it falls back to its "
+            "newest readable checkpoint and trains from there)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles with its fields (the engine gets it from a worker)
+        return type(self), (self.input_path, self.step, self.path, self.error)

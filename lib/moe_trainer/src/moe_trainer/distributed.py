@@ -193,6 +193,15 @@ def barrier(name: str, timeout_s: float) -> None:
     client.wait_at_barrier(f"moe_trainer/{name}/{next(_barriers)}", int(timeout_s * 1000))
 
 
+def all_processes(flag: bool) -> bool:
+    """Whether ``flag`` holds on every process of the run (on one process: ``flag`` itself)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.all(multihost_utils.process_allgather(np.int32(flag))))
+
+
 def init_timeout_s(cfg: DistributedConfig) -> int:
     """The initialisation timeout in effect (config, else environment, else JAX's default)."""
     return _timeout(cfg.initialization_timeout_s, ENV_INIT_TIMEOUT, JAX_INIT_TIMEOUT_S)

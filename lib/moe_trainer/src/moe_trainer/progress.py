@@ -12,7 +12,10 @@ engine puts the path in ``MARIN_PROGRESS_FILE`` and the train operator passes it
   save is in flight any more, so a step named here is one a restart really restores;
 - ``resumed_from``: the checkpoint step this invocation restored (null when it started fresh or from a warm
   start); ``first_step_time``: when this invocation completed its first step; ``updated``: when the file was
-  written (a reader tells this invocation's file from a previous one's by it).
+  written (a reader tells this invocation's file from a previous one's by it);
+- ``checkpoint_fallbacks`` (only when this invocation skipped damaged checkpoints, resume.py): one object per
+  skipped checkpoint, ``{"step", "path", "error", "moved_to", "resumed_from", "resumed_time",
+  "steps_redone"}``; the ledger copies them into the interruption entry it completes.
 
 Cost: one small JSON file, written atomically (temp + rename locally, one object on a store) at start, at
 the first step, when a checkpoint becomes complete, at the end, and otherwise at most every ``every_s``
@@ -23,7 +26,7 @@ writes it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from moe_trainer.jsonio import read_json, write_json_atomic
@@ -40,7 +43,11 @@ class ProgressFile:
         previous: dict[str, Any] | None = None,
         every_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        restored_time: float | None = None,
+        fallbacks: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """``restored_time``: the restored checkpoint's own wall time, used when the previous file names
+        another checkpoint; ``fallbacks``: the damaged checkpoints this invocation skipped (resume.py)."""
         self.path, self.every_s, self.clock = path, every_s, clock
         resumed = start_step if start_step > 0 else None
         previous = previous or {}
@@ -49,10 +56,12 @@ class ProgressFile:
         self.state: dict[str, Any] = {
             "step": start_step,
             "checkpoint_step": resumed,
-            "checkpoint_time": previous.get("checkpoint_time") if same else None,
+            "checkpoint_time": previous.get("checkpoint_time") if same else restored_time,
             "resumed_from": resumed,
             "first_step_time": None,
         }
+        if fallbacks:
+            self.state["checkpoint_fallbacks"] = list(fallbacks)
         self._pending: tuple[int, float] | None = None
         self._written = 0.0
         self._write()

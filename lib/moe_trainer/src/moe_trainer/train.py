@@ -7,9 +7,10 @@
 and runs the jitted step of ``step.py`` over batches that the data library's ``TrainLoader`` computes from the
 step index alone, so a run resumes exactly: on start it restores the newest *complete* checkpoint under
 ``{output_dir}/checkpoints`` (parameters, optimizer state, step, data position, RNG, health windows) and
-continues; metrics.jsonl is cut back to that step. The loop overlaps host and device by reading step t's
-metrics after step t+1 has been dispatched (except at checkpoint and evaluation steps, whose rows are written
-before the checkpoint so that a resumed run never lacks them).
+continues; metrics.jsonl is cut back to that step. A checkpoint damaged on storage is reported in one line,
+moved aside and skipped for the next older one (``resume.py``). The loop overlaps host and device by reading
+step t's metrics after step t+1 has been dispatched (except at checkpoint and evaluation steps, whose rows are
+written before the checkpoint so that a resumed run never lacks them).
 
 Multi-host (docs/trainer.md): with the gang's MARIN_GANG_* variables set, ``train`` joins ``jax.distributed``
 first (``distributed.py``), builds the mesh over every process's devices, has each process read only its rows
@@ -58,7 +59,7 @@ from moe_trainer.jsonio import read_json, write_json_atomic
 from moe_trainer.metrics import MetricsWriter, peak_flops_per_device, train_flops_per_token
 from moe_trainer.model import Model
 from moe_trainer.progress import ProgressFile, read_progress
-from moe_trainer.resume import last_train_row, restore_or_init
+from moe_trainer.resume import Fallback, Start, last_train_row, restore_or_init
 from moe_trainer.state import TrainState
 from moe_trainer.train_config import TrainConfig, TrainResult
 from moe_trainer.watch import Watcher, facts_of
@@ -105,6 +106,8 @@ class _Invocation:
     """The JSON saved beside every checkpoint (model and train configs)."""
     final_eval: dict[str, Any] | None = None
     """The newest dropless evaluation of this invocation."""
+    fallbacks: tuple[Fallback, ...] = ()
+    """Damaged checkpoints skipped on the way to the one this invocation resumed from."""
 
     @property
     def out(self) -> str:
@@ -125,8 +128,8 @@ def _open(config: TrainConfig, batch_source: BatchSource | None) -> tuple[_Invoc
     out = config.output_dir.rstrip("/")
     comp = compile_train_step(StepSpec.of(config), mesh)
     ckpt = Checkpointer(config.checkpoint.dir or f"{out}/checkpoints", config.checkpoint)
-    state = restore_or_init(comp, ckpt, config)
-    start = int(state.step)
+    first = restore_or_init(comp, ckpt, config)
+    state, start = first.state, int(first.state.step)
     end = config.num_steps if config.run_steps is None else min(config.num_steps, start + config.run_steps)
     batch_shape = (config.data.batch_size, config.data.seq_len)
     rows = distributed.process_rows(comp.batch_sharding, batch_shape)
@@ -137,12 +140,13 @@ def _open(config: TrainConfig, batch_source: BatchSource | None) -> tuple[_Invoc
                            start_step=start, enabled=primary)
     data_position = int(state.data_position)
     run = _Invocation(
-        config=config, mesh=mesh, comp=comp, ckpt=ckpt, reporter=_progress_file(config, primary, start),
+        config=config, mesh=mesh, comp=comp, ckpt=ckpt, reporter=_progress_file(config, primary, first),
         writer=writer, watcher=_start_watcher(config, out, start) if primary else None,
         batches=Prefetcher(fetch, data_position, data_position + (end - start), depth=config.data.prefetch),
         rows=_Rows(config, mesh, progress_of(source), data_position - start),
         start=start, end=end,
         meta={"model_config": draccus.encode(config.model), "train_config": run_config},
+        fallbacks=first.fallbacks,
     )
     return run, state
 
@@ -221,6 +225,7 @@ def _finish(run: _Invocation, state: TrainState) -> TrainResult:
         eval=final_eval,
         skipped_steps=int(state.health["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
+        checkpoint_fallbacks=[f.to_json() for f in run.fallbacks],
     )
 
 
@@ -308,10 +313,11 @@ def _load_imbalance(expert_load: Any) -> float:
     return float(np.max(np.where(mean > 0, load.max(axis=1) / np.maximum(mean, 1e-30), 0.0)))
 
 
-def _progress_file(config: TrainConfig, primary: bool, start: int) -> ProgressFile:
+def _progress_file(config: TrainConfig, primary: bool, first: Start) -> ProgressFile:
     """This invocation's progress reporter (progress.py): process 0 writes ``config.progress_file``."""
-    path = config.progress_file if primary else None
-    return ProgressFile(path, start_step=start, previous=read_progress(path) if start else None)
+    path, start = (config.progress_file if primary else None), int(first.state.step)
+    return ProgressFile(path, start_step=start, previous=read_progress(path) if start else None,
+                        restored_time=first.restored_time, fallbacks=[f.to_json() for f in first.fallbacks])
 
 
 def _start_watcher(config: TrainConfig, out: str, start: int) -> Watcher | None:

@@ -144,3 +144,6 @@ class TrainResult:
     skipped_steps: int
     tokens_per_s: float
     """Median training throughput of this invocation (first step, which compiles, excluded when possible)."""
+    checkpoint_fallbacks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Damaged checkpoints this invocation skipped on resume (resume.py ``Fallback.to_json``: step, path,
+    error, moved_to, resumed_from, resumed_time, steps_redone); empty when it resumed from the newest."""
