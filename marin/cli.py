@@ -82,7 +82,10 @@ def _status_all(flags: list[str]) -> int:
 
     cfg = parse_flags(flags)
     prefix = normalize_prefix(cfg.resolved_prefix())
-    manifests = list_manifests(storage_for(prefix), prefix)
+    problems: list[str] = []  # unreadable manifests, named with the fix (status/damaged.py)
+    manifests = list_manifests(storage_for(prefix), prefix, problems)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
     if cfg.format == "json":
         import json
 

@@ -114,6 +114,9 @@ class ExperimentDetail(ExperimentSummary):
     step_counts: dict[str, int] = Field(default_factory=dict)
     dag: Dag
     active: bool = Field(description="true while a step is WAITING or RUNNING or the latest run is RUNNING")
+    problems: list[str] = Field(
+        default_factory=list,
+        description="state files of its steps that cannot be read: the path and the fix")
 
 
 class StepStatus(BaseModel):
@@ -213,6 +216,9 @@ class StepDetail(BaseModel):
     recorded: bool = Field(
         True, description="false when the step never ran (no step.json): shown from the manifest"
     )
+    problems: list[str] = Field(
+        default_factory=list,
+        description="its state files that cannot be read (the path and the fix) and JSONL lines skipped")
 
 
 class LogTail(BaseModel):

@@ -209,6 +209,8 @@ class Executor:
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
         current = self.records.current(st)
+        if current is not None and current.get("_damaged"):  # named, moved aside, never overwritten
+            current = self.records.keep_damaged(st, current)
         if current and current.get("status") == sf.SUCCESS:
             self.leases.release(st)
             self._succeeded(key, note="finished by another executor")
@@ -226,7 +228,9 @@ class Executor:
         if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
             self._ledger_open.add(key)  # is completed when this run's first attempt ends
         if acquired.previous_owner:
-            self.records.takeover(st, acquired.previous_owner)
+            self.records.takeover(st, acquired)
+            if self.records.close_lost_attempt(st, current, acquired):  # its executor died mid-attempt
+                self._ledger_open.add(key)
         st.config = self.records.resolve_config(st)
         self._launch(key, first=True)
         if self.queue_behind:

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marin.definition.source import fn_source_hash
+from marin.errors import CorruptFileError
 from marin.graph.changes import (
     Change,
     dependencies_of,
@@ -31,6 +32,7 @@ from marin.graph.changes import (
     version_stem,
 )
 from marin.graph.dag import Graph, Node
+from marin.status import damaged
 from marin.status.files import (
     DEP_FAILED,
     FAILED,
@@ -40,13 +42,18 @@ from marin.status.files import (
     WAITING,
     lease_path,
     read_record,
-    status_path,
+    read_status_checked,
     step_json_path,
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
+
+def damaged_status(message: str) -> dict[str, Any]:
+    """What the plan keeps for a step whose status.json cannot be read: no status, the message naming the
+    file and the fix. The executor reads it again under the step's lease before it decides anything."""
+    return {"status": None, "_damaged": message}
 
 
 @dataclasses.dataclass
@@ -125,9 +132,16 @@ class Scan:
         listings = _map(storage, storage.listdir, parents)
         self.listing = {p: set(names or ()) for p, names in zip(parents, listings, strict=True)}
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
-        statuses = _map(storage, lambda p: read_record(storage, status_path(p)), present)
+        statuses = _map(storage, self._read_status, present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
         self._stems: dict[str, dict[str, list[str]]] = {}
+
+    def _read_status(self, output_path: str) -> dict[str, Any] | None:
+        """A step's status.json; an unreadable one reads as `damaged_status` (status/damaged.py)."""
+        try:
+            return read_status_checked(self.storage, output_path)
+        except CorruptFileError as e:
+            return damaged_status(str(e))
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -216,6 +230,11 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
             storage: Storage,
             force_run_failed: bool, now: float) -> PlanEntry:
     status = (prev or {}).get("status")
+    if (prev or {}).get("_damaged"):
+        entry = _entry(node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier "
+                       "attempts' logs and outputs are kept)", prev)
+        entry.warnings.append(str(prev["_damaged"]))  # type: ignore[index]
+        return entry
     if status == SUCCESS:
         return _entry(node, path, SKIP, f"already succeeded (attempt {prev.get('attempt')})", prev)  # type: ignore[union-attr]
     if status == FAILED and not force_run_failed:
@@ -231,13 +250,14 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
     if status in (RUNNING, WAITING):
         lease_text = storage.read_text(lease_path(path))
         lease = LeaseInfo.parse(lease_text) if lease_text else None
-        if lease is not None and not lease.is_stale(now):
+        lost = lease.lost(now) if lease is not None else "no lease"
+        if lease is not None and lost is None:
             return _entry(node, path, WAIT, f"running under executor {lease.owner} "
                           f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result",
                           prev)
         owner = lease.owner if lease else (prev or {}).get("executor")
-        age = f"no heartbeat for {now - lease.heartbeat:.0f} s" if lease else "no lease"
-        return _entry(node, path, RUN, f"stale lease of executor {owner} ({age}) will be taken over", prev)
+        return _entry(node, path, RUN, f"stale lease of executor {owner} ({lost}) will be taken over; its "
+                      "attempt is recorded as interrupted", prev)
     reasons = {
         FAILED: "failed previously; re-running (--force-run-failed)",
         DEP_FAILED: "a dependency failed in an earlier run; re-running",
@@ -298,7 +318,10 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
 
 
 def _code_drift(node: Node, path: str, storage: Storage) -> list[str]:
-    info = read_record(storage, step_json_path(path))
+    try:
+        info = damaged.read_checked(storage, step_json_path(path))
+    except CorruptFileError as e:
+        return [str(e)]
     recorded = (info or {}).get("fn_source_hash")
     current = fn_source_hash(node.step.fn)
     if recorded and current and recorded != current:
