@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import pickle
 import queue
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -32,7 +33,8 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.errors import StepFailedError
 from marin.execution.attempt import AttemptResult, Outcome, Task
-from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop
+from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop, Waiting
+from marin.execution.gang_wait import waiting_line
 from marin.execution.records import RunContextInfo, StepRecords
 from marin.execution.retry import RetryPolicy
 from marin.execution.state import PHASE_OF_STATUS, POLL_MIN_S, Board, Phase, StepState, recorded_attempt
@@ -162,8 +164,22 @@ class Executor:
             self._finished(message.key, message.attempt, message.result)
         elif isinstance(message, RunOnLoop):  # a backend's work that must run on this thread (local forks)
             message.call()
+        elif isinstance(message, Waiting):
+            self._waiting(message)
         else:
             self._lease_lost(message.lease_path)
+
+    def _waiting(self, message: Waiting) -> None:
+        """A gang attempt of this run waits for hosts (or no longer does): say so on the console and to the
+        publishers (gang_wait.py)."""
+        st = self.board.get(message.key)
+        if st is None or message.key not in self.board.running or message.attempt != st.attempt:
+            return
+        print(waiting_line(st.node.name, st.attempt, message.text, st.waiting_since), file=sys.stderr,
+              flush=True)
+        st.waiting = message.text
+        st.waiting_since = time.time() if message.text is not None else None
+        self.on_transition()
 
     def _lease_lost(self, lease_path: str) -> None:
         key = self.leases.step_of(lease_path)
@@ -245,6 +261,7 @@ class Executor:
         after = tuple(d.hash for d in st.node.deps if d.hash in self.board.running)
         self.board.move(key, Phase.QUEUED if after else Phase.RUNNING)
         st.ended, st.error = None, None
+        st.waiting = st.waiting_since = None
         st.started = None if after else time.time()
         step = st.node.step
         record = self.records.attempt_record(key, st, self.leases.acquired_at(st), first)

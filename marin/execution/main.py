@@ -347,8 +347,8 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
                 err = r["error"] or {}
                 extra = f"  {err.get('type')}: {err.get('message')}" if err else ""
                 print(f"  {str(r['status'] or 'NOT RUN'):<10} {r['name']} {r['hash'][:8]}{extra}")
-                if r.get("damaged") or r.get("lost"):
-                    print(f"             {r['damaged'] or r['lost']}")
+                if r.get("damaged") or r.get("lost") or r.get("waiting"):
+                    print(f"             {r['damaged'] or r['lost'] or r['waiting']}")
                 for line in interruptions.ledger_lines({"interruptions": r["interruptions"]}):
                     print(f"             {line}")
             print(f"goodput {goodput['goodput']:.3f} ({goodput['time_lost_s']:.1f} s lost to interruptions "
@@ -378,6 +378,7 @@ def _status_rows(storage: Storage, plan: Plan) -> tuple[list[dict[str, Any]], li
                      "status": current.get("status"), "attempt": current.get("attempt"),
                      "updated": current.get("updated"), "error": current.get("error"),
                      "interruptions": ledger["interruptions"], "damaged": damage,
+                     "waiting": current.get("waiting"),
                      "lost": _executor_lost(storage, e.output_path) if current.get("status") == sf.RUNNING
                      else None})
     return rows, spans

@@ -122,8 +122,11 @@ class StepRecords:
             return False
         assert current is not None
         attempt, run_id = int(current.get("attempt") or 0), str(current.get("run_id"))
-        # its last sign of life: when its attempt was cut short, as far as anyone can tell
-        when = acquired.previous.heartbeat if acquired.previous is not None else time.time()
+        # when its attempt was cut short, as far as anyone can tell: its last sign of life (the lost lease's
+        # last heartbeat, or the attempt's own records when they are later: a heartbeat is every timeout/4)
+        signs = [acquired.previous.heartbeat if acquired.previous is not None else None,
+                 current.get("started"), current.get("updated")]
+        when = max((s for s in signs if isinstance(s, int | float)), default=time.time())
         message = (f"executor {acquired.previous_owner} was lost ({acquired.why}); detected by "
                    f"{self.ctx.executor_id}")
         entry = interruptions.record_interruption(

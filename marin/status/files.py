@@ -113,8 +113,10 @@ def write_status(
     ended: float | None = None,
     error: dict[str, Any] | None = None,
     now: float | None = None,
+    waiting: str | None = None,
 ) -> dict[str, Any]:
-    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time."""
+    """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time; `waiting`:
+    what a WAITING attempt waits for (a gang's hosts)."""
     now = time.time() if now is None else now
     record = {
         "name": name,
@@ -130,6 +132,8 @@ def write_status(
         "error": error,
         "log": log_relpath(attempt) if attempt > 0 else None,
     }
+    if waiting is not None:
+        record["waiting"] = waiting
     jsonio.write_json(storage, status_path(output_path), record)
     return record
 

@@ -176,3 +176,21 @@ def test_a_damaged_ledger_is_moved_aside_before_a_new_entry_is_written(tmp_path:
     ledger = json.loads((out / ".marin/interruptions.json").read_text())
     assert [e["attempt"] for e in ledger["interruptions"]] == [2]
     assert ledger["damaged"][0]["moved_to"] == str(aside)
+
+
+def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_again(
+    ran: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, prefix = ran
+    total = _step_dir(prefix, "total")
+    step_json = total / ".marin/step.json"
+    step_json.write_bytes(DAMAGE["binary"])
+    capsys.readouterr()
+    assert _marin("plan", script, prefix) == 0  # the step is reused; its step.json is named with the fix
+    plan = capsys.readouterr().out
+    assert f"warning: {step_json} cannot be read" in plan and "Fix:" in plan
+    (total / ".marin/status.json").write_bytes(DAMAGE["truncated"])  # now it runs again
+    assert _marin("run", script, prefix) == 0  # (the worker's warning goes to its own stderr)
+    [aside] = total.glob(".marin/step.json.corrupt-*")
+    assert aside.read_bytes() == DAMAGE["binary"]
+    assert json.loads(step_json.read_text())["name"] == "dmg/total"

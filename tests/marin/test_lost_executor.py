@@ -23,26 +23,33 @@ from marin.status import files as sf
 from marin.status import manifest
 from marin.storage import LocalStorage
 from marin.storage.lease import LeaseInfo, ProcessId
+from marin.tracking.local import LocalTracker
 
 ROOT = Path(__file__).resolve().parents[2]
+# the local tracker's issue the second run posts its status comment to (not the first: a SIGKILL in the
+# middle of the tracker's SQLite write leaves a hot journal that read-only readers then fail on, a bug of the
+# local tracker reported separately)
+ISSUE = "local/experiments#7"
 NEVER_STALE = 600.0  # a lease timeout no test waits for: a takeover here can only come from the pid check
 
 
-def _runner(prefix: Path, workdir: Path, backend: str) -> subprocess.Popen[bytes]:
+def _runner(prefix: Path, workdir: Path, backend: str, issue: str = "") -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", "killable", str(prefix),
-                             str(workdir), str(NEVER_STALE), backend],
+                             str(workdir), str(NEVER_STALE), backend, *([issue] if issue else [])],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _wait_running(prefix: Path, timeout: float = 240.0) -> Path:
+    """Step b's directory once a has succeeded and b is running (only b is then cut short)."""
     deadline = time.time() + timeout
     while True:
+        a_done = any("SUCCESS" in p.read_text() for p in Path(prefix, "crash").glob("a-*/.marin/status.json"))
         found = [p for p in Path(prefix, "crash").glob("b-*/.marin/status.json")
                  if "RUNNING" in p.read_text()]
-        if found:
+        if a_done and found:
             return found[0].parents[1]
-        assert time.time() < deadline, "step b never recorded RUNNING"
+        assert time.time() < deadline, "step a never succeeded or b never recorded RUNNING"
         time.sleep(0.05)
 
 
@@ -66,6 +73,7 @@ def test_a_sigkilled_executor_is_detected_at_once_and_its_attempt_and_run_are_cl
     first = _runner(prefix, tmp_path, backend)
     b_dir = _wait_running(prefix)
     lease = LeaseInfo.parse((b_dir / ".marin/lease.json").read_text())
+    running = json.loads((b_dir / ".marin/status.json").read_text())
     assert lease is not None and lease.process is not None and lease.process.pid == first.pid
     os.kill(first.pid, signal.SIGKILL)
     first.wait(30)
@@ -73,7 +81,7 @@ def test_a_sigkilled_executor_is_detected_at_once_and_its_attempt_and_run_are_cl
     shown = _status_json(prefix)["rows"]["crash/b"]  # marin status says so before anything took it over
     assert shown["status"] == "RUNNING" and "is lost (its process" in str(shown["lost"])
 
-    second = _runner(prefix, tmp_path, "local")
+    second = _runner(prefix, tmp_path, "local", ISSUE)
     deadline = time.time() + 120  # released once taken over: a Ray worker of the killed driver may live on a
     while "LEASE_TAKEOVER" not in (b_dir / ".marin/events.jsonl").read_text():  # moment, and would finish
         assert time.time() < deadline and second.poll() is None, "the step was never taken over"
@@ -91,8 +99,11 @@ def test_a_sigkilled_executor_is_detected_at_once_and_its_attempt_and_run_are_cl
     assert lost["run_id"] == events[0]["run_id"] != events[3]["run_id"]
     [entry] = json.loads((b_dir / ".marin/interruptions.json").read_text())["interruptions"]
     assert entry["cause"] == "driver_lost" and entry["attempt"] == 1 and entry["resumed_attempt"] == 2
-    assert entry["when"] == pytest.approx(lease.heartbeat, abs=NEVER_STALE / 4)
+    # its last sign of life: the lease's last heartbeat or the attempt's own RUNNING record
+    assert entry["when"] == max(lease.heartbeat, running["started"], running["updated"])
     assert entry["time_lost_s"] > 0 and entry["restart_gap_s"] > 0
+    assert (tmp_path / "counter.txt").read_text().count("crash/a-") == 1  # a ran once, c once
+    assert (tmp_path / "counter.txt").read_text().count("crash/c-") == 1
     status = _status_json(prefix)
     assert status["rows"]["crash/b"]["status"] == "SUCCESS" and status["rows"]["crash/b"]["attempt"] == 2
     goodput = status["goodput"]
@@ -111,6 +122,11 @@ def test_a_sigkilled_executor_is_detected_at_once_and_its_attempt_and_run_are_cl
         step = client.get(f"/api/steps/{b_dir.relative_to(prefix)}").json()
         assert [e["event"] for e in step["events"]][2] == "PREEMPTED"
         assert step["interruptions"]["totals"]["by_cause"] == {"driver_lost": 1}
+
+    # the issue's status comment: the lost run is DRIVER_LOST among the earlier runs, nothing RUNNING
+    [comment] = [c for c in LocalTracker(str(prefix), "local/experiments").list_comments(7)
+                 if c.body.startswith("<!-- marin-status:")]
+    assert "🔄" not in comment.body and f"`{runs[0]['run_id']}` DRIVER_LOST" in comment.body
 
 
 def _process_of_a_child(code: str = "") -> tuple[subprocess.Popen[str], ProcessId]:
