@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +195,26 @@ def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_ag
     [aside] = total.glob(".marin/step.json.corrupt-*")
     assert aside.read_bytes() == DAMAGE["binary"]
     assert json.loads(step_json.read_text())["name"] == "dmg/total"
+
+
+def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_lines_are_counted(
+    s3_bucket: str,
+) -> None:
+    from marin.status import manifest
+
+    prefix = f"{s3_bucket}/damaged-{time.time_ns()}"
+    storage = storage_for(prefix)
+    out = f"{prefix}/dmg/total-12345678"
+    storage.append_text(sf.events_path(out), json.dumps({"ts": 5.0, "event": "RUNNING", "attempt": 1,
+                                                         "run_id": "old", "executor": "e"}) + "\n")
+    storage.fs.pipe_file(sf.events_path(out), storage.read_bytes(sf.events_path(out)) + b"\xff\xfe\n")
+    assert sf.read_events_counted(storage, out)[1] == 1
+    path = manifest.manifest_path(prefix, "dmg-12345678")
+    storage.fs.pipe_file(path, DAMAGE["binary"])
+    manifest.start_run(storage, prefix, "dmg-12345678", script="s.py", description="", issue=None,
+                       provenance={}, steps=[{"name": "dmg/total", "hash": "h", "output_path": out}],
+                       run_id="new", args=[])
+    [aside] = [p for p in storage.listdir(f"{prefix}/experiments") or [] if ".corrupt-" in p]
+    assert storage.read_bytes(f"{prefix}/experiments/{aside}") == DAMAGE["binary"]
+    rebuilt = json.loads(storage.read_text(path) or "")
+    assert [(r["run_id"], r["status"]) for r in rebuilt["runs"]] == [("old", "UNKNOWN"), ("new", "RUNNING")]
