@@ -49,6 +49,9 @@ from marin.storage.fs import Storage
 # fan-out that is 998 results to collect and ship, which took ~20 ms after the last one finished, against one
 # trip through this loop (~1 ms).
 QUEUE_BEHIND_MAX_DEPENDENCIES = 16
+# How long the attempts of a Ray-backed executor may outlive its process: Ray ends a dead driver's workers
+# within seconds; a same-machine taker waits this long after it first saw the owner's process gone.
+ATTEMPTS_OUTLIVE_S = 15.0
 _SETTLED = {SKIP: Phase.SUCCESS, FAILED_ACTION: Phase.FAILED, BLOCKED: Phase.DEP_FAILED}
 
 
@@ -74,7 +77,10 @@ class Executor:
         self.on_transition = on_transition
         self.on_idle = on_idle  # called before the loop waits; returns when to be called again (s), or None
         self.board = Board()
-        self.leases = StepLeases(storage, ctx, lease_timeout_s, completions)
+        # a dead executor's local workers die with it; Ray's live until Ray notices (storage/lease.py)
+        local = getattr(backend, "name", "") == "local"
+        outlive_s = 0.0 if local else min(ATTEMPTS_OUTLIVE_S, lease_timeout_s)
+        self.leases = StepLeases(storage, ctx, lease_timeout_s, completions, outlive_s)
         self.records = StepRecords(storage, ctx, graph, self.board.get)
         self.queue_behind = bool(backend.queues_behind_dependencies)
         self._dependents: dict[str, list[str]] = {}

@@ -24,13 +24,12 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from marin.errors import CorruptFileError
 from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
-from marin.status import damaged, interruptions
 from marin.status import files as sf
+from marin.status import interruptions
 from marin.status.interruptions import PROGRESS_ENV
 from marin.status.live_log import LogShipper
-from marin.storage.fs import Storage, storage_for
+from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
@@ -75,23 +74,12 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
     if record.step_json is not None:
-        _keep_if_damaged(storage, sf.step_json_path(record.output_path))
         storage.write_text(sf.step_json_path(record.output_path), record.step_json)
     sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.RUNNING,
                     attempt=record.attempt, run_id=record.run_id, executor=record.executor,
                     previous={"created": record.created}, started=started)
     sf.append_event(storage, record.output_path, sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
                     executor=record.executor)
-
-
-def _keep_if_damaged(storage: Storage, path: str) -> None:
-    """Move a step.json that cannot be read aside before it is rewritten (status/damaged.py): one read
-    here, in the worker, off the executor's loop."""
-    try:
-        damaged.read_checked(storage, path)
-    except CorruptFileError as e:
-        moved = damaged.move_aside(storage, path)
-        print(f"marin: warning: {e}\nmarin: it was moved to {moved}", file=sys.stderr, flush=True)
 
 
 def _record_success(record: StepRecord, started: float, ended: float) -> bool | None:

@@ -103,6 +103,9 @@ class LeaseInfo:
     timeout_s: float
     attempt: int
     process: ProcessId | None = None  # the owner's process, when its platform can say (ProcessId)
+    # how long the owner's attempts may outlive its process (0: they die with it, as the local backend's
+    # forked workers do; Ray's workers live until Ray notices their driver gone)
+    outlive_s: float = 0.0
 
     @classmethod
     def parse(cls, text: str) -> LeaseInfo | None:
@@ -115,6 +118,7 @@ class LeaseInfo:
                 timeout_s=float(data["timeout_s"]),
                 attempt=int(data.get("attempt", 0)),
                 process=ProcessId.parse(data.get("process")),
+                outlive_s=float(data.get("outlive_s", 0.0)),
             )
         except (ValueError, KeyError, TypeError):
             return None  # unreadable (e.g. truncated by a non-atomic store): treated as stale
@@ -136,6 +140,8 @@ class LeaseInfo:
                                 "timeout_s": self.timeout_s, "attempt": self.attempt}
         if self.process is not None:
             data["process"] = self.process.to_dict()
+        if self.outlive_s:
+            data["outlive_s"] = self.outlive_s
         return json.dumps(data)
 
 
@@ -159,10 +165,14 @@ class LeaseManager:
         owner: str,
         timeout_s: float,
         on_lost: Callable[[str], None] = lambda path: None,
+        outlive_s: float = 0.0,
     ) -> None:
         self.storage = storage
         self.owner = owner
         self.timeout_s = timeout_s
+        self.outlive_s = outlive_s  # written into our leases (LeaseInfo.outlive_s)
+        # (path, owner, acquired) -> when this manager first saw that owner's process gone
+        self._gone_since: dict[tuple[str, str, float], float] = {}
         self.on_lost = on_lost
         self._held: dict[str, tuple[Any, LeaseInfo]] = {}
         self._lock = threading.Lock()
@@ -171,7 +181,8 @@ class LeaseManager:
 
     def _new(self, attempt: int, acquired: float | None = None) -> LeaseInfo:
         now = time.time()
-        return LeaseInfo(self.owner, acquired or now, now, self.timeout_s, attempt, ProcessId.current())
+        return LeaseInfo(self.owner, acquired or now, now, self.timeout_s, attempt, ProcessId.current(),
+                         self.outlive_s)
 
     def try_acquire(self, path: str, attempt: int) -> Acquired:
         for _ in range(5):  # the lease may vanish between our create and our read: try again
@@ -187,7 +198,7 @@ class LeaseManager:
             if current is None:
                 continue
             holder = LeaseInfo.parse(current.text)
-            why = holder.lost(time.time()) if holder is not None else "the lease file was unreadable"
+            why = self._lost(path, holder) if holder is not None else "the lease file was unreadable"
             if why is None:
                 return Acquired(False, holder=holder)
             if self.storage.replace_if(path, text, current.token):
@@ -198,6 +209,18 @@ class LeaseManager:
         current = self._read(path)
         holder = LeaseInfo.parse(current.text) if current else None
         return Acquired(False, holder=holder)
+
+    def _lost(self, path: str, holder: LeaseInfo) -> str | None:
+        """`holder.lost`, except that an owner whose attempts may outlive its process (`outlive_s`) is lost
+        only once this manager has seen its process gone for that long (or its lease went stale)."""
+        now = time.time()
+        why = holder.lost(now)
+        if why is None or not holder.outlive_s or holder.is_stale(now):
+            return why
+        first = self._gone_since.setdefault((path, holder.owner, holder.acquired), now)
+        if now - first < holder.outlive_s:
+            return None
+        return f"{why}, for {now - first:.0f} s"
 
     def _read(self, path: str) -> Versioned | None:
         """The lease file; one that is not even text (binary bytes) is moved aside, named, and reads as
