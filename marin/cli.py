@@ -112,18 +112,23 @@ def _status_all(flags: list[str]) -> int:
     cfg = parse_flags(flags)
     prefix = normalize_prefix(cfg.resolved_prefix())
     storage = storage_for(prefix)
+    problems: list[str] = []  # unreadable manifests, named with the fix (status/damaged.py)
     rows = []
-    for m in require_manifests(storage, prefix):
+    for m in require_manifests(storage, prefix, problems):
         current = (read_verdicts(storage, prefix, str(m.get("id"))) or {}).get("current") or {}
         rows.append({"id": m.get("id"), "script": m.get("script"), "issue": m.get("issue"),
                      "last_run": (m.get("runs") or [None])[-1], "runs": len(m.get("runs") or []),
                      "verdict": current.get("outcome"), "headline": headline(current)})
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
     if cfg.format == "json":
         import json
 
         print(json.dumps(rows, indent=1))
         return 0
     print(f"experiments under {prefix}:")
+    if not rows:  # every manifest under the prefix is damaged: each named above, with its fix
+        return 0
     width = max(len(str(r["id"])) for r in rows)
     print(f"  {'STATUS':<8} {'EXPERIMENT':<{width}}  {'VERDICT':<13} {'HEADLINE':<28} SCRIPT  ISSUE  RUNS")
     for r in rows:

@@ -30,10 +30,12 @@ from marin.dashboard.schemas import (
 from marin.dashboard.store import PrefixStore, signature
 from marin.jsonio import parse_json
 from marin.status import files as sf
+from marin.status.damaged import damaged_message
 from marin.status.manifest import EXPERIMENTS_DIR
 
 NEVER_RUN = "NEVER_RUN"
 NOT_STARTED = "NOT_STARTED"
+UNREADABLE = "UNREADABLE"  # a step whose status.json cannot be read
 IssueLinker = Callable[[str | None], IssueLink | None]
 
 
@@ -101,7 +103,8 @@ class ExperimentIndex:
                     if not isinstance(manifest, dict):
                         raise ValueError("the manifest is not a JSON object")
                 except (ValueError, OSError) as e:
-                    self._problems[key] = f"{rel}: {type(e).__name__}: {e}"
+                    cause = e.__cause__ or e
+                    self._problems[key] = damaged_message(rel, f"{type(cause).__name__}: {cause}")
                     self._manifests.pop(key, None)
                     continue
                 self._problems.pop(key, None)
@@ -234,6 +237,11 @@ class ExperimentIndex:
         self.refresh()
         return self._owners
 
+    def problem(self, key: str) -> str | None:
+        """Why the manifest `key` cannot be read (the path and the fix), or None."""
+        self.refresh()
+        return self._problems.get(key)
+
     def manifest(self, key: str) -> tuple[dict[str, Any], ExperimentSummary] | None:
         self.refresh()
         found = self._manifests.get(key)
@@ -265,6 +273,7 @@ class ExperimentIndex:
             counts[s.status] = counts.get(s.status, 0) + 1
         runs = [RunSummary.model_validate(r) for r in manifest.get("runs") or [] if isinstance(r, dict)]
         active = summary.state == "RUNNING" or any(s.status in ("WAITING", "RUNNING") for s in steps)
+        problems = [s.error.message for s in steps if s.status == UNREADABLE and s.error and s.error.message]
         last_args = runs[-1].args if runs else []
         return ExperimentDetail(
             **summary.model_dump(),
@@ -274,6 +283,7 @@ class ExperimentIndex:
             step_counts=counts,
             dag=layout(steps),
             active=active,
+            problems=problems,
         )
 
 
@@ -304,8 +314,11 @@ def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
 def step_ref(store: PrefixStore, entry: dict[str, Any]) -> StepRef:
     """A step named in a manifest (or step.json's dependencies) with its current status.json."""
     rel = step_rel(store, entry)
-    status = store.read_json(sf.status_path(rel))
+    problems: list[str] = []
+    status = store.read_json_noting(sf.status_path(rel), problems)
     status = status if isinstance(status, dict) else {}
+    if problems:  # unreadable: named with the fix, never shown as not started (status/damaged.py)
+        status = {"status": UNREADABLE, "error": {"type": "CorruptFile", "message": problems[0]}}
     started, ended = _float(status.get("started")), _float(status.get("ended"))
     error = status.get("error")
     deps = entry.get("dependencies") or []

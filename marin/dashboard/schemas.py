@@ -140,6 +140,9 @@ class ExperimentDetail(ExperimentSummary):
                                                           "(marin.compare.runs.baseline_of)")
     results: list[StepResult] = Field(default_factory=list, description="its own steps' final and eval "
                                                                         "metrics")
+    problems: list[str] = Field(
+        default_factory=list,
+        description="state files of its steps that cannot be read: the path and the fix")
 
 
 class StepStatus(BaseModel):
@@ -239,6 +242,9 @@ class StepDetail(BaseModel):
     recorded: bool = Field(
         True, description="false when the step never ran (no step.json): shown from the manifest"
     )
+    problems: list[str] = Field(
+        default_factory=list,
+        description="its state files that cannot be read (the path and the fix) and JSONL lines skipped")
 
 
 class LogTail(BaseModel):

@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from marin.dashboard.diff import field_rows, step_changes
-from marin.dashboard.experiments import ExperimentIndex, IssueLinker, _float, _str, step_ref, step_rel
+from marin.dashboard.experiments import (
+    UNREADABLE,
+    ExperimentIndex,
+    IssueLinker,
+    _float,
+    _str,
+    step_ref,
+    step_rel,
+)
 from marin.dashboard.schemas import (
     Attempt,
     LogTail,
@@ -24,6 +32,7 @@ from marin.dashboard.schemas import (
 from marin.dashboard.store import PrefixStore
 from marin.graph.changes import previous_version, version_names
 from marin.status import files as sf
+from marin.status.damaged import skipped_message
 
 TERMINAL = ("SUCCESS", "FAILED", "DEP_FAILED", "PREEMPTED")
 
@@ -33,24 +42,25 @@ class StepNotFound(LookupError):
 
 
 def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: ExperimentIndex) -> StepDetail:
-    step = store.read_json(sf.step_json_path(rel))
-    status_doc = store.read_json(sf.status_path(rel))
-    if not isinstance(step, dict) and not isinstance(status_doc, dict):
+    problems: list[str] = []  # state files that cannot be read: one banner, never a 500 (status/damaged.py)
+    step = store.read_json_noting(sf.step_json_path(rel), problems)
+    status_doc = store.read_json_noting(sf.status_path(rel), problems)
+    if not isinstance(step, dict) and not isinstance(status_doc, dict) and not problems:
         raise StepNotFound(
             f"no step at {rel!r}: neither {sf.step_json_path(rel)} nor {sf.status_path(rel)} exists"
         )
-    status = StepStatus.model_validate(status_doc if isinstance(status_doc, dict) else {})
+    unreadable = status_doc is None and any(p.startswith(store.full(sf.status_path(rel))) for p in problems)
+    status = StepStatus.model_validate(status_doc if isinstance(status_doc, dict)
+                                       else {"status": UNREADABLE} if unreadable else {})
     step_hash = step.get("hash") if isinstance(step, dict) else status.hash
     experiments = index.containing(step_hash) if isinstance(step_hash, str) else []
     recorded = isinstance(step, dict)
     step = step if isinstance(step, dict) else _from_manifest(index, step_hash, experiments)
-    events = [
-        StepEvent.model_validate(e) for e in store.read_jsonl(sf.events_path(rel)) if isinstance(e, dict)
-    ]
+    events = _events(store, rel, problems)
     name = _str(step.get("name")) or status.name or rel
-    lease = store.read_json(sf.lease_path(rel))
-    wandb = store.read_json(f"{rel}/wandb.json")
-    ledger = store.read_json(f"{sf.meta_dir(rel)}/interruptions.json")
+    lease = store.read_json_noting(sf.lease_path(rel), problems)
+    wandb = store.read_json_noting(f"{rel}/wandb.json", problems)
+    ledger = store.read_json_noting(f"{sf.meta_dir(rel)}/interruptions.json", problems)
     return StepDetail(
         path=rel,
         name=name,
@@ -88,7 +98,18 @@ def step_detail(store: PrefixStore, rel: str, issue_link: IssueLinker, index: Ex
         has_metrics=store.info(f"{rel}/metrics.jsonl") is not None,
         has_eval=store.info(f"{rel}/eval.json") is not None,
         active=status.status in ("WAITING", "RUNNING"),
+        problems=problems,
     )
+
+
+def _events(store: PrefixStore, rel: str, problems: list[str]) -> list[StepEvent]:
+    """The step's events; lines that cannot be read are skipped and counted in `problems`."""
+    events = [
+        StepEvent.model_validate(e) for e in store.read_jsonl(sf.events_path(rel)) if isinstance(e, dict)
+    ]
+    if skipped := store.skipped_lines(sf.events_path(rel)):
+        problems.append(skipped_message(sf.events_path(rel), skipped))
+    return events
 
 
 def _dict(value: Any) -> dict[str, Any]:

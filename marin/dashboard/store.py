@@ -15,8 +15,8 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -30,11 +30,23 @@ from fsspec.implementations.local import LocalFileSystem
 from marin.dashboard.paths import UnsafePathError, join
 from marin.errors import CorruptFileError
 from marin.jsonio import parse_json
+from marin.status.damaged import damaged_message, parse_jsonl
 from marin.status.live_log import read_live_log
 from marin.storage.fs import storage_on
 
 MAX_JSON_BYTES = 16 << 20
+# the engine's own records, which are JSON objects (docs/formats.md); other JSON files may be anything
+_STATE_FILE = re.compile(
+    r"(/\.marin/(status|step|lease|interruptions|progress)\.json|/experiments/[^/]+\.json)$")
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
+
+
+class _Rows(list[dict[str, Any]]):
+    """The rows of a JSONL file, with how many lines were skipped."""
+
+    def __init__(self, rows: list[dict[str, Any]], skipped: int) -> None:
+        super().__init__(rows)
+        self.skipped = skipped
 
 
 @dataclass
@@ -136,9 +148,24 @@ class PrefixStore:
         return self._cached(rel, self._parse_json, info)
 
     def read_jsonl(self, rel: str, max_bytes: int = 4 << 20) -> list[dict[str, Any]]:
-        """Rows of a JSONL file (its last `max_bytes` only, whole lines), [] when absent."""
+        """Rows of a JSONL file (its last `max_bytes` only, whole lines), [] when absent. Lines that are not
+        JSON objects (cut, binary) are skipped; `skipped_lines` says how many."""
         rows = self._cached(rel, lambda full, info: self._parse_jsonl(full, info, max_bytes))
         return rows if rows is not None else []
+
+    def skipped_lines(self, rel: str) -> int:
+        """How many lines the last `read_jsonl` of `rel` skipped (status/damaged.py: skipped and counted)."""
+        entry = self._cache.get(self.full(rel))
+        return getattr(entry.value, "skipped", 0) if entry is not None else 0
+
+    def read_json_noting(self, rel: str, problems: list[str]) -> Any:
+        """`read_json`, except that a file that cannot be read is None and its message (the path and the
+        fix, status/damaged.py) is added to `problems`: a page shows it as one banner, never a 500."""
+        try:
+            return self.read_json(rel)
+        except CorruptFileError as e:
+            problems.append(str(e))
+            return None
 
     def _cached(self, rel: str, parse: Any, listed: dict[str, Any] | None = None) -> Any:
         full = self.full(rel)
@@ -164,24 +191,22 @@ class PrefixStore:
                 f"(limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it"
             )
         with self.fs.open(full, "rb") as f:
-            return parse_json(f.read(), full)
+            raw = f.read()
+        try:
+            data = parse_json(raw, full)
+        except CorruptFileError as e:
+            cause = e.__cause__
+            raise CorruptFileError(damaged_message(full, f"{type(cause).__name__}: {cause}")) from e
+        if _STATE_FILE.search(full) and not isinstance(data, dict):
+            raise CorruptFileError(damaged_message(full, f"a JSON {type(data).__name__}, not an object"))
+        return data
 
-    def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> list[dict[str, Any]]:
+    def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> _Rows:
         data, start, _size = self.read_range(full, None, max_bytes, absolute=True)
-        lines = data.split(b"\n")
         if start > 0:
-            lines = lines[1:]  # the first line was cut by the byte window
-        rows = []
-        for n, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                if n == len(lines) - 1:
-                    break  # a line being appended right now; it is complete on the next poll
-                raise CorruptFileError(f"{full}: line {n + 1} is not valid JSON ({e})") from e
-        return rows
+            data = data.split(b"\n", 1)[1] if b"\n" in data else b""  # the first line was cut by the window
+        rows, skipped = parse_jsonl(data)
+        return _Rows(rows, skipped)
 
     def ls(self, rel: str) -> list[dict[str, Any]]:
         """Entries of a directory: dicts with "name" (basename), "type", "size", "info"; [] when absent."""

@@ -41,7 +41,16 @@ class LeaseLost:
     lease_path: str
 
 
-Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A gang attempt started waiting for hosts (`text` says for what), or stopped waiting (None)."""
+
+    key: str
+    attempt: int
+    text: str | None
+
+
+Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost | Waiting
 Completions: TypeAlias = queue.SimpleQueue[Message]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import pickle
 import queue
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -32,7 +33,8 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.errors import StepFailedError
 from marin.execution.attempt import AttemptResult, Outcome, Task
-from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop
+from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop, Waiting
+from marin.execution.gang_wait import waiting_line
 from marin.execution.inputs import name_producer
 from marin.execution.records import RunContextInfo, StepRecords
 from marin.execution.retry import RetryPolicy
@@ -48,6 +50,9 @@ from marin.storage.fs import Storage
 # fan-out that is 998 results to collect and ship, which took ~20 ms after the last one finished, against one
 # trip through this loop (~1 ms).
 QUEUE_BEHIND_MAX_DEPENDENCIES = 16
+# How long the attempts of a Ray-backed executor may outlive its process: Ray ends a dead driver's workers
+# within seconds; a same-machine taker waits this long after it first saw the owner's process gone.
+ATTEMPTS_OUTLIVE_S = 15.0
 _SETTLED = {SKIP: Phase.SUCCESS, FAILED_ACTION: Phase.FAILED, BLOCKED: Phase.DEP_FAILED}
 
 
@@ -73,7 +78,10 @@ class Executor:
         self.on_transition = on_transition
         self.on_idle = on_idle  # called before the loop waits; returns when to be called again (s), or None
         self.board = Board()
-        self.leases = StepLeases(storage, ctx, lease_timeout_s, completions)
+        # a dead executor's local workers die with it; Ray's live until Ray notices (storage/lease.py)
+        local = getattr(backend, "name", "") == "local"
+        outlive_s = 0.0 if local else min(ATTEMPTS_OUTLIVE_S, lease_timeout_s)
+        self.leases = StepLeases(storage, ctx, lease_timeout_s, completions, outlive_s)
         self.records = StepRecords(storage, ctx, graph, self.board.get)
         self.queue_behind = bool(backend.queues_behind_dependencies)
         self._dependents: dict[str, list[str]] = {}
@@ -163,8 +171,22 @@ class Executor:
             self._finished(message.key, message.attempt, message.result)
         elif isinstance(message, RunOnLoop):  # a backend's work that must run on this thread (local forks)
             message.call()
+        elif isinstance(message, Waiting):
+            self._waiting(message)
         else:
             self._lease_lost(message.lease_path)
+
+    def _waiting(self, message: Waiting) -> None:
+        """A gang attempt of this run waits for hosts (or no longer does): say so on the console and to the
+        publishers (gang_wait.py)."""
+        st = self.board.get(message.key)
+        if st is None or message.key not in self.board.running or message.attempt != st.attempt:
+            return
+        print(waiting_line(st.node.name, st.attempt, message.text, st.waiting_since), file=sys.stderr,
+              flush=True)
+        st.waiting = message.text
+        st.waiting_since = time.time() if message.text is not None else None
+        self.on_transition()
 
     def _lease_lost(self, lease_path: str) -> None:
         key = self.leases.step_of(lease_path)
@@ -210,6 +232,8 @@ class Executor:
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
         current = self.records.current(st)
+        if current is not None and current.get("_damaged"):  # named, moved aside, never overwritten
+            current = self.records.keep_damaged(st, current)
         # (a SUCCESS the plan itself found and re-runs - its outputs changed since, or --force-run - is not
         # such a finish)
         if current and current.get("status") == sf.SUCCESS and current != st.entry.previous \
@@ -230,7 +254,9 @@ class Executor:
         if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
             self._ledger_open.add(key)  # is completed when this run's first attempt ends
         if acquired.previous_owner:
-            self.records.takeover(st, acquired.previous_owner)
+            self.records.takeover(st, acquired)
+            if self.records.close_lost_attempt(st, current, acquired):  # its executor died mid-attempt
+                self._ledger_open.add(key)
         st.config = self.records.resolve_config(st)
         self._launch(key, first=True)
         if self.queue_behind:
@@ -245,6 +271,7 @@ class Executor:
         after = tuple(d.hash for d in st.node.deps if d.hash in self.board.running)
         self.board.move(key, Phase.QUEUED if after else Phase.RUNNING)
         st.ended, st.error = None, None
+        st.waiting = st.waiting_since = None
         st.started = None if after else time.time()
         step = st.node.step
         record = self.records.attempt_record(key, st, self.leases.acquired_at(st), first)

@@ -10,7 +10,8 @@ as long as the executor does) that:
    slice's name label. We use Ray's utility rather than Levanter's slice actor (an actor holding the head
    resource that starts one task per host through the slice-name resource) because it is the same
    placement-group path as `hosts=N` - one launch, one teardown (`remove_placement_group` frees every
-   host), no long-lived actor to restart - and it already does multislice;
+   host), no long-lived actor to restart - and it already does multislice. A reservation that waits for
+   capacity (after a node loss) is shown as waiting everywhere (gang_wait.py);
 2. orders the members: slice, then the node's `ray.io/tpu-worker-id` label when it has one, then bundle.
    Rank 0 picks a free port on its own host when it starts and publishes it in Ray's internal key-value
    store (the GCS) under a key of this attempt; the other members read it there before they run the step.
@@ -55,8 +56,9 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.definition.tpu import slice_shape
 from marin.execution import causes
-from marin.execution.attempt import HOST, AttemptResult, Outcome, Wire, results_from_wire
+from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord, Wire, results_from_wire
 from marin.execution.causes import MemberEnd
+from marin.execution.gang_wait import wait_for_hosts
 from marin.execution.resources import ray_task_options, requested
 from marin.execution.worker import execute_step
 
@@ -361,7 +363,8 @@ def supervise(
     refs: dict[Any, Member] = {}
     try:
         pg, owner = _reserve(ray, plan, name)
-        ray.get(pg.ready())
+        wait_for_hosts(ray, pg.ready(), plan.size, plan.bundle, lambda: _record_of(payload, shared), name,
+                       _KV())
         members = _members(ray, pg, plan)
         port_key = f"{name}:{uuid.uuid4().hex}"
         coordinator = f"{members[0].ip}:{PORT_PENDING}"
@@ -384,6 +387,17 @@ def supervise(
             with contextlib.suppress(Exception):
                 _KV().del_(port_key)
         _release(ray, owner)
+
+
+def _record_of(payload: bytes, shared: tuple[Any, str] | None) -> StepRecord | None:
+    """The attempt's status record (what rank 0 writes from), for the supervisor's WAITING status."""
+    from marin.execution.attempt_pickle import load_attempt
+
+    try:
+        record: StepRecord | None = load_attempt(payload, shared)[4]
+    except Exception:  # not loadable here: rank 0 reports that; the wait is then shown on the driver only
+        return None
+    return record
 
 
 def _watch(ray: Any, refs: dict[Any, Member], members: list[Member], started: float) -> AttemptResult:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
-from marin.errors import ExperimentFailedError, StepFailedError
+from marin.errors import CorruptFileError, ExperimentFailedError, StepFailedError
 from marin.execution import report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
@@ -47,6 +47,7 @@ from marin.status.console import ConsoleProgress
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
 from marin.storage.fs import Storage, normalize_prefix, storage_for
+from marin.storage.lease import LeaseInfo
 
 # Set by `marin plan` / `marin status`: the script's executor_main then plans or reports instead of running.
 CLI_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("marin_cli_mode", default="run")
@@ -198,11 +199,13 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         prov = provenance()
         ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
                              prov, getattr(provenance, "patch", None))
+        manifest_steps = _manifest_steps(graph, plan)
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
-                           steps=_manifest_steps(graph, plan), run_id=run.run_id, args=list(args),
+                           steps=manifest_steps, run_id=run.run_id, args=list(args),
                            notebook=notebook, amendable=notebook is not None and not verdicts.judged(
-                               verdicts.read_verdicts(storage, run.prefix, run.experiment_id)))
+                               verdicts.read_verdicts(storage, run.prefix, run.experiment_id)),
+                           executor=ctx.executor_id)
         pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
         pset.errors.extend(factory_errors)
@@ -222,7 +225,8 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
             ended = time.time()
             judge_run(storage, run.prefix, run.experiment_id, run.run_id, pset.errors)
             views.final(status, ended)
-            manifest.end_run(storage, run.prefix, run.experiment_id, run.run_id, status, pset.errors)
+            manifest.end_run(storage, run.prefix, run.experiment_id, run.run_id, status, pset.errors,
+                             steps=manifest_steps)
     finally:
         be.shutdown()
     failures = [st.failure for st in states.values() if st.failure is not None]
@@ -357,19 +361,7 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
         print(json.dumps({"experiment": experiment_id, **plan.to_json()}, indent=1) if cfg.format == "json"
               else plan.table())
     else:
-        rows: list[dict[str, Any]] = []
-        spans = []
-        for e in plan.entries:
-            current = sf.read_status(storage, e.output_path) or {}
-            interrupted = interruptions.was_interrupted(current)
-            ledger: dict[str, Any] = {"interruptions": []}
-            if interrupted:
-                ledger = interruptions.read_ledger(storage, e.output_path)
-            spans.append(interruptions.step_wall_and_lost(current, ledger))
-            rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,
-                         "status": current.get("status"), "attempt": current.get("attempt"),
-                         "updated": current.get("updated"), "error": current.get("error"),
-                         "interruptions": ledger["interruptions"]})
+        rows, spans = _status_rows(storage, plan)
         goodput = interruptions.experiment_goodput(spans)
         if cfg.format == "json":
             doc = {"experiment": experiment_id, "prefix": prefix, "steps": rows, "goodput": goodput}
@@ -380,6 +372,8 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
                 err = r["error"] or {}
                 extra = f"  {err.get('type')}: {err.get('message')}" if err else ""
                 print(f"  {str(r['status'] or 'NOT RUN'):<10} {r['name']} {r['hash'][:8]}{extra}")
+                if r.get("damaged") or r.get("lost") or r.get("waiting"):
+                    print(f"             {r['damaged'] or r['lost'] or r['waiting']}")
                 for line in interruptions.ledger_lines({"interruptions": r["interruptions"]}):
                     print(f"             {line}")
             print(f"goodput {goodput['goodput']:.3f} ({goodput['time_lost_s']:.1f} s lost to interruptions "
@@ -387,3 +381,44 @@ def _report(steps: Sequence[Step], cfg: ExecutorMainConfig, mode: str, notebook:
             verdict = (verdicts.read_verdicts(storage, prefix, experiment_id) or {}).get("current")
             print(f"verdict: {verdicts.plain_words(verdict) if verdict else 'none recorded'}")
     return RunResult("", experiment_id, prefix, f"{mode.upper()}", plan, {}, [], [], "")
+
+
+UNREADABLE = "UNREADABLE"  # `marin status` of a step whose status.json cannot be read (status/damaged.py)
+
+
+def _status_rows(storage: Storage, plan: Plan) -> tuple[list[dict[str, Any]], list[tuple[float, float]]]:
+    """`marin status`'s row per step and its (wall, lost) span for goodput; a step whose status.json cannot
+    be read is UNREADABLE with the message naming the file and the fix, never NOT RUN."""
+    rows: list[dict[str, Any]] = []
+    spans = []
+    for e in plan.entries:
+        damage = None
+        try:
+            current = sf.read_status_checked(storage, e.output_path) or {}
+        except CorruptFileError as err:
+            current, damage = {"status": UNREADABLE}, str(err)
+        ledger: dict[str, Any] = {"interruptions": []}
+        if interruptions.was_interrupted(current):
+            ledger = interruptions.read_ledger(storage, e.output_path)
+        spans.append(interruptions.step_wall_and_lost(current, ledger))
+        rows.append({"name": e.name, "hash": e.hash, "output_path": e.output_path,
+                     "status": current.get("status"), "attempt": current.get("attempt"),
+                     "updated": current.get("updated"), "error": current.get("error"),
+                     "interruptions": ledger["interruptions"], "damaged": damage,
+                     "waiting": current.get("waiting"),
+                     "lost": _executor_lost(storage, e.output_path) if current.get("status") == sf.RUNNING
+                     else None})
+    return rows, spans
+
+
+def _executor_lost(storage: Storage, output_path: str) -> str | None:
+    """For a step recorded RUNNING: why its executor is lost (its lease is gone or stale, or its process is
+    provably gone), else None. `marin status` only says so; the next run records the interruption."""
+    text = storage.read_text(sf.lease_path(output_path))
+    lease = LeaseInfo.parse(text) if text else None
+    why = lease.lost(time.time()) if lease is not None else "it holds no lease"
+    if why is None:
+        return None
+    owner = lease.owner if lease is not None else "of this attempt"
+    return (f"its executor {owner} is lost ({why}): the attempt is not running; the next run takes it over "
+            "and records the interruption")

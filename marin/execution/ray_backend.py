@@ -21,8 +21,9 @@ from marin.definition.step import Resources
 from marin.execution import causes
 from marin.execution.attempt import HOST, AttemptResult, Outcome, Task, Wire, results_from_wire
 from marin.execution.attempt_pickle import dumps_with_table, from_main, loads_with_table, table_for
-from marin.execution.backend import AttemptDone, Completions
-from marin.execution.gang import GangPlan, submit_gang
+from marin.execution.backend import AttemptDone, Completions, Waiting
+from marin.execution.gang import _KV, GangPlan, submit_gang
+from marin.execution.gang_wait import GangWaits
 from marin.execution.resources import check_feasible, ray_task_options
 from marin.execution.worker import execute_step
 
@@ -270,6 +271,9 @@ class RayBackend:
         self._table_size = 0
         self._results = _ResultWatcher(ray, self._done)
         self._gangs: set[str] = set()  # keys whose attempt is a gang supervisor
+        # gangs waiting for hosts, reported to the executor (gang_wait.py)
+        self._gang_waits = GangWaits(_KV, lambda key, attempt, text: completions.put(
+            Waiting(key, attempt, text)))
 
     def check_resources(self, tasks: Sequence[tuple[str, Resources]]) -> None:
         nodes = [
@@ -300,6 +304,7 @@ class RayBackend:
                 ref = submit_gang(self.ray, GangPlan.of(task.resources), payload, shared,
                                   name=options["name"], log_path=task.log_path, env=task.env, after=after)
                 self._gangs.add(task.key)
+                self._gang_waits.add(task.key, options["name"], task.attempt)
             else:
                 function = "plain" if shared is None else "script"
                 if uses_accelerator(task.resources):
@@ -355,6 +360,7 @@ class RayBackend:
         else:
             result = AttemptResult.from_wire(value)
         self._gangs.discard(task.key)
+        self._gang_waits.discard(task.key)
         self.completions.put(AttemptDone(task.key, task.attempt, result))
 
     def cancel(self, key: str) -> None:
@@ -368,5 +374,6 @@ class RayBackend:
         for key in list(self._refs):
             self.cancel(key)
         self._results.close()
+        self._gang_waits.close()
         if self.owns_ray:
             self.ray.shutdown()

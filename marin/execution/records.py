@@ -11,6 +11,7 @@ an attempt's worker writes from.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +19,17 @@ from typing import Any
 from marin import jsonio
 from marin.definition.identity import resolve
 from marin.definition.step import Step
+from marin.errors import CorruptFileError
+from marin.execution import causes
 from marin.execution.attempt import StepRecord
 from marin.execution.state import StepState
 from marin.graph.dag import Graph, Node
+from marin.graph.plan import damaged_status
+from marin.status import damaged, interruptions, manifest
 from marin.status import files as sf
-from marin.status import interruptions
 from marin.status.stepinfo import step_info
 from marin.storage.fs import Storage
+from marin.storage.lease import Acquired
 
 
 @dataclasses.dataclass
@@ -48,7 +53,31 @@ class StepRecords:
 
     # ----- reading --------------------------------------------------------------------------------------
     def current(self, st: StepState) -> dict[str, Any] | None:
-        return sf.read_status(self.storage, st.path)
+        """The step's status.json now; one that cannot be read is `damaged_status` (its message)."""
+        try:
+            return sf.read_status_checked(self.storage, st.path)
+        except CorruptFileError as e:
+            return damaged_status(str(e))
+
+    def keep_damaged(self, st: StepState, current: dict[str, Any]) -> dict[str, Any]:
+        """Under the step's lease, before an attempt after an unreadable status.json: move the status aside,
+        keep the earlier outputs under `.marin/earlier-{N}/`, and return the status the next attempt
+        continues from (attempt N from the events and logs present, `created` from the first event)."""
+        events, _ = sf.read_events_counted(self.storage, st.path)
+        last = sf.attempts_on_record(self.storage, st.path)
+        aside = damaged.move_aside(self.storage, sf.status_path(st.path))
+        try:  # step.json too, if it is damaged: the new attempt rewrites it
+            damaged.read_checked(self.storage, sf.step_json_path(st.path))
+        except CorruptFileError:
+            damaged.move_aside(self.storage, sf.step_json_path(st.path))
+        kept = damaged.keep_outputs(self.storage, st.path, last)
+        message = (f"status.json could not be read; moved to {aside}; attempt {last + 1} follows the "
+                   f"{last} on record" + (f"; the earlier outputs are kept in {kept}" if kept else ""))
+        print(f"marin: step {st.node.name}: {message}", file=sys.stderr, flush=True)
+        self._event(st, sf.DAMAGED_RECORD, last, message=message, path=sf.status_path(st.path),
+                    moved_to=aside, outputs_kept=kept, damage=current.get("_damaged"))
+        created = next((e["ts"] for e in events if isinstance(e.get("ts"), int | float)), None)
+        return {"attempt": last, "created": created}
 
     def attempt_started(self, st: StepState) -> bool:
         """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""
@@ -86,9 +115,50 @@ class StepRecords:
                           patch=self.ctx.patch if first else None,
                           step_json=jsonio.json_text(self._step_info(st, st.config)) if first else None)
 
-    def takeover(self, st: StepState, previous_owner: str) -> None:
-        self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=previous_owner,
-                    message=f"took over the stale lease of {previous_owner}")
+    def takeover(self, st: StepState, acquired: Acquired) -> None:
+        why = f" ({acquired.why})" if acquired.why else ""
+        self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=acquired.previous_owner,
+                    message=f"took over the stale lease of {acquired.previous_owner}{why}")
+
+    def close_lost_attempt(self, st: StepState, current: dict[str, Any] | None, acquired: Acquired) -> bool:
+        """The lease just taken over was of an executor that is lost (its process gone, or no heartbeat):
+        if its attempt is still RUNNING in the records, close it as interrupted (`driver_lost`): a ledger
+        entry (completed when the next attempt ends), the PREEMPTED status and event, and its run closed
+        as DRIVER_LOST in its experiment's manifest. True if there was such an attempt."""
+        if (current or {}).get("status") != sf.RUNNING:
+            return False
+        assert current is not None
+        attempt, run_id = int(current.get("attempt") or 0), str(current.get("run_id"))
+        # when its attempt was cut short, as far as anyone can tell: its last sign of life (the lost lease's
+        # last heartbeat, or the attempt's own records when they are later: a heartbeat is every timeout/4)
+        signs = [acquired.previous.heartbeat if acquired.previous is not None else None,
+                 current.get("started"), current.get("updated")]
+        when = max((s for s in signs if isinstance(s, int | float)), default=time.time())
+        message = (f"executor {acquired.previous_owner} was lost ({acquired.why}); detected by "
+                   f"{self.ctx.executor_id}")
+        entry = interruptions.record_interruption(
+            self.storage, st.path, name=st.node.name, attempt=attempt, run_id=run_id,
+            cause=causes.DRIVER_LOST, hosts=[], started=current.get("started"), ended=when, message=message)
+        error = {"type": "DriverLost", "message": message, "traceback": ""}
+        sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=sf.PREEMPTED,
+                        attempt=attempt, run_id=run_id, executor=self.ctx.executor_id, previous=current,
+                        started=current.get("started"), ended=when, error=error)
+        sf.append_event(self.storage, st.path, sf.PREEMPTED, attempt=attempt, run_id=run_id,
+                        executor=self.ctx.executor_id, message=message, lost_executor=acquired.previous_owner,
+                        **interruptions.event_fields(entry))
+        self._close_lost_run(st, run_id, when, message)
+        return True
+
+    def _close_lost_run(self, st: StepState, run_id: str, when: float, message: str) -> None:
+        """Close the lost attempt's run in its experiment's manifest (the one step.json names, else this
+        run's experiment)."""
+        info = sf.read_record(self.storage, sf.step_json_path(st.path)) or {}
+        experiments = dict.fromkeys(e for e in (info.get("experiment"), self.ctx.experiment_id)
+                                    if isinstance(e, str))
+        for experiment in experiments:
+            if manifest.close_lost_run(self.storage, self.ctx.prefix, experiment, run_id, ended=when,
+                                       by=self.ctx.executor_id, message=message):
+                return
 
     def attempt_ended(self, st: StepState, status: str, error: dict[str, Any], **fields: Any) -> None:
         """The attempt's FAILED or PREEMPTED event; `fields`: its cause (and for an interruption, the ledger

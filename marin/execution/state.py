@@ -96,6 +96,8 @@ class StepState:
     deferred: tuple[int, AttemptResult] | None = None
     # since the lease was taken; None until an attempt ends badly (most steps never need one)
     ended_attempts: Counter[Outcome] | None = None
+    waiting: str | None = None  # a gang attempt waiting for hosts: what for (gang_wait.py)
+    waiting_since: float | None = None
 
     @property
     def path(self) -> str:

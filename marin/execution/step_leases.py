@@ -18,11 +18,12 @@ from marin.storage.lease import Acquired, LeaseManager
 
 class StepLeases:
     def __init__(self, storage: Storage, ctx: RunContextInfo, timeout_s: float,
-                 completions: Completions) -> None:
+                 completions: Completions, outlive_s: float = 0.0) -> None:
         self.storage = storage
         self.ctx = ctx
         self.manager = LeaseManager(storage, ctx.executor_id, timeout_s,
-                                    on_lost=lambda path: completions.put(LeaseLost(path)))
+                                    on_lost=lambda path: completions.put(LeaseLost(path)),
+                                    outlive_s=outlive_s)
         # lease path -> step key, of every lease this executor tried to take: the heartbeat can only report
         # the loss of one of those (a re-run of a settled plan takes none and maps none)
         self._step_of: dict[str, str] = {}

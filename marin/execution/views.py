@@ -65,7 +65,7 @@ class RunViews:
 
 def _step_view(name: str, key: str, output_path: str, dependencies: tuple[str, ...],
                st: StepState | None) -> StepView:
-    step_status = (st.status if st and not st.queued else None) or sf.WAITING
+    step_status = (st.status if st and not st.queued and not st.waiting else None) or sf.WAITING
     attempt = st.attempt if st else 0
     err = st.error if st else None
     return StepView(

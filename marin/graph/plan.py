@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marin.definition.source import fn_source_hash
+from marin.errors import CorruptFileError
 from marin.graph.changes import (
     Change,
     dependencies_of,
@@ -39,6 +40,7 @@ from marin.graph.changes import (
     version_stem,
 )
 from marin.graph.dag import Graph, Node
+from marin.status import damaged
 from marin.status.files import (
     DEP_FAILED,
     FAILED,
@@ -48,7 +50,7 @@ from marin.status.files import (
     WAITING,
     lease_path,
     read_record,
-    status_path,
+    read_status_checked,
     step_json_path,
 )
 from marin.storage.base import Storage
@@ -60,6 +62,11 @@ CROSS_NAME_BUDGET = 200
 """Steps per plan that may be compared with a step of another name: each such search reads up to 32
 step.json files (once per plan) and diffs them, so a fresh 10,000-step DAG next to many others is not
 planned 32 times over; the steps beyond it simply get no `changed` lines, as before issue 33."""
+
+def damaged_status(message: str) -> dict[str, Any]:
+    """What the plan keeps for a step whose status.json cannot be read: no status, the message naming the
+    file and the fix. The executor reads it again under the step's lease before it decides anything."""
+    return {"status": None, "_damaged": message}
 
 
 @dataclasses.dataclass
@@ -140,7 +147,7 @@ class Scan:
         listings = _map(storage, storage.listdir, parents)
         self.listing = {p: set(names or ()) for p, names in zip(parents, listings, strict=True)}
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
-        statuses = _map(storage, lambda p: read_record(storage, status_path(p)), present)
+        statuses = _map(storage, self._read_status, present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
         self._stems: dict[str, dict[str, list[str]]] = {}
         self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
@@ -156,6 +163,13 @@ class Scan:
         """SUCCESS recorded, and its outputs still the ones that succeeded (or recorded before manifests)."""
         check = self.outputs.get(path)
         return (self.status.get(path) or {}).get("status") == SUCCESS and (check is None or check.ok)
+
+    def _read_status(self, output_path: str) -> dict[str, Any] | None:
+        """A step's status.json; an unreadable one reads as `damaged_status` (status/damaged.py)."""
+        try:
+            return read_status_checked(self.storage, output_path)
+        except CorruptFileError as e:
+            return damaged_status(str(e))
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -261,8 +275,7 @@ def make_plan(
                     forced)
     # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
     reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
-    infos = dict(zip(reused, _map(storage, lambda p: read_record(storage, step_json_path(p)), reused),
-                     strict=True))
+    infos = dict(zip(reused, _map(storage, lambda p: _checked_info(storage, p), reused), strict=True))
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
                         "outputs are trusted without a check (their next run records one)")
@@ -302,10 +315,15 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
             force_run_failed: bool, now: float, outputs: OutputCheck | None = None,
             forced: bool = False) -> PlanEntry:
     status = (prev or {}).get("status")
+    if (prev or {}).get("_damaged"):
+        entry = _entry(node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier "
+                       "attempts' logs and outputs are kept)", prev)
+        entry.warnings.append(str(prev["_damaged"]))  # type: ignore[index]
+        return entry
     if forced and status in (SUCCESS, FAILED):
-        entry = _forced(node, path, prev, by_node)
-        if entry is not None:
-            return entry
+        forced_entry = _forced(node, path, prev, by_node)
+        if forced_entry is not None:
+            return forced_entry
     if status == SUCCESS and outputs is not None and not outputs.ok:
         return _entry(node, path, RUN, f"{outputs.describe()}; re-running", prev)
     if status == SUCCESS:
@@ -326,13 +344,14 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
     if status in (RUNNING, WAITING):
         lease_text = storage.read_text(lease_path(path))
         lease = LeaseInfo.parse(lease_text) if lease_text else None
-        if lease is not None and not lease.is_stale(now):
+        lost = lease.lost(now) if lease is not None else "no lease"
+        if lease is not None and lost is None:
             return _entry(node, path, WAIT, f"running under executor {lease.owner} "
                           f"(heartbeat {now - lease.heartbeat:.0f} s ago); will wait and reuse its result",
                           prev)
         owner = lease.owner if lease else (prev or {}).get("executor")
-        age = f"no heartbeat for {now - lease.heartbeat:.0f} s" if lease else "no lease"
-        return _entry(node, path, RUN, f"stale lease of executor {owner} ({age}) will be taken over", prev)
+        return _entry(node, path, RUN, f"stale lease of executor {owner} ({lost}) will be taken over; its "
+                      "attempt is recorded as interrupted", prev)
     reasons = {
         FAILED: "failed previously; re-running (--force-run-failed)",
         DEP_FAILED: "a dependency failed in an earlier run; re-running",
@@ -437,9 +456,19 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
     return change.describe()
 
 
-def _code_drift(node: Node, info: dict[str, Any] | None) -> list[str]:
-    """Warnings about a reused result (`info`: its step.json): its function's source changed, or (policy
-    `warn`) a raw input did."""
+def _checked_info(storage: Storage, path: str) -> dict[str, Any] | str | None:
+    """A reused step's step.json; the damaged-file message (str) when it cannot be read."""
+    try:
+        return damaged.read_checked(storage, step_json_path(path))
+    except CorruptFileError as e:
+        return str(e)
+
+
+def _code_drift(node: Node, info: dict[str, Any] | str | None) -> list[str]:
+    """Warnings about a reused result (`info`: its step.json, or why it cannot be read): its function's
+    source changed, or (policy `warn`) a raw input did."""
+    if isinstance(info, str):
+        return [info]
     recorded = (info or {}).get("fn_source_hash")
     current = fn_source_hash(node.step.fn)
     out = []

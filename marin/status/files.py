@@ -13,6 +13,7 @@ from typing import Any
 from marin import jsonio
 from marin.definition.placeholders import join
 from marin.errors import CorruptFileError
+from marin.status import damaged
 from marin.storage.base import Storage
 
 WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
@@ -25,6 +26,7 @@ WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
 )
 STATUSES = (WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED)
 LEASE_TAKEOVER = "LEASE_TAKEOVER"
+DAMAGED_RECORD = "DAMAGED_RECORD"  # an unreadable status.json was moved aside before a new attempt
 _LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
 
 
@@ -74,8 +76,9 @@ def new_executor_id() -> str:
 def read_record(storage: Storage, path: str) -> dict[str, Any] | None:
     """An engine record (a JSON object: status, step, manifest, verdicts, ledger, progress) at `path`, or None
     when it does not exist. The lenient form of `marin.jsonio.read_json`: a file that is not JSON, or not a
-    JSON object, also reads as None (a torn write on a store without atomic PUT; callers treat it as absent
-    and rewrite it)."""
+    JSON object, also reads as None. For views that show what they can; anything that decides or rewrites
+    from a record reads it with `damaged.read_checked` (status/damaged.py: named, moved aside, never
+    overwritten)."""
     try:
         data = jsonio.read_json(storage, path)
     except CorruptFileError:
@@ -84,7 +87,15 @@ def read_record(storage: Storage, path: str) -> dict[str, Any] | None:
 
 
 def read_status(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    """The step's status.json, None when absent or unreadable (the lenient form, for code that only needs
+    to know whether a status it wrote is there; see `read_status_checked`)."""
     return read_record(storage, status_path(output_path))
+
+
+def read_status_checked(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    """The step's status.json, None when absent; `CorruptFileError` naming the path and the fix when it
+    cannot be read (status/damaged.py): what the plan, `marin status` and the executor use."""
+    return damaged.read_checked(storage, status_path(output_path))
 
 
 def write_status(
@@ -103,9 +114,11 @@ def write_status(
     error: dict[str, Any] | None = None,
     now: float | None = None,
     outputs: dict[str, Any] | None = None,
+    waiting: str | None = None,
 ) -> dict[str, Any]:
     """Write status.json (docs/formats.md); `now` (default: the clock) is its `updated` time; `outputs` is a
-    SUCCESS's output-manifest summary (marin/storage/outputs.py)."""
+    SUCCESS's output-manifest summary (marin/storage/outputs.py); `waiting`: what a WAITING attempt waits for
+    (a gang's hosts)."""
     now = time.time() if now is None else now
     record = {
         "name": name,
@@ -123,6 +136,8 @@ def write_status(
     }
     if outputs is not None:
         record["outputs"] = outputs
+    if waiting is not None:
+        record["waiting"] = waiting
     jsonio.write_json(storage, status_path(output_path), record)
     return record
 
@@ -147,5 +162,21 @@ def append_event(
 
 
 def read_events(storage: Storage, output_path: str) -> list[dict[str, Any]]:
-    text = storage.read_text(events_path(output_path)) or ""
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The step's events, oldest first; lines that cannot be read are skipped (see `read_events_counted`)."""
+    return read_events_counted(storage, output_path)[0]
+
+
+def read_events_counted(storage: Storage, output_path: str) -> tuple[list[dict[str, Any]], int]:
+    """(the step's events, how many lines were skipped: cut short, binary or not an object)."""
+    return damaged.parse_jsonl(storage.read_bytes(events_path(output_path)))
+
+
+def attempts_on_record(storage: Storage, output_path: str) -> int:
+    """The highest attempt number a step's records still show when its status cannot be read: from its
+    events and from the log files present (`logs/attempt-{N}.log`, `attempt-{N}.rank-{K}.log`)."""
+    events, _ = read_events_counted(storage, output_path)
+    highest = max((e["attempt"] for e in events if isinstance(e.get("attempt"), int)), default=0)
+    for name in storage.listdir(logs_dir(output_path)) or []:
+        found = attempt_of_log(name.split(".", 1)[0] + ".log")
+        highest = max(highest, found or 0)
+    return highest

@@ -27,11 +27,14 @@ summed over its steps.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from marin import jsonio
 from marin.definition.placeholders import join
+from marin.errors import CorruptFileError
+from marin.status import damaged
 from marin.status import files as sf
 from marin.storage.fs import Storage
 
@@ -47,7 +50,28 @@ def progress_path(output_path: str) -> str:
 
 
 def read_ledger(storage: Storage, output_path: str) -> dict[str, Any]:
-    return sf.read_record(storage, ledger_path(output_path)) or {"interruptions": []}
+    """The step's ledger to show (an unreadable one shows as empty: `marin status` and the dashboard name
+    it separately)."""
+    ledger = sf.read_record(storage, ledger_path(output_path)) or {"interruptions": []}
+    if not isinstance(ledger.get("interruptions"), list):
+        ledger["interruptions"] = []
+    return ledger
+
+
+def _ledger_to_update(storage: Storage, output_path: str) -> dict[str, Any]:
+    """The ledger a writer adds to: an unreadable one is moved aside first (status/damaged.py) and the new
+    ledger names it in `damaged`, so no entry is overwritten."""
+    path = ledger_path(output_path)
+    try:
+        ledger = damaged.read_checked(storage, path) or {"interruptions": []}
+    except CorruptFileError as e:
+        moved = damaged.move_aside(storage, path)
+        print(f"marin: warning: {e}\nmarin: it was moved to {moved}; a new ledger is started",
+              file=sys.stderr, flush=True)
+        return {"interruptions": [], "damaged": [{"moved_to": moved, "at": time.time()}]}
+    if not isinstance(ledger.get("interruptions"), list):
+        ledger["interruptions"] = []
+    return ledger
 
 
 def _number(value: Any) -> float | None:
@@ -105,7 +129,7 @@ def record_interruption(
         "time_lost_s": None,
         "message": message,
     }
-    ledger = read_ledger(storage, output_path)
+    ledger = _ledger_to_update(storage, output_path)
     ledger.update({"name": name, "output_path": output_path})
     ledger["interruptions"].append(entry)
     _write(storage, output_path, ledger)
@@ -122,11 +146,13 @@ def record_resume(
 ) -> dict[str, Any] | None:
     """Complete the open entry (if any) from the attempt after it, which has now ended: where it resumed,
     the restart gap, the steps redone and the time lost. Returns the completed entry, or None."""
-    ledger = read_ledger(storage, output_path)
+    ledger = _ledger_to_update(storage, output_path)
     open_entries = [
         e for e in ledger["interruptions"] if e.get("resumed_attempt") is None and e["attempt"] < attempt
     ]
     if not open_entries:
+        if ledger.get("damaged") and not ledger["interruptions"]:  # moved aside just now: say so in its place
+            _write(storage, output_path, ledger)
         return None
     entry: dict[str, Any] = open_entries[-1]
     progress = sf.read_record(storage, progress_path(output_path)) or {}

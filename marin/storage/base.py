@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from marin.storage.listing import FileInfo
+
+
+def aside_name(path: str, now: float | None = None) -> str:
+    """Where a damaged file at `path` is kept when it is moved aside: `{path}.corrupt-{YYYYmmddTHHMMSSZ}`
+    (marin/status/damaged.py has the policy)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"{path}.corrupt-{stamp}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,3 +101,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def iter_bytes(self, path: str) -> Iterator[bytes]:
         """The file's content in chunks (for digests)."""
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist (for a file that may not be UTF-8: a damaged
+        record is reported and moved aside, never decoded into an unnamed error)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read bytes")
+
+    def move(self, path: str, to: str) -> None:
+        """Move the file at `path` to `to` (a damaged record is kept beside the one that replaces it)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move files")

@@ -39,6 +39,16 @@ class FsspecStorage(Storage):
             return None
         return data.decode("utf-8")
 
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            data: bytes = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        return data
+
+    def move(self, path: str, to: str) -> None:
+        self.fs.mv(path, to, recursive=True)
+
     def write_text(self, path: str, text: str) -> None:
         self.fs.pipe_file(path, text.encode("utf-8"))
 

@@ -114,6 +114,16 @@ class LocalStorage(Storage):
         finally:
             os.close(fd)
 
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def move(self, path: str, to: str) -> None:
+        os.replace(path, to)
+
     def _retrying(self, directory: str, action: Callable[[], T]) -> T:
         """Run `action`; if its directory is missing (new, or deleted behind our back to force a re-run),
         make it and run `action` once more. Trying first costs one failed call for a new directory and saves a

@@ -249,4 +249,5 @@ def test_oversized_or_corrupt_json_is_reported_not_loaded(tmp_path: Path) -> Non
         with huge.open("w") as f:
             f.write('{"pad": "' + "x" * (17 << 20) + '"}')
         r = c.get(f"/api/steps/{step['path']}")
-        assert r.status_code == 500 and "does not load it" in r.json()["detail"]
+        # issue 32: one problem named on the page, never a whole-page 500
+        assert r.status_code == 200 and any("does not load it" in p for p in r.json()["problems"])

@@ -1,7 +1,9 @@
 """A tiny experiment run as a separate process by the race and crash tests.
 
     python -m tests.marin.runner shared PREFIX WORKDIR [LEASE_TIMEOUT_S]   # diamond of counting steps
-    python -m tests.marin.runner killable PREFIX WORKDIR [LEASE_TIMEOUT_S] # a -> b (blocks) -> c
+    python -m tests.marin.runner killable PREFIX WORKDIR [LEASE_TIMEOUT_S] [BACKEND] [ISSUE]  # a -> b -> c
+BACKEND is local (the default) or ray (an embedded Ray started by the run); ISSUE (e.g.
+local/experiments#7) links the run to an issue of the local tracker under the prefix.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ def killable_dag(workdir: str) -> list[Step]:
 def main(argv: list[str]) -> int:
     kind, prefix, workdir = argv[:3]
     lease_timeout = float(argv[3]) if len(argv) > 3 else 60.0
+    backend = argv[4] if len(argv) > 4 else "local"
+    issue = argv[5] if len(argv) > 5 else None
     steps = shared_dag(workdir) if kind == "shared" else killable_dag(workdir)
     result = run_experiment(steps,
-                            ExecutorMainConfig(prefix=prefix, backend="local", lease_timeout_s=lease_timeout,
-                                               max_concurrent=4),
+                            ExecutorMainConfig(prefix=prefix, backend=backend, lease_timeout_s=lease_timeout,
+                                               issue=issue, max_concurrent=4),
                             verbose=False, script=f"tests/{kind}.py")
     return 0 if result.status == "SUCCESS" else 1
 

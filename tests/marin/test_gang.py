@@ -207,6 +207,52 @@ def test_a_node_lost_mid_step_is_an_interruption_retried_in_the_same_run(
     assert step["status"]["status"] == "SUCCESS" and step["status"]["attempt"] == 2
 
 
+GANG_OF_3 = {"num_cpus": 0, "hosts": 3, "resources": {"gang_slot": 1}}
+
+
+def test_a_gang_waiting_for_hosts_after_a_node_loss_is_shown_as_waiting(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Issue 32: a gang of 3 on the cluster's 3 slot nodes loses one; its next attempt waits for a third
+    host. status.json, the events, the dashboard and the driver's console say so until the node is back."""
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+
+    prefix, release = tmp_path / "p", tmp_path / "release"
+    spec = {"name": "g/waits", "fn": "gang", "resources": GANG_OF_3,
+            "config": {"sleep_s": 600, "release_file": str(release)}}
+    proc = _start_run(cluster, prefix, [spec])
+    pattern = "g/waits-*/rank-*.json"
+    files = _wait_for("the gang's start",
+                      lambda: len(list(prefix.glob(pattern))) == 3 and sorted(prefix.glob(pattern)), proc)
+    step_dir = files[0].parent
+    victim = json.loads(files[1].read_text())
+    cluster.nodes[victim["node"]].kill()
+    text = "waiting for 3 hosts with 1 gang_slot each; 2 available"
+    try:
+        status_file = step_dir / ".marin/status.json"
+        status = _wait_for("the waiting status", lambda: (
+            (s := json.loads(status_file.read_text()))["status"] == "WAITING" and s), proc)
+        assert status["attempt"] == 2 and status["waiting"] == text
+        with TestClient(create_app(str(prefix), cache_ttl=0)) as client:
+            shown = client.get(f"/api/steps/{step_dir.relative_to(prefix)}").json()["status"]
+            assert shown["status"] == "WAITING" and shown["waiting"] == text
+        release.write_text("go")
+    finally:
+        cluster.replace(victim["node"])
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    report = json.loads(stdout.strip().splitlines()[-1])
+    assert report["status"] == "SUCCESS"
+    events = report["steps"]["g/waits"]["events"]
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("PREEMPTED", 1), ("WAITING", 2), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert events[2]["waiting"] == text
+    assert f"step g/waits attempt 2: {text}" in stderr  # the driver's console
+    assert "step g/waits attempt 2: hosts reserved after" in stderr
+
+
 def test_a_member_raising_fails_the_step_without_a_retry(cluster: LocalCluster, tmp_path: Path) -> None:
     report = _result(
         _start_run(

@@ -272,8 +272,10 @@ def test_sigkilled_executor_is_taken_over_and_only_its_step_reruns(tmp_path: Pat
     status = json.loads((b_dir / ".marin/status.json").read_text())
     assert status["status"] == "SUCCESS" and status["attempt"] == 2
     events = read_events(LocalStorage(), str(b_dir))
-    assert [e["event"] for e in events] == ["RUNNING", "LEASE_TAKEOVER", "RUNNING", "SUCCESS"]
+    # issue 32: the lost attempt is closed (PREEMPTED, cause driver_lost) by the executor that took it over
+    assert [e["event"] for e in events] == ["RUNNING", "LEASE_TAKEOVER", "PREEMPTED", "RUNNING", "SUCCESS"]
     assert events[1]["previous_owner"] == old_owner
+    assert events[2]["cause"] == "driver_lost" and events[2]["attempt"] == 1
     assert not (b_dir / ".marin/lease.json").exists()
 
 

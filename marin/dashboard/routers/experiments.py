@@ -60,6 +60,9 @@ def list_experiments(
 def get_experiment(experiment_id: str, dash: Dash) -> ExperimentDetail:
     """One experiment: manifest fields, runs, every step with its status, and the laid-out DAG."""
     detail = dash.experiments.detail(experiment_id)
+    problem = dash.experiments.problem(experiment_id) if detail is None else None
+    if problem is not None:  # named with the fix (status/damaged.py), not reported as absent
+        raise HTTPException(422, f"experiment {experiment_id!r}: {problem}")
     if detail is None:
         raise HTTPException(
             404, f"no experiment {experiment_id!r}: no experiments/{experiment_id}.json under the prefix"

@@ -1,0 +1,220 @@
+"""Damaged state files in a prefix made by a real tiny run (local backend), corrupted in place: truncated
+JSON and binary bytes. Every surface names the file with the fix (`marin plan`, `marin status`, `marin run`,
+the dashboard's JSON), and nothing is overwritten or lost: a re-run continues the attempt numbers and keeps
+the earlier attempt's log, outputs and the damaged bytes; a damaged manifest is moved aside and rebuilt with
+its runs recovered from the steps' own records (status/damaged.py)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from marin import cli
+from marin.dashboard.app import create_app
+from marin.status import files as sf
+from marin.status import interruptions as il
+from marin.storage.fs import storage_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = """
+from marin import Step, executor_main, output_path_of, this_output_path
+from tests.marin.fns import SumConfig, WriteConfig, sum_numbers, write_numbers
+
+numbers = Step(name="dmg/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=5))
+total = Step(name="dmg/total", fn=sum_numbers, config=SumConfig(
+    input_path=output_path_of(numbers, "numbers.txt"), output_path=this_output_path()))
+
+if __name__ == "__main__":
+    executor_main([total], description="damaged records")
+"""
+DAMAGE = {"truncated": b'{"name": "dmg/total", "hash": "f5', "binary": b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01"}
+
+
+@pytest.fixture
+def ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """(the script, its prefix after one successful run)."""
+    monkeypatch.chdir(ROOT)
+    script = tmp_path / "dmg_exp.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    prefix = tmp_path / "prefix"
+    assert _marin("run", script, prefix) == 0
+    yield script, prefix
+
+
+def _marin(command: str, script: Path | None, prefix: Path, *flags: str) -> int:
+    args = [command, *([str(script)] if script else []), "--prefix", str(prefix), *flags]
+    if command == "run":
+        args += ["--backend", "local"]
+    return cli.main(args)
+
+
+def _step_dir(prefix: Path, name: str) -> Path:
+    [found] = Path(prefix, "dmg").glob(f"{name}-*")
+    return found
+
+
+def _client(prefix: Path) -> TestClient:
+    return TestClient(create_app(str(prefix), cache_ttl=0))
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_an_unreadable_status_is_named_everywhere_and_a_rerun_keeps_every_earlier_attempt(
+    ran: tuple[Path, Path], damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, prefix = ran
+    total = _step_dir(prefix, "total")
+    status_file = total / ".marin/status.json"
+    log_1 = (total / ".marin/logs/attempt-1.log").read_bytes()
+    result_1 = (total / "total.txt").read_bytes()
+    status_file.write_bytes(DAMAGE[damage])
+    capsys.readouterr()
+
+    assert _marin("plan", script, prefix) == 0
+    plan = capsys.readouterr().out
+    assert f"warning: {status_file} cannot be read" in plan and "Fix:" in plan
+    assert "status.json cannot be read: run again as a new attempt" in plan
+
+    assert _marin("status", script, prefix) == 0
+    status = capsys.readouterr().out
+    assert "UNREADABLE dmg/total" in status and "NOT RUN" not in status
+    assert f"{status_file} cannot be read" in status
+
+    with _client(prefix) as client:
+        [experiment] = client.get("/api/experiments").json()["items"]
+        detail = client.get(f"/api/experiments/{experiment['id']}")
+        assert detail.status_code == 200
+        by_name = {s["name"]: s for s in detail.json()["steps"]}
+        assert by_name["dmg/total"]["status"] == "UNREADABLE"
+        assert str(status_file) in by_name["dmg/total"]["error"]["message"]
+        assert any(str(status_file) in p for p in detail.json()["problems"])
+        step = client.get(f"/api/steps/{total.relative_to(prefix)}")
+        assert step.status_code == 200 and step.json()["status"]["status"] == "UNREADABLE"
+        assert any(str(status_file) in p and "Fix:" in p for p in step.json()["problems"])
+        assert client.get(f"/experiments/{experiment['id']}").status_code == 200
+        assert client.get(f"/steps/{total.relative_to(prefix)}").status_code == 200
+
+    assert _marin("run", script, prefix) == 0
+    err = capsys.readouterr().err
+    assert f"status.json could not be read; moved to {status_file}.corrupt-" in err
+    [aside] = total.glob(".marin/status.json.corrupt-*")
+    assert aside.read_bytes() == DAMAGE[damage]  # the damaged bytes themselves are kept
+    assert (total / ".marin/logs/attempt-1.log").read_bytes() == log_1  # never overwritten
+    assert (total / ".marin/earlier-1/total.txt").read_bytes() == result_1
+    new = json.loads(status_file.read_text())
+    assert new["status"] == "SUCCESS" and new["attempt"] == 2 and new["log"] == "logs/attempt-2.log"
+    events = sf.read_events(storage_for(str(total)), str(total))
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("SUCCESS", 1), ("DAMAGED_RECORD", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert events[2]["moved_to"] == str(aside)
+    assert events[2]["outputs_kept"] == str(total / ".marin/earlier-1")
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_manifest_is_named_moved_aside_and_rebuilt_with_its_runs(
+    ran: tuple[Path, Path], damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, prefix = ran
+    [manifest] = Path(prefix, "experiments").glob("*.json")
+    first_run = json.loads(manifest.read_text())["runs"][0]["run_id"]
+    manifest.write_bytes(DAMAGE[damage])
+    capsys.readouterr()
+
+    assert _marin("status", None, prefix) == 0
+    assert f"warning: {manifest} cannot be read" in capsys.readouterr().err
+    with _client(prefix) as client:
+        listed = client.get("/api/experiments").json()
+        assert any(f"experiments/{manifest.name} cannot be read" in p for p in listed["problems"])
+        one = client.get(f"/api/experiments/{manifest.stem}")
+        assert one.status_code == 422
+        assert f"experiments/{manifest.name} cannot be read" in one.json()["detail"]
+        assert client.get("/").status_code == 200
+
+    assert _marin("run", script, prefix) == 0
+    err = capsys.readouterr().err
+    assert f"{manifest} cannot be read" in err and "rebuilt from the steps' own records" in err
+    [aside] = Path(prefix, "experiments").glob("*.json.corrupt-*")
+    assert aside.read_bytes() == DAMAGE[damage]
+    rebuilt = json.loads(manifest.read_text())
+    assert [r["run_id"] for r in rebuilt["runs"]][0] == first_run  # the earlier run is recovered
+    assert rebuilt["runs"][0]["recovered"] and rebuilt["runs"][0]["status"] == "SUCCESS"
+    assert rebuilt["runs"][-1]["status"] == "SUCCESS" and len(rebuilt["runs"]) == 2
+    assert rebuilt["rebuilt"][0]["moved_to"] == str(aside) and rebuilt["rebuilt"][0]["runs_recovered"] == 1
+    assert {s["name"] for s in rebuilt["steps"]} == {"dmg/numbers", "dmg/total"}
+
+
+def test_binary_and_cut_lines_in_events_are_skipped_and_counted(ran: tuple[Path, Path]) -> None:
+    _, prefix = ran
+    total = _step_dir(prefix, "total")
+    events_file = total / ".marin/events.jsonl"
+    with events_file.open("ab") as f:
+        f.write(b"\xff\xfe\x00binary\n")
+        f.write(b'{"ts": 1, "event": "RUN')  # cut by a crash
+    events, skipped = sf.read_events_counted(storage_for(str(total)), str(total))
+    assert [e["event"] for e in events] == ["RUNNING", "SUCCESS"] and skipped == 2
+    with _client(prefix) as client:
+        step = client.get(f"/api/steps/{total.relative_to(prefix)}")
+        assert step.status_code == 200
+        assert [e["event"] for e in step.json()["events"]] == ["RUNNING", "SUCCESS"]
+        assert any(f"{events_file.relative_to(prefix)}: 2 line(s) skipped" in p or
+                   f"{events_file}: 2 line(s) skipped" in p for p in step.json()["problems"])
+
+
+def test_a_damaged_ledger_is_moved_aside_before_a_new_entry_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "step-12345678"
+    (out / ".marin").mkdir(parents=True)
+    (out / ".marin/interruptions.json").write_bytes(b'{"interruptions": [{"attempt": 1, "cau')
+    storage = storage_for(str(out))
+    il.record_interruption(storage, str(out), name="step", attempt=2, run_id="r", cause="preempted", hosts=[],
+                           started=1.0, ended=2.0)
+    [aside] = out.glob(".marin/interruptions.json.corrupt-*")
+    assert aside.read_bytes() == b'{"interruptions": [{"attempt": 1, "cau'
+    ledger = json.loads((out / ".marin/interruptions.json").read_text())
+    assert [e["attempt"] for e in ledger["interruptions"]] == [2]
+    assert ledger["damaged"][0]["moved_to"] == str(aside)
+
+
+def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_again(
+    ran: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, prefix = ran
+    total = _step_dir(prefix, "total")
+    step_json = total / ".marin/step.json"
+    step_json.write_bytes(DAMAGE["binary"])
+    capsys.readouterr()
+    assert _marin("plan", script, prefix) == 0  # the step is reused; its step.json is named with the fix
+    plan = capsys.readouterr().out
+    assert f"warning: {step_json} cannot be read" in plan and "Fix:" in plan
+    (total / ".marin/status.json").write_bytes(DAMAGE["truncated"])  # now it runs again
+    assert _marin("run", script, prefix) == 0  # (the worker's warning goes to its own stderr)
+    [aside] = total.glob(".marin/step.json.corrupt-*")
+    assert aside.read_bytes() == DAMAGE["binary"]
+    assert json.loads(step_json.read_text())["name"] == "dmg/total"
+
+
+def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_lines_are_counted(
+    s3_bucket: str,
+) -> None:
+    from marin.status import manifest
+
+    prefix = f"{s3_bucket}/damaged-{time.time_ns()}"
+    storage = storage_for(prefix)
+    out = f"{prefix}/dmg/total-12345678"
+    storage.append_text(sf.events_path(out), json.dumps({"ts": 5.0, "event": "RUNNING", "attempt": 1,
+                                                         "run_id": "old", "executor": "e"}) + "\n")
+    storage.fs.pipe_file(sf.events_path(out), storage.read_bytes(sf.events_path(out)) + b"\xff\xfe\n")
+    assert sf.read_events_counted(storage, out)[1] == 1
+    path = manifest.manifest_path(prefix, "dmg-12345678")
+    storage.fs.pipe_file(path, DAMAGE["binary"])
+    manifest.start_run(storage, prefix, "dmg-12345678", script="s.py", description="", issue=None,
+                       provenance={}, steps=[{"name": "dmg/total", "hash": "h", "output_path": out}],
+                       run_id="new", args=[])
+    [aside] = [p for p in storage.listdir(f"{prefix}/experiments") or [] if ".corrupt-" in p]
+    assert storage.read_bytes(f"{prefix}/experiments/{aside}") == DAMAGE["binary"]
+    rebuilt = json.loads(storage.read_text(path) or "")
+    assert [(r["run_id"], r["status"]) for r in rebuilt["runs"]] == [("old", "UNKNOWN"), ("new", "RUNNING")]
