@@ -234,10 +234,7 @@ class Executor:
         current = self.records.current(st)
         if current is not None and current.get("_damaged"):  # named, moved aside, never overwritten
             current = self.records.keep_damaged(st, current)
-        # (a SUCCESS the plan itself found and re-runs - its outputs changed since, or --force-run - is not
-        # such a finish)
-        if current and current.get("status") == sf.SUCCESS and current != st.entry.previous \
-                and not _forced_again(st, current):
+        if _new_success(st, current):
             self.leases.release(st)
             self._succeeded(key, note="finished by another executor")
             return
@@ -295,7 +292,7 @@ class Executor:
     def _poll_waiting(self, key: str) -> None:
         st = self.board[key]
         current = self.records.current(st)
-        if (current or {}).get("status") == sf.SUCCESS:
+        if _new_success(st, current):
             self._succeeded(key, note="reused the result of another executor")
             return
         # A failure written by the executor we waited for (not an old one that was already there when we
@@ -461,11 +458,15 @@ class Executor:
             self.board.move(key, Phase.PREEMPTED)
 
 
-def _forced_again(st: StepState, current: dict[str, Any]) -> bool:
-    """A `--force-run` step whose SUCCESS is still the one the plan saw (not one another executor wrote
-    since): it runs again."""
+def _new_success(st: StepState, current: dict[str, Any] | None) -> bool:
+    """`current` is a SUCCESS another executor wrote since the plan: not the SUCCESS the plan itself found
+    and re-runs (its outputs changed since, or `--force-run`), told apart by its run, attempt and end."""
+    if (current or {}).get("status") != sf.SUCCESS:
+        return False
     planned = st.entry.previous or {}
-    return st.entry.forced and all(current.get(k) == planned.get(k) for k in ("run_id", "attempt", "ended"))
+    if planned.get("status") != sf.SUCCESS:
+        return True
+    return any(current.get(k) != planned.get(k) for k in ("run_id", "attempt", "ended"))  # type: ignore[union-attr]
 
 
 def _step_failure(key: str, st: StepState, error: dict[str, Any],

@@ -72,6 +72,31 @@ def test_a_deleted_output_re_runs_its_step_and_the_plan_says_why(tmp_path: Path)
     assert [e.action for e in _run([total], str(tmp_path), dry=True).plan.entries] == ["skip", "skip"]
 
 
+def test_a_re_run_waiting_on_another_executors_lease_never_takes_the_damaged_success(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    numbers, total = _steps()
+    out = _run([total], str(tmp_path)).output_path("out/total")
+    os.unlink(Path(out, "total.txt"))
+    lease, stop = Path(out, ".marin/lease.json"), threading.Event()
+
+    def hold() -> None:  # another executor holds the lease; its attempt has not started (the old SUCCESS)
+        while not stop.wait(0.2):
+            now = time.time()
+            lease.write_text(json.dumps({"owner": "other-exec", "acquired": now - 1, "heartbeat": now,
+                                         "timeout_s": 60, "attempt": 2}))
+        lease.unlink()  # ... and then lets it go without writing anything
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    time.sleep(0.5)
+    threading.Timer(3.0, stop.set).start()
+    again = _run([total], str(tmp_path))
+    holder.join()
+    assert again.status == "SUCCESS" and Path(out, "total.txt").read_text() == "45\n"  # re-run, not reused
+
+
 def test_changed_bytes_re_run_but_a_touched_file_with_the_same_bytes_does_not(tmp_path: Path) -> None:
     numbers, total = _steps()
     first = _run([numbers], str(tmp_path))
