@@ -15,7 +15,6 @@ columns alone exceed the budget is parsed for the request and not kept.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from typing import Any
 from marin.compare.source import Columns
 from marin.dashboard.schemas import EvalPoint, ExpertLoad, Metrics
 from marin.dashboard.store import PrefixStore, signature
+from marin.status.damaged import parse_jsonl
 
 SERIES = (
     "loss",
@@ -162,11 +162,9 @@ class MetricsReader:
                         if len(data) >= _CHUNK:
                             raise ValueError(f"{rel}: a line longer than {_CHUNK} bytes at byte {start}")
                         break  # only a partial line is there; it will be complete later
-                    for line in data[:end].split(b"\n"):
-                        if line.strip():
-                            row = json.loads(line)
-                            if isinstance(row, dict):
-                                cols.add(row)
+                    rows, _ = parse_jsonl(data[:end])  # a cut or binary line is skipped, like a torn one
+                    for row in rows:
+                        cols.add(row)
                     cols.consumed += end
                 cols.signature = signature(info)
             self._keep(rel, cols)

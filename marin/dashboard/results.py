@@ -30,6 +30,7 @@ from marin.dashboard.schemas import (
     ResultValue,
     StepResult,
 )
+from marin.errors import CorruptFileError
 from marin.status.manifest import EXPERIMENTS_DIR
 
 
@@ -43,6 +44,7 @@ class _Numbers:
     headline: list[HeadlineMetric]
     results: list[StepResult]
     baseline: str | None
+    problem: str | None = None  # a record that cannot be read (verdicts.json, a result): the path and the fix
 
 
 _CACHE: dict[tuple[int, str], tuple[Any, Any, _Numbers]] = {}
@@ -68,13 +70,19 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
     running = found is not None and any(
         isinstance(r, dict) and r.get("status") == "RUNNING" for r in found[0].get("runs") or [])
     sig = dash.experiments.signature_of(experiment_id)
-    verdicts = dash.store.read_json(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+    try:
+        verdicts = dash.store.read_json(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+    except CorruptFileError as e:  # one problem row on the page, never a 500 (status/damaged.py)
+        return _Numbers(None, [], [], None, problem=str(e))
     key = (id(dash), experiment_id)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None and not running and hit[0] == sig and hit[1] is verdicts:
         return hit[2]
-    value = _compute(dash, experiment_id)
+    try:
+        value = _compute(dash, experiment_id)
+    except CorruptFileError as e:
+        return _Numbers(None, [], [], None, problem=str(e))
     with _LOCK:
         _CACHE[key] = (sig, verdicts, value)
     return value
@@ -118,5 +126,6 @@ def with_results(dash: Dashboard, detail: ExperimentDetail) -> ExperimentDetail:
     """The detail with its verdict, headline, baseline and its own steps' results (eval and multiple-choice,
     and the final training loss of train_result.json; no metrics.jsonl is parsed for this page)."""
     n = numbers(dash, detail.id)
+    problems = [*detail.problems, n.problem] if n.problem else detail.problems
     return detail.model_copy(update={"verdict": n.verdict, "headline": n.headline, "baseline": n.baseline,
-                                     "results": n.results})
+                                     "results": n.results, "problems": problems})

@@ -86,3 +86,17 @@ def test_the_cli_refuses_a_bad_budget(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "marin", "dashboard", "--prefix", str(tmp_path),
                            "--metrics-cache-mb", "-3"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--metrics-cache-mb='-3.0' is not a size in MiB" in done.stderr
+
+
+def test_a_torn_or_binary_line_is_skipped_and_the_cached_columns_stay_true(tmp_path: Path) -> None:
+    run = tmp_path / "train" / "x-1"
+    run.mkdir(parents=True)
+    path = run / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n")
+    reader = MetricsReader(PrefixStore(str(tmp_path)))
+    assert reader.metrics("train/x-1", 100).steps == [1]
+    with path.open("ab") as f:  # a writer killed mid-line, then resumed; and a binary line
+        f.write(json.dumps({"step": 2, "loss": 2.0}).encode() + b"\n" + b'{"step": 3, "lo\n' + b"\xff\xfe\n")
+        f.write(json.dumps({"step": 4, "loss": 1.0}).encode() + b"\n")
+    for _ in range(2):  # each request answers, and never adds a row twice
+        assert reader.metrics("train/x-1", 100).steps == [1, 2, 4]

@@ -218,3 +218,20 @@ def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_l
     assert storage.read_bytes(f"{prefix}/experiments/{aside}") == DAMAGE["binary"]
     rebuilt = json.loads(storage.read_text(path) or "")
     assert [(r["run_id"], r["status"]) for r in rebuilt["runs"]] == [("old", "UNKNOWN"), ("new", "RUNNING")]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_verdicts_file_is_one_problem_row_never_a_500(ran: tuple[Path, Path], damage: str) -> None:
+    _, prefix = ran
+    [manifest] = Path(prefix, "experiments").glob("*.json")
+    experiment = manifest.stem
+    verdicts = Path(prefix, "experiments", experiment, "verdicts.json")
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_bytes(DAMAGE[damage])
+    client = _client(prefix)
+    for url in ("/", "/api/experiments", f"/experiments/{experiment}"):
+        assert client.get(url).status_code == 200, url
+    detail = client.get(f"/api/experiments/{experiment}").json()
+    assert detail["verdict"] is None
+    assert any(str(verdicts) in p and "Fix:" in p for p in detail["problems"]), detail["problems"]
+    assert verdicts.read_bytes() == DAMAGE[damage]  # shown, never rewritten by a reader
