@@ -200,11 +200,12 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         ctx = RunContextInfo(run.run_id, sf.new_executor_id(), run.experiment_id, run.issue, run.prefix,
                              prov, getattr(provenance, "patch", None))
         manifest_steps = _manifest_steps(graph, plan)
+        can_amend = notebook is not None and verdicts.amendable(storage, run.prefix, run.experiment_id)
         manifest.start_run(storage, run.prefix, run.experiment_id, script=run.script,
                            description=run.description, issue=run.issue, provenance=prov,
                            steps=manifest_steps, run_id=run.run_id, args=list(args),
-                           notebook=notebook, amendable=notebook is not None and not verdicts.judged(
-                               verdicts.read_verdicts(storage, run.prefix, run.experiment_id)),
+                           notebook=notebook, amendable=can_amend,
+                           judged=notebook is not None and not can_amend,
                            executor=ctx.executor_id)
         pubs, factory_errors = publishers_for(run, publishers)
         pset = PublisherSet(pubs)
@@ -334,8 +335,9 @@ DESCRIBED: contextvars.ContextVar[list[Described] | None] = contextvars.ContextV
 
 
 def _describe(steps: Sequence[Step], cfg: ExecutorMainConfig, issue: str | None) -> RunResult:
-    # raw inputs are read (not the prefix's status): the experiment id must be the one the run will have
-    graph = build_graph(steps, RawInputs(normalize_prefix(cfg.resolved_prefix()), cfg.raw_inputs))
+    # no raw input is read: the experiment id leaves their fingerprints out (dag.Graph.experiment_hash), so
+    # it is the one the run will have, and a submit never needs the driver's access to its inputs
+    graph = build_graph(steps)
     script = script_path()
     experiment_id = f"{script_stem(script)}-{graph.experiment_hash[:8]}"
     issue = cfg.issue or issue  # the run's own rule (`executor_main`): the --issue flag wins

@@ -135,13 +135,19 @@ class NotebookFrozenError(StepDefinitionError):
 
 
 def _freeze_notebook(data: dict[str, Any], experiment_id: str, notebook: dict[str, Any] | None,
-                     run_id: str, now: float, amendable: bool = False) -> None:
+                     run_id: str, now: float, amendable: bool = False, judged: bool = False) -> None:
     """Record `notebook` (hypothesis, criteria, tags: marin/execution/notebook.py) the first time one is
     declared; a different one later replaces it only while `amendable` (no verdict recorded yet), the
     previous text kept in `notebook_amendments`; otherwise it is refused (docs/notebook.md)."""
     if notebook is None:
         return
     frozen = data.get("notebook")
+    if frozen is None and judged:  # a verdict, yet nothing frozen: the manifest that froze it is lost
+        raise NotebookFrozenError(
+            f"experiment {experiment_id} has a recorded verdict, but its manifest holds no frozen "
+            "hypothesis/criterion (it was damaged and moved aside to a *.corrupt-* file, or deleted): this "
+            "run cannot freeze its own in that one's place. Fix: restore the manifest (its `notebook` block "
+            "from the moved-aside file or a copy), or register a new experiment by renaming the script")
     if isinstance(frozen, dict) and frozen.get("sha256") != notebook.get("sha256"):
         if not amendable:
             was, now_sha = str(frozen.get("sha256"))[:12], str(notebook.get("sha256"))[:12]
@@ -165,17 +171,18 @@ def _freeze_notebook(data: dict[str, Any], experiment_id: str, notebook: dict[st
 def start_run(storage: Storage, prefix: str, experiment_id: str, *, script: str, description: str,
               issue: str | None, provenance: dict[str, Any], steps: list[dict[str, Any]], run_id: str,
               args: list[str], now: float | None = None, notebook: dict[str, Any] | None = None,
-              amendable: bool = False, executor: str | None = None) -> None:
+              amendable: bool = False, executor: str | None = None, judged: bool = False) -> None:
     """Add a RUNNING run to the experiment's manifest (made if absent); `now` defaults to the clock.
     `notebook` is frozen into it by the first run that declares one; a change is recorded as an amendment
-    while `amendable` (no verdict recorded yet), else refused (NotebookFrozenError). `executor` (its id) and
-    this process are recorded with the run; a RUNNING run whose process is provably gone (on this machine)
-    is closed as DRIVER_LOST on the way."""
+    while `amendable` (no verdict recorded yet), else refused (NotebookFrozenError), as is freezing one at
+    all when the experiment was `judged` but its manifest holds none (lost with a damaged manifest).
+    `executor` (its id) and this process are recorded with the run; a RUNNING run whose process is provably
+    gone (on this machine) is closed as DRIVER_LOST on the way."""
     now = time.time() if now is None else now
 
     def change(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {"id": experiment_id, "created": now, "runs": []}
-        _freeze_notebook(data, experiment_id, notebook, run_id, now, amendable)
+        _freeze_notebook(data, experiment_id, notebook, run_id, now, amendable, judged)
         data.update({"id": experiment_id, "script": script, "description": description, "issue": issue,
                      "git_commit": provenance.get("git_commit"), "user": provenance.get("user"),
                      "host": provenance.get("host"), "updated": now, "steps": steps})

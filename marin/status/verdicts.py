@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -43,6 +44,8 @@ import fsspec
 
 from marin.definition.criterion import OUTCOMES
 from marin.definition.placeholders import join
+from marin.errors import CorruptFileError
+from marin.status import damaged
 from marin.status import files as sf
 from marin.status.interruptions import read_ledger
 from marin.status.manifest import EXPERIMENTS_DIR, manifest_path, update_json
@@ -368,6 +371,19 @@ def judged(doc: dict[str, Any] | None) -> bool:
         if e.get("source") == PERSON or any(c.get("met") is not None for c in e.get("criteria") or []):
             return True
     return False
+
+
+def amendable(storage: Storage, prefix: str, experiment_id: str) -> bool:
+    """Whether the experiment's criterion may still be amended: no verdict recorded (`judged`). A verdicts
+    file that cannot be read counts as judged (said on stderr): a damaged record never unfreezes a
+    hypothesis (status/damaged.py)."""
+    try:
+        doc = damaged.read_checked(storage, verdicts_path(prefix, experiment_id))
+    except CorruptFileError as e:
+        print(f"marin: warning: {e}\nmarin: the criterion is treated as judged (not amendable) until it is "
+              "restored", file=sys.stderr, flush=True)
+        return False
+    return not judged(doc)
 
 
 def plain_words(entry: dict[str, Any] | None) -> str:

@@ -235,3 +235,28 @@ def test_a_damaged_verdicts_file_is_one_problem_row_never_a_500(ran: tuple[Path,
     assert detail["verdict"] is None
     assert any(str(verdicts) in p and "Fix:" in p for p in detail["problems"]), detail["problems"]
     assert verdicts.read_bytes() == DAMAGE[damage]  # shown, never rewritten by a reader
+
+
+def test_a_damaged_manifest_or_verdicts_file_never_unfreezes_a_judged_hypothesis(tmp_path: Path) -> None:
+    from marin.status import manifest, verdicts
+
+    storage, prefix = storage_for(str(tmp_path)), str(tmp_path)
+    first = {"hypothesis": "A beats B", "criteria": [], "tags": [], "sha256": "aaa"}
+    other = {"hypothesis": "B beats A", "criteria": [], "tags": [], "sha256": "bbb"}
+    common = dict(script="s.py", description="", issue=None, provenance={}, steps=[], args=[])
+    manifest.start_run(storage, prefix, "e-1", run_id="r1", notebook=first, amendable=True, **common)
+    record = Path(manifest.manifest_path(prefix, "e-1"))
+    record.write_bytes(DAMAGE["truncated"])  # torn, after a verdict was recorded
+    with pytest.raises(manifest.NotebookFrozenError, match="moved aside"):
+        manifest.start_run(storage, prefix, "e-1", run_id="r2", notebook=other, amendable=False, judged=True,
+                           **common)
+    with pytest.raises(manifest.NotebookFrozenError, match="has a recorded verdict"):  # and again, file gone
+        manifest.start_run(storage, prefix, "e-1", run_id="r3", notebook=other, amendable=False, judged=True,
+                           **common)
+    assert list(record.parent.glob("e-1.json.corrupt-*"))  # the damaged manifest is kept aside
+    damaged_verdicts = Path(verdicts.verdicts_path(prefix, "e-1"))
+    damaged_verdicts.parent.mkdir(parents=True, exist_ok=True)
+    damaged_verdicts.write_bytes(DAMAGE["binary"])
+    assert verdicts.amendable(storage, prefix, "e-1") is False  # unreadable counts as judged
+    damaged_verdicts.unlink()
+    assert verdicts.amendable(storage, prefix, "e-1") is True
