@@ -33,6 +33,7 @@ commands:
   verdict EXP [OUTCOME]   show, set (--note, --by) or --recompute an experiment's verdict (docs/notebook.md)
   catalogue [--prefix]    every experiment's hypothesis and verdict (--outcome, --tag, --format markdown)
   compare A [B ...]       runs side by side: metrics with differences, config diff, curves (--format json)
+  publish --prefix P --out DIR   a static site of the experiments publish.toml makes public (docs/publish.md)
 
 flags (also accepted by `python SCRIPT ...`):
 """
@@ -42,7 +43,7 @@ DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "jobs": "marin.cluster.jobs_cli",
              "predictions": "marin.tracking.predictions_cli",
              "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli",
-             "compare": "marin.compare.cli"}
+             "compare": "marin.compare.cli", "publish": "marin.publish.cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -106,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command in DELEGATES:
+        public = command == "dashboard" and "--public" in rest
+        target = "marin.publish.serve" if public else DELEGATES[command]
         try:
-            module = importlib.import_module(DELEGATES[command])
+            module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             if e.name and DELEGATES[command].startswith(e.name):
                 print(f"marin {command}: this subcommand is not available in this installation "
@@ -117,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs, predictions, verdict, catalogue, compare",
+              "submit, jobs, predictions, verdict, catalogue, compare, publish",
               file=sys.stderr)
         return 2
     if not rest and command == "status":
