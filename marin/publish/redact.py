@@ -32,10 +32,14 @@ _MORE_CREDENTIALS = (
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
     re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
 )
-_SECRET_WORDS = r"(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|credential|private[_-]?key|auth)"
-_SECRET_KEY = re.compile(rf"(?i)^[\w.-]*{_SECRET_WORDS}[\w.-]*$")
+# a whole word of a key (hf_token, api-key, db.password), never a longer word (tokens, tokenizer, author)
+_SECRET_WORDS = (r"(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|secret[_-]?key|credentials?"
+                 r"|private[_-]?key|auth|authorization|cookie|session[_-]?id)")
+_SECRET_NAME = rf"(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_.-])*{_SECRET_WORDS}(?:[_.-][A-Za-z0-9]+)*(?![A-Za-z0-9])"
+_SECRET_KEY = re.compile(rf"(?i)^(?:[A-Za-z0-9]+[_.-])*{_SECRET_WORDS}(?:[_.-][A-Za-z0-9]+)*$")
+_NOT_SECRET = re.compile(r"(?i)^(?:eos|bos|pad|unk|sep|cls|mask)[_-]?token(?:s|[_-]id)?$")  # tokenizer fields
 _ENV_KEY = re.compile(r"(?i)^(?:env|environ|environment|env_vars|runtime_env)$")
-_SECRET_ASSIGN = re.compile(rf"(?i)(\b[\w.-]*{_SECRET_WORDS}[\w.-]*\b\s*(?:[:=]|&#34;:|&quot;:|\":)\s*"
+_SECRET_ASSIGN = re.compile(rf"(?i)({_SECRET_NAME}\s*(?:[:=]|&#34;:|&quot;:|\":)\s*"
                             r"(?:&#34;|&quot;|&#39;|[\"'])?)([^\s\"'<>&,}]{4,})")
 _ENV_ASSIGN = re.compile(r"\b([A-Z][A-Z0-9_]{2,})=([^\s\"'<>&]+)")
 _BUCKET = re.compile(r"\b(?:gs|gcs|s3|az|abfs|hdfs)://[^\s\"'<>&)\]]+")
@@ -82,12 +86,17 @@ class Redactor:
         repo = f"{m.group(1)}/{m.group(2)}".lower()
         return m.group(0) if repo in self.public_repos else MASK
 
+    @staticmethod
+    def _assign(m: re.Match[str]) -> str:
+        name = re.match(r"[\w.-]*", m.group(1))
+        return m.group(0) if name and _NOT_SECRET.match(name.group(0)) else m.group(1) + MASK
+
     def text(self, s: str) -> str:
         """`s` with every credential, environment value, foreign path, private link and name replaced."""
         s = redact_credentials(s)
         for pattern in _MORE_CREDENTIALS:
             s = pattern.sub(MASK, s)
-        s = _SECRET_ASSIGN.sub(lambda m: m.group(1) + MASK, s)
+        s = _SECRET_ASSIGN.sub(self._assign, s)
         s = _ENV_ASSIGN.sub(lambda m: f"{m.group(1)}={MASK}", s)
         for root in self.roots:
             s = s.replace(root + "/", "").replace(root, "(prefix)")
@@ -100,7 +109,8 @@ class Redactor:
 
     def obj(self, value: Any, key: str = "") -> Any:
         """A parsed record with secrets and environments masked by key and every string redacted."""
-        if key and (_SECRET_KEY.match(key) or _ENV_KEY.match(key)) and value not in (None, "", {}, []):
+        secret = _SECRET_KEY.match(key) and not _NOT_SECRET.match(key)
+        if key and (secret or _ENV_KEY.match(key)) and value not in (None, "", {}, []):
             return MASK
         if isinstance(value, dict):
             return {self.text(str(k)): self.obj(v, str(k)) for k, v in value.items()}
