@@ -65,15 +65,19 @@ class Redactor:
         self.salt = salt
         self._names: dict[str, str] = {}
         self._name_re: re.Pattern[str] | None = None
+        self._memo: dict[str, str] = {}  # records repeat their strings; forgotten when a name is learnt
         self.add_names(names)
 
     def add_names(self, names: Iterable[str]) -> None:
         """Private names to replace everywhere (users, hosts, and with --anonymous repositories' owners)."""
+        new = False
         for n in names:
             n = str(n).strip()
             if len(n) >= 2 and n.lower() not in self._names:
                 self._names[n.lower()] = "anonymous" if self.anonymous else pseudonym(n, self.salt)
-        if self._names:
+                new = True
+        if new:
+            self._memo.clear()
             alts = "|".join(re.escape(n) for n in sorted(self._names, key=len, reverse=True))
             self._name_re = re.compile(rf"(?i)(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")
 
@@ -93,6 +97,16 @@ class Redactor:
 
     def text(self, s: str) -> str:
         """`s` with every credential, environment value, foreign path, private link and name replaced."""
+        if len(s) <= 256:
+            hit = self._memo.get(s)
+            if hit is None:
+                if len(self._memo) > 500_000:
+                    self._memo.clear()
+                hit = self._memo[s] = self._text(s)
+            return hit
+        return self._text(s)
+
+    def _text(self, s: str) -> str:
         s = redact_credentials(s)
         for pattern in _MORE_CREDENTIALS:
             s = pattern.sub(MASK, s)
