@@ -6,7 +6,8 @@ Actions: `run`; `skip` (already succeeded, or not needed because everything that
 step that ran earlier under this prefix with the same name now has a different hash; a step with no earlier
 run of its name (an ablation that renamed the step it changes) is compared with the most similar earlier
 step running the same function in the same directory (`marin.graph.changes.most_similar`), and its first
-`changed` line says which (`compared with train/tiny_moe: no earlier step named ...`).
+`changed` line says which (`compared with train/tiny_moe: no earlier step named ...`), for up to
+`CROSS_NAME_BUDGET` steps per plan.
 
 Planning reads storage but writes nothing. It lists each parent directory of the output paths once instead
 of probing every step, so planning a fresh 10,000-step DAG costs one listing.
@@ -53,6 +54,10 @@ from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
+CROSS_NAME_BUDGET = 200
+"""Steps per plan that may be compared with a step of another name: each such search reads up to 32
+step.json files (once per plan) and diffs them, so a fresh 10,000-step DAG next to many others is not
+planned 32 times over; the steps beyond it simply get no `changed` lines, as before issue 33."""
 
 
 @dataclasses.dataclass
@@ -134,6 +139,8 @@ class Scan:
         statuses = _map(storage, lambda p: read_record(storage, status_path(p)), present)
         self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
         self._stems: dict[str, dict[str, list[str]]] = {}
+        self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
+        self.cross_name_budget = CROSS_NAME_BUDGET
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -148,6 +155,14 @@ class Scan:
             self._stems[parent] = by_stem  # built once per parent: a re-plan of 10,000 steps stays linear
         stem = version_stem(base) or base
         return [posixpath.join(parent, n) for n in version_names(by_stem.get(stem, ()), stem) if n != base]
+
+    def step_docs(self, paths: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The step.json of each path, each read at most once per plan."""
+        missing = [p for p in paths if p not in self._docs]
+        for p, doc in zip(missing, _map(self.storage, lambda q: read_record(self.storage, step_json_path(q)),
+                                        missing), strict=True):
+            self._docs[p] = doc
+        return [self._docs[p] for p in paths]
 
     def others(self, output_path: str, limit: int = 32) -> list[str]:
         """Output paths of steps with *other* names in the same directory, the `limit` names most like this
@@ -273,9 +288,10 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     found = previous_version([(p, d) for p, d in zip(candidates, docs, strict=True)
                               if d and d.get("name", node.name) == node.name], None)
     intro: list[str] = []
-    if found is None:
-        others = scan.others(path)
-        docs = _map(storage, lambda p: read_record(storage, step_json_path(p)), others)
+    others = scan.others(path) if found is None and scan.cross_name_budget > 0 else []
+    if others:
+        scan.cross_name_budget -= 1
+        docs = scan.step_docs(others)
         expected = [(by_node[id(d)].previous_hash if id(d) in by_node else None) or d.hash for d in node.deps]
         similar = most_similar(node.identity, node.step.fn_path,
                                [(p, d) for p, d in zip(others, docs, strict=True) if d], expected)
@@ -284,6 +300,8 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
         found = (similar[0], similar[1], True)
         intro = [f"compared with {similar[1].get('name')}: no earlier step named {node.name} here; it is the "
                  "most similar earlier step running the same function"]
+    if found is None:
+        return None, [], []
     _, prev, _ = found
     changes = identity_changes(prev, node.identity)
     old_deps = dependencies_of(prev)

@@ -195,3 +195,18 @@ def test_plan_pairs_an_eval_with_the_eval_of_its_trains_pair(lab_run: tuple[str,
     assert ev.changed[0].startswith("compared with eval/tiny-lr_half:")
     assert ev.changed[1:] == ["dependency train/tiny-lr_half -> train/tiny-lr_quarter changed: "
                               "config.lr: 0.002 -> 0.001"]
+
+
+def test_plan_pairs_across_names_for_a_bounded_number_of_steps(run_marin: Any, marin_prefix: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `CROSS_NAME_BUDGET` searches a renamed step gets no `changed` lines (a 10,000-step DAG next to
+    many others is not diffed against 32 candidates per step)."""
+    import marin.graph.plan as plan_module
+
+    run_marin([lab.evaluation], script="experiments/exp90_tiny.py")
+    monkeypatch.setattr(plan_module, "CROSS_NAME_BUDGET", 1)
+    plan = make_plan(build_graph([lab.evaluation, lab.evaluation_half]), marin_prefix,
+                     storage_for(marin_prefix))
+    by_name = {e.name: e for e in plan.entries}
+    assert by_name["train/tiny-lr_half"].changed[0].startswith("compared with train/tiny:")
+    assert by_name["eval/tiny-lr_half"].action == "run" and by_name["eval/tiny-lr_half"].changed == []

@@ -145,7 +145,7 @@ def test_the_dag_fits_its_box_with_the_result_steps_visible(served: tuple[str, s
 
     url, _, ablation = served
     pg = page
-    pg.set_viewport_size({"width": 560, "height": 900})  # narrower than the graph's natural width
+    pg.set_viewport_size({"width": 420, "height": 900})  # narrower than the graph's natural width
     pg.goto(f"{url}/experiments/{ablation}")
     dag = pg.locator("svg#dag")
     natural = float(dag.get_attribute("width"))
