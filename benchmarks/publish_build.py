@@ -1,5 +1,5 @@
-"""Build cost of `marin publish`: a full build and an incremental one after one changed step, plus the size of a
-small real site.
+"""Build cost of `marin publish`: a full build and an incremental one after one changed step, plus the size
+of a small real site.
 
     PYTHONPATH=. python benchmarks/publish_build.py [--experiments 1000] [--prefix P] [--skip-lab]
 
@@ -56,7 +56,8 @@ def synthetic(prefix: Path, experiments: int, work: Path) -> dict[str, Any]:
     unchanged = _build(str(prefix), out)
     step = next(prefix.glob("sweep00/train/model0-*"))
     with open(step / ".marin" / "events.jsonl", "a") as f:
-        f.write(json.dumps({"ts": time.time(), "event": "PREEMPTED", "attempt": 1, "message": "bench"}) + "\n")
+        event = {"ts": time.time(), "event": "PREEMPTED", "attempt": 1, "message": "bench"}
+        f.write(json.dumps(event) + "\n")
     incremental = _build(str(prefix), out)
     return {"experiments": experiments, "steps": experiments * 20, "full": full, "unchanged": unchanged,
             "incremental_one_step": incremental, "site": _size(out)}

@@ -25,8 +25,8 @@ def run_data(prefix: str, corpus: Path) -> str:
     tok = Step(name="data/tiny-tokenizer", fn=train_tokenizer, config=TrainTokenizerConfig(
         output_path=this_output_path(), input_path=output_path_of(documents), vocab_size=512))
     cache = Step(name="data/tiny-tokens", fn=tokenize, config=TokenizeConfig(
-        input_path=output_path_of(documents), tokenizer_path=output_path_of(tok), output_path=this_output_path(),
-        num_workers=1, backend="processes"))
+        input_path=output_path_of(documents), tokenizer_path=output_path_of(tok),
+        output_path=this_output_path(), num_workers=1, backend="processes"))
     result = run_experiment([cache], ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
                             script="experiments/exp95_tiny_data.py", description="tiny data card")
     return str(result.experiment_id)

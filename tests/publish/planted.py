@@ -78,7 +78,8 @@ def write_planted_prefix(prefix: Path, experiments: int = 4) -> Path:
     step = next(p for p in prefix.glob("sweep00/train/model0-*"))
     _plant_step(step)
     tracker = LocalTracker(str(prefix), repo="marin-community/marin")
-    tracker.create_issue("issue " + _plant_text(), "body " + _plant_text(), labels=["marin:public"], number=100)
+    tracker.create_issue("issue " + _plant_text(), "body " + _plant_text(), labels=["marin:public"],
+                         number=100)
     return step
 
 

@@ -71,7 +71,8 @@ def page(site: tuple[str, Path, str, str]) -> Iterator[Any]:
         pg.problems = []
         pg.on("request", lambda r: pg.problems.append("left the site: " + r.url)
               if not r.url.startswith((origin + "/", "file://", "data:")) else None)
-        pg.on("response", lambda r: pg.problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+        pg.on("response",
+              lambda r: pg.problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
         pg.on("pageerror", lambda e: pg.problems.append(str(e)))
         yield pg
         browser.close()

@@ -43,7 +43,8 @@ def test_no_planted_secret_reaches_any_published_byte(planted: Path, tmp_path: P
     for name, text in files:
         for bad in banned:
             assert bad.lower() not in name.lower(), (bad, name)
-            assert bad.lower() not in text.lower(), (bad, name, text[max(0, text.lower().find(bad.lower()) - 200):][:400])
+            at = text.lower().find(bad.lower())
+            assert at < 0, (bad, name, text[max(0, at - 200):][:400])
     page = dict(files)[f"experiments/{PUBLIC}.html"]
     assert "hypothesis token ***" in page  # the hypothesis is shown, its secret masked
     step_page = next(t for n, t in files if n.startswith("steps/sweep00/train/model0-"))

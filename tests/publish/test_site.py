@@ -40,7 +40,8 @@ def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_p
     before = _mtimes(out)
     step = next(lab.glob("sweep00/train/model0-*"))
     with open(step / ".marin" / "events.jsonl", "a") as f:
-        f.write(json.dumps({"ts": 1764000300.0, "event": "PREEMPTED", "attempt": 1, "message": "spot"}) + "\n")
+        event = {"ts": 1764000300.0, "event": "PREEMPTED", "attempt": 1, "message": "spot"}
+        f.write(json.dumps(event) + "\n")
     third = publish(str(lab), str(out), ALL)
     step_page = f"steps/sweep00/train/{step.name}.html"
     changed = {f for f, t in _mtimes(out).items() if before.get(f) != t}
@@ -74,7 +75,8 @@ def test_check_lists_changes_and_hidden_and_writes_nothing(lab: Path, tmp_path: 
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ('[select]\nal = true\n', "unknown key select.al in the publish policy; valid keys of [select]: all, labels"),
+    ('[select]\nal = true\n',
+     "unknown key select.al in the publish policy; valid keys of [select]: all, labels"),
     ('[sites]\ntitle = "x"\n', "unknown table [sites]"),
     ('[select]\nall = "yes"\n', "select.all: expected true or false"),
     ('[compare]\npairs = [["a"]]\n', "compare.pairs: expected a list of [baseline, other]"),
