@@ -19,6 +19,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import posixpath
 import time
 from collections.abc import Callable, Iterable
@@ -51,6 +52,12 @@ STATIC = {"app.css": DASHBOARD / "static/app.css", "app.js": DASHBOARD / "static
           "favicon.svg": DASHBOARD / "static/favicon.svg", "publish.js": HERE / "static/publish.js"}
 SITE_NAV = (("/timeline", "Interruptions"), ("/data", "Data"))
 GLOBAL = ("/", "/catalogue", "/predictions", "/alerts", "/timeline", "/data")
+
+
+def cache_dir() -> Path:
+    """Where the builder keeps what it learnt of each step (names included: never inside the site)."""
+    return Path(os.environ.get("MARIN_PUBLISH_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
+                or Path.home() / ".cache") / "marin" / "publish")
 
 
 def _h(*parts: Any) -> str:
@@ -114,8 +121,17 @@ class Site:
         self.fs, self.root = fsspec.core.url_to_fs(self.out)
         self.index: PublicIndex = self.dash.experiments
         self.index.refresh()
+        self.cache_path = cache_dir() / f"{_h(prefix, self.out)}.json"
+        self._cache: dict[str, Any] = self._read_cache()
 
     # ---------------------------------------------------------------------------------------- inputs
+    def _read_cache(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.cache_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def _steps(self) -> dict[str, list[str]]:
         """Public experiment -> its steps' paths under the prefix."""
         return {key: [step_rel(self.dash.store, e) for e in m.get("steps") or [] if isinstance(e, dict)]
@@ -152,11 +168,10 @@ class Site:
         """Every page of the site, with the digest of what it renders."""
         exp_steps = self._steps()
         steps = {s for rels in exp_steps.values() for s in rels}
-        for rel in sorted(steps):  # the redactor learns the users and hosts of every published step first
-            self.dash.store.read_json(f"{rel}/.marin/step.json")
-        fp = (self.redactor.fingerprint(), renderer_version())
         sigs = self._signatures(steps)
-        step_digest = {rel: _h(fp, "step", rel, sigs.get(rel, [])) for rel in steps}
+        raw = self._learn_steps(exp_steps, sigs)  # the redactor learns every user and host before any page
+        fp = (self.redactor.fingerprint(), renderer_version())
+        step_digest = {rel: _h(fp, raw[rel]) for rel in steps}
         pages = [Page(_step_url(rel), self._file(_step_url(rel)), d)
                  for rel, d in sorted(step_digest.items())]
         src = DashboardSource(self.dash.store, self.dash.metrics, self.index)
@@ -175,6 +190,28 @@ class Site:
         pages += self._card_pages(steps, step_digest, exp_steps)
         return pages
 
+    def _learn_steps(self, exp_steps: dict[str, list[str]], sigs: dict[str, list[Any]]) -> dict[str, str]:
+        """Each step's digest of its files; what the step's records say (its names, its interruptions,
+        whether it is a data step) is read only when that digest changed since the last build (the private
+        step cache, outside the site: it holds names)."""
+        raw: dict[str, str] = {}
+        fresh: dict[str, Any] = {}
+        for key, rels in sorted(exp_steps.items()):
+            for rel in rels:
+                raw[rel] = _h("step", rel, sigs.get(rel, []))
+                hit = self._cache.get(rel)
+                if hit is None or hit.get("raw") != raw[rel]:
+                    info = self.dash.store.read_json(f"{rel}/.marin/step.json")
+                    names = [str(info[k]) for k in ("user", "host") if isinstance(info, dict) and info.get(k)]
+                    hit = {"raw": raw[rel], "names": names,
+                           "card": cards.data_card(self.dash.store, rel) is not None,
+                           "interruptions": [asdict(i) for i in
+                                             cards.interruptions(self.dash.store, rel, key)]}
+                fresh[rel] = hit
+                self.redactor.add_names(hit["names"])
+        self._cache = fresh
+        return raw
+
     def _compare_pages(self, pairs: Iterable[tuple[str, str]], digests: dict[str, str]) -> list[Page]:
         out: dict[str, Page] = {}
         for a, b in pairs:
@@ -185,7 +222,8 @@ class Site:
 
     def _card_pages(self, steps: set[str], digests: dict[str, str],
                     exp_steps: dict[str, list[str]]) -> list[Page]:
-        self._cards = [c for rel in sorted(steps) if (c := cards.data_card(self.dash.store, rel)) is not None]
+        self._cards = [c for rel in sorted(steps) if self._cache[rel]["card"]
+                       and (c := cards.data_card(self.dash.store, rel)) is not None]
         self._exp_steps = exp_steps
         pages = []
         for c in self._cards:
@@ -240,8 +278,8 @@ class Site:
                          index_json=index_json)
 
     def _timeline_page(self) -> str:
-        rows = [i for key, rels in self._exp_steps.items() for rel in rels
-                for i in cards.interruptions(self.dash.store, rel, key)]
+        rows = [cards.Interruption(**i) for rels in self._exp_steps.values() for rel in rels
+                for i in self._cache[rel]["interruptions"]]
         rows.sort(key=lambda i: -i.ts)
         counts: dict[str, int] = {}
         for r in rows:
@@ -317,6 +355,10 @@ class Site:
                 self.fs.rm_file(f"{self.root}/{f}")
         manifest = {"version": 1, "pages": dict(sorted(new.items()))}
         self._write(MANIFEST, json.dumps(manifest, indent=1).encode())
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._cache))
+        os.replace(tmp, self.cache_path)
 
 
 def publish(prefix: str, out: str, policy: Policy, *, anonymous: bool = False, check: bool = False,
