@@ -10,7 +10,8 @@ One :class:`Redactor` per build (or per public dashboard) applies, in order:
 3. paths: the prefix itself becomes relative (``/data/lab/out/train-1a2b`` -> ``train-1a2b``); any other
    absolute path (two segments or more, other than the site's own routes) and any bucket URL outside the
    prefix become ``***``;
-4. issue links to repositories not in ``[redact] public_repos`` (all of them with ``--anonymous``);
+4. issue links and references (``owner/repo#12``) to repositories not in ``[redact] public_repos`` (all of
+   them with ``--anonymous``);
 5. names: every user and host named in the records (and ``[redact] names``) becomes a stable pseudonym
    (``user-1a2b3c``, a salted hash) or, anonymous, ``anonymous``; anonymous also removes the owners and
    names of the repositories.
@@ -47,6 +48,7 @@ _BUCKET = re.compile(r"\b(?:gs|gcs|s3|az|abfs|hdfs)://[^\s\"'<>&)\]]+")
 _ROUTES = (r"(?:steps|experiments|static|compare|catalogue|predictions|alerts|api|raw|files|issues|data"
            r"|timeline)/")
 _ABS_PATH = re.compile(rf"(?:(?<=^)|(?<=[\s\"'(=>\[,:;]))/(?!{_ROUTES})[A-Za-z0-9._~-]+/[^\s\"'<>)\],;&]*")
+_ISSUE_REF = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)#(\d+)\b")
 _GITHUB = re.compile(r"https?://(?:www\.)?github\.com/([\w.-]+)/([\w.-]+)[^\s\"'<>]*")
 
 
@@ -86,6 +88,10 @@ class Redactor:
         text = repr((self.roots, sorted(self._names.items()), sorted(self.public_repos), self.anonymous))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def _ref(self, m: re.Match[str]) -> str:
+        repo = f"{m.group(1)}/{m.group(2)}".lower()
+        return m.group(0) if repo in self.public_repos else f"{MASK}#{m.group(3)}"
+
     def _github(self, m: re.Match[str]) -> str:
         repo = f"{m.group(1)}/{m.group(2)}".lower()
         return m.group(0) if repo in self.public_repos else MASK
@@ -116,6 +122,7 @@ class Redactor:
             s = s.replace(root + "/", "").replace(root, "(prefix)")
         s = _BUCKET.sub(MASK, s)
         s = _GITHUB.sub(self._github, s)
+        s = _ISSUE_REF.sub(self._ref, s)
         s = _ABS_PATH.sub(MASK, s)
         if self._name_re is not None:
             s = self._name_re.sub(lambda m: self._names[m.group(0).lower()], s)

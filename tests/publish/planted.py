@@ -33,7 +33,8 @@ PUBLIC_STEP = "sweep00/train/model0"
 def _plant_text() -> str:
     return (f"token {SECRETS[0]} and {SECRETS[1]} key {SECRETS[2]} openai {SECRETS[3]} "
             f"WANDB_API_KEY={SECRETS[6]} data at /srv/privatedir-qq/shard.bin and gs://private-bucket-zz/raw "
-            f"by {USER} on {HOST}, see https://github.com/secret-org-qq/private-repo-qq/issues/3 "
+            f"by {USER} on {HOST}, see https://github.com/secret-org-qq/private-repo-qq/issues/3 and "
+            "secret-org-qq/private-repo-qq#7 "
             f"home /home/{USER}/work")
 
 

@@ -116,3 +116,17 @@ def test_public_dashboard_applies_the_policy_refuses_raw_and_rate_limits(tmp_pat
     limited = TestClient(create_public_app(str(prefix), policy, rate=0.001, burst=3))
     codes = [limited.get("/").status_code for _ in range(5)]
     assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
+
+
+def test_publishes_straight_into_a_bucket_path(lab: Path) -> None:
+    import fsspec
+
+    out = "memory://publish-test/site"
+    report = publish(str(lab), out, ALL)
+    fs = fsspec.filesystem("memory")
+    assert report.problems == [] and fs.exists("/publish-test/site/index.html")
+    assert fs.exists("/publish-test/site/static/app.css")
+    assert fs.cat_file("/publish-test/site/static/app.css") == Path(
+        "marin/dashboard/static/app.css").read_bytes()  # the dashboard's stylesheet, not a second one
+    again = publish(str(lab), out, ALL)
+    assert set(again.written) <= {"index.html"}
