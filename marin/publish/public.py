@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 import re
 import threading
 import time
@@ -32,6 +33,7 @@ from marin.dashboard.metrics import MetricsReader
 from marin.dashboard.store import PrefixStore
 from marin.publish.policy import Policy
 from marin.publish.redact import Redactor
+from marin.status.manifest import EXPERIMENTS_DIR
 
 _REF = re.compile(r"^(?P<repo>[^#\s]+)#(?P<n>\d+)$")
 _NAME_KEYS = ("user", "host", "author", "hostname", "username")
@@ -42,9 +44,35 @@ def _names_of(record: dict[str, Any]) -> list[str]:
 
 
 class RedactingStore(PrefixStore):
-    """A PrefixStore whose parsed JSON and JSONL records are redacted (and teach the redactor names)."""
+    """A PrefixStore whose parsed JSON and JSONL records are redacted (and teach the redactor names), and
+    that cannot see the steps only hidden experiments name (a step page's "previous version" of a public
+    step is never a hidden one)."""
 
     redactor: Redactor
+    hidden_steps: frozenset[str] = frozenset()
+
+    def hides(self, rel: str) -> bool:
+        rel = rel.strip("/")
+        while rel:
+            if rel in self.hidden_steps:
+                return True
+            rel = posixpath.dirname(rel)
+        return False
+
+    def read_json(self, rel: str, *, info: dict[str, Any] | None = None) -> Any:
+        return None if self.hides(rel) else super().read_json(rel, info=info)
+
+    def read_jsonl(self, rel: str, max_bytes: int = 4 << 20) -> list[dict[str, Any]]:
+        return [] if self.hides(rel) else super().read_jsonl(rel, max_bytes)
+
+    def ls(self, rel: str) -> list[dict[str, Any]]:
+        if self.hides(rel):
+            return []
+        base = rel.strip("/")
+        return [e for e in super().ls(rel) if not self.hides(f"{base}/{e['name']}" if base else e["name"])]
+
+    def listing(self, rel: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in super().listing(rel).items() if not self.hides(k)}
 
     def _learn(self, value: Any) -> None:
         if isinstance(value, dict):
@@ -95,11 +123,15 @@ class PublicIndex(ExperimentIndex):
                     self.redactor.add_names(issue.split("#")[0].split("/"))
             hidden = [k for k, (_, m, _) in self._manifests.items()
                       if not self.policy.selects(k, m, self._labels(m))]
+            hidden_rels = {step_rel(self.store, e) for k in hidden
+                           for e in self._manifests[k][1].get("steps") or [] if isinstance(e, dict)}
             for k in hidden:
                 del self._manifests[k]
             self.hidden = sorted(set(self.hidden) | set(hidden))
             self._index_steps()
             self._step_rels = {step_rel(self.store, e) for e in self._entries.values()}
+            if isinstance(self.store, RedactingStore):
+                self.store.hidden_steps = frozenset(hidden_rels - self._step_rels)
 
     def public_steps(self) -> set[str]:
         self.refresh()
@@ -117,8 +149,18 @@ def open_public(prefix: str, policy: Policy, *, anonymous: bool = False, cache_t
     issues = IssueReader(store)
     experiments = PublicIndex(store, issues.link, policy, issues, redactor)
     dash = Dashboard(prefix=prefix, store=store, experiments=experiments, metrics=MetricsReader(store),
-                     issues=issues, alerts=AlertIndex(store, experiments))
+                     issues=issues, alerts=AlertIndex(store, experiments),
+                     visible=lambda rel: rel.startswith(EXPERIMENTS_DIR + "/") or any(
+                         p in experiments.public_steps() for p in _parents(rel)))
     return dash, redactor
+
+
+def _parents(rel: str) -> list[str]:
+    out, rel = [], rel.strip("/")
+    while rel:
+        out.append(rel)
+        rel = posixpath.dirname(rel)
+    return out
 
 
 _OPEN = {"/", "/catalogue", "/predictions", "/alerts", "/api/experiments", "/api/catalogue",

@@ -130,3 +130,25 @@ def test_publishes_straight_into_a_bucket_path(lab: Path) -> None:
         "marin/dashboard/static/app.css").read_bytes()  # the dashboard's stylesheet, not a second one
     again = publish(str(lab), out, ALL)
     assert set(again.written) <= {"index.html"}
+
+
+def test_public_view_never_shows_a_hidden_experiments_steps_or_forecasts(lab: Path) -> None:
+    from tests.compare.test_fitplot import RECORD
+
+    public, hidden = "exp100_sweep-00000000", "exp104_sweep-00000004"
+    write_prefix(str(lab), experiments=5, metrics_rows=20, groups=4)  # exp104 reruns exp100's step names
+    manifests = {k: json.loads((lab / "experiments" / f"{k}.json").read_text()) for k in (public, hidden)}
+    train = {k: next(s for s in m["steps"] if s["name"].endswith("train/model0")) for k, m in manifests.items()}
+    for k in (public, hidden):
+        Path(train[k]["output_path"], "prediction.json").write_text(RECORD.read_text())
+    everything = TestClient(create_public_app(str(lab), ALL))
+    rel = Path(train[public]["output_path"]).relative_to(lab).as_posix()
+    assert len(everything.get("/api/predictions").json()["predictions"]) == 2
+    assert everything.get(f"/api/steps/{rel}").json()["changes"]["previous"] is not None
+    only = TestClient(create_public_app(str(lab), parse_policy({"select": {"experiments": [public]}})))
+    rows = only.get("/api/predictions").json()["predictions"]
+    assert len(rows) == 1 and train[public]["hash"][:8] in rows[0]["path"]
+    step = only.get(f"/api/steps/{rel}").json()
+    assert step["changes"]["previous"] is None  # its other version belongs to the hidden experiment
+    assert train[hidden]["hash"][:8] not in only.get(f"/steps/{rel}").text
+    assert train[hidden]["hash"][:8] not in only.get("/predictions").text
