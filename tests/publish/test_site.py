@@ -138,7 +138,8 @@ def test_public_view_never_shows_a_hidden_experiments_steps_or_forecasts(lab: Pa
     public, hidden = "exp100_sweep-00000000", "exp104_sweep-00000004"
     write_prefix(str(lab), experiments=5, metrics_rows=20, groups=4)  # exp104 reruns exp100's step names
     manifests = {k: json.loads((lab / "experiments" / f"{k}.json").read_text()) for k in (public, hidden)}
-    train = {k: next(s for s in m["steps"] if s["name"].endswith("train/model0")) for k, m in manifests.items()}
+    train = {k: next(s for s in m["steps"] if s["name"].endswith("train/model0"))
+             for k, m in manifests.items()}
     for k in (public, hidden):
         Path(train[k]["output_path"], "prediction.json").write_text(RECORD.read_text())
     everything = TestClient(create_public_app(str(lab), ALL))
