@@ -142,8 +142,7 @@ class Site:
         store = self.dash.store
         out_rel = store.relative(self.out)
         sigs: dict[str, list[Any]] = {}
-        for full, info in sorted(store.fs.find(store.root, detail=True).items()):
-            rel = store.relative(full) or ""
+        for rel, sig in self._files():
             if out_rel and (rel == out_rel or rel.startswith(out_rel + "/")):
                 continue
             owner = rel
@@ -152,8 +151,29 @@ class Site:
             if owner.startswith(EXPERIMENTS_DIR + "/"):
                 owner = EXPERIMENTS_DIR + "/" + owner.split("/")[1].removesuffix(".json")
             if owner:
-                sigs.setdefault(owner, []).append((rel, signature(info)))
+                sigs.setdefault(owner, []).append((rel, sig))
         return sigs
+
+    def _files(self) -> list[tuple[str, Any]]:
+        """Every file under the prefix (relative path, signature), sorted; locally one os.scandir walk
+        (fsspec's find stats each file through several layers: five times slower on 77,000 files)."""
+        store = self.dash.store
+        if not store.is_local:
+            return sorted((store.relative(full) or "", signature(info))
+                          for full, info in store.fs.find(store.root, detail=True).items())
+        found: list[tuple[str, Any]] = []
+        stack = [(store.root, "")]
+        while stack:
+            path, rel = stack.pop()
+            with os.scandir(path) as entries:
+                for e in entries:
+                    r = f"{rel}/{e.name}" if rel else e.name
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append((e.path, r))
+                    elif e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        found.append((r, (st.st_size, st.st_mtime_ns, st.st_ino)))
+        return sorted(found)
 
     def _safe(self, segment: str) -> str:
         return self.redactor.name(segment)
