@@ -46,6 +46,7 @@ commands:
   compare A [B ...]       runs side by side: metrics with differences, config diff, curves (--format json)
   verify [SCRIPT|PREFIX]  re-read every succeeded step's outputs and check them against its manifest
   reproduce EXP|PATH --prefix OTHER  re-run recorded steps from their record and compare output digests
+  publish --prefix P --out DIR   a static site of the experiments publish.toml makes public (docs/publish.md)
 
 flags (also accepted by `python SCRIPT ...`):
 """
@@ -56,7 +57,8 @@ DELEGATES = {"dashboard": "marin.dashboard.cli", "issue": "marin.tracking.cli",
              "predictions": "marin.tracking.predictions_cli",
              "verdict": "marin.tracking.verdict_cli", "catalogue": "marin.tracking.catalogue_cli",
              "compare": "marin.compare.cli",
-             "verify": "marin.status.verify", "reproduce": "marin.execution.reproduce"}
+             "verify": "marin.status.verify", "reproduce": "marin.execution.reproduce",
+             "publish": "marin.publish.cli"}
 
 
 def _print_help(command: str = "run") -> None:
@@ -171,8 +173,10 @@ def _dispatch(args: list[str]) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command in DELEGATES:
+        public = command == "dashboard" and "--public" in rest
+        target = "marin.publish.serve" if public else DELEGATES[command]
         try:
-            module = importlib.import_module(DELEGATES[command])
+            module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             if e.name and DELEGATES[command].startswith(e.name):
                 print(f"marin {command}: this subcommand is not available in this installation "
@@ -182,7 +186,7 @@ def _dispatch(args: list[str]) -> int:
         return int(module.main(rest))
     if command not in ("run", "plan", "status"):
         print(f"marin: unknown command {command!r}; valid commands: run, plan, status, dashboard, issue, "
-              "submit, jobs, predictions, verdict, catalogue, compare, verify, reproduce",
+              "submit, jobs, predictions, verdict, catalogue, compare, verify, reproduce, publish",
               file=sys.stderr)
         return 2
     if not rest and command == "status":

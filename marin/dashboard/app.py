@@ -77,17 +77,19 @@ def templates() -> Jinja2Templates:
 def create_app(
     prefix: str, *, cache_ttl: float | None = None, storage_options: dict[str, Any] | None = None,
     metrics_cache_bytes: int | None = None,
+    dash: Dashboard | None = None,
 ) -> FastAPI:
     """The dashboard for `prefix` (a local path, gs://bucket/path, s3://bucket/path); `metrics_cache_bytes`
-    bounds the parsed metrics kept in memory (default: `marin.dashboard.metrics.cache_bytes()`)."""
+    bounds the parsed metrics kept in memory (default: `marin.dashboard.metrics.cache_bytes()`). `dash`:
+    readers built by the caller (marin.publish's public view passes its policy-filtered, redacting ones)."""
     app = FastAPI(
         title="marin dashboard",
         description="Read-only view of the experiments, steps, logs, metrics and local issues under a "
                     "prefix.",
         version="1",
     )
-    app.state.dash = Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options,
-                                    metrics_cache_bytes=metrics_cache_bytes)
+    app.state.dash = dash or Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options,
+                                            metrics_cache_bytes=metrics_cache_bytes)
     app.state.templates = templates()
     for module in (experiments, steps, files, issues, predictions, catalogue, alerts, compare):
         app.include_router(module.router)

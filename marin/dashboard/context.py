@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,9 @@ class Dashboard:
     metrics: MetricsReader
     issues: IssueReader
     alerts: AlertIndex
+    visible: Callable[[str], bool] | None = None
+    """Whether a prefix-relative path may be shown (None: everything; marin.publish's public view sets it
+    for the readers that scan the prefix themselves, such as the predictions list)."""
 
     @classmethod
     def open(

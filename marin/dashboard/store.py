@@ -41,7 +41,7 @@ _STATE_FILE = re.compile(
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
 
 
-class _Rows(list[dict[str, Any]]):
+class JsonlRows(list[dict[str, Any]]):
     """The rows of a JSONL file, with how many lines were skipped."""
 
     def __init__(self, rows: list[dict[str, Any]], skipped: int) -> None:
@@ -201,12 +201,12 @@ class PrefixStore:
             raise CorruptFileError(damaged_message(full, f"a JSON {type(data).__name__}, not an object"))
         return data
 
-    def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> _Rows:
+    def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> JsonlRows:
         data, start, _size = self.read_range(full, None, max_bytes, absolute=True)
         if start > 0:
             data = data.split(b"\n", 1)[1] if b"\n" in data else b""  # the first line was cut by the window
         rows, skipped = parse_jsonl(data)
-        return _Rows(rows, skipped)
+        return JsonlRows(rows, skipped)
 
     def ls(self, rel: str) -> list[dict[str, Any]]:
         """Entries of a directory: dicts with "name" (basename), "type", "size", "info"; [] when absent."""

@@ -1,0 +1,95 @@
+"""Build cost of `marin publish`: a full build and an incremental one after one changed step, plus the size
+of a small real site.
+
+    PYTHONPATH=. python benchmarks/publish_build.py [--experiments 1000] [--prefix P] [--skip-lab]
+
+Writes a synthetic prefix in the real on-storage format (tests.fakes.synthetic_prefix: `--experiments` x 20
+steps; kept in --prefix when given, else a temporary directory), publishes every experiment (`[select] all`)
+into a fresh directory, publishes again with nothing changed, appends one event to one step and publishes
+again. Then builds the site of a small real lab (tests.publish.data_lab: a baseline, an ablation with a
+forecast, and an ingest -> tokenizer -> tokenize data experiment, run by the real executor) and reports its
+bytes. Prints one JSON object with the seconds, pages rendered and written per build, the site's files and
+bytes, and the load average before and after (this machine is shared: compare runs made side by side).
+Goals (issue 36): full build at 1,000 x 20 < 120 s on 2 cores, incremental after one changed step < 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from marin.publish.policy import parse_policy  # noqa: E402
+from marin.publish.site import publish  # noqa: E402
+from tests.fakes.synthetic_prefix import write_prefix  # noqa: E402
+
+ALL = parse_policy({"select": {"all": True}})
+
+
+def _size(out: Path) -> dict[str, int]:
+    files = [p for p in out.rglob("*") if p.is_file()]
+    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def _build(prefix: str, out: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    r = publish(prefix, str(out), ALL)
+    return {"seconds": round(time.perf_counter() - t0, 2), "pages": r.pages, "rendered": len(r.rendered),
+            "written": len(r.written), "problems": len(r.problems)}
+
+
+def synthetic(prefix: Path, experiments: int, work: Path) -> dict[str, Any]:
+    if not (prefix / "experiments").exists():
+        t0 = time.perf_counter()
+        write_prefix(str(prefix), experiments=experiments)
+        print(f"wrote the synthetic prefix in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    out = work / "site"
+    full = _build(str(prefix), out)
+    unchanged = _build(str(prefix), out)
+    step = next(prefix.glob("sweep00/train/model0-*"))
+    with open(step / ".marin" / "events.jsonl", "a") as f:
+        event = {"ts": time.time(), "event": "PREEMPTED", "attempt": 1, "message": "bench"}
+        f.write(json.dumps(event) + "\n")
+    incremental = _build(str(prefix), out)
+    return {"experiments": experiments, "steps": experiments * 20, "full": full, "unchanged": unchanged,
+            "incremental_one_step": incremental, "site": _size(out)}
+
+
+def lab(work: Path) -> dict[str, Any]:
+    from tests.publish.data_lab import write_site_lab
+
+    prefix, _, _ = write_site_lab(work / "lab")
+    out = work / "lab-site"
+    return {"build": _build(prefix, out), "site": _size(out)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--experiments", type=int, default=1000)
+    p.add_argument("--prefix", default=None, help="keep the synthetic prefix here (reused when present)")
+    p.add_argument("--skip-lab", action="store_true")
+    args = p.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="publish-bench-") as tmp:
+        work = Path(tmp)
+        (work / "lab").mkdir()
+        prefix = Path(args.prefix) if args.prefix else work / "prefix"
+        result: dict[str, Any] = {"synthetic": synthetic(prefix, args.experiments, work)}
+        if not args.skip_lab:
+            result["small_real_lab"] = lab(work)
+    result["loadavg_before"], result["loadavg_after"] = list(load_before), list(os.getloadavg())
+    result["cpus"] = os.cpu_count()
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""What never reaches a published byte: credentials, environment variables, private names, foreign paths.
+
+One :class:`Redactor` per build (or per public dashboard) applies, in order:
+
+1. `marin.tracking.redact.redact` (the platform's one credential redactor: registered secrets, token
+   environment variables, GitHub token formats, Authorization headers, ``user:password@`` in URLs), plus a
+   few more credential shapes (``hf_``, ``sk-``, AWS access keys, long ``key=``/``token:`` values);
+2. environment variables: ``NAME=value`` with an upper-case NAME keeps NAME and masks the value; in parsed
+   records (:meth:`Redactor.obj`) every value under a key that names a secret or an environment is masked;
+3. paths: the prefix itself becomes relative (``/data/lab/out/train-1a2b`` -> ``train-1a2b``); any other
+   absolute path (two segments or more, other than the site's own routes) and any bucket URL outside the
+   prefix become ``***``;
+4. issue links and references (``owner/repo#12``) to repositories not in ``[redact] public_repos`` (all of
+   them with ``--anonymous``);
+5. names: every user and host named in the records (and ``[redact] names``) becomes a stable pseudonym
+   (``user-1a2b3c``, a salted hash) or, anonymous, ``anonymous``; anonymous also removes the owners and
+   names of the repositories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from marin.tracking.redact import MASK
+from marin.tracking.redact import redact as redact_credentials
+
+_MORE_CREDENTIALS = (
+    re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b"),
+    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
+)
+# a whole word of a key (hf_token, api-key, db.password), never a longer word (tokens, tokenizer, author)
+_SECRET_WORDS = (r"(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|secret[_-]?key|credentials?"
+                 r"|private[_-]?key|auth|authorization|cookie|session[_-]?id)")
+_SECRET_NAME = rf"(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_.-])*{_SECRET_WORDS}(?:[_.-][A-Za-z0-9]+)*(?![A-Za-z0-9])"
+_SECRET_KEY = re.compile(rf"(?i)^(?:[A-Za-z0-9]+[_.-])*{_SECRET_WORDS}(?:[_.-][A-Za-z0-9]+)*$")
+_NOT_SECRET = re.compile(r"(?i)^(?:eos|bos|pad|unk|sep|cls|mask)[_-]?token(?:s|[_-]id)?$")  # tokenizer fields
+_ENV_KEY = re.compile(r"(?i)^(?:env|environ|environment|env_vars|runtime_env)$")
+_SECRET_ASSIGN = re.compile(rf"(?i)({_SECRET_NAME}\s*(?:[:=]|&#34;:|&quot;:|\":)\s*"
+                            r"(?:&#34;|&quot;|&#39;|[\"'])?)([^\s\"'<>&,}]{4,})")
+_ENV_ASSIGN = re.compile(r"\b([A-Z][A-Z0-9_]{2,})=([^\s\"'<>&]+)")
+_BUCKET = re.compile(r"\b(?:gs|gcs|s3|az|abfs|hdfs)://[^\s\"'<>&)\]]+")
+# the site's own routes (/steps/..., /static/...) are URLs, not filesystem paths
+_ROUTES = (r"(?:steps|experiments|static|compare|catalogue|predictions|alerts|api|raw|files|issues|data"
+           r"|timeline)/")
+_ABS_PATH = re.compile(rf"(?:(?<=^)|(?<=[\s\"'(=>\[,:;]))/(?!{_ROUTES})[A-Za-z0-9._~-]+/[^\s\"'<>)\],;&]*")
+_ISSUE_REF = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)#(\d+)\b")
+_GITHUB = re.compile(r"https?://(?:www\.)?github\.com/([\w.-]+)/([\w.-]+)[^\s\"'<>]*")
+
+
+def pseudonym(name: str, salt: str) -> str:
+    return "user-" + hashlib.sha256(f"{salt}\0{name.lower()}".encode()).hexdigest()[:6]
+
+
+class Redactor:
+    """Redacts text and parsed records for one prefix under one policy (see the module docstring)."""
+
+    def __init__(self, roots: Iterable[str], names: Iterable[str] = (), *, public_repos: Iterable[str] = (),
+                 anonymous: bool = False, salt: str = "") -> None:
+        self.roots = sorted({r.rstrip("/") for r in roots if r and r.rstrip("/")}, key=len, reverse=True)
+        self.public_repos = set() if anonymous else {r.lower() for r in public_repos}
+        self.anonymous = anonymous
+        self.salt = salt
+        self._names: dict[str, str] = {}
+        self._name_re: re.Pattern[str] | None = None
+        self._memo: dict[str, str] = {}  # records repeat their strings; forgotten when a name is learnt
+        self.add_names(names)
+
+    def add_names(self, names: Iterable[str]) -> None:
+        """Private names to replace everywhere (users, hosts, and with --anonymous repositories' owners)."""
+        new = False
+        for n in names:
+            n = str(n).strip()
+            if len(n) >= 2 and n.lower() not in self._names:
+                self._names[n.lower()] = "anonymous" if self.anonymous else pseudonym(n, self.salt)
+                new = True
+        if new:
+            self._memo.clear()
+            alts = "|".join(re.escape(n) for n in sorted(self._names, key=len, reverse=True))
+            self._name_re = re.compile(rf"(?i)(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")
+
+    def fingerprint(self) -> str:
+        """Changes whenever what this redactor replaces changes (part of every page's digest)."""
+        text = repr((self.roots, sorted(self._names.items()), sorted(self.public_repos), self.anonymous))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _ref(self, m: re.Match[str]) -> str:
+        repo = f"{m.group(1)}/{m.group(2)}".lower()
+        return m.group(0) if repo in self.public_repos else f"{MASK}#{m.group(3)}"
+
+    def _github(self, m: re.Match[str]) -> str:
+        repo = f"{m.group(1)}/{m.group(2)}".lower()
+        return m.group(0) if repo in self.public_repos else MASK
+
+    @staticmethod
+    def _assign(m: re.Match[str]) -> str:
+        name = re.match(r"[\w.-]*", m.group(1))
+        return m.group(0) if name and _NOT_SECRET.match(name.group(0)) else m.group(1) + MASK
+
+    def text(self, s: str) -> str:
+        """`s` with every credential, environment value, foreign path, private link and name replaced."""
+        if len(s) <= 256:
+            hit = self._memo.get(s)
+            if hit is None:
+                if len(self._memo) > 500_000:
+                    self._memo.clear()
+                hit = self._memo[s] = self._text(s)
+            return hit
+        return self._text(s)
+
+    def _text(self, s: str) -> str:
+        s = redact_credentials(s)
+        for pattern in _MORE_CREDENTIALS:
+            s = pattern.sub(MASK, s)
+        s = _SECRET_ASSIGN.sub(self._assign, s)
+        s = _ENV_ASSIGN.sub(lambda m: f"{m.group(1)}={MASK}", s)
+        for root in self.roots:
+            s = s.replace(root + "/", "").replace(root, "(prefix)")
+        s = _BUCKET.sub(MASK, s)
+        s = _GITHUB.sub(self._github, s)
+        s = _ISSUE_REF.sub(self._ref, s)
+        s = _ABS_PATH.sub(MASK, s)
+        if self._name_re is not None:
+            s = self._name_re.sub(lambda m: self._names[m.group(0).lower()], s)
+        return s
+
+    def obj(self, value: Any, key: str = "") -> Any:
+        """A parsed record with secrets and environments masked by key and every string redacted."""
+        secret = _SECRET_KEY.match(key) and not _NOT_SECRET.match(key)
+        if key and (secret or _ENV_KEY.match(key)) and value not in (None, "", {}, []):
+            return MASK
+        if isinstance(value, dict):
+            return {self.text(str(k)): self.obj(v, str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.obj(v) for v in value]
+        if isinstance(value, str):
+            return self.text(value)
+        return value
+
+    def name(self, segment: str) -> str:
+        """A file or URL name: itself when redaction leaves it unchanged, else a digest that reveals
+        nothing."""
+        if self.text(segment) == segment:
+            return segment
+        return "r-" + hashlib.sha256(f"{self.salt}\0{segment}".encode()).hexdigest()[:12]

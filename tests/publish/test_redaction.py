@@ -1,0 +1,52 @@
+"""Nothing the policy hides reaches a published byte: file contents, file names, URLs, titles, the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marin.publish.policy import parse_policy
+from marin.publish.site import publish
+from tests.publish.planted import PUBLIC, USER, forbidden, write_planted_prefix
+
+POLICY = parse_policy({"select": {"labels": ["marin:public"]},
+                       "redact": {"public_repos": ["marin-community/marin"]}})
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    prefix = tmp_path_factory.mktemp("planted") / "lab"
+    write_planted_prefix(prefix)
+    return prefix
+
+
+def _published(out: Path) -> list[tuple[str, str]]:
+    return [(p.relative_to(out).as_posix(), p.read_bytes().decode("utf-8", "replace"))
+            for p in sorted(out.rglob("*")) if p.is_file()]
+
+
+@pytest.mark.parametrize("anonymous", [False, True], ids=["pseudonyms", "anonymous"])
+def test_no_planted_secret_reaches_any_published_byte(planted: Path, tmp_path: Path, anonymous: bool) -> None:
+    out = tmp_path / "site"
+    report = publish(str(planted), str(out), POLICY, anonymous=anonymous)
+    assert report.problems == []
+    files = _published(out)
+    names = {n for n, _ in files}
+    assert f"experiments/{PUBLIC}.html" in names
+    assert any(n.startswith("steps/sweep00/train/model0-") for n in names)
+    hidden = [e for e in report.hidden]
+    assert len(hidden) == 3 and PUBLIC not in hidden
+    banned = [*forbidden(), *hidden, str(planted), planted.name + "/"]
+    if anonymous:
+        banned += ["marin-community", "github.com"]
+    for name, text in files:
+        for bad in banned:
+            assert bad.lower() not in name.lower(), (bad, name)
+            at = text.lower().find(bad.lower())
+            assert at < 0, (bad, name, text[max(0, at - 200):][:400])
+    page = dict(files)[f"experiments/{PUBLIC}.html"]
+    assert "hypothesis token ***" in page  # the hypothesis is shown, its secret masked
+    step_page = next(t for n, t in files if n.startswith("steps/sweep00/train/model0-"))
+    assert ("anonymous" if anonymous else "user-") in step_page
+    assert USER not in step_page

@@ -1,0 +1,155 @@
+"""The site's build: incremental rewrites, --check, policy errors, and the dashboard's public mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from marin.publish.cli import main as publish_main
+from marin.publish.policy import PolicyError, load_policy, parse_policy
+from marin.publish.serve import create_public_app
+from marin.publish.site import MANIFEST, publish
+from tests.fakes.synthetic_prefix import write_prefix
+from tests.publish.planted import PUBLIC, forbidden, write_planted_prefix
+
+ALL = parse_policy({"select": {"all": True}})
+GLOBAL = {"index.html", "catalogue.html", "predictions.html", "alerts.html", "timeline.html", "data.html"}
+
+
+@pytest.fixture()
+def lab(tmp_path: Path) -> Path:
+    prefix = tmp_path / "lab"
+    write_prefix(str(prefix), experiments=4, metrics_rows=20, groups=4)
+    return prefix
+
+
+def _mtimes(out: Path) -> dict[str, int]:
+    return {p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+
+def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    first = publish(str(lab), str(out), ALL)
+    assert first.problems == [] and len(first.written) > 80
+    again = publish(str(lab), str(out), ALL)
+    assert set(again.rendered) == GLOBAL  # nothing else is even rendered
+    assert set(again.written) <= {"index.html"}
+    before = _mtimes(out)
+    step = next(lab.glob("sweep00/train/model0-*"))
+    with open(step / ".marin" / "events.jsonl", "a") as f:
+        event = {"ts": 1764000300.0, "event": "PREEMPTED", "attempt": 1, "message": "spot"}
+        f.write(json.dumps(event) + "\n")
+    third = publish(str(lab), str(out), ALL)
+    step_page = f"steps/sweep00/train/{step.name}.html"
+    changed = {f for f, t in _mtimes(out).items() if before.get(f) != t}
+    assert step_page in changed and "timeline.html" in changed
+    assert changed <= {step_page, "index.html", "timeline.html", MANIFEST} | {
+        f for f in third.rendered if f.startswith(("experiments/", "compare/"))}
+    assert "spot" in (out / "timeline.html").read_text()
+
+
+def test_check_lists_changes_and_hidden_and_writes_nothing(lab: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "publish.toml"
+    policy.write_text('[select]\nexperiments = ["exp100_*"]\n')
+    out = tmp_path / "site"
+    assert publish_main(["--prefix", str(lab), "--out", str(out), "--policy", str(policy), "--check"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    assert "hidden by the policy: 3 experiment(s)" in text and "exp101_sweep-00000001" in text
+    assert "changed  experiments/exp100_sweep-00000000.html" in text
+    assert publish_main(["--prefix", str(lab), "--out", str(out), "--policy", str(policy)]) == 0
+    assert (out / "experiments/exp100_sweep-00000000.html").exists()
+    assert not (out / "experiments/exp101_sweep-00000001.html").exists()
+    # publishing more, then less: the page of an experiment the policy now hides is deleted
+    policy.write_text('[select]\nall = true\n')
+    publish_main(["--prefix", str(lab), "--out", str(out), "--policy", str(policy)])
+    assert (out / "experiments/exp101_sweep-00000001.html").exists()
+    policy.write_text('[select]\nexperiments = ["exp100_*"]\n')
+    publish_main(["--prefix", str(lab), "--out", str(out), "--policy", str(policy)])
+    assert not (out / "experiments/exp101_sweep-00000001.html").exists()
+    assert "exp101" not in (out / "index.html").read_text()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[select]\nal = true\n',
+     "unknown key select.al in the publish policy; valid keys of [select]: all, labels"),
+    ('[sites]\ntitle = "x"\n', "unknown table [sites]"),
+    ('[select]\nall = "yes"\n', "select.all: expected true or false"),
+    ('[compare]\npairs = [["a"]]\n', "compare.pairs: expected a list of [baseline, other]"),
+    ('[select\n', "is not valid TOML"),
+], ids=["unknown-key", "unknown-table", "bad-bool", "bad-pairs", "bad-toml"])
+def test_policy_errors_name_the_key_and_the_valid_ones(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "publish.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=None) as e:
+        load_policy(path)
+    assert message in str(e.value)
+
+
+def test_default_policy_publishes_nothing(lab: Path, tmp_path: Path) -> None:
+    report = publish(str(lab), str(tmp_path / "site"), load_policy(None))
+    assert len(report.hidden) == 4 and not list((tmp_path / "site").glob("experiments/*"))
+
+
+def test_public_dashboard_applies_the_policy_refuses_raw_and_rate_limits(tmp_path: Path) -> None:
+    prefix = tmp_path / "lab"
+    step = write_planted_prefix(prefix)
+    policy = parse_policy({"select": {"experiments": [PUBLIC]}})
+    client = TestClient(create_public_app(str(prefix), policy, rate=0.001, burst=1000))
+    rel = f"sweep00/train/{step.name}"
+    for url in ("/", f"/experiments/{PUBLIC}", f"/steps/{rel}", f"/api/steps/{rel}", "/catalogue", "/alerts"):
+        r = client.get(url)
+        assert r.status_code == 200, url
+        for bad in forbidden():
+            assert bad.lower() not in r.text.lower(), (url, bad)
+    for url in ("/experiments/exp101_sweep-00000001", "/files/", f"/raw/{rel}/.marin/step.json",
+                f"/api/logs/{rel}", "/issues", "/api/issues", "/docs", "/openapi.json", "/api/files"):
+        assert client.get(url).status_code == 404, url
+    allowing = parse_policy({"select": {"experiments": [PUBLIC]}, "raw": {"allow": ["*/metrics.jsonl"]}})
+    raw = TestClient(create_public_app(str(prefix), allowing))
+    assert raw.get(f"/raw/{rel}/metrics.jsonl").status_code == 200
+    assert raw.get(f"/raw/{rel}/.marin/step.json").status_code == 404
+    limited = TestClient(create_public_app(str(prefix), policy, rate=0.001, burst=3))
+    codes = [limited.get("/").status_code for _ in range(5)]
+    assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
+
+
+def test_publishes_straight_into_a_bucket_path(lab: Path) -> None:
+    import fsspec
+
+    out = "memory://publish-test/site"
+    report = publish(str(lab), out, ALL)
+    fs = fsspec.filesystem("memory")
+    assert report.problems == [] and fs.exists("/publish-test/site/index.html")
+    assert fs.exists("/publish-test/site/static/app.css")
+    assert fs.cat_file("/publish-test/site/static/app.css") == Path(
+        "marin/dashboard/static/app.css").read_bytes()  # the dashboard's stylesheet, not a second one
+    again = publish(str(lab), out, ALL)
+    assert set(again.written) <= {"index.html"}
+
+
+def test_public_view_never_shows_a_hidden_experiments_steps_or_forecasts(lab: Path) -> None:
+    from tests.compare.test_fitplot import RECORD
+
+    public, hidden = "exp100_sweep-00000000", "exp104_sweep-00000004"
+    write_prefix(str(lab), experiments=5, metrics_rows=20, groups=4)  # exp104 reruns exp100's step names
+    manifests = {k: json.loads((lab / "experiments" / f"{k}.json").read_text()) for k in (public, hidden)}
+    train = {k: next(s for s in m["steps"] if s["name"].endswith("train/model0"))
+             for k, m in manifests.items()}
+    for k in (public, hidden):
+        Path(train[k]["output_path"], "prediction.json").write_text(RECORD.read_text())
+    everything = TestClient(create_public_app(str(lab), ALL))
+    rel = Path(train[public]["output_path"]).relative_to(lab).as_posix()
+    assert len(everything.get("/api/predictions").json()["predictions"]) == 2
+    assert everything.get(f"/api/steps/{rel}").json()["changes"]["previous"] is not None
+    only = TestClient(create_public_app(str(lab), parse_policy({"select": {"experiments": [public]}})))
+    rows = only.get("/api/predictions").json()["predictions"]
+    assert len(rows) == 1 and train[public]["hash"][:8] in rows[0]["path"]
+    step = only.get(f"/api/steps/{rel}").json()
+    assert step["changes"]["previous"] is None  # its other version belongs to the hidden experiment
+    assert train[hidden]["hash"][:8] not in only.get(f"/steps/{rel}").text
+    assert train[hidden]["hash"][:8] not in only.get("/predictions").text
