@@ -39,7 +39,7 @@ def check_configs(graph: Graph, prefix: str) -> None:
             try:
                 return graph.node_of(step).output_path(prefix)
             except KeyError:  # an equal step built elsewhere: the same identity, so the same path
-                return build_graph([step]).node_of(step).output_path(prefix)
+                return build_graph([step], graph.raw_inputs).node_of(step).output_path(prefix)
 
         config = resolve(node.step.config, own_path=node.output_path(prefix), prefix=prefix,
                          dep_path=dep_path)

@@ -189,8 +189,10 @@ def _definition_hash(step: Step, hash_: str, fingerprinted: bool, deps: list[Ste
 
 
 def identity_hash(step: Step) -> str:
-    """The identity hash the executor gives ``step``: its config and its dependencies' hashes, as a plan
-    computes them (what a record names as a run's config hash; raises StepDefinitionError like a plan)."""
+    """The identity hash of ``step`` from its config and its dependencies' hashes, as a plan computes them
+    without reading raw inputs: the executor's hash for every step with no raw input (docs/concepts.md) here
+    or upstream, else the step's `definition_hash` (what a record names as a run's config hash; raises
+    StepDefinitionError like a plan)."""
     return build_graph([step]).node_of(step).hash
 
 
