@@ -1,6 +1,6 @@
 """The published site in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright), served by
 a plain `python -m http.server` on 127.0.0.1 and opened from file://. Run inside the private network
-namespace (/work/wt/py.sh or scripts/netns). Screenshots go to test-artifacts/publish/ (docs/publish.md)."""
+namespace (scripts/netns, or dev.py test). Screenshots go to test-artifacts/publish/ (docs/publish.md)."""
 
 from __future__ import annotations
 
