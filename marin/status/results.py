@@ -22,19 +22,16 @@ lookup of marin/status/verdicts.py: `PATH` alone means `eval.json/PATH`, then `m
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from marin.definition.placeholders import join
 from marin.status import files as sf
+from marin.status.verdicts import last_row
 from marin.storage.base import Storage
 
 DEFAULT_FILES = ("eval.json", "metrics.jsonl")  # where a criterion's bare PATH is looked up, in order
-TAIL_BYTES = 256 * 1024
 
 
 def declared(config: Any, attribute: str = "RESULT_METRICS") -> tuple[str, ...]:
@@ -99,23 +96,8 @@ class Number:
 
 
 def _last_row(output_path: str, name: str) -> dict[str, Any] | None:
-    fs, root = fsspec.core.url_to_fs(output_path)
-    path = f"{root.rstrip('/')}/{name}"
-    try:
-        with fs.open(path, "rb") as handle:
-            size = fs.size(path)
-            handle.seek(max(0, size - TAIL_BYTES))
-            lines = handle.read().decode("utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "eval" not in row and "alert" not in row:
-            return row
-    return None
+    """The last training row of a JSONL file (no eval or alert row), as the verdicts read theirs."""
+    return last_row(output_path, name, lambda row: "eval" not in row and "alert" not in row)
 
 
 def _number(value: Any) -> float | None:

@@ -36,7 +36,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,7 +87,10 @@ def dig(obj: Any, path: str) -> Any:
     return obj
 
 
-def _last_row(output_path: str, name: str, want_eval: bool) -> dict[str, Any] | None:
+def last_row(output_path: str, name: str, keep: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The last JSON object `keep` accepts among the last `TAIL_BYTES` of the JSONL file `name` under
+    `output_path` (a torn last line, or the tail's first line cut mid-record, is passed over); None when the
+    file does not exist or holds none."""
     fs, root = fsspec.core.url_to_fs(output_path)
     path = f"{root.rstrip('/')}/{name}"
     try:
@@ -101,15 +104,16 @@ def _last_row(output_path: str, name: str, want_eval: bool) -> dict[str, Any] | 
         try:
             row = json.loads(line)
         except ValueError:
-            continue  # a torn last line, or the first line of the tail cut mid-record
-        if isinstance(row, dict) and ("eval" in row) == want_eval:
+            continue
+        if isinstance(row, dict) and keep(row):
             return row
     return None
 
 
 def _from_file(storage: Storage, output_path: str, name: str, key: str) -> float | None:
     if name.endswith(".jsonl"):
-        row = _last_row(output_path, name, want_eval=key.split(".", 1)[0] in ("eval", "eval_capacity"))
+        want_eval = key.split(".", 1)[0] in ("eval", "eval_capacity")
+        row = last_row(output_path, name, lambda r: ("eval" in r) == want_eval)
         return _number(dig(row, key)) if row else None
     return _number(dig(sf.read_record(storage, join(output_path, name)), key))
 
