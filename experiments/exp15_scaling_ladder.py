@@ -113,10 +113,10 @@ SMALL = os.environ.get("MARIN_LADDER_SMALL", "") not in ("", "0")
 if SMALL:  # the reduced ladder also uses the tutorial's reduced corpus (read when the tutorial is imported)
     os.environ.setdefault("MARIN_TUTORIAL_SMALL", "1")
 
-from experiments.common.progress import ConsoleProgress  # noqa: E402
 from experiments.common.scaling_ladder import build_ladder  # noqa: E402
 from experiments.tutorials.tiny_moe import decontaminated  # noqa: E402
 from marin import Criterion, Step, executor_main, output_path_of, this_output_path  # noqa: E402
+from marin.status.console import ConsoleProgress  # noqa: E402
 from operators.scaling.ladder import plan_ladder  # noqa: E402
 from operators.scaling.rules import RECIPE_V1, LadderRules  # noqa: E402
 from operators.tokenize import TokenizeConfig, tokenize  # noqa: E402

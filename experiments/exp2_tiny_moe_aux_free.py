@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.common.progress import ConsoleProgress
 from experiments.tutorials.tiny_moe import TINY_MOE, tiny_moe, tiny_moe_eval
 from marin import Criterion, Step, executor_main, output_path_of
+from marin.status.console import ConsoleProgress
 from operators.evaluate import evaluate
 from operators.train import train
 

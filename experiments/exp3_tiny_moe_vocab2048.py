@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.common.progress import ConsoleProgress
 from experiments.tutorials.tiny_moe import TINY_MOE, tiny_moe, tiny_moe_eval, tokenized, tokenizer
 from marin import Step, executor_main, output_path_of
+from marin.status.console import ConsoleProgress
 from operators.evaluate import evaluate
 from operators.tokenize import tokenize
 from operators.train import train

@@ -45,9 +45,9 @@ from __future__ import annotations
 import os
 import sysconfig
 
-from experiments.common.progress import ConsoleProgress
 from experiments.tutorials.summary import print_summary
 from marin import Step, executor_main, output_path_of, this_output_path
+from marin.status.console import ConsoleProgress
 from operators.decontaminate import DecontaminateConfig, EvalSet, decontaminate
 from operators.evaluate import EvaluateConfig, evaluate
 from operators.evaluate_choices import EvaluateChoicesConfig, evaluate_choices

@@ -7,7 +7,9 @@ import io
 import time
 from pathlib import Path
 
-from experiments.common.progress import ConsoleProgress, last_line
+import pytest
+
+from marin.status.console import ConsoleProgress, last_line
 from marin.status.publisher import RunView, StepView
 
 
@@ -62,3 +64,13 @@ def test_a_quick_step_shows_its_last_line_when_it_succeeds(tmp_path: Path) -> No
     text = out.getvalue()
     assert "documents | [ingest] /p/documents: python 812 documents, prose 96 documents" in text
     assert text.index("[ingest]") < text.index("SUCCESS  documents-")
+
+
+def test_the_old_import_path_still_works_and_warns() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("experiments.common.progress", None)
+    with pytest.warns(DeprecationWarning, match="marin.status.console"):
+        old = importlib.import_module("experiments.common.progress")
+    assert old.ConsoleProgress is ConsoleProgress and old.last_line is last_line
