@@ -6,6 +6,7 @@ shared loopback object-store servers (moto for s3://), started once per session.
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -109,3 +110,26 @@ def moto_endpoint() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ---- parallel runs (pytest-xdist: `python3 dev.py test` runs one worker per core, at most four) ----------
+# Every module runs whole on one worker (its module-scoped clusters and fixtures start once), and every module
+# that starts Ray clusters or embedded Ray runs on the same worker, one after another: two workers' clusters
+# on a 2-core machine would starve each other's heartbeats and turn the fault tests' timings into noise.
+_RAY_MODULE = re.compile(r"^\s*import ray\b|ray_embedded|local_cluster|fakes\.ray_cluster|pytest\.mark\.ray"
+                         r"|[\"']ray[\"']", re.M)
+
+
+def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
+    if path not in cache:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        cache[path] = "ray" if _RAY_MODULE.search(text) else str(path.relative_to(_ROOT))
+    return cache[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config.option, "numprocesses", None):
+        return  # not a parallel run: nothing to group
+    cache: dict[Path, str] = {}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(Path(str(item.path)), cache)))

@@ -141,6 +141,16 @@ def in_private_network(cmd: list[str]) -> list[str]:
     return cmd
 
 
+def parallel(pytest_args: list[str]) -> list[str]:
+    """pytest-xdist flags for the suite: one worker per core, at most four, unless the caller chose (``-n``,
+    or ``-p no:xdist``). conftest.py keeps each module on one worker, and every Ray-starting module on the
+    same one."""
+    chosen = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses="))
+                 for a in pytest_args)
+    workers = min(os.cpu_count() or 1, 4)
+    return [] if chosen or workers < 2 else ["-n", str(workers), "--dist", "loadgroup"]
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("run", "test", "install"):
         print(__doc__)
@@ -150,7 +160,10 @@ def main(argv: list[str]) -> int:
     compile_project()
     if what == "install":
         return 0
-    cmd = [str(PY), str(MAIN_JOB), *rest] if what == "run" else [str(PY), "-m", "pytest", *rest]
+    if what == "run":
+        cmd = [str(PY), str(MAIN_JOB), *rest]
+    else:
+        cmd = [str(PY), "-m", "pytest", *parallel(rest), *rest]
     log("running: " + " ".join(cmd))
     return subprocess.run(in_private_network(cmd), cwd=ROOT, env=offline_env()).returncode
 
