@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -127,9 +128,19 @@ def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
     return cache[path]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not getattr(config.option, "numprocesses", None):
-        return  # not a parallel run: nothing to group
-    cache: dict[Path, str] = {}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(Path(str(item.path)), cache)))
+_GROUPS: dict[Path, str] = {}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduler with this project's scopes: a module, or "ray" for every Ray-starting module.
+    (xdist's own `loadgroup` marks do not work with pytest 9.2: node ids no longer come from `_nodeid`.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") == "each":
+        return None  # every test on every worker: xdist's own scheduler
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_group(_ROOT / nodeid.split("::", 1)[0], _GROUPS)
+
+    return ModuleScheduling(config, log)

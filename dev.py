@@ -148,7 +148,7 @@ def parallel(pytest_args: list[str]) -> list[str]:
     chosen = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses="))
                  for a in pytest_args)
     workers = min(os.cpu_count() or 1, 4)
-    return [] if chosen or workers < 2 else ["-n", str(workers), "--dist", "loadgroup"]
+    return [] if chosen or workers < 2 else ["-n", str(workers), "--dist", "loadscope"]
 
 
 def main(argv: list[str]) -> int:
