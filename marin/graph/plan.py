@@ -228,8 +228,9 @@ def forced_nodes(graph: Graph, names: Sequence[str] | None) -> set[int]:
 
 def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[Node], bool],
            warnings: list[str], forced: set[int] | None = None) -> set[int]:
-    """Nodes to consider: the roots (and forced nodes) and their dependencies, not descending below succeeded
-    steps unless they are forced."""
+    """Nodes to consider: the roots and their dependencies, not descending below succeeded steps unless they
+    are forced. The roots are `--run-only`'s matches, else the targets and the forced nodes: under
+    `--run-only` a forced step counts only where the selection reaches it (`_check_forced_selected`)."""
     forced = forced or set()
     if run_only:
         patterns = [re.compile(r) for r in run_only]
@@ -238,8 +239,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
             if not any(p.search(n.name) for n in graph.nodes):
                 warnings.append(f"--run-only {p.pattern!r} matches no step")
     else:
-        roots = list(graph.targets)
-    roots += [n for n in graph.nodes if id(n) in forced]
+        roots = list(graph.targets) + [n for n in graph.nodes if id(n) in forced]
     needed: set[int] = set()
     stack = list(roots)
     while stack:
@@ -250,6 +250,22 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
         if not succeeded(node) or id(node) in forced:
             stack.extend(node.deps)
     return needed
+
+
+def _check_forced_selected(graph: Graph, names: Sequence[str] | None, run_only: Sequence[str] | None,
+                           needed: set[int]) -> None:
+    """`--force-run STEP` with `--run-only`: STEP must be one the selection runs (a match or a dependency of
+    one); otherwise the two flags contradict each other, and neither silently wins."""
+    if not names or not run_only:
+        return
+    by_name = {n.name: n for n in graph.nodes}
+    outside = [name for name in names if id(by_name[name]) not in needed]
+    if outside:
+        listed = " ".join(outside)
+        raise ValueError(
+            f"--force-run {listed}: not among the steps --run-only {' '.join(run_only)} selects (its matches and "
+            f"their dependencies), so it would not run; add it to --run-only (--run-only {' '.join(run_only)} "
+            f"{' '.join(re.escape(n) for n in outside)}) or leave out --run-only or --force-run {listed}")
 
 
 def make_plan(
@@ -273,6 +289,7 @@ def make_plan(
     forced = forced_nodes(graph, force_run)
     needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings,
                     forced)
+    _check_forced_selected(graph, force_run, run_only, needed)
     # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
     reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
     infos = dict(zip(reused, _map(storage, lambda p: _checked_info(storage, p), reused), strict=True))
