@@ -79,6 +79,24 @@ class StepRecords:
         created = next((e["ts"] for e in events if isinstance(e.get("ts"), int | float)), None)
         return {"attempt": last, "created": created}
 
+    def keep_damaged_step_json(self, st: StepState) -> str | None:
+        """Under the step's lease, before this run writes the step's step.json (its first attempt, or
+        DEP_FAILED) over one recorded earlier: a step.json that cannot be read is named (stderr, and a
+        `DAMAGED_RECORD` event) and moved aside, never silently rewritten. Returns where it went, or None
+        when it was readable (or absent)."""
+        path = sf.step_json_path(st.path)
+        try:
+            damaged.read_checked(self.storage, path)
+            return None
+        except CorruptFileError as e:
+            why = str(e)
+        aside = damaged.move_aside(self.storage, path)
+        message = (f"step.json could not be read; moved to {aside}; this run writes a new one from the "
+                   "step's definition")
+        print(f"marin: warning: {why}\nmarin: step {st.node.name}: {message}", file=sys.stderr, flush=True)
+        self._event(st, sf.DAMAGED_RECORD, st.attempt, message=message, path=path, moved_to=aside, damage=why)
+        return aside
+
     def attempt_started(self, st: StepState) -> bool:
         """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""
         current = self.current(st) or {}
@@ -193,6 +211,8 @@ class StepRecords:
         """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what
         changed."""
         info = self._step_info(st, self.resolve_config(st))
+        if st.entry.previous is not None:  # recorded before: never rewrite a damaged one unseen
+            self.keep_damaged_step_json(st)
         jsonio.write_json(self.storage, sf.step_json_path(st.path), info)
         self._status(st, sf.DEP_FAILED, attempt, ended=time.time(), error=st.error)
         self._event(st, sf.DEP_FAILED, attempt, message=st.error["message"] if st.error else "")

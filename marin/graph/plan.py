@@ -290,8 +290,9 @@ def make_plan(
     needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings,
                     forced)
     _check_forced_selected(graph, force_run, run_only, needed)
-    # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
-    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
+    # step.json of every reused step (code drift, raw inputs under `warn`) and of every other step recorded
+    # before (a damaged one is named: the run moves it aside), read concurrently up front
+    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and previous(n) is not None]
     infos = dict(zip(reused, _map(storage, lambda p: _checked_info(storage, p), reused), strict=True))
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
@@ -317,6 +318,9 @@ def make_plan(
                                                                              by_node)
             elif entry.action == SKIP and entry.previous is not None:
                 entry.warnings.extend(_code_drift(node, infos.get(paths[id(node)])))
+            info = infos.get(paths[id(node)])
+            if entry.action != SKIP and isinstance(info, str):
+                entry.warnings.append(f"{info} (this run moves it aside before it writes a new one)")
         by_node[id(node)] = entry
         entries.append(entry)
     return Plan(prefix, entries, warnings, len(graph.nodes) - len(needed) if run_only else 0)

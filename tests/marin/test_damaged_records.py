@@ -197,6 +197,42 @@ def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_ag
     assert json.loads(step_json.read_text())["name"] == "dmg/total"
 
 
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_step_json_alone_is_named_and_moved_aside_never_silently_rewritten(
+    ran: tuple[Path, Path], damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status.json is fine, step.json is damaged: `marin plan` and `marin status` name it with the fix; a
+    forced re-run names it on stderr, moves it aside (`*.corrupt-<time>`, the bytes kept) and records a
+    DAMAGED_RECORD event before the new attempt writes a fresh step.json; no earlier log is overwritten."""
+    script, prefix = ran
+    total = _step_dir(prefix, "total")
+    step_json = total / ".marin/step.json"
+    step_json.write_bytes(DAMAGE[damage])
+    log_1 = (total / ".marin/logs/attempt-1.log").read_bytes()
+    capsys.readouterr()
+    assert _marin("plan", script, prefix, "--force-run", "dmg/total") == 0
+    plan = capsys.readouterr().out
+    assert f"warning: {step_json} cannot be read" in plan and "Fix:" in plan
+    assert "this run moves it aside before it writes a new one" in plan
+    assert _marin("status", script, prefix) == 0
+    status = capsys.readouterr().out
+    assert "SUCCESS    dmg/total" in status and f"{step_json} cannot be read" in status
+    assert step_json.read_bytes() == DAMAGE[damage]  # plan and status only name it
+
+    assert _marin("run", script, prefix, "--force-run", "dmg/total") == 0
+    err = capsys.readouterr().err
+    [aside] = total.glob(".marin/step.json.corrupt-*")
+    assert f"warning: {step_json} cannot be read" in err and f"moved to {aside}" in err
+    assert aside.read_bytes() == DAMAGE[damage]
+    assert json.loads(step_json.read_text())["name"] == "dmg/total"
+    assert (total / ".marin/logs/attempt-1.log").read_bytes() == log_1
+    events = sf.read_events(storage_for(str(total)), str(total))
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("SUCCESS", 1), ("DAMAGED_RECORD", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert events[2]["path"] == str(step_json) and events[2]["moved_to"] == str(aside)
+    assert json.loads((total / ".marin/status.json").read_text())["attempt"] == 2
+
+
 def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_lines_are_counted(
     s3_bucket: str,
 ) -> None:
