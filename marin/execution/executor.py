@@ -433,6 +433,11 @@ class Executor:
             stack.extend(self._dependents.get(key, ()))
 
     def _write_dep_failed(self, st: StepState, held: bool = False) -> None:
+        if not held and (st.entry.previous or {}).get("_damaged"):
+            # its status.json cannot be read: a DEP_FAILED "attempt 0" over it would lose the attempt numbers
+            # on record (the next run would write attempt 1's log again). It stays as it is, named by the plan
+            # and `marin status`; the run that runs the step moves it aside under the lease (keep_damaged).
+            return
         attempt = st.base_attempt
         if not held and not self.leases.acquire(st, attempt=attempt).ok:
             return  # another executor is running it: its status is that executor's to write

@@ -233,6 +233,35 @@ def test_a_damaged_step_json_alone_is_named_and_moved_aside_never_silently_rewri
     assert json.loads((total / ".marin/status.json").read_text())["attempt"] == 2
 
 
+def test_a_step_with_an_unreadable_status_whose_dependency_fails_is_left_untouched(
+    ran: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dmg/total's status.json is damaged and its dependency fails in this run: no lease is taken and no
+    DEP_FAILED is written over the damaged file (as "attempt 0" it would lose the attempts on record and the
+    next run would write attempt 1's log again). Once the dependency succeeds, total runs as attempt 2 and
+    attempt 1's log is kept."""
+    script, prefix = ran
+    numbers, total = _step_dir(prefix, "numbers"), _step_dir(prefix, "total")
+    status_file = total / ".marin/status.json"
+    status_file.write_bytes(DAMAGE["truncated"])
+    events_before = (total / ".marin/events.jsonl").read_bytes()
+    log_1 = (total / ".marin/logs/attempt-1.log").read_bytes()
+    (numbers / "numbers.txt").unlink()
+    (numbers / "numbers.txt").mkdir()  # writing it fails: the dependency's forced re-run fails
+    assert _marin("run", script, prefix, "--force-run", "dmg/numbers") != 0
+    assert status_file.read_bytes() == DAMAGE["truncated"]  # left as it is
+    assert (total / ".marin/events.jsonl").read_bytes() == events_before
+    assert not (total / ".marin/lease.json").exists() and not list(total.glob(".marin/*.corrupt-*"))
+    capsys.readouterr()
+    assert _marin("status", script, prefix) == 0
+    assert "UNREADABLE dmg/total" in capsys.readouterr().out  # still named
+
+    (numbers / "numbers.txt").rmdir()
+    assert _marin("run", script, prefix, "--force-run-failed") == 0
+    assert json.loads(status_file.read_text())["attempt"] == 2
+    assert (total / ".marin/logs/attempt-1.log").read_bytes() == log_1
+
+
 def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_lines_are_counted(
     s3_bucket: str,
 ) -> None:
