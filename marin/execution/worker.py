@@ -197,7 +197,7 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     if record is not None:  # the attempt's number, for steps that label what they write (docs/health.md)
         env = {ATTEMPT_ENV: str(record.attempt), **env}
     failure, ended = _call_capturing_output(fn, config, log_path, env, progress)
-    if record is not None:
+    if record is not None and record.attempt > 1:  # only a step that ran before has checkpoints to skip
         _record_fallbacks(record, started)
     if failure is not None:
         return AttemptResult.from_exception(failure, started=started, ended=ended)

@@ -261,10 +261,10 @@ def _check_forced_selected(graph: Graph, names: Sequence[str] | None, run_only: 
     by_name = {n.name: n for n in graph.nodes}
     outside = [name for name in names if id(by_name[name]) not in needed]
     if outside:
-        listed = " ".join(outside)
+        listed, selection = " ".join(outside), " ".join(run_only)
         raise ValueError(
-            f"--force-run {listed}: not among the steps --run-only {' '.join(run_only)} selects (its matches and "
-            f"their dependencies), so it would not run; add it to --run-only (--run-only {' '.join(run_only)} "
+            f"--force-run {listed}: not among the steps --run-only {selection} selects (its matches and "
+            f"their dependencies), so it would not run; add it to --run-only (--run-only {selection} "
             f"{' '.join(re.escape(n) for n in outside)}) or leave out --run-only or --force-run {listed}")
 
 

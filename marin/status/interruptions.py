@@ -215,7 +215,8 @@ def record_fallbacks(
     entry: dict[str, Any] = {
         "attempt": attempt, "run_id": run_id, "cause": CHECKPOINT_FALLBACK, "hosts": [], "when": started,
         "attempt_started": started, "step_reached": max(int(f.get("step") or 0) for f in fallbacks),
-        "checkpoint_step": fallbacks[-1].get("resumed_from"), "checkpoint_time": fallbacks[-1].get("resumed_time"),
+        "checkpoint_step": fallbacks[-1].get("resumed_from"),
+        "checkpoint_time": fallbacks[-1].get("resumed_time"),
         "resumed_from": fallbacks[-1].get("resumed_from"), "resumed_attempt": attempt, "steps_redone": redone,
         "restart_gap_s": 0.0, "time_lost_s": _redone_time(progress, started, redone),
         "checkpoint_fallbacks": fallbacks,

@@ -39,7 +39,8 @@ def _read(path: Path) -> Any:
 
 
 def main(address: str, prefix: str, steps_json: str, issue: str | None = None) -> int:
-    """ISSUE (local/experiments#7): the local tracker's issue under the prefix the run posts its comment to."""
+    """ISSUE (local/experiments#7): the local tracker's issue under the prefix the run posts its comment
+    to."""
     steps = [_step(s) for s in json.loads(steps_json)]
     result = run_experiment(
         steps,

@@ -76,11 +76,13 @@ def test_force_run_combines_with_run_only_inside_its_selection_and_refuses_a_ste
     assert {e.name: (e.action, e.forced) for e in both.plan.entries} == {
         "fr/numbers": ("run", True), "fr/total": ("run", True)}
     assert both.status == "SUCCESS"
-    assert json.loads((Path(first.output_path("fr/other")) / ".marin/status.json").read_text())["attempt"] == 1
+    other_status = Path(first.output_path("fr/other")) / ".marin/status.json"
+    assert json.loads(other_status.read_text())["attempt"] == 1
     inside = run_marin([total, other], run_only=["fr/numbers"], force_run=["fr/numbers"])
     assert {e.name: (e.action, e.forced) for e in inside.plan.entries} == {"fr/numbers": ("run", True)}
     with pytest.raises(ValueError, match=(
-            r"--force-run fr/numbers: not among the steps --run-only fr/other selects .* add it to --run-only "
+            r"--force-run fr/numbers: not among the steps --run-only fr/other selects .* "
+            r"add it to --run-only "
             r"\(--run-only fr/other fr/numbers\) or leave out --run-only or --force-run fr/numbers")):
         run_marin([total, other], run_only=["fr/other"], force_run=["fr/numbers"])
     numbers_status = json.loads((Path(inside.output_path("fr/numbers")) / ".marin/status.json").read_text())

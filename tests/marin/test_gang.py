@@ -245,7 +245,8 @@ def test_a_gang_waiting_for_hosts_after_a_node_loss_is_shown_as_waiting(
 
         def waiting_row() -> str | None:
             comments = LocalTracker(str(prefix), "local/experiments").list_comments(7)
-            rows = [line for c in comments for line in c.body.splitlines() if line.startswith("| `g/waits` |")]
+            rows = [line for c in comments for line in c.body.splitlines()
+                    if line.startswith("| `g/waits` |")]
             return rows[-1] if rows and f"⏳ WAITING: {text} |" in rows[-1] else None
 
         row = _wait_for("the issue comment's WAITING row", waiting_row, proc, timeout=60)

@@ -433,5 +433,6 @@ def test_a_damaged_final_checkpoint_fails_its_evaluation_naming_the_train_step_a
     [entry] = ledger["interruptions"]
     assert (entry["cause"], entry["attempt"], entry["steps_redone"]) == ("checkpoint_fallback", 2, 2)
     assert [f["step"] for f in entry["checkpoint_fallbacks"]] == [6] and entry["time_lost_s"] > 0
-    assert ledger["totals"]["steps_redone"] == 2 and ledger["totals"]["by_cause"] == {"checkpoint_fallback": 1}
+    assert ledger["totals"]["steps_redone"] == 2
+    assert ledger["totals"]["by_cause"] == {"checkpoint_fallback": 1}
     assert json.loads((eval_path / "eval.json").read_text()) == before
