@@ -20,7 +20,7 @@ from marin import jsonio
 from marin.definition.identity import resolve
 from marin.definition.step import Step
 from marin.errors import CorruptFileError
-from marin.execution import causes
+from marin.execution import lost_attempts
 from marin.execution.attempt import StepRecord
 from marin.execution.state import StepState
 from marin.graph.dag import Graph, Node
@@ -140,31 +140,18 @@ class StepRecords:
 
     def close_lost_attempt(self, st: StepState, current: dict[str, Any] | None, acquired: Acquired) -> bool:
         """The lease just taken over was of an executor that is lost (its process gone, or no heartbeat):
-        if its attempt is still RUNNING in the records, close it as interrupted (`driver_lost`): a ledger
-        entry (completed when the next attempt ends), the PREEMPTED status and event, and its run closed
-        as DRIVER_LOST in its experiment's manifest. True if there was such an attempt."""
-        if (current or {}).get("status") != sf.RUNNING:
+        if its attempt is still in flight in the records, close it as interrupted (`driver_lost`,
+        lost_attempts.py): a ledger entry (completed when the next attempt ends), the PREEMPTED status and
+        event, and its run closed as DRIVER_LOST in its experiment's manifest. True if there was such an
+        attempt."""
+        closed = lost_attempts.close_attempt(
+            self.storage, st.path, name=st.node.name, hash=st.entry.hash, current=current,
+            previous=acquired.previous, lost_owner=str(acquired.previous_owner), why=acquired.why,
+            detected_by=self.ctx.executor_id)
+        if closed is None:
             return False
         assert current is not None
-        attempt, run_id = int(current.get("attempt") or 0), str(current.get("run_id"))
-        # when its attempt was cut short, as far as anyone can tell: its last sign of life (the lost lease's
-        # last heartbeat, or the attempt's own records when they are later: a heartbeat is every timeout/4)
-        signs = [acquired.previous.heartbeat if acquired.previous is not None else None,
-                 current.get("started"), current.get("updated")]
-        when = max((s for s in signs if isinstance(s, int | float)), default=time.time())
-        message = (f"executor {acquired.previous_owner} was lost ({acquired.why}); detected by "
-                   f"{self.ctx.executor_id}")
-        entry = interruptions.record_interruption(
-            self.storage, st.path, name=st.node.name, attempt=attempt, run_id=run_id,
-            cause=causes.DRIVER_LOST, hosts=[], started=current.get("started"), ended=when, message=message)
-        error = {"type": "DriverLost", "message": message, "traceback": ""}
-        sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=sf.PREEMPTED,
-                        attempt=attempt, run_id=run_id, executor=self.ctx.executor_id, previous=current,
-                        started=current.get("started"), ended=when, error=error)
-        sf.append_event(self.storage, st.path, sf.PREEMPTED, attempt=attempt, run_id=run_id,
-                        executor=self.ctx.executor_id, message=message, lost_executor=acquired.previous_owner,
-                        **interruptions.event_fields(entry))
-        self._close_lost_run(st, run_id, when, message)
+        self._close_lost_run(st, str(current.get("run_id")), closed[1], closed[0])
         return True
 
     def _close_lost_run(self, st: StepState, run_id: str, when: float, message: str) -> None:
