@@ -331,14 +331,26 @@ def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any]
                      node)
 
 
+def _blocked(node: Node, path: str, prev: dict[str, Any] | None,
+             by_node: dict[int, PlanEntry]) -> PlanEntry | None:
+    """BLOCKED when a dependency failed previously (or is blocked itself), else None."""
+    for dep in node.deps:
+        dep_entry = by_node.get(id(dep))
+        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
+            verb = "failed previously" if dep_entry.action == FAILED_ACTION else "is blocked"
+            return _entry(node, path, BLOCKED, f"dependency {dep.name} {verb}", prev)
+    return None
+
+
 def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
             storage: Storage,
             force_run_failed: bool, now: float, outputs: OutputCheck | None = None,
             forced: bool = False) -> PlanEntry:
     status = (prev or {}).get("status")
-    if (prev or {}).get("_damaged"):
-        entry = _entry(node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier "
-                       "attempts' logs and outputs are kept)", prev)
+    if (prev or {}).get("_damaged"):  # blocked by a failed dependency, or run again; named either way
+        entry = _blocked(node, path, prev, by_node) or _entry(
+            node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier attempts' "
+            "logs and outputs are kept)", prev)
         entry.warnings.append(str(prev["_damaged"]))  # type: ignore[index]
         return entry
     if forced and status in (SUCCESS, FAILED):
@@ -357,11 +369,9 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         return _entry(node, path, FAILED_ACTION,
                       f"failed previously ({err.get('type')}: {str(err.get('message'))[:100]}); "
                       "re-run it with --force-run-failed", prev)
-    for dep in node.deps:
-        dep_entry = by_node.get(id(dep))
-        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
-            verb = "failed previously" if dep_entry.action == FAILED_ACTION else "is blocked"
-            return _entry(node, path, BLOCKED, f"dependency {dep.name} {verb}", prev)
+    blocked = _blocked(node, path, prev, by_node)
+    if blocked is not None:
+        return blocked
     if status in (RUNNING, WAITING):
         lease_text = storage.read_text(lease_path(path))
         lease = LeaseInfo.parse(lease_text) if lease_text else None

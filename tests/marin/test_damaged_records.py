@@ -255,6 +255,12 @@ def test_a_step_with_an_unreadable_status_whose_dependency_fails_is_left_untouch
     capsys.readouterr()
     assert _marin("status", script, prefix) == 0
     assert "UNREADABLE dmg/total" in capsys.readouterr().out  # still named
+    assert _marin("run", script, prefix) != 0  # numbers failed before: total is blocked, and named
+    shown = capsys.readouterr()
+    out = shown.out + shown.err
+    assert "dependency dmg/numbers failed previously" in out and f"{status_file} cannot be read" in out
+    assert "None dmg/total" not in out  # it used to stay planned to run, never started, status None
+    assert status_file.read_bytes() == DAMAGE["truncated"]
 
     (numbers / "numbers.txt").rmdir()
     assert _marin("run", script, prefix, "--force-run-failed") == 0
