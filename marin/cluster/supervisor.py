@@ -13,9 +13,12 @@ for its own.
 - the job SUCCEEDED, FAILED because a step failed or no plan ran (the driver exited 1, 2 or 4), or was
   STOPPED: done;
 - the job FAILED because its driver was lost (killed by a signal, or Ray's job supervisor died with its node):
-  the loss is recorded in the experiment's manifest (`interruptions`, cause `driver_lost`) and a new run job
-  is submitted, up to N times. The new driver replans: finished steps are skipped, and the steps the lost
-  driver was running are taken over once their leases go stale (`--lease-timeout-s`) and re-run.
+  the loss is recorded in the experiment's manifest (`interruptions`, cause `driver_lost`; its run
+  DRIVER_LOST), the lost driver's attempts in flight are closed in the steps' records (PREEMPTED with cause
+  `driver_lost`, a ledger entry; execution/lost_attempts.py: under each step's lease, taken over from that
+  driver by the lease protocol's rule) and a new run job is submitted, up to N times. The new driver
+  replans: finished steps are skipped, and the steps the lost driver was running are free and re-run as
+  their next attempts.
 The supervisor job exits with the last run job's exit code (see `jobs.exit_code`).
 """
 
@@ -57,6 +60,23 @@ def _record_driver_loss(prefix: str, experiment_id: str, row: jobs.JobRow) -> No
         ended=row.end_time,
         message=row.message.splitlines()[0] if row.message else "",
     )
+
+
+def _close_driver_attempts(prefix: str, experiment_id: str, row: jobs.JobRow, by: str) -> None:
+    """The lost driver's attempts in flight closed in the steps' records (execution/lost_attempts.py); a
+    failure is reported and left to the next executor, which closes them when it takes their leases over."""
+    from marin.execution.lost_attempts import close_driver_attempts
+    from marin.storage import storage_for
+
+    try:
+        closed = close_driver_attempts(storage_for(prefix), prefix, experiment_id, row.submission_id, by=by)
+    except Exception as e:
+        print(f"marin supervisor: closing the attempts of the lost driver {row.submission_id} failed "
+              f"({type(e).__name__}: {e}); the next driver closes them", file=sys.stderr, flush=True)
+        return
+    if closed:
+        print(f"marin supervisor: driver {row.submission_id} lost; closed its attempts of "
+              f"{', '.join(closed)} (PREEMPTED, driver_lost)", flush=True)
 
 
 class Supervisor:
@@ -112,7 +132,10 @@ class Supervisor:
                 }
                 return self.result
             lost_before = sum(1 for r in self._drivers() if r.driver_lost)
-            _record_driver_loss(self.spec["metadata"]["marin_prefix"], self.experiment, current)
+            prefix = self.spec["metadata"]["marin_prefix"]
+            _record_driver_loss(prefix, self.experiment, current)
+            _close_driver_attempts(prefix, self.experiment, current,
+                                   by=f"marin-supervisor-{self.experiment}-{self.submit}")
             if lost_before > int(self.spec["max_resubmits"]):
                 self.result = {
                     "job": current.submission_id,

@@ -232,8 +232,9 @@ class Executor:
             return
         # Between our plan and our lease another executor may have finished it: re-read under the lease.
         current = self.records.current(st)
+        step_json_checked = current is None  # a step never recorded has no step.json to keep
         if current is not None and current.get("_damaged"):  # named, moved aside, never overwritten
-            current = self.records.keep_damaged(st, current)
+            current, step_json_checked = self.records.keep_damaged(st, current), True
         if _new_success(st, current):
             self.leases.release(st)
             self._succeeded(key, note="finished by another executor")
@@ -248,6 +249,8 @@ class Executor:
         created = (current or {}).get("created") or time.time()
         st.previous, st.attempt = {**(current or {}), "created": created}, recorded_attempt(current)
         st.ended_attempts = None
+        if not step_json_checked:  # the worker rewrites step.json: a damaged one is moved aside first
+            self.records.keep_damaged_step_json(st)
         if (current or {}).get("status") == sf.PREEMPTED:  # interrupted in an earlier run: its ledger entry
             self._ledger_open.add(key)  # is completed when this run's first attempt ends
         if acquired.previous_owner:
@@ -430,6 +433,11 @@ class Executor:
             stack.extend(self._dependents.get(key, ()))
 
     def _write_dep_failed(self, st: StepState, held: bool = False) -> None:
+        if not held and (st.entry.previous or {}).get("_damaged"):
+            # its status.json cannot be read: a DEP_FAILED "attempt 0" over it would lose the attempt numbers
+            # on record (the next run would write attempt 1's log again). It stays as it is, named by the plan
+            # and `marin status`; the run that runs the step moves it aside under the lease (keep_damaged).
+            return
         attempt = st.base_attempt
         if not held and not self.leases.acquire(st, attempt=attempt).ok:
             return  # another executor is running it: its status is that executor's to write

@@ -394,7 +394,9 @@ def _status_rows(storage: Storage, plan: Plan) -> tuple[list[dict[str, Any]], li
     rows: list[dict[str, Any]] = []
     spans = []
     for e in plan.entries:
-        damage = None
+        # a damaged step.json alone is named by the plan (its entry's warning): shown on the step's row too
+        step_json = f"{sf.step_json_path(e.output_path)} cannot be read"
+        damage = next((w for w in e.warnings if w.startswith(step_json)), None)
         try:
             current = sf.read_status_checked(storage, e.output_path) or {}
         except CorruptFileError as err:

@@ -20,7 +20,7 @@ from marin import jsonio
 from marin.definition.identity import resolve
 from marin.definition.step import Step
 from marin.errors import CorruptFileError
-from marin.execution import causes
+from marin.execution import lost_attempts
 from marin.execution.attempt import StepRecord
 from marin.execution.state import StepState
 from marin.graph.dag import Graph, Node
@@ -79,6 +79,24 @@ class StepRecords:
         created = next((e["ts"] for e in events if isinstance(e.get("ts"), int | float)), None)
         return {"attempt": last, "created": created}
 
+    def keep_damaged_step_json(self, st: StepState) -> str | None:
+        """Under the step's lease, before this run writes the step's step.json (its first attempt, or
+        DEP_FAILED) over one recorded earlier: a step.json that cannot be read is named (stderr, and a
+        `DAMAGED_RECORD` event) and moved aside, never silently rewritten. Returns where it went, or None
+        when it was readable (or absent)."""
+        path = sf.step_json_path(st.path)
+        try:
+            damaged.read_checked(self.storage, path)
+            return None
+        except CorruptFileError as e:
+            why = str(e)
+        aside = damaged.move_aside(self.storage, path)
+        message = (f"step.json could not be read; moved to {aside}; this run writes a new one from the "
+                   "step's definition")
+        print(f"marin: warning: {why}\nmarin: step {st.node.name}: {message}", file=sys.stderr, flush=True)
+        self._event(st, sf.DAMAGED_RECORD, st.attempt, message=message, path=path, moved_to=aside, damage=why)
+        return aside
+
     def attempt_started(self, st: StepState) -> bool:
         """True if the worker of `st`'s current attempt wrote RUNNING, i.e. the attempt really started."""
         current = self.current(st) or {}
@@ -122,31 +140,18 @@ class StepRecords:
 
     def close_lost_attempt(self, st: StepState, current: dict[str, Any] | None, acquired: Acquired) -> bool:
         """The lease just taken over was of an executor that is lost (its process gone, or no heartbeat):
-        if its attempt is still RUNNING in the records, close it as interrupted (`driver_lost`): a ledger
-        entry (completed when the next attempt ends), the PREEMPTED status and event, and its run closed
-        as DRIVER_LOST in its experiment's manifest. True if there was such an attempt."""
-        if (current or {}).get("status") != sf.RUNNING:
+        if its attempt is still in flight in the records, close it as interrupted (`driver_lost`,
+        lost_attempts.py): a ledger entry (completed when the next attempt ends), the PREEMPTED status and
+        event, and its run closed as DRIVER_LOST in its experiment's manifest. True if there was such an
+        attempt."""
+        closed = lost_attempts.close_attempt(
+            self.storage, st.path, name=st.node.name, hash=st.entry.hash, current=current,
+            previous=acquired.previous, lost_owner=str(acquired.previous_owner), why=acquired.why,
+            detected_by=self.ctx.executor_id)
+        if closed is None:
             return False
         assert current is not None
-        attempt, run_id = int(current.get("attempt") or 0), str(current.get("run_id"))
-        # when its attempt was cut short, as far as anyone can tell: its last sign of life (the lost lease's
-        # last heartbeat, or the attempt's own records when they are later: a heartbeat is every timeout/4)
-        signs = [acquired.previous.heartbeat if acquired.previous is not None else None,
-                 current.get("started"), current.get("updated")]
-        when = max((s for s in signs if isinstance(s, int | float)), default=time.time())
-        message = (f"executor {acquired.previous_owner} was lost ({acquired.why}); detected by "
-                   f"{self.ctx.executor_id}")
-        entry = interruptions.record_interruption(
-            self.storage, st.path, name=st.node.name, attempt=attempt, run_id=run_id,
-            cause=causes.DRIVER_LOST, hosts=[], started=current.get("started"), ended=when, message=message)
-        error = {"type": "DriverLost", "message": message, "traceback": ""}
-        sf.write_status(self.storage, st.path, name=st.node.name, hash=st.entry.hash, status=sf.PREEMPTED,
-                        attempt=attempt, run_id=run_id, executor=self.ctx.executor_id, previous=current,
-                        started=current.get("started"), ended=when, error=error)
-        sf.append_event(self.storage, st.path, sf.PREEMPTED, attempt=attempt, run_id=run_id,
-                        executor=self.ctx.executor_id, message=message, lost_executor=acquired.previous_owner,
-                        **interruptions.event_fields(entry))
-        self._close_lost_run(st, run_id, when, message)
+        self._close_lost_run(st, str(current.get("run_id")), closed[1], closed[0])
         return True
 
     def _close_lost_run(self, st: StepState, run_id: str, when: float, message: str) -> None:
@@ -193,6 +198,8 @@ class StepRecords:
         """DEP_FAILED, with step.json: it records the identity, which later plans use to explain what
         changed."""
         info = self._step_info(st, self.resolve_config(st))
+        if st.entry.previous is not None:  # recorded before: never rewrite a damaged one unseen
+            self.keep_damaged_step_json(st)
         jsonio.write_json(self.storage, sf.step_json_path(st.path), info)
         self._status(st, sf.DEP_FAILED, attempt, ended=time.time(), error=st.error)
         self._event(st, sf.DEP_FAILED, attempt, message=st.error["message"] if st.error else "")

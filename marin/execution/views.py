@@ -74,7 +74,7 @@ def _step_view(name: str, key: str, output_path: str, dependencies: tuple[str, .
         error_summary=f"{err.get('type')}: {err.get('message')}" if err else (st.note if st and st.status in (
             sf.FAILED, sf.DEP_FAILED) else None),
         log_path=sf.log_path(output_path, attempt) if attempt else None,
-        dependencies=dependencies)
+        dependencies=dependencies, waiting=st.waiting if st else None)
 
 
 def summary(states: dict[str, StepState], publisher_errors: list[dict[str, Any]], wall_s: float,

@@ -87,6 +87,17 @@ def _record_start(record: StepRecord, started: float) -> None:
                     executor=record.executor)
 
 
+def _record_fallbacks(record: StepRecord, started: float) -> None:
+    """Damaged checkpoints the attempt skipped, as a ledger entry (status/interruptions.py), under the
+    executor's lease; a ledger that cannot be written is reported in the log, never fails the attempt."""
+    try:
+        interruptions.record_fallbacks(storage_for(record.output_path), record.output_path, name=record.name,
+                                       attempt=record.attempt, run_id=record.run_id, started=started)
+    except Exception as exc:
+        print(f"marin: warning: the checkpoint fallbacks of {record.name} could not be written to its "
+              f"interruption ledger ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+
 def _record_success(record: StepRecord, started: float, ended: float) -> bool | None:
     """Write SUCCESS if the executor still holds the lease, then release the lease on its behalf.
 
@@ -186,6 +197,8 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     if record is not None:  # the attempt's number, for steps that label what they write (docs/health.md)
         env = {ATTEMPT_ENV: str(record.attempt), **env}
     failure, ended = _call_capturing_output(fn, config, log_path, env, progress)
+    if record is not None and record.attempt > 1:  # only a step that ran before has checkpoints to skip
+        _record_fallbacks(record, started)
     if failure is not None:
         return AttemptResult.from_exception(failure, started=started, ended=ended)
     released = False

@@ -228,8 +228,9 @@ def forced_nodes(graph: Graph, names: Sequence[str] | None) -> set[int]:
 
 def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[Node], bool],
            warnings: list[str], forced: set[int] | None = None) -> set[int]:
-    """Nodes to consider: the roots (and forced nodes) and their dependencies, not descending below succeeded
-    steps unless they are forced."""
+    """Nodes to consider: the roots and their dependencies, not descending below succeeded steps unless they
+    are forced. The roots are `--run-only`'s matches, else the targets and the forced nodes: under
+    `--run-only` a forced step counts only where the selection reaches it (`_check_forced_selected`)."""
     forced = forced or set()
     if run_only:
         patterns = [re.compile(r) for r in run_only]
@@ -238,8 +239,7 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
             if not any(p.search(n.name) for n in graph.nodes):
                 warnings.append(f"--run-only {p.pattern!r} matches no step")
     else:
-        roots = list(graph.targets)
-    roots += [n for n in graph.nodes if id(n) in forced]
+        roots = list(graph.targets) + [n for n in graph.nodes if id(n) in forced]
     needed: set[int] = set()
     stack = list(roots)
     while stack:
@@ -250,6 +250,22 @@ def select(graph: Graph, run_only: Sequence[str] | None, succeeded: Callable[[No
         if not succeeded(node) or id(node) in forced:
             stack.extend(node.deps)
     return needed
+
+
+def _check_forced_selected(graph: Graph, names: Sequence[str] | None, run_only: Sequence[str] | None,
+                           needed: set[int]) -> None:
+    """`--force-run STEP` with `--run-only`: STEP must be one the selection runs (a match or a dependency of
+    one); otherwise the two flags contradict each other, and neither silently wins."""
+    if not names or not run_only:
+        return
+    by_name = {n.name: n for n in graph.nodes}
+    outside = [name for name in names if id(by_name[name]) not in needed]
+    if outside:
+        listed, selection = " ".join(outside), " ".join(run_only)
+        raise ValueError(
+            f"--force-run {listed}: not among the steps --run-only {selection} selects (its matches and "
+            f"their dependencies), so it would not run; add it to --run-only (--run-only {selection} "
+            f"{' '.join(re.escape(n) for n in outside)}) or leave out --run-only or --force-run {listed}")
 
 
 def make_plan(
@@ -273,8 +289,10 @@ def make_plan(
     forced = forced_nodes(graph, force_run)
     needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings,
                     forced)
-    # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
-    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
+    _check_forced_selected(graph, force_run, run_only, needed)
+    # step.json of every reused step (code drift, raw inputs under `warn`) and of every other step recorded
+    # before (a damaged one is named: the run moves it aside), read concurrently up front
+    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and previous(n) is not None]
     infos = dict(zip(reused, _map(storage, lambda p: _checked_info(storage, p), reused), strict=True))
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
@@ -300,6 +318,9 @@ def make_plan(
                                                                              by_node)
             elif entry.action == SKIP and entry.previous is not None:
                 entry.warnings.extend(_code_drift(node, infos.get(paths[id(node)])))
+            info = infos.get(paths[id(node)])
+            if entry.action != SKIP and isinstance(info, str):
+                entry.warnings.append(f"{info} (this run moves it aside before it writes a new one)")
         by_node[id(node)] = entry
         entries.append(entry)
     return Plan(prefix, entries, warnings, len(graph.nodes) - len(needed) if run_only else 0)
@@ -310,14 +331,26 @@ def _entry(node: Node, path: str, action: str, reason: str, prev: dict[str, Any]
                      node)
 
 
+def _blocked(node: Node, path: str, prev: dict[str, Any] | None,
+             by_node: dict[int, PlanEntry]) -> PlanEntry | None:
+    """BLOCKED when a dependency failed previously (or is blocked itself), else None."""
+    for dep in node.deps:
+        dep_entry = by_node.get(id(dep))
+        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
+            verb = "failed previously" if dep_entry.action == FAILED_ACTION else "is blocked"
+            return _entry(node, path, BLOCKED, f"dependency {dep.name} {verb}", prev)
+    return None
+
+
 def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[int, PlanEntry],
             storage: Storage,
             force_run_failed: bool, now: float, outputs: OutputCheck | None = None,
             forced: bool = False) -> PlanEntry:
     status = (prev or {}).get("status")
-    if (prev or {}).get("_damaged"):
-        entry = _entry(node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier "
-                       "attempts' logs and outputs are kept)", prev)
+    if (prev or {}).get("_damaged"):  # blocked by a failed dependency, or run again; named either way
+        entry = _blocked(node, path, prev, by_node) or _entry(
+            node, path, RUN, "status.json cannot be read: run again as a new attempt (the earlier attempts' "
+            "logs and outputs are kept)", prev)
         entry.warnings.append(str(prev["_damaged"]))  # type: ignore[index]
         return entry
     if forced and status in (SUCCESS, FAILED):
@@ -336,11 +369,9 @@ def _decide(node: Node, path: str, prev: dict[str, Any] | None, by_node: dict[in
         return _entry(node, path, FAILED_ACTION,
                       f"failed previously ({err.get('type')}: {str(err.get('message'))[:100]}); "
                       "re-run it with --force-run-failed", prev)
-    for dep in node.deps:
-        dep_entry = by_node.get(id(dep))
-        if dep_entry is not None and dep_entry.action in (FAILED_ACTION, BLOCKED):
-            verb = "failed previously" if dep_entry.action == FAILED_ACTION else "is blocked"
-            return _entry(node, path, BLOCKED, f"dependency {dep.name} {verb}", prev)
+    blocked = _blocked(node, path, prev, by_node)
+    if blocked is not None:
+        return blocked
     if status in (RUNNING, WAITING):
         lease_text = storage.read_text(lease_path(path))
         lease = LeaseInfo.parse(lease_text) if lease_text else None

@@ -15,7 +15,10 @@ achieved comes from its **progress file**, `{output_path}/.marin/progress.json`,
 `resumed_from` the checkpoint step this attempt restored (null when it started fresh) and `first_step_time`
 when it completed its first step after starting. When the trainer skipped damaged checkpoints on resume it
 adds `checkpoint_fallbacks` (step, path, error, moved_to, resumed_from, resumed_time, steps_redone each); the
-entry it completes keeps them, and its time lost then runs from the older checkpoint actually resumed. The
+entry it completes keeps them, and its time lost then runs from the older checkpoint actually resumed. A
+fallback with no interruption before it (a re-run, `--force-run`, a retry after a failure) is an entry of its
+own, cause `checkpoint_fallback`, written by the worker when the attempt ends (`record_fallbacks`): the steps
+redone and the time they took at the attempt's pace. So every fallback is in the ledger as steps redone. The
 path is in `MARIN_PROGRESS_FILE` while the step runs.
 
 Time lost to one interruption = (interruption - last checkpoint, or - the attempt's start when there is
@@ -182,6 +185,56 @@ def record_resume(
     entry["time_lost_s"] = max(0.0, worked) + entry["restart_gap_s"]
     _write(storage, output_path, ledger)
     return entry
+
+
+CHECKPOINT_FALLBACK = "checkpoint_fallback"  # a ledger cause only: no attempt ends with it (causes.py)
+
+
+def record_fallbacks(
+    storage: Storage, output_path: str, *, name: str, attempt: int, run_id: str, started: float
+) -> dict[str, Any] | None:
+    """Damaged checkpoints this attempt skipped on resume (its progress file's `checkpoint_fallbacks`,
+    written after `started`) when no interruption came before it: one `checkpoint_fallback` entry, with the
+    steps redone and the time they took at this attempt's own pace. After an interruption the entry that
+    `record_resume` completes carries them instead, so they are never counted twice. Returns the entry, or
+    None. The worker calls it when an attempt ends (one read of the progress file; none is written)."""
+    progress = sf.read_record(storage, progress_path(output_path))
+    fallbacks = (progress or {}).get("checkpoint_fallbacks")
+    if not progress or not isinstance(fallbacks, list) or not fallbacks:
+        return None
+    updated = _number(progress.get("updated"))
+    if updated is None or updated < started:
+        return None  # an earlier attempt's file
+    ledger = _ledger_to_update(storage, output_path)
+    if any(e.get("resumed_attempt") is None and e["attempt"] < attempt for e in ledger["interruptions"]):
+        return None  # record_resume completes that entry with these fallbacks
+    if any(e.get("attempt") == attempt and e.get("run_id") == run_id and e.get("cause") == CHECKPOINT_FALLBACK
+           for e in ledger["interruptions"]):
+        return None  # already recorded (a repeated report of this attempt)
+    redone = sum(int(f.get("steps_redone") or 0) for f in fallbacks if isinstance(f, dict))
+    entry: dict[str, Any] = {
+        "attempt": attempt, "run_id": run_id, "cause": CHECKPOINT_FALLBACK, "hosts": [], "when": started,
+        "attempt_started": started, "step_reached": max(int(f.get("step") or 0) for f in fallbacks),
+        "checkpoint_step": fallbacks[-1].get("resumed_from"),
+        "checkpoint_time": fallbacks[-1].get("resumed_time"),
+        "resumed_from": fallbacks[-1].get("resumed_from"), "resumed_attempt": attempt, "steps_redone": redone,
+        "restart_gap_s": 0.0, "time_lost_s": _redone_time(progress, started, redone),
+        "checkpoint_fallbacks": fallbacks,
+        "message": f"damaged checkpoint {', '.join(str(f.get('step')) for f in fallbacks)} skipped on resume",
+    }
+    ledger.update({"name": name, "output_path": output_path})
+    ledger["interruptions"].append(entry)
+    _write(storage, output_path, ledger)
+    return entry
+
+
+def _redone_time(progress: dict[str, Any], started: float, redone: int) -> float:
+    """The time `redone` steps took at the attempt's pace so far (its steps done over its time running); all
+    of its time while it has not got past them."""
+    step, resumed = progress.get("step"), progress.get("resumed_from") or 0
+    spent = max(0.0, (_number(progress.get("updated")) or started) - started)
+    done = step - resumed if isinstance(step, int) and isinstance(resumed, int) else 0
+    return spent if done <= redone else spent * redone / done
 
 
 def step_wall_and_lost(status: dict[str, Any] | None, ledger: dict[str, Any] | None) -> tuple[float, float]:

@@ -43,6 +43,7 @@ class StepView:
     error_summary: str | None
     log_path: str | None
     dependencies: tuple[str, ...]
+    waiting: str | None = None  # a gang attempt waiting for hosts: what for (execution/gang_wait.py)
 
 
 @dataclasses.dataclass(frozen=True)

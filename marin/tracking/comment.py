@@ -172,7 +172,8 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
               "|---|---|---|---|---|---|---|"]
     for step in shown:
         out = outputs(step)
-        lines.append(f"| {cell(step.name)} | {STATE_ICONS.get(step.status, '')} {step.status} | "
+        state = f"{step.status}: {step.waiting}" if step.waiting and step.status == "WAITING" else step.status
+        lines.append(f"| {cell(step.name)} | {STATE_ICONS.get(step.status, '')} {cell(state)[1:-1]} | "
                      f"{duration(_elapsed(step.started, step.ended, now))} | {step.attempt} | "
                      f"{cell(step.output_path)} | {wandb_cell(out)} | {metrics_cell(out)} |")
     if hidden:

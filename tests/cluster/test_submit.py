@@ -224,6 +224,22 @@ def test_a_killed_driver_is_replaced_and_only_the_interrupted_step_reruns(
     manifest = json.loads(manifest_file.read_text())
     assert [i["cause"] for i in manifest["interruptions"]] == ["driver_lost"]
     assert [r["status"] for r in manifest["runs"]] == ["DRIVER_LOST", "SUCCESS"]
+    # The supervisor closed the lost attempt when it detected the loss, before it resubmitted: under the
+    # slow step's lease (taken over from the dead driver), PREEMPTED driver_lost with a ledger entry, all
+    # before the replacement run started; the replacement's attempt 2 then completed the entry.
+    [slow_dir] = prefix.glob("demo/slow-*")
+    events = [json.loads(line) for line in (slow_dir / ".marin/events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("LEASE_TAKEOVER", 2), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    takeover, preempted = events[1], events[2]
+    assert preempted["executor"].startswith("marin-supervisor-exp14_submit_resubmit-")
+    assert takeover["executor"] == preempted["executor"]
+    assert takeover["previous_owner"] == manifest["runs"][0]["executor"] == preempted["lost_executor"]
+    assert preempted["cause"] == "driver_lost" and preempted["run_id"] == manifest["runs"][0]["run_id"]
+    assert preempted["ts"] < manifest["runs"][1]["started"]  # closed before the new driver's run began
+    [entry] = json.loads((slow_dir / ".marin/interruptions.json").read_text())["interruptions"]
+    assert (entry["cause"], entry["attempt"], entry["resumed_attempt"]) == ("driver_lost", 1, 2)
+    assert f"detected by {preempted['executor']}" in entry["message"] and entry["time_lost_s"] > 0
 
 
 def test_a_working_tree_over_the_limit_is_refused_before_any_upload(tmp_path: Path) -> None:

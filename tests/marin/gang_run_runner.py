@@ -2,7 +2,7 @@
 Ray per process), and prints one JSON line: the run's status and, per step, status.json, the events and the
 interruption ledger.
 
-    python -m tests.marin.gang_run_runner ADDRESS PREFIX STEPS_JSON
+    python -m tests.marin.gang_run_runner ADDRESS PREFIX STEPS_JSON [ISSUE]
 STEPS_JSON: a list of {"name", "fn": "gang"|"pid", "resources", "config", "retries", "max_preemptions"}.
 """
 
@@ -38,11 +38,13 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def main(address: str, prefix: str, steps_json: str) -> int:
+def main(address: str, prefix: str, steps_json: str, issue: str | None = None) -> int:
+    """ISSUE (local/experiments#7): the local tracker's issue under the prefix the run posts its comment
+    to."""
     steps = [_step(s) for s in json.loads(steps_json)]
     result = run_experiment(
         steps,
-        ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address),
+        ExecutorMainConfig(prefix=prefix, backend="ray", ray_address=address, issue=issue),
         verbose=False,
         script="tests/gang_run.py",
     )
@@ -65,4 +67,4 @@ def main(address: str, prefix: str, steps_json: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(*sys.argv[1:4]))
+    raise SystemExit(main(*sys.argv[1:5]))

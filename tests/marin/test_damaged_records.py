@@ -197,6 +197,77 @@ def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_ag
     assert json.loads(step_json.read_text())["name"] == "dmg/total"
 
 
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_step_json_alone_is_named_and_moved_aside_never_silently_rewritten(
+    ran: tuple[Path, Path], damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status.json is fine, step.json is damaged: `marin plan` and `marin status` name it with the fix; a
+    forced re-run names it on stderr, moves it aside (`*.corrupt-<time>`, the bytes kept) and records a
+    DAMAGED_RECORD event before the new attempt writes a fresh step.json; no earlier log is overwritten."""
+    script, prefix = ran
+    total = _step_dir(prefix, "total")
+    step_json = total / ".marin/step.json"
+    step_json.write_bytes(DAMAGE[damage])
+    log_1 = (total / ".marin/logs/attempt-1.log").read_bytes()
+    capsys.readouterr()
+    assert _marin("plan", script, prefix, "--force-run", "dmg/total") == 0
+    plan = capsys.readouterr().out
+    assert f"warning: {step_json} cannot be read" in plan and "Fix:" in plan
+    assert "this run moves it aside before it writes a new one" in plan
+    assert _marin("status", script, prefix) == 0
+    status = capsys.readouterr().out
+    assert "SUCCESS    dmg/total" in status and f"{step_json} cannot be read" in status
+    assert step_json.read_bytes() == DAMAGE[damage]  # plan and status only name it
+
+    assert _marin("run", script, prefix, "--force-run", "dmg/total") == 0
+    err = capsys.readouterr().err
+    [aside] = total.glob(".marin/step.json.corrupt-*")
+    assert f"warning: {step_json} cannot be read" in err and f"moved to {aside}" in err
+    assert aside.read_bytes() == DAMAGE[damage]
+    assert json.loads(step_json.read_text())["name"] == "dmg/total"
+    assert (total / ".marin/logs/attempt-1.log").read_bytes() == log_1
+    events = sf.read_events(storage_for(str(total)), str(total))
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("SUCCESS", 1), ("DAMAGED_RECORD", 1), ("RUNNING", 2), ("SUCCESS", 2)]
+    assert events[2]["path"] == str(step_json) and events[2]["moved_to"] == str(aside)
+    assert json.loads((total / ".marin/status.json").read_text())["attempt"] == 2
+
+
+def test_a_step_with_an_unreadable_status_whose_dependency_fails_is_left_untouched(
+    ran: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dmg/total's status.json is damaged and its dependency fails in this run: no lease is taken and no
+    DEP_FAILED is written over the damaged file (as "attempt 0" it would lose the attempts on record and the
+    next run would write attempt 1's log again). Once the dependency succeeds, total runs as attempt 2 and
+    attempt 1's log is kept."""
+    script, prefix = ran
+    numbers, total = _step_dir(prefix, "numbers"), _step_dir(prefix, "total")
+    status_file = total / ".marin/status.json"
+    status_file.write_bytes(DAMAGE["truncated"])
+    events_before = (total / ".marin/events.jsonl").read_bytes()
+    log_1 = (total / ".marin/logs/attempt-1.log").read_bytes()
+    (numbers / "numbers.txt").unlink()
+    (numbers / "numbers.txt").mkdir()  # writing it fails: the dependency's forced re-run fails
+    assert _marin("run", script, prefix, "--force-run", "dmg/numbers") != 0
+    assert status_file.read_bytes() == DAMAGE["truncated"]  # left as it is
+    assert (total / ".marin/events.jsonl").read_bytes() == events_before
+    assert not (total / ".marin/lease.json").exists() and not list(total.glob(".marin/*.corrupt-*"))
+    capsys.readouterr()
+    assert _marin("status", script, prefix) == 0
+    assert "UNREADABLE dmg/total" in capsys.readouterr().out  # still named
+    assert _marin("run", script, prefix) != 0  # numbers failed before: total is blocked, and named
+    shown = capsys.readouterr()
+    out = shown.out + shown.err
+    assert "dependency dmg/numbers failed previously" in out and f"{status_file} cannot be read" in out
+    assert "None dmg/total" not in out  # it used to stay planned to run, never started, status None
+    assert status_file.read_bytes() == DAMAGE["truncated"]
+
+    (numbers / "numbers.txt").rmdir()
+    assert _marin("run", script, prefix, "--force-run-failed") == 0
+    assert json.loads(status_file.read_text())["attempt"] == 2
+    assert (total / ".marin/logs/attempt-1.log").read_bytes() == log_1
+
+
 def test_on_an_object_store_a_damaged_manifest_is_moved_aside_and_binary_event_lines_are_counted(
     s3_bucket: str,
 ) -> None:

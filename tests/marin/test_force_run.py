@@ -64,6 +64,31 @@ def test_force_run_names_are_exact_and_an_unknown_one_lists_the_steps(run_marin:
         run_marin([total, other], force_run=["fr/num"])
 
 
+def test_force_run_combines_with_run_only_inside_its_selection_and_refuses_a_step_outside_it(
+        run_marin: Run) -> None:
+    """`--run-only fr/total --force-run fr/numbers`: numbers is a dependency of total, so both re-run and
+    fr/other stays out of the run. `--run-only fr/other --force-run fr/numbers` contradicts itself (numbers
+    is not in what run-only selects): an error naming both flags and the fix, nothing run."""
+    numbers, total, other = _steps()
+    first = run_marin([total, other])
+    assert first.status == "SUCCESS"
+    both = run_marin([total, other], run_only=["fr/total"], force_run=["fr/numbers"])
+    assert {e.name: (e.action, e.forced) for e in both.plan.entries} == {
+        "fr/numbers": ("run", True), "fr/total": ("run", True)}
+    assert both.status == "SUCCESS"
+    other_status = Path(first.output_path("fr/other")) / ".marin/status.json"
+    assert json.loads(other_status.read_text())["attempt"] == 1
+    inside = run_marin([total, other], run_only=["fr/numbers"], force_run=["fr/numbers"])
+    assert {e.name: (e.action, e.forced) for e in inside.plan.entries} == {"fr/numbers": ("run", True)}
+    with pytest.raises(ValueError, match=(
+            r"--force-run fr/numbers: not among the steps --run-only fr/other selects .* "
+            r"add it to --run-only "
+            r"\(--run-only fr/other fr/numbers\) or leave out --run-only or --force-run fr/numbers")):
+        run_marin([total, other], run_only=["fr/other"], force_run=["fr/numbers"])
+    numbers_status = json.loads((Path(inside.output_path("fr/numbers")) / ".marin/status.json").read_text())
+    assert numbers_status["attempt"] == 3  # the refused run ran nothing
+
+
 def test_the_flag_takes_several_names() -> None:
     assert parse_flags(["--force-run", "a/x", "b"]).force_run == ["a/x", "b"]
     assert parse_flags(["--force-run=a/x"]).force_run == ["a/x"]

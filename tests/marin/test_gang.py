@@ -120,7 +120,8 @@ def test_members_still_working_when_rank_0_succeeds_are_let_finish(
     assert [r["rank"] for r in _ranks(out)] == [0, 1]
 
 
-def _start_run(cluster: LocalCluster, prefix: Path, steps: list[dict[str, Any]]) -> subprocess.Popen[str]:
+def _start_run(cluster: LocalCluster, prefix: Path, steps: list[dict[str, Any]],
+               issue: str | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -129,6 +130,7 @@ def _start_run(cluster: LocalCluster, prefix: Path, steps: list[dict[str, Any]])
             cluster.address,
             str(prefix),
             json.dumps(steps),
+            *([issue] if issue else []),
         ],
         cwd=ROOT,
         env=node_env(),
@@ -214,15 +216,17 @@ def test_a_gang_waiting_for_hosts_after_a_node_loss_is_shown_as_waiting(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """Issue 32: a gang of 3 on the cluster's 3 slot nodes loses one; its next attempt waits for a third
-    host. status.json, the events, the dashboard and the driver's console say so until the node is back."""
+    host. status.json, the events, the dashboard, the issue's comment (local tracker) and the driver's console
+    say so until the node is back."""
     from fastapi.testclient import TestClient
 
     from marin.dashboard.app import create_app
+    from marin.tracking.local import LocalTracker
 
     prefix, release = tmp_path / "p", tmp_path / "release"
     spec = {"name": "g/waits", "fn": "gang", "resources": GANG_OF_3,
             "config": {"sleep_s": 600, "release_file": str(release)}}
-    proc = _start_run(cluster, prefix, [spec])
+    proc = _start_run(cluster, prefix, [spec], issue="local/experiments#7")
     pattern = "g/waits-*/rank-*.json"
     files = _wait_for("the gang's start",
                       lambda: len(list(prefix.glob(pattern))) == 3 and sorted(prefix.glob(pattern)), proc)
@@ -238,6 +242,15 @@ def test_a_gang_waiting_for_hosts_after_a_node_loss_is_shown_as_waiting(
         with TestClient(create_app(str(prefix), cache_ttl=0)) as client:
             shown = client.get(f"/api/steps/{step_dir.relative_to(prefix)}").json()["status"]
             assert shown["status"] == "WAITING" and shown["waiting"] == text
+
+        def waiting_row() -> str | None:
+            comments = LocalTracker(str(prefix), "local/experiments").list_comments(7)
+            rows = [line for c in comments for line in c.body.splitlines()
+                    if line.startswith("| `g/waits` |")]
+            return rows[-1] if rows and f"⏳ WAITING: {text} |" in rows[-1] else None
+
+        row = _wait_for("the issue comment's WAITING row", waiting_row, proc, timeout=60)
+        assert "| 2 |" in row  # the attempt that waits
         release.write_text("go")
     finally:
         cluster.replace(victim["node"])

@@ -89,6 +89,52 @@ def test_a_damaged_checkpoint_skipped_on_resume_counts_from_the_older_one(tmp_pa
     assert "attempt 2 from step 50, 80 steps redone (damaged checkpoint 100 skipped), 170.0 s lost" in line
 
 
+def test_a_fallback_with_no_interruption_before_it_is_a_ledger_entry_of_its_own(tmp_path: Path) -> None:
+    """A re-run (no interruption open) resumes from 50 because checkpoint 100 is damaged: one
+    `checkpoint_fallback` entry with the 50 steps redone, the time they took at the attempt's pace, and the
+    totals; a second report of the same attempt adds nothing, and an earlier attempt's progress file none."""
+    out = tmp_path / "train-12345678"
+    storage = storage_for(str(out))
+    skipped = {"step": 100, "path": f"{out}/checkpoints/100", "error": "ValueError: OUT_OF_RANGE: ...",
+               "moved_to": f"{out}/checkpoints/100.corrupt-20261206T070000Z", "resumed_from": 50,
+               "resumed_time": 900.0, "steps_redone": 50}
+    _progress(out, step=150, checkpoint_step=150, checkpoint_time=1090.0, resumed_from=50,
+              first_step_time=1010.0, updated=1100.0, checkpoint_fallbacks=[skipped])
+    assert il.record_fallbacks(storage, str(out), name="train", attempt=3, run_id="run-1",
+                              started=1101.0) is None
+    entry = il.record_fallbacks(storage, str(out), name="train", attempt=3, run_id="run-1", started=1000.0)
+    assert entry is not None
+    assert (entry["cause"], entry["attempt"], entry["resumed_attempt"]) == ("checkpoint_fallback", 3, 3)
+    assert (entry["step_reached"], entry["resumed_from"], entry["steps_redone"]) == (100, 50, 50)
+    assert entry["time_lost_s"] == 100.0 * 50 / 100 and entry["checkpoint_fallbacks"] == [skipped]
+    assert il.record_fallbacks(storage, str(out), name="train", attempt=3, run_id="run-1",
+                              started=1000.0) is None
+    ledger = il.read_ledger(storage, str(out))
+    assert [e["cause"] for e in ledger["interruptions"]] == ["checkpoint_fallback"]
+    assert ledger["totals"] == {"count": 1, "by_cause": {"checkpoint_fallback": 1}, "time_lost_s": 50.0,
+                                "steps_redone": 50}
+    [line] = il.ledger_lines(ledger)
+    assert "attempt 3 checkpoint_fallback" in line
+    assert "50 steps redone (damaged checkpoint 100 skipped)" in line
+
+
+def test_a_fallback_after_an_interruption_goes_to_the_entry_it_completes_not_a_second_one(
+        tmp_path: Path) -> None:
+    out = tmp_path / "train-12345678"
+    storage = storage_for(str(out))
+    _progress(out, step=130, checkpoint_step=100, checkpoint_time=1000.0, resumed_from=None, updated=1040.0)
+    il.record_interruption(storage, str(out), name="train", attempt=1, cause="preempted", hosts=[],
+                           started=800.0, ended=1050.0, **RUN)
+    skipped = {"step": 100, "resumed_from": 50, "resumed_time": 900.0, "steps_redone": 50}
+    _progress(out, step=140, checkpoint_step=50, checkpoint_time=900.0, resumed_from=50,
+              first_step_time=1070.0, updated=1090.0, checkpoint_fallbacks=[skipped])
+    assert il.record_fallbacks(storage, str(out), name="train", attempt=2, run_id="run-1",
+                              started=1060.0) is None
+    done = il.record_resume(storage, str(out), attempt=2, started=1060.0)
+    assert done is not None and done["checkpoint_fallbacks"] == [skipped]
+    assert [e["cause"] for e in il.read_ledger(storage, str(out))["interruptions"]] == ["preempted"]
+
+
 def test_a_step_without_progress_loses_its_whole_attempt_and_the_gap(tmp_path: Path) -> None:
     out = tmp_path / "work-12345678"
     storage = storage_for(str(out))

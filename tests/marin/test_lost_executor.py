@@ -199,3 +199,60 @@ def test_a_taker_waits_out_outlive_s_after_it_first_sees_the_owners_process_gone
         assert taken.ok and taken.previous_owner == f"h:{process.pid}:x" and "is gone, for 1 s" in taken.why
     finally:
         taker.stop()
+
+
+def _running(storage: LocalStorage, path: str, name: str, run_id: str, executor: str) -> None:
+    sf.write_status(storage, path, name=name, hash="h" * 64, status=sf.RUNNING, attempt=1, run_id=run_id,
+                    executor=executor, previous=None, started=time.time() - 5)
+    sf.append_event(storage, path, sf.RUNNING, attempt=1, run_id=run_id, executor=executor)
+
+
+def test_the_supervisor_closes_only_its_lost_drivers_attempts_under_their_leases(tmp_path: Path) -> None:
+    """What `marin submit --resubmit-on-driver-loss` does when Ray reports driver job `job-1` lost: of the
+    steps its run left RUNNING, those whose lease is still the dead driver's are closed (LEASE_TAKEOVER, then
+    PREEMPTED driver_lost by the supervisor, a ledger entry) and their leases released; a step another,
+    live executor now holds, a step of another run and a finished step are left alone."""
+    from marin.execution.lost_attempts import close_driver_attempts
+
+    child, process = _process_of_a_child("pass")
+    child.wait()
+    storage, prefix = LocalStorage(), str(tmp_path)
+    dead, live = f"h:{process.pid}:x", "other-host:7:y"
+    steps = {n: str(tmp_path / f"{n}-12345678") for n in ("lost", "taken", "other_run", "done")}
+    storage.write_text(manifest.manifest_path(prefix, "exp-12345678"), json.dumps({
+        "id": "exp-12345678",
+        "steps": [{"name": n, "hash": "h" * 64, "output_path": p} for n, p in steps.items()],
+        "runs": [{"run_id": "r1", "status": "DRIVER_LOST", "executor": dead, "job": "job-1"},
+                 {"run_id": "r0", "status": "RUNNING", "executor": live, "job": "job-0"}]}))
+    now = time.time()
+    for name in ("lost", "taken", "done"):
+        _running(storage, steps[name], name, "r1", dead)
+    _running(storage, steps["other_run"], "other_run", "r0", live)
+    storage.write_text(sf.lease_path(steps["lost"]), LeaseInfo(dead, now, now, 600, 1, process).to_json())
+    storage.write_text(sf.lease_path(steps["taken"]), LeaseInfo(live, now, now, 600, 2).to_json())
+    sf.write_status(storage, steps["done"], name="done", hash="h" * 64, status=sf.SUCCESS, attempt=1,
+                    run_id="r1", executor=dead, previous=None, started=now - 5, ended=now - 1)
+
+    closed = close_driver_attempts(storage, prefix, "exp-12345678", "job-1", by="marin-supervisor-x",
+                                   max_wait_s=30)
+    assert closed == ["lost"]
+    status = json.loads(Path(steps["lost"], ".marin/status.json").read_text())
+    assert (status["status"], status["attempt"], status["executor"]) == ("PREEMPTED", 1, "marin-supervisor-x")
+    assert status["error"]["type"] == "DriverLost"
+    assert "detected by marin-supervisor-x" in status["error"]["message"]
+    events = sf.read_events(storage, steps["lost"])
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("RUNNING", 1), ("LEASE_TAKEOVER", 2), ("PREEMPTED", 1)]
+    assert events[1]["previous_owner"] == dead and "is gone" in events[1]["message"]
+    assert events[2]["cause"] == "driver_lost" and events[2]["lost_executor"] == dead
+    [entry] = json.loads(Path(steps["lost"], ".marin/interruptions.json").read_text())["interruptions"]
+    assert (entry["cause"], entry["attempt"], entry["run_id"]) == ("driver_lost", 1, "r1")
+    assert entry["resumed_attempt"] is None  # completed when the next driver's attempt ends
+    assert not Path(sf.lease_path(steps["lost"])).exists()  # released: the next driver starts at once
+    for name, state in (("taken", "RUNNING"), ("other_run", "RUNNING"), ("done", "SUCCESS")):
+        assert json.loads(Path(steps[name], ".marin/status.json").read_text())["status"] == state
+        assert not Path(steps[name], ".marin/interruptions.json").exists()
+    holder = LeaseInfo.parse(Path(sf.lease_path(steps["taken"])).read_text())
+    assert holder is not None and holder.owner == live
+    # a restarted supervisor (or a second report of the same loss) finds nothing left to close
+    assert close_driver_attempts(storage, prefix, "exp-12345678", "job-1", by="marin-supervisor-x") == []

@@ -428,4 +428,11 @@ def test_a_damaged_final_checkpoint_fails_its_evaluation_naming_the_train_step_a
     [fallback] = result["checkpoint_fallbacks"]
     assert (fallback["step"], fallback["resumed_from"], fallback["steps_redone"]) == (6, 4, 2)
     assert "checkpoint step 6" in (train_path / ".marin/logs/attempt-2.log").read_text()
+    # no interruption came before it: the fallback is a ledger entry of its own, as steps redone
+    ledger = json.loads((train_path / ".marin/interruptions.json").read_text())
+    [entry] = ledger["interruptions"]
+    assert (entry["cause"], entry["attempt"], entry["steps_redone"]) == ("checkpoint_fallback", 2, 2)
+    assert [f["step"] for f in entry["checkpoint_fallbacks"]] == [6] and entry["time_lost_s"] > 0
+    assert ledger["totals"]["steps_redone"] == 2
+    assert ledger["totals"]["by_cause"] == {"checkpoint_fallback": 1}
     assert json.loads((eval_path / "eval.json").read_text()) == before

@@ -93,3 +93,26 @@ def test_the_status_comment_has_an_interruptions_section_from_the_ledger(tmp_pat
     assert "attempt 1 node_died hosts=10.0.0.7, attempt 2 from scratch, 40.0 s lost" in section
     assert "`other`" not in section
     assert "#### Interruptions" not in body((quiet,))
+
+
+def test_a_gang_waiting_for_hosts_says_what_for_in_its_state_cell(tmp_path: Path) -> None:
+    """The state cell of a WAITING step carries its waiting text (a gang waiting for hosts, gang_wait.py);
+    other states, and a WAITING step with no text, keep their plain cell."""
+    from marin.status.publisher import RunView, StepView
+    from marin.tracking.comment import render
+    from marin.tracking.outputs import read_step_outputs
+
+    text = "waiting for 2 hosts with 1 CPU each; 1 available"
+
+    def row(status: str, waiting: str | None) -> str:
+        step = StepView(name="g", hash="1a2b3c4d" * 8, output_path=str(tmp_path / "g"), status=status,
+                        attempt=2, started=None, ended=None, error_summary=None, log_path=None,
+                        dependencies=(), waiting=waiting)
+        run = RunView("exp-1", "r", "s.py", "", None, str(tmp_path), "RUNNING", 0.0, None, (step,))
+        body = render(run, issue_ref="local/x#1", outputs=lambda s: read_step_outputs(s.output_path), now=1.0)
+        [line] = [x for x in body.splitlines() if x.startswith("| `g` |")]
+        return line
+
+    assert f"| ⏳ WAITING: {text} | " in row("WAITING", text)
+    assert "| ⏳ WAITING | " in row("WAITING", None)
+    assert "| 🔄 RUNNING | " in row("RUNNING", text)  # a stale text never outlives its state

@@ -197,6 +197,34 @@ def test_killed_gang_resumes_from_its_last_complete_checkpoint_exactly(
     assert _losses(out) == _losses(reference["gang"]["out"])
 
 
+@pytest.mark.slow
+def test_a_gang_falls_back_past_a_damaged_checkpoint_together(
+        reference: dict[str, Any], tmp_path: Path, caches: dict[str, Any]) -> None:
+    """The gang's newest checkpoint (6) is damaged on disk, every array data file cut short: both processes
+    agree that it cannot be restored, process 0 moves it aside while the other waits at the barrier, both
+    resume from checkpoint 3 and report the same fallback, and the losses equal the uninterrupted gang's,
+    bit for bit."""
+    out = tmp_path / "damaged"
+    shutil.copytree(reference["gang"]["out"], out)
+    data = [p for p in (out / "checkpoints/6").rglob("*") if p.parent.name == "d" and p.is_file()]
+    assert data, "checkpoint 6 has no array data files to damage"
+    for p in data:
+        with p.open("r+b") as f:
+            f.truncate(100)
+    spec = {**caches, "val": {}, "out": str(out), "num_steps": STEPS, "every": 3}
+    results = train_run(spec, processes=2, logs=tmp_path / "fallback-logs")
+    for r in results:  # the same fallback on every process
+        [fallback] = r["result"]["checkpoint_fallbacks"]
+        assert (fallback["step"], fallback["resumed_from"], fallback["steps_redone"]) == (6, 3, 3)
+        assert fallback["moved_to"].startswith(str(out / "checkpoints/6.corrupt-")) or r["process_index"] == 1
+    [aside] = (out / "checkpoints").glob("6.corrupt-*")  # moved once, by process 0; nothing deleted
+    assert sorted(q.name for q in aside.rglob("*") if q.parent.name == "d") == sorted(p.name for p in data)
+    logged = [json.loads(line) for line in (out / "checkpoint_fallbacks.jsonl").read_text().splitlines()]
+    assert [(f["step"], f["resumed_from"]) for f in logged] == [(6, 3)]  # written once (process 0)
+    assert results[0]["result"]["step"] == STEPS
+    assert _losses(out) == _losses(reference["gang"]["out"])
+
+
 GANG_CRASHING_SAVER = textwrap.dedent(
     """
     import os, sys, time
