@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.dashboard.diff import field_rows, step_changes
+from marin.dashboard.diff import field_rows
 from marin.dashboard.experiments import (
     UNREADABLE,
     ExperimentIndex,
@@ -30,7 +30,7 @@ from marin.dashboard.schemas import (
     StepStatus,
 )
 from marin.dashboard.store import PrefixStore
-from marin.graph.changes import previous_version, version_names
+from marin.graph.changes import previous_version, step_changes, version_names
 from marin.status import files as sf
 from marin.status.damaged import skipped_message
 
