@@ -4,8 +4,9 @@ results (its own steps' final and eval metrics) and baseline, all from marin.com
 
 Cached per experiment, as the alert index is (marin/dashboard/alerts.py): an experiment's own steps only
 write while a run of it is RUNNING, and a run's start and end rewrite its manifest. So what was computed is
-reused while the manifest's signature is the same, no run of it is RUNNING, and its verdicts.json is the
-same parsed object in the store's cache (a person's verdict changes it); a list page of 25 experiments then
+reused while the manifest's signature is the same, no run of it is RUNNING (while one is, for the store's
+`ttl` only, as long as the store trusts any file it read), and its verdicts.json is the same parsed object in
+the store's cache (a person's verdict changes it); a list page of 25 experiments then
 costs 25 cached reads instead of one per own step and record file.
 
 Computing one experiment's numbers reads two or three small files per own step. So that the first visit of a
@@ -19,6 +20,7 @@ metrics cache is: a dashboard left running over a prefix whose experiments come 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +67,7 @@ MAX_BYTES = 32 << 20
 """The cache's budget (about 2 KiB an experiment: some 16,000 experiments' numbers); least recently used out
 first, so the experiments of a prefix that is no longer served, or were deleted, leave it."""
 _Key = tuple[int, str]
-_Entry = tuple[Any, Any, _Numbers]  # the manifest's signature, the verdicts.json object, the numbers
+_Entry = tuple[Any, Any, _Numbers, float]  # the manifest's signature, verdicts.json, the numbers, when
 
 
 class _Lru:
@@ -134,13 +136,17 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
         return _Numbers(None, [], [], None, problem=str(e))
     key = (id(dash), experiment_id)
     hit = _CACHE.get(key)
-    if hit is not None and not running and hit[0] == sig and hit[1] is verdicts:
+    now = time.monotonic()
+    # A running experiment's steps may write a result at any moment: its numbers are reused only within the
+    # store's ttl, the time for which the store itself trusts a file it read without a new stat.
+    fresh = hit is not None and (not running or now - hit[3] < dash.store.ttl)
+    if hit is not None and fresh and hit[0] == sig and hit[1] is verdicts:
         return hit[2]
     try:
         value = _compute(dash, experiment_id)
     except CorruptFileError as e:
         return _Numbers(None, [], [], None, problem=str(e))
-    _CACHE.put(key, (sig, verdicts, value))
+    _CACHE.put(key, (sig, verdicts, value, now))
     return value
 
 

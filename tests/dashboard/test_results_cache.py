@@ -52,5 +52,31 @@ def test_an_entry_over_the_budget_is_not_kept_and_evicts_nothing(
     lru.max_bytes = lru.bytes + 10  # nothing as large as an experiment's numbers fits any more
     kept, held = lru.cached(), lru.bytes
     big = results._Numbers("worked", [], [], "x" * (lru.max_bytes + 1))
-    lru.put((id(dash), "too-big"), (None, None, big))
+    lru.put((id(dash), "too-big"), (None, None, big, 0.0))
     assert lru.cached() == kept and lru.bytes == held
+
+
+def test_a_running_experiments_numbers_are_reused_within_the_stores_ttl_only(
+    synthetic_prefix: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a run is RUNNING its steps may write results at any moment, so its numbers are recomputed once
+    the store's ttl has passed (before: on every request, a list page paying for each running experiment);
+    a finished experiment's stay cached while its manifest and verdicts are unchanged."""
+    dash = Dashboard.open(str(synthetic_prefix), cache_ttl=60)
+    items = dash.experiments.query(limit=1000).items
+    running = next(s.id for s in items if s.state == "RUNNING")
+    done = next(s.id for s in items if s.state == "SUCCESS")
+    monkeypatch.setattr(results, "_CACHE", results._Lru(1 << 40))
+    computed: list[str] = []
+    real = results._compute
+
+    def counting(d: Dashboard, experiment_id: str) -> results._Numbers:
+        computed.append(experiment_id)
+        return real(d, experiment_id)
+
+    monkeypatch.setattr(results, "_compute", counting)
+    first = [results.numbers(dash, i) for i in (running, done)]
+    assert [results.numbers(dash, i) for i in (running, done)] == first and computed == [running, done]
+    dash.store.ttl = 0  # the ttl has passed: the running one is computed again, the finished one is not
+    assert [results.numbers(dash, i) for i in (running, done)] == first
+    assert computed == [running, done, running]
