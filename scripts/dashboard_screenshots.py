@@ -13,8 +13,8 @@ LADDER is a prefix where the reduced scaling ladder ran (its fit and prediction 
 
 Each prefix is served by `marin dashboard` in a subprocess on 127.0.0.1 and every page is opened in
 Debian's headless Chromium through Playwright (as tests/dashboard/test_browser.py does; run it inside the
-private network namespace: `scripts/netns python scripts/dashboard_screenshots.py ...`). A page is shot 1000
-CSS pixels wide, at most `--max-height` tall (the top of a long page, which is what the docs show), then
+private network namespace: `scripts/netns python scripts/dashboard_screenshots.py ...`). A page is laid out
+1280 CSS pixels wide and rendered at 1000 pixels, at most `--max-height` CSS pixels of it from the top, then
 written as a palette PNG (its exact colours when it has at most 256, else the most used ones; fewer
 colours until it is under `--max-kb`), with numpy and zlib only: the browser decodes Chromium's PNG.
 """
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
-WIDTH = 1000
+WIDTH, CSS_WIDTH = 1000, 1280  # pixels of the image; CSS pixels of the page's layout
 COLOURS = (256, 128, 64, 32)  # palette sizes tried, until a file is under --max-kb
 
 
@@ -98,7 +98,8 @@ def step_path(exp: dict[str, Any], name: str) -> str:
     for s in exp["steps"]:
         if s["name"] == name:
             return urllib.parse.quote(str(s["path"]))
-    raise SystemExit(f"experiment {exp['id']} has no step {name!r} (it has {[s['name'] for s in exp['steps']]})")
+    names = [s["name"] for s in exp["steps"]]
+    raise SystemExit(f"experiment {exp['id']} has no step {name!r} (it has {names})")
 
 
 def lab_pages(url: str) -> list[tuple[str, str]]:
@@ -111,7 +112,7 @@ def lab_pages(url: str) -> list[tuple[str, str]]:
         ("step-train.png", f"{url}/steps/{step_path(tutorial, 'train/tiny_moe')}"),
         ("step-eval.png", f"{url}/steps/{step_path(tutorial, 'eval/tiny_moe')}"),
         ("step-choices.png", f"{url}/steps/{step_path(tutorial, 'eval_choices/tiny_moe')}"),
-        ("compare.png", f"{url}/compare?runs={tutorial['id']}&runs={ablation['id']}"),
+        ("compare.png", f"{url}/compare?runs={tutorial['id']}&runs={ablation['id']}&smooth=0.9"),
         ("catalogue.png", f"{url}/catalogue"),
         ("issue.png", f"{url}{issue}"),
     ]
@@ -134,7 +135,9 @@ DECODE = """async (src) => {
     const ctx = c.getContext('2d'); ctx.drawImage(img, 0, 0);
     const d = ctx.getImageData(0, 0, c.width, c.height).data;
     let s = '';
-    for (let i = 0; i < d.length; i += 0x8000) s += String.fromCharCode.apply(null, d.subarray(i, i + 0x8000));
+    for (let i = 0; i < d.length; i += 0x8000) {
+        s += String.fromCharCode.apply(null, d.subarray(i, i + 0x8000));
+    }
     return [c.width, c.height, btoa(s)];
 }"""
 
@@ -156,7 +159,8 @@ def quantize(rgb: np.ndarray, colours: int) -> tuple[np.ndarray, np.ndarray]:
     ucol = np.stack([(uniq >> 16) & 255, (uniq >> 8) & 255, uniq & 255], axis=1).astype(np.int32)
     if len(uniq) <= colours:
         return ucol.astype(np.uint8), inverse.reshape(rgb.shape[:2]).astype(np.uint8)
-    box = ((flat[:, 0] >> 4).astype(np.int64) << 8) | ((flat[:, 1] >> 4).astype(np.int64) << 4) | (flat[:, 2] >> 4)
+    r, g, b = (flat[:, i].astype(np.int64) >> 4 for i in range(3))
+    box = (r << 8) | (g << 4) | b
     boxes, box_of, counts = np.unique(box, return_inverse=True, return_counts=True)
     top = np.argsort(counts)[::-1][:colours]
     sums = np.zeros((len(boxes), 3))
@@ -176,7 +180,8 @@ def png8(path: Path, palette: np.ndarray, index: np.ndarray) -> None:
 
     height, width = index.shape
     rows = np.hstack([np.zeros((height, 1), dtype=np.uint8), index.astype(np.uint8)])
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0))
+    header = struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0)  # 8-bit palette, no interlace
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
                      + chunk(b"PLTE", palette.astype(np.uint8).tobytes())
                      + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
 
@@ -200,7 +205,9 @@ def shoot(pages: list[tuple[str, str]], out: Path, max_height: int, max_kb: int,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": 800})
+            # laid out 1280 CSS pixels wide (the list's columns fit), rendered at WIDTH device pixels
+            page = browser.new_page(viewport={"width": CSS_WIDTH, "height": 1000},
+                                    device_scale_factor=WIDTH / CSS_WIDTH)
             blank = browser.new_page()
             for name, url in pages:
                 response = page.goto(url, wait_until="networkidle")
@@ -210,7 +217,8 @@ def shoot(pages: list[tuple[str, str]], out: Path, max_height: int, max_kb: int,
                     settle(page)
                 height = min(max_height, int(page.evaluate("document.documentElement.scrollHeight")))
                 target = out / name
-                png = page.screenshot(full_page=True, clip={"x": 0, "y": 0, "width": WIDTH, "height": height})
+                png = page.screenshot(full_page=True,
+                                      clip={"x": 0, "y": 0, "width": CSS_WIDTH, "height": height})
                 shrink(blank, png, target, max_kb)
                 print(f"{target}  {target.stat().st_size // 1024} KiB  {url}")
         finally:
