@@ -22,6 +22,9 @@ class DomainRow:
     loss: float | None
     tokens: float | None
     bytes: float | None
+    bpb_stderr: float | None = None  # over documents (eval.json's optional bpb_stderr, loss_stderr)
+    loss_stderr: float | None = None
+    documents: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ FINAL_ORDER = ("step", "loss", "ce_loss", "grad_norm", "update_norm", "lr", "tok
 def _domain(name: str, row: Any) -> DomainRow:
     row = row if isinstance(row, dict) else {}
     return DomainRow(name, number(row.get("bpb")), number(row.get("loss")), number(row.get("tokens")),
-                     number(row.get("bytes")))
+                     number(row.get("bytes")), number(row.get("bpb_stderr")), number(row.get("loss_stderr")),
+                     number(row.get("documents")))
 
 
 def _choices(doc: Any) -> tuple[ChoiceRow, ...]:

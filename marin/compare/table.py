@@ -6,7 +6,8 @@ across runs whatever the steps are called:
 - `train:{key}`: the last training row of metrics.jsonl (`loss`, `ce_loss`, `grad_norm`, ...; `train:step`
   is the number of updates), and a train step's own eval.json as `train:eval.{path}`;
 - `eval:{path}`: an eval step's eval.json (`eval:domains.python.bpb`, `eval:macro.bpb`; bits per byte and
-  loss, not the token and byte counts);
+  loss, not the token and byte counts), with their standard errors over documents where the record has them
+  (`bpb_stderr`, `loss_stderr`: moe_trainer.evaluate);
 - `choices:{task}.{metric}`: a multiple-choice step's choices.json (`acc`, `acc_norm`, `acc_bytes`), with
   their standard errors (`acc_stderr`: sample std / sqrt(n) over the items).
 
@@ -56,11 +57,11 @@ class Row:
                 "diff": list(self.diffs), "diff_stderr": list(self.diff_stderrs)}
 
 
-def _leaves(doc: Any, path: str, out: dict[str, float]) -> None:
+def _leaves(doc: Any, path: str, out: dict[str, float], keys: tuple[str, ...] = EVAL_KEYS) -> None:
     if isinstance(doc, dict):
         for k, v in doc.items():
-            _leaves(v, f"{path}.{k}" if path else str(k), out)
-    elif (n := number(doc)) is not None and path.rsplit(".", 1)[-1] in EVAL_KEYS:
+            _leaves(v, f"{path}.{k}" if path else str(k), out, keys)
+    elif (n := number(doc)) is not None and path.rsplit(".", 1)[-1] in keys:
         out[path] = n
 
 
@@ -97,9 +98,13 @@ def step_metrics(source: Source, rel: str, name: str, *, curves: bool = True) ->
     ev = source.read_json(f"{rel}/eval.json")
     if isinstance(ev, dict):
         flat: dict[str, float] = {}
-        _leaves({k: v for k, v in ev.items() if k in ("domains", "micro", "macro")}, "", flat)
+        ses: dict[str, float] = {}  # eval.json's optional standard errors over documents (`bpb_stderr`)
+        groups = {k: v for k, v in ev.items() if k in ("domains", "micro", "macro")}
+        _leaves(groups, "", flat)
+        _leaves(groups, "", ses, tuple(f"{k}_stderr" for k in EVAL_KEYS))
         for path, v in flat.items():
-            out[f"train:eval.{path}" if train else f"eval:{path}"] = Value(v, step=name)
+            out[f"train:eval.{path}" if train else f"eval:{path}"] = Value(v, ses.get(f"{path}_stderr"),
+                                                                           step=name)
     ch = source.read_json(f"{rel}/choices.json")
     tasks = ch.get("tasks") if isinstance(ch, dict) else None
     for task, row in (tasks or {}).items():

@@ -10,7 +10,8 @@ The parsed columns are kept in memory, least recently used first out, within a b
 `marin dashboard --metrics-cache-mb N` or `MARIN_DASHBOARD_METRICS_CACHE_MB` says otherwise. A file's cost is
 the memory its columns take (`_Columns.nbytes`: 8 bytes a slot, 24 more a float, as CPython stores them;
 within 20% of what tracemalloc measures, a test checks), of the order of the file's own size. A file whose
-columns alone exceed the budget is parsed for the request and not kept.
+columns alone exceed the budget is parsed for the request and not kept, and evicts nothing (the files kept
+stay kept).
 """
 
 from __future__ import annotations
@@ -137,7 +138,12 @@ class MetricsReader:
         return list(self._files)
 
     def _keep(self, rel: str, cols: _Columns) -> None:
-        """Keep `cols` as the most recently used, then drop the least recently used over the budget."""
+        """Keep `cols` as the most recently used, then drop the least recently used over the budget. Columns
+        larger than the whole budget are not kept (nor its older columns), and evict nothing: keeping them
+        would first push every other file out and then drop them too."""
+        if cols.nbytes > self.max_bytes:
+            self._files.pop(rel, None)
+            return
         self._files[rel] = cols
         self._files.move_to_end(rel)
         total = self.cached_bytes

@@ -4,18 +4,24 @@ results (its own steps' final and eval metrics) and baseline, all from marin.com
 
 Cached per experiment, as the alert index is (marin/dashboard/alerts.py): an experiment's own steps only
 write while a run of it is RUNNING, and a run's start and end rewrite its manifest. So what was computed is
-reused while the manifest's signature is the same, no run of it is RUNNING, and its verdicts.json is the
-same parsed object in the store's cache (a person's verdict changes it); a list page of 25 experiments then
+reused while the manifest's signature is the same, no run of it is RUNNING (while one is, for the store's
+`ttl` only, as long as the store trusts any file it read), and its verdicts.json is the same parsed object in
+the store's cache (a person's verdict changes it); a list page of 25 experiments then
 costs 25 cached reads instead of one per own step and record file.
 
 Computing one experiment's numbers reads two or three small files per own step. So that the first visit of a
 list page is not the one that pays for 25 experiments, `warm(dash)` computes them in one background thread,
 newest experiments first (all of them on local storage, the newest `WARM_REMOTE` on an object store, where
-each read is a request), whenever the experiment index changed; requests never wait for it."""
+each read is a request), whenever the experiment index changed; requests never wait for it.
+
+The cache is bounded (`MAX_BYTES`, least recently used out first, each entry counted by `_cost`), as the
+metrics cache is: a dashboard left running over a prefix whose experiments come and go does not grow."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +53,61 @@ class _Numbers:
     problem: str | None = None  # a record that cannot be read (verdicts.json, a result): the path and the fix
 
 
-_CACHE: dict[tuple[int, str], tuple[Any, Any, _Numbers]] = {}
+_ENTRY = 1024
+
+
+def _cost(n: _Numbers) -> int:
+    """What an entry is counted as: its numbers' JSON size plus `_ENTRY` for the objects around them (a
+    proxy for its memory, of the same order; the budget is what bounds the cache, not an exact figure)."""
+    parts = [m.model_dump_json() for m in (*n.headline, *n.results)]
+    return _ENTRY + sum(map(len, parts)) + len(n.verdict or "") + len(n.baseline or "") + len(n.problem or "")
+
+
+MAX_BYTES = 32 << 20
+"""The cache's budget (about 2 KiB an experiment: some 16,000 experiments' numbers); least recently used out
+first, so the experiments of a prefix that is no longer served, or were deleted, leave it."""
+_Key = tuple[int, str]
+_Entry = tuple[Any, Any, _Numbers, float]  # the manifest's signature, verdicts.json, the numbers, when
+
+
+class _Lru:
+    """Entries kept least recently used first out within `max_bytes` (each counted by `_cost`); one larger
+    than the whole budget is not kept and evicts nothing. Thread-safe."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[_Key, tuple[_Entry, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: _Key) -> _Entry | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None:
+                return None
+            self._entries.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: _Key, entry: _Entry) -> None:
+        cost = _cost(entry[2])
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self.bytes -= old[1] if old else 0
+            if cost > self.max_bytes:
+                return
+            self._entries[key] = (entry, cost)
+            self.bytes += cost
+            while self.bytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.bytes -= dropped
+
+    def cached(self) -> list[_Key]:
+        """The cached keys, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+
+_CACHE = _Lru(MAX_BYTES)
 _LOCK = threading.Lock()
 
 
@@ -75,16 +135,18 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
     except CorruptFileError as e:  # one problem row on the page, never a 500 (status/damaged.py)
         return _Numbers(None, [], [], None, problem=str(e))
     key = (id(dash), experiment_id)
-    with _LOCK:
-        hit = _CACHE.get(key)
-    if hit is not None and not running and hit[0] == sig and hit[1] is verdicts:
+    hit = _CACHE.get(key)
+    now = time.monotonic()
+    # A running experiment's steps may write a result at any moment: its numbers are reused only within the
+    # store's ttl, the time for which the store itself trusts a file it read without a new stat.
+    fresh = hit is not None and (not running or now - hit[3] < dash.store.ttl)
+    if hit is not None and fresh and hit[0] == sig and hit[1] is verdicts:
         return hit[2]
     try:
         value = _compute(dash, experiment_id)
     except CorruptFileError as e:
         return _Numbers(None, [], [], None, problem=str(e))
-    with _LOCK:
-        _CACHE[key] = (sig, verdicts, value)
+    _CACHE.put(key, (sig, verdicts, value, now))
     return value
 
 

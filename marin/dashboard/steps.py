@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.dashboard.diff import field_rows, step_changes
+from marin.dashboard.diff import field_rows
 from marin.dashboard.experiments import (
     UNREADABLE,
     ExperimentIndex,
@@ -30,7 +30,7 @@ from marin.dashboard.schemas import (
     StepStatus,
 )
 from marin.dashboard.store import PrefixStore
-from marin.graph.changes import previous_version, version_names
+from marin.graph.changes import previous_version, step_changes, version_names
 from marin.status import files as sf
 from marin.status.damaged import skipped_message
 
@@ -159,8 +159,8 @@ def versions(store: PrefixStore, name: str) -> list[tuple[str, dict[str, Any]]]:
     """(relative path, step.json) of every step named `name` under the prefix at its documented location."""
     parent, _, base = name.rpartition("/")
     found = []
-    dirs = [e["name"] for e in store.ls(parent) if e["type"] == "directory"]
-    for dirname in version_names(dirs, base):
+    # Names only (no stat per entry): an entry that is not a step's directory has no step.json to read.
+    for dirname in version_names(store.names(parent), base):
         rel = f"{parent}/{dirname}" if parent else dirname
         doc = store.read_json(sf.step_json_path(rel))
         if isinstance(doc, dict) and doc.get("name") == name:

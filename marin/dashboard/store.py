@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -70,6 +71,35 @@ def signature(info: dict[str, Any]) -> tuple[Any, ...]:
     return tuple((k, info[k]) for k in _SIGNATURE_KEYS if k in info)
 
 
+def _local_ls(path: str) -> list[dict[str, Any]]:
+    """fsspec's LocalFileSystem.ls(path, detail=True), the same info dicts, from one scandir without fsspec's
+    per-entry path normalisation (about 3x faster on the 1,000 manifests of experiments/)."""
+    out = []
+    with os.scandir(path) as it:
+        for entry in it:
+            try:
+                st = entry.stat(follow_symlinks=False)
+                link = stat.S_ISLNK(st.st_mode)
+                size = st.st_size
+                if link:
+                    try:
+                        size = entry.stat(follow_symlinks=True).st_size
+                    except OSError:
+                        size = 0
+            except FileNotFoundError:
+                continue  # removed since the directory was read
+            kind = ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
+                    else "other")
+            info = {"name": entry.path, "size": size, "type": kind,
+                    "created": getattr(st, "st_birthtime", st.st_ctime), "islink": link, "mode": st.st_mode,
+                    "uid": st.st_uid, "gid": st.st_gid, "mtime": st.st_mtime, "ino": st.st_ino,
+                    "nlink": st.st_nlink}
+            if link:
+                info["destination"] = os.readlink(entry.path)
+            out.append(info)
+    return out
+
+
 class PrefixStore:
     """A read-only, cached view of one prefix."""
 
@@ -92,6 +122,7 @@ class PrefixStore:
         self.ttl = ttl if ttl is not None else (1.0 if self.is_local else 5.0)
         self._cache: dict[str, _Entry] = {}
         self._ls_cache: dict[str, _Entry] = {}
+        self._names_cache: dict[str, _Entry] = {}
         self._find_cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 
@@ -217,7 +248,7 @@ class PrefixStore:
             cached: list[dict[str, Any]] = fresh.value
             return cached
         try:
-            infos = self.fs.ls(full, detail=True)
+            infos = _local_ls(full) if self.is_local else self.fs.ls(full, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             infos = []
         entries = []
@@ -231,6 +262,27 @@ class PrefixStore:
         entries.sort(key=lambda e: e["name"])
         self._ls_cache[full] = _Entry(None, now, entries)
         return entries
+
+    def names(self, rel: str) -> list[str]:
+        """Names of a directory's entries, sorted, without a stat per entry (`ls` stats every one: a step's
+        parent directory can hold hundreds of versions); cached like `ls`; [] when absent."""
+        full = self.full(rel)
+        now = time.monotonic()
+        fresh = self._fresh(self._names_cache, full, now)
+        if fresh is not None:
+            cached: list[str] = fresh.value
+            return cached
+        try:
+            if self.is_local:
+                with os.scandir(full) as it:
+                    names = sorted(e.name for e in it)
+            else:
+                names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(full, detail=False)
+                               if p.rstrip("/") != full.rstrip("/"))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        self._names_cache[full] = _Entry(None, now, names)
+        return names
 
     def listing(self, rel: str) -> dict[str, dict[str, Any]]:
         """Every file under the directory `rel`, recursively: relative path -> its info (signature keys

@@ -54,7 +54,9 @@ class ExecutorMainConfig:
     """What a changed raw input does to steps without their own Step(raw_inputs=...): 'rerun' (its
     fingerprint is part of the identity) or 'warn' (the plan warns, the result is reused)."""
     quiet: bool = False
-    """Print only the final summary: no plan table, no start banner, no live progress."""
+    """For run: print only the end (the summary line, each step's headline numbers, the verdict) and
+    warnings; no plan table, start banner or live progress. plan and status print what they show either
+    way."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

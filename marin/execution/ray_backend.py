@@ -8,13 +8,14 @@ missing resource, instead of a task pending forever.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from marin.definition.step import Resources
@@ -64,12 +65,34 @@ def ensure_ray(address: str | None = None) -> bool:
         os.environ["PYTHONPATH"] = pythonpath
         # address="local": without it ray.init joins whatever cluster `ray start` last recorded in
         # /tmp/ray/ray_current_cluster (a stale or someone else's), instead of starting the embedded one.
-        ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
-                 namespace="marin", log_to_driver=False, configure_logging=False)
+        with _loopback_node():
+            ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+                     namespace="marin", log_to_driver=False, configure_logging=False)
         from marin.execution import ray_watchdog
 
         ray_watchdog.start()  # ends Ray's agents too if this process is killed (they outlived it by minutes)
     return True
+
+
+@contextlib.contextmanager
+def _loopback_node() -> Iterator[None]:
+    """An embedded Ray is one node on this machine: give it the loopback address, as Ray itself does on macOS
+    and Windows, instead of letting it probe 8.8.8.8 for the address other hosts would reach it on (on a
+    machine without a route out, that probe fails and logs a `network_util.cc ... Failed to determine local
+    IP via external connectivity` warning at every start). Ray decides this in `get_node_ip_address` from
+    `ray_constants.ENABLE_RAY_CLUSTER`, read at call time; it is switched off only while this node starts
+    (then the started node's address answers), and nothing is done on a Ray without that constant."""
+    from ray._private import ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 ACCELERATORS = ("GPU", "TPU")

@@ -125,3 +125,24 @@ def test_a_rewritten_manifest_makes_its_steps_be_read_again(client: tuple[TestCl
     assert c.get("/api/alerts").json()["active"] == []
     assert _touched(fs.calls, [os.path.realpath(out)])
     assert _touched(fs.calls, _step_roots(manifests[2])) == []
+
+
+def test_the_local_listing_is_fsspecs_and_names_need_no_stat(tmp_path: Path) -> None:
+    """PrefixStore lists a local directory with one scandir (store._local_ls) instead of fsspec's ls, and
+    gives names alone without a stat per entry (store.names, what a step's versions are found with): the
+    entries are the ones fsspec gives, key for key, links and dangling links included."""
+    import fsspec
+
+    from marin.dashboard.store import PrefixStore, _local_ls
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "file.json").write_text("{}")
+    (tmp_path / "d" / "sub").mkdir()
+    (tmp_path / "d" / "link").symlink_to(tmp_path / "d" / "file.json")
+    (tmp_path / "d" / "dangling").symlink_to(tmp_path / "nowhere")
+    expected = sorted(fsspec.filesystem("file").ls(str(tmp_path / "d"), detail=True), key=lambda i: i["name"])
+    assert sorted(_local_ls(str(tmp_path / "d")), key=lambda i: i["name"]) == expected
+    store = PrefixStore(str(tmp_path), ttl=0)
+    assert [e["name"] for e in store.ls("d")] == store.names("d") == ["dangling", "file.json", "link", "sub"]
+    assert [e["type"] for e in store.ls("d")] == ["other", "file", "other", "directory"]
+    assert store.ls("nothing") == [] and store.names("nothing") == [] and store.names("d/file.json") == []

@@ -4,6 +4,7 @@ every outcome (made by real local runs: tests/fakes/notebook_prefix.py), includi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -103,3 +104,38 @@ def test_the_experiment_page_shows_the_frozen_notebook_and_the_verdict_history(
     assert "judged by hand" in page and "the baseline was run on another seed" in page
     assert 'class="badge outcome-inconclusive"' in page and "eval/new:macro.bpb" in page
     assert client.get("/api/experiments/nope-00000000/notebook").status_code == 404
+
+
+def test_the_experiment_page_shows_each_criterion_amendment(run_marin: Any, marin_prefix: str) -> None:
+    """A criterion amended before the first verdict (docs/notebook.md) is shown on the experiment page and in
+    its notebook API: when, by which run, the previous text and the new one, in order."""
+    from marin import Criterion, Step, this_output_path
+    from tests.marin.notebook_fns import EvalConfig, write_eval
+
+    base = Step(name="eval/base", fn=write_eval, config=EvalConfig(this_output_path(), 1.30))
+    new = Step(name="eval/new", fn=write_eval, config=EvalConfig(this_output_path(), 1.20))
+
+    def crit(path: str) -> Criterion:
+        return Criterion(metric=f"eval/new:{path}", better="lower", baseline=base, min_effect=0.05)
+
+    texts = ["first <b>draft</b>", "second draft", "the new router lowers bits per byte"]
+    runs = [run_marin([base, new], hypothesis=h, criterion=crit(p))
+            for h, p in zip(texts, ("macro.bbp", "macro.bpx", "macro.bpb"), strict=True)]
+    assert len({r.experiment_id for r in runs}) == 1
+    exp_id = runs[0].experiment_id
+    with TestClient(create_app(marin_prefix, cache_ttl=0)) as c:
+        nb = c.get(f"/api/experiments/{exp_id}/notebook").json()
+        page = c.get(f"/experiments/{exp_id}").text
+    rows = nb["amendments"]
+    assert [(r["run_id"], r["previous"]["hypothesis"], r["new"]["hypothesis"]) for r in rows] == [
+        (runs[1].run_id, texts[0], texts[1]), (runs[2].run_id, texts[1], texts[2])]
+    assert [r["previous"]["criteria"][0]["metric"] for r in rows] == ["eval/new:macro.bbp",
+                                                                      "eval/new:macro.bpx"]
+    assert rows[1]["new"]["criteria"][0]["metric"] == "eval/new:macro.bpb" and rows[0]["at"] < rows[1]["at"]
+    assert nb["current"]["outcome"] == "worked"
+    table = page[page.index('id="amendments"'):page.index("</table>", page.index('id="amendments"'))]
+    assert table.count("<tr><td") == 2
+    assert "first &lt;b&gt;draft&lt;/b&gt;" in table and "<b>draft" not in table
+    assert table.index("eval/new:macro.bbp") < table.index("second draft") < table.index("eval/new:macro.bpx")
+    assert table.index("eval/new:macro.bpx") < table.index("the new router lowers bits per byte")
+    assert runs[1].run_id in table and runs[2].run_id in table

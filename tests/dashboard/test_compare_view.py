@@ -8,6 +8,7 @@ multiple-choice tables."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,6 +114,39 @@ def test_step_pages_show_final_values_and_eval_tables(
     task = re.search(r'<tr data-task="stdlib_next_line_v1">(.*?)</tr>', ev, re.S)
     assert task is not None
     assert f"{lab.accuracy(0.004)[0]:.4g}" in task.group(1) and "± 0.02" in task.group(1)
+
+
+def test_eval_standard_errors_over_documents_are_shown_where_recorded(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """eval.json's optional bpb_stderr/loss_stderr/documents (moe_trainer.evaluate, issue 33) appear as
+    ± on the eval step's table and as the standard error of the metric in a comparison (never as metrics of
+    their own); an eval.json written before them still reads, without ±."""
+    prefix = str(tmp_path_factory.mktemp("lab-se"))
+    base, ablation = lab.lab_prefix(prefix)
+    with TestClient(create_app(prefix, cache_ttl=0)) as client:
+        steps = {s["name"]: s["path"] for s in client.get(f"/api/experiments/{base}").json()["steps"]}
+        path = Path(prefix, steps["eval/tiny"], "eval.json")
+        doc = json.loads(path.read_text())
+        for i, row in enumerate(doc["domains"].values()):
+            row.update(bpb_stderr=0.0125 + i / 1000, loss_stderr=0.025, documents=40)
+        doc["macro"]["bpb_stderr"] = 0.0091
+        path.write_text(json.dumps(doc))
+        page = client.get(f"/steps/{steps['eval/tiny']}").text
+        python = re.search(r'<tr data-domain="python">(.*?)</tr>', page, re.S)
+        assert python is not None and "± 0.0125" in python.group(1) and "± 0.025" in python.group(1)
+        assert "<td class=\"num\">40</td>" in python.group(1) and "over the documents" in page
+        macro = re.search(r'<tr data-domain="macro" class="summary-row">(.*?)</tr>', page, re.S)
+        assert macro is not None and "± 0.0091" in macro.group(1)
+        theirs = {s["name"]: s["path"] for s in client.get(f"/api/experiments/{ablation}").json()["steps"]}
+        old = client.get(f"/steps/{theirs['eval/tiny-lr_half']}").text
+        assert 'data-domain="python"' in old and "over the documents" not in old
+        assert "±" not in re.search(r'<table class="list eval-domains".*?</table>', old, re.S).group(0)
+        table = client.get("/api/compare", params={"runs": [base, ablation]}).json()["metrics"]
+    rows = {r["metric"]: r for r in table}
+    assert not any(k.endswith("_stderr") for k in rows)
+    bpb = rows["eval:domains.python.bpb"]
+    assert bpb["values"][0]["stderr"] == 0.0125 and bpb["values"][1]["stderr"] is None
+    assert rows["eval:macro.bpb"]["values"][0]["stderr"] == 0.0091
 
 
 def test_synthetic_list_and_compare(synthetic_client: TestClient, synthetic_prefix: Path) -> None:

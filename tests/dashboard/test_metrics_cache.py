@@ -100,3 +100,19 @@ def test_a_torn_or_binary_line_is_skipped_and_the_cached_columns_stay_true(tmp_p
         f.write(json.dumps({"step": 4, "loss": 1.0}).encode() + b"\n")
     for _ in range(2):  # each request answers, and never adds a row twice
         assert reader.metrics("train/x-1", 100).steps == [1, 2, 4]
+
+
+def test_a_file_over_the_budget_evicts_nothing(tmp_path: Path) -> None:
+    """Serving a file larger than the whole budget keeps the files already cached (before: it was inserted,
+    pushed every other file out, then was dropped itself)."""
+    small = [_write_metrics(tmp_path, f"kept{i}", 50) for i in range(2)]
+    huge = _write_metrics(tmp_path, "huge", 2000)
+    reader = MetricsReader(PrefixStore(str(tmp_path), ttl=0), max_bytes=1 << 40)
+    for rel in small:
+        reader.metrics(rel, max_points=10)
+    reader.max_bytes = reader.cached_bytes + 1000  # room for the two small files, far less than the huge one
+    kept = reader.cached_files()
+    metrics = reader.metrics(huge, max_points=10)
+    assert metrics is not None and metrics.rows == 2000
+    assert reader.cached_files() == kept == [f"{rel}/metrics.jsonl" for rel in small]
+    assert 0 < reader.cached_bytes <= reader.max_bytes

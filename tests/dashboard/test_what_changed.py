@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from fastapi.testclient import TestClient
 
 from marin import Step, output_path_of, this_output_path
@@ -84,3 +85,14 @@ def test_differences_and_versions_are_computed_one_way() -> None:
     assert previous_version(docs, 2.5) == ("c", {"created": 2.0}, True)  # the last one before it
     assert previous_version(docs, 0.5) == ("b", {"created": 3.0}, False)  # the oldest: the newest other one
     assert previous_version([], 1.0) is None
+
+
+def test_the_old_name_step_changes_warns_and_is_the_one_implementation() -> None:
+    import marin.dashboard.diff as diff
+    from marin.graph import changes
+
+    with pytest.warns(DeprecationWarning, match="import step_changes from marin.graph.changes"):
+        old = diff.step_changes
+    assert old is changes.step_changes
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        diff.nothing_here  # noqa: B018

@@ -33,6 +33,26 @@ def test_run_help_spells_flags_with_dashes_and_shows_real_defaults(
     assert "(default: 60.0)" in flat and "(default: false)" in flat
 
 
+def test_quiet_help_says_what_it_does_and_plan_ignores_it(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """-q quiets a run (tests/marin/test_run_report.py checks what a quiet run prints); `marin plan -q` still
+    prints the plan, which is what it was asked for, and the help says both."""
+    assert marin_main(["run", "--help"]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert ("-q, --quiet For run: print only the end (the summary line, each step's headline numbers, the "
+            "verdict) and warnings; no plan table, start banner or live progress. plan and status print what "
+            "they show either way. (default: false)") in flat
+    prefix = str(tmp_path / "out")
+    script = str(ROOT / "experiments" / "hello_world.py")
+    outputs = []
+    for quiet in ([], ["-q"]):
+        assert marin_main(["plan", script, "--prefix", prefix, *quiet]) == 0
+        captured = capsys.readouterr()
+        outputs.append(captured.out + captured.err)
+    assert f"plan under {prefix}" in outputs[1] and "run     demo/total" in outputs[1]
+    assert outputs[0] == outputs[1]
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     import tomllib
 

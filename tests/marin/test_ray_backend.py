@@ -91,6 +91,24 @@ def test_embedded_ray_runs_steps_captures_logs_and_wraps_failures(
     assert ray_embedded.is_initialized()  # the session's Ray is not shut down by a run that did not start it
 
 
+def test_an_embedded_ray_starts_on_loopback_without_probing_outside_addresses(tmp_path: Path) -> None:
+    """The embedded node takes 127.0.0.1, as Ray does on macOS/Windows, so Ray does not probe 8.8.8.8 for an
+    address to show other hosts (in the tests' private network namespace that probe fails and logs a
+    `network_util.cc ... Failed to determine local IP` warning at every run's start)."""
+    code = ("import ray\nfrom ray._private import ray_constants\n"
+            "from marin.execution.ray_backend import ensure_ray\n"
+            "assert ensure_ray(None)\n"
+            "print(ray.util.get_node_ip_address(), ray_constants.ENABLE_RAY_CLUSTER)\n"
+            "ray.shutdown()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["127.0.0.1", "True"]  # the switch is put back once the node is up
+    assert "Failed to determine local IP" not in done.stderr and "8.8.8.8" not in done.stderr, done.stderr
+
+
 def test_every_attempt_is_a_ray_task_named_after_its_step_with_its_resources(ray_embedded: Any,
                                                                             marin_prefix: str) -> None:
     """Options are validated once per resource set and later submissions skip `.options()`: names and

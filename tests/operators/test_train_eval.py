@@ -81,8 +81,8 @@ def bigram_params(cfg: ModelConfig) -> Any:
     return jax.tree.map(np.asarray, params)
 
 
-def hand_nll(params: Any, cfg: ModelConfig, texts: list[str]) -> tuple[float, int, int]:
-    """(summed NLL in nats, tokens, bytes) computed with numpy in float64, independently of the trainer.
+def hand_token_nll(params: Any, cfg: ModelConfig, texts: list[str]) -> np.ndarray:
+    """Every target's NLL in nats, computed with numpy in float64, independently of the trainer.
 
     The stream is [EOS] + each document followed by its EOS; every token after the first is a target once,
     predicted from the token before it."""
@@ -95,8 +95,13 @@ def hand_nll(params: Any, cfg: ModelConfig, texts: list[str]) -> tuple[float, in
     logits = h @ np.asarray(params["lm_head"], np.float64)
     top = logits.max(axis=-1)
     logz = top + np.log(np.exp(logits - top[:, None]).sum(axis=-1))
-    nll = logz - logits[np.arange(len(targets)), targets]
-    return float(nll.sum()), len(targets), sum(len(t.encode("utf-8")) for t in texts)
+    return np.asarray(logz - logits[np.arange(len(targets)), targets])
+
+
+def hand_nll(params: Any, cfg: ModelConfig, texts: list[str]) -> tuple[float, int, int]:
+    """(summed NLL in nats, tokens, bytes), from hand_token_nll."""
+    nll = hand_token_nll(params, cfg, texts)
+    return float(nll.sum()), len(nll), sum(len(t.encode("utf-8")) for t in texts)
 
 
 def test_eval_bits_per_byte_equals_hand_computation(caches: dict[str, str], tmp_path: Path) -> None:
@@ -123,6 +128,37 @@ def test_eval_bits_per_byte_equals_hand_computation(caches: dict[str, str], tmp_
     assert abs(result["micro"]["bpb"] - math.log2(VOCAB) * tokens / nbytes) > 0.1
     info = json.loads((out / "eval_info.json").read_text())
     assert info["dropless"] and info["seq_len"] == cfg.max_seq_len
+
+
+def hand_document_sums(params: Any, cfg: ModelConfig, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(summed NLL, targets) per document: document d's targets are its tokens and its EOS."""
+    per_token = hand_token_nll(params, cfg, texts)
+    bounds = np.cumsum([0, *(len(toy_ids(t)) + 1 for t in texts)])
+    return (np.array([per_token[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]),
+            np.diff(bounds).astype(np.float64))
+
+
+def test_eval_standard_error_takes_documents_as_the_units(caches: dict[str, str], tmp_path: Path) -> None:
+    """eval.json's bpb_stderr/loss_stderr per domain: the standard error of the summed NLL over documents
+    (ratio-estimator residuals nll_d - loss * tokens_d), computed here by hand; macro's is that of the mean of
+    independent domains. Windows of 8 tokens cut documents, so a per-window figure would differ."""
+    cfg = toy_config()
+    params = bigram_params(cfg)
+    ckpt = save_checkpoint(tmp_path / "run", cfg, params)
+    result = evaluate(EvaluateConfig(output_path=str(tmp_path / "eval"), checkpoint=ckpt, validation=caches,
+                                     batch_size=3))
+    for domain, texts in TEXTS.items():
+        y, x = hand_document_sums(params, cfg, texts)
+        n, loss = len(texts), y.sum() / x.sum()
+        se_sum = math.sqrt(n / (n - 1) * ((y - loss * x) ** 2).sum())
+        row = result["domains"][domain]
+        assert row["documents"] == n >= 2 and x.sum() == row["tokens"]
+        assert row["loss_stderr"] == pytest.approx(se_sum / x.sum(), rel=1e-4)
+        assert row["bpb_stderr"] == pytest.approx(se_sum / (math.log(2) * row["bytes"]), rel=1e-4)
+        assert 0 < row["bpb_stderr"] < row["bpb"]
+    ses = [r["bpb_stderr"] for r in result["domains"].values()]
+    assert result["macro"]["bpb_stderr"] == pytest.approx(math.sqrt(sum(se ** 2 for se in ses)) / len(ses))
+    assert "bpb_stderr" not in result["micro"]  # domains differ in bytes per token: no pooled figure
 
 
 def test_eval_is_dropless_even_for_a_capacity_limited_model(caches: dict[str, str], tmp_path: Path) -> None:

@@ -81,7 +81,22 @@ def notebook_view(dash: Dashboard, experiment_id: str) -> dict[str, Any]:
     history = [e for e in doc.get("history") or [] if isinstance(e, dict)]
     notebook = manifest.get("notebook") if isinstance(manifest.get("notebook"), dict) else None
     return {"notebook": notebook, "current": current, "history": history,
-            "deciding": deciding(current, history) if current else ""}
+            "deciding": deciding(current, history) if current else "",
+            "amendments": amendments(manifest, notebook)}
+
+
+def amendments(manifest: dict[str, Any], notebook: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each amendment of the hypothesis/criterion (allowed until the first verdict: docs/notebook.md), oldest
+    first: when, by which run, the text before (`previous`, as recorded) and after it (the next amendment's
+    `previous`, or the notebook now)."""
+    recorded = [a for a in manifest.get("notebook_amendments") or [] if isinstance(a, dict)]
+    rows = []
+    for i, amended in enumerate(recorded):
+        after = recorded[i + 1].get("previous") if i + 1 < len(recorded) else notebook
+        rows.append({"at": amended.get("at"), "run_id": amended.get("run_id"),
+                     "previous": amended.get("previous") if isinstance(amended.get("previous"), dict) else {},
+                     "new": after if isinstance(after, dict) else {}})
+    return rows
 
 
 @router.get("/api/experiments/{experiment_id}/notebook", tags=["notebook"])
