@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -31,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +47,7 @@ class LatencyProxy:
 
     def __init__(self, target_port: int, delay_s: float) -> None:
         self.target_port, self.delay_s = target_port, delay_s
+        self.requests: collections.Counter[str] = collections.Counter()  # by `request_kind`
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
         self.port = 0
@@ -65,8 +69,19 @@ class LatencyProxy:
 
         async def upstream() -> None:
             while data := await reader.read(1 << 16):
-                if state["answered"] and self.delay_s:
-                    await asyncio.sleep(self.delay_s)
+                if state["answered"]:
+                    kind = request_kind(data)
+                    if kind == COUNTS_KIND:  # the worker asks what went through so far: answered here
+                        body = json.dumps(dict(self.requests)).encode()
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                        await writer.drain()
+                        writer.close()
+                        up_writer.close()
+                        return
+                    self.requests[kind] += 1
+                    if self.delay_s:
+                        await asyncio.sleep(self.delay_s)
                 state["answered"] = False
                 up_writer.write(data)
                 await up_writer.drain()
@@ -81,6 +96,44 @@ class LatencyProxy:
 
         with contextlib.suppress(ConnectionError, OSError):
             await asyncio.gather(upstream(), downstream())
+
+
+COUNTS_KIND = "counts"
+COUNTS_PATH = "/__marin_proxy_requests__"
+
+
+def request_kind(data: bytes) -> str:
+    """What an HTTP request is, from its first line: the method and the kind of object (`list` for a
+    listing, else the object's base name for the engine's records (`status.json`, `lease.json`, ...) or
+    `other`), e.g. `GET status.json`, `PUT events.jsonl`, `GET list`."""
+    line = data.split(b"\r\n", 1)[0].decode("latin-1")
+    method, _, rest = line.partition(" ")
+    if method not in ("GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"):
+        return "body after 100-continue"  # S3 PUTs wait for the server's go-ahead: a round trip of its own
+    target = rest.rsplit(" ", 1)[0]
+    if target.startswith(COUNTS_PATH):
+        return COUNTS_KIND
+    path, _, query = target.partition("?")
+    params = urllib.parse.parse_qs(query)
+    gcs_list = path.rstrip("/").endswith("/o") and method == "GET"
+    if "list-type" in params or "delimiter" in params or gcs_list:
+        return f"{method} list"
+    name = params.get("name", [""])[0] or urllib.parse.unquote(path)  # gcs uploads name the object
+    base = urllib.parse.unquote(name).rstrip("/").rsplit("/", 1)[-1]
+    known = base if base.endswith((".json", ".jsonl", ".patch")) else "other"
+    return f"{method} {known}"
+
+
+def proxy_requests(endpoint: str) -> dict[str, int]:
+    """The requests the proxy at `endpoint` forwarded so far, by kind."""
+    with urllib.request.urlopen(endpoint + COUNTS_PATH, timeout=30) as r:  # noqa: S310 (loopback)
+        counts: dict[str, int] = json.loads(r.read())
+    return counts
+
+
+def counts_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    out = {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] - before.get(k, 0)}
+    return {"total": sum(out.values()), **out}
 
 
 def free_port() -> int:
@@ -185,20 +238,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
                                                                 inputs=(output_path_of(steps[0]),), raw=raw))]
     prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
-    def timed(dry: bool) -> tuple[float, Any]:
+    requests: dict[str, dict[str, int]] = {}
+
+    def timed(phase: str, dry: bool) -> tuple[float, Any]:
+        before = proxy_requests(args.endpoint)
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
                                 verbose=False, script="benchmarks/cloud_latency_dag.py")
-        return round(time.perf_counter() - t0, 3), result
+        elapsed = round(time.perf_counter() - t0, 3)
+        requests[phase] = counts_since(before, proxy_requests(args.endpoint))
+        return elapsed, result
 
-    plan_empty, _ = timed(True)
-    run, result = timed(False)
+    plan_empty, _ = timed("plan_empty", True)
+    run, result = timed("run", False)
     assert result.status == "SUCCESS", result.summary
-    plan_done, planned = timed(True)
+    plan_done, planned = timed("plan_succeeded", True)
     assert all(e.action == "skip" for e in planned.plan.entries)
-    rerun, _ = timed(False)
-    return {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    rerun, _ = timed("rerun", False)
+    return {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun,
+            "requests": requests}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from marin.storage.listing import FileInfo
@@ -101,6 +101,16 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def iter_bytes(self, path: str) -> Iterator[bytes]:
         """The file's content in chunks (for digests)."""
+
+    # ----- batches: many independent calls at once (the plan, `marin status`); order of the answers = order
+    # of the paths. Stores with an async client issue them concurrently (generic.py); the default is a loop.
+    def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+        """`read_bytes` of every path (None for one that does not exist), concurrently where the store can."""
+        return [self.read_bytes(p) for p in paths]
+
+    def list_many(self, paths: Sequence[str]) -> list[dict[str, FileInfo] | None]:
+        """`list_files` of every directory, concurrently where the store can."""
+        return [self.list_files(p) for p in paths]
 
     def read_bytes(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist (for a file that may not be UTF-8: a damaged

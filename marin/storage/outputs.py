@@ -40,10 +40,14 @@ def manifest_path(output_path: str) -> str:
 
 def scan_outputs(storage: Storage, output_path: str) -> dict[str, FileInfo] | None:
     """The step's files (one listing), `.marin/` left out; None when the output path does not exist."""
-    files = storage.list_files(output_path)
-    if files is None:
+    return step_files(storage.list_files(output_path))
+
+
+def step_files(listing: dict[str, FileInfo] | None) -> dict[str, FileInfo] | None:
+    """A listing of an output path without the engine's own records (`.marin/`)."""
+    if listing is None:
         return None
-    return {k: v for k, v in files.items() if k != META and not k.startswith(META + "/")}
+    return {k: v for k, v in listing.items() if k != META and not k.startswith(META + "/")}
 
 
 def listing_digest(files: dict[str, FileInfo]) -> str:
@@ -137,7 +141,13 @@ def _differs(storage: Storage, path: str, want: FileInfo, got: FileInfo, deep: b
 
 def check_outputs(storage: Storage, output_path: str, summary: dict[str, Any]) -> OutputCheck:
     """One listing against the summary in status.json; the manifest is read only when they differ."""
-    files = scan_outputs(storage, output_path) or {}
+    return check_listed(storage, output_path, summary, storage.list_files(output_path))
+
+
+def check_listed(storage: Storage, output_path: str, summary: dict[str, Any],
+                 listing: dict[str, FileInfo] | None) -> OutputCheck:
+    """`check_outputs` with the output path's listing already made (a batch: `Storage.list_many`)."""
+    files = step_files(listing) or {}
     if listing_digest(files) == summary.get("listing"):
         return OutputCheck()
     recorded = read_manifest(storage, output_path)
