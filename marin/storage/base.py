@@ -71,6 +71,12 @@ class Storage(abc.ABC):
     def create_exclusive(self, path: str, text: str) -> bool:
         """Create `path` with `text` only if it does not exist; False if it already exists."""
 
+    def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
+        """`create_exclusive`, and the new file's version token when the store's answer carries it (None
+        when it must be read: `read_versioned`). Saves a lease its read-back on S3 (ETag) and GCS
+        (generation)."""
+        return self.create_exclusive(path, text), None
+
     @abc.abstractmethod
     def read_versioned(self, path: str) -> Versioned | None:
         """The file's text and version token, read together; None when it does not exist."""

@@ -78,6 +78,20 @@ class GcsStorage(FsspecStorage):
     def create_exclusive(self, path: str, text: str) -> bool:
         return self._create_if_absent(path, text)
 
+    def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
+        """`ifGenerationMatch=0` in one multipart upload; the token is the generation it answers with."""
+        blob = gcs_blob(path)
+        if blob is None:
+            return self.create_exclusive(path, text), None
+        from google.api_core import exceptions as gexc
+
+        try:
+            blob.upload_from_string(text, if_generation_match=0)
+        except gexc.PreconditionFailed:
+            return False, None
+        generation = blob.generation
+        return True, generation if isinstance(generation, int) else None
+
     def read_versioned(self, path: str) -> Versioned | None:
         blob = gcs_blob(path)
         if blob is not None:

@@ -65,8 +65,16 @@ class S3Storage(FsspecStorage):
         super().write_text(path, text)
 
     def _create_if_absent(self, path: str, text: str) -> bool:
+        return self.create_versioned(path, text)[0]
+
+    def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
+        """`If-None-Match: *`; the token is the ETag in PutObject's answer (what a GetObject reports)."""
         self._client()
-        return super()._create_if_absent(path, text)
+        try:
+            answer = self.fs.pipe_file(path, text.encode("utf-8"), mode="create")
+        except FileExistsError:
+            return False, None
+        return True, answer.get("ETag") if isinstance(answer, dict) else None
 
     def create_exclusive(self, path: str, text: str) -> bool:
         return self._create_if_absent(path, text)

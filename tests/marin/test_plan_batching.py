@@ -6,6 +6,8 @@ behind a latency proxy)."""
 from __future__ import annotations
 
 import collections
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -144,3 +146,24 @@ def test_on_s3_a_read_is_one_get_and_a_small_write_sends_its_body_at_once(s3_buc
     finally:
         client.meta.events.unregister("before-call.s3", note)
     assert seen == [("GetObject", None), ("PutObject", None), ("GetObject", None), ("GetObject", None)]
+
+
+def _create_round(prefix: str) -> None:
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(prefix)
+    path = f"{prefix}/lease-{os.getpid()}-{time.time_ns()}.json"
+    created, token = storage.create_versioned(path, '{"owner": "a"}')
+    current = storage.read_versioned(path)
+    assert created and current is not None and token == current.token  # no read-back needed
+    assert storage.create_versioned(path, '{"owner": "b"}') == (False, None)  # the race's loser
+    assert storage.replace_if(path, '{"owner": "a", "beat": 2}', token)  # the token is a working one
+    assert storage.read_text(path) == '{"owner": "a", "beat": 2}'
+
+
+def test_a_create_on_s3_answers_with_the_etag_a_read_gives(s3_bucket: str) -> None:
+    _create_round(f"{s3_bucket}/create-versioned")
+
+
+def test_a_create_on_gcs_answers_with_the_generation_a_read_gives(fake_gcs_bucket: str) -> None:
+    _create_round(f"{fake_gcs_bucket}/create-versioned")
