@@ -256,8 +256,54 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     plan_done, planned = timed("plan_succeeded", True)
     assert all(e.action == "skip" for e in planned.plan.entries)
     rerun, _ = timed("rerun", False)
-    return {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun,
-            "requests": requests}
+    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
+    out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
+    return {**out, "requests": requests}
+
+
+def timed_status(steps: list[Any], prefix: str, endpoint: str, requests: dict[str, dict[str, int]]) -> float:
+    """`marin status SCRIPT`: the script's executor_main in status mode (output discarded)."""
+    import io
+
+    from marin import executor_main
+    from marin.execution.main import cli_mode
+
+    before = proxy_requests(endpoint)
+    t0 = time.perf_counter()
+    with cli_mode("status"), contextlib.redirect_stdout(io.StringIO()):
+        executor_main(steps, argv=["--prefix", prefix])
+    elapsed = round(time.perf_counter() - t0, 3)
+    requests["status"] = counts_since(before, proxy_requests(endpoint))
+    return elapsed
+
+
+def timed_dashboard(prefix: str, experiment_id: str, args: argparse.Namespace,
+                    requests: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The dashboard's experiment page (HTML, in-process through the ASGI app): the first load, then
+    `--page-loads` more, one after another; p50/p95 of those in ms."""
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+
+    client = TestClient(create_app(prefix))
+    before = proxy_requests(args.endpoint)
+    t0 = time.perf_counter()
+    first = client.get(f"/experiments/{experiment_id}")
+    first_s = time.perf_counter() - t0
+    assert first.status_code == 200, first.text[:500]
+    requests["dashboard_first"] = counts_since(before, proxy_requests(args.endpoint))
+    before = proxy_requests(args.endpoint)
+    times = []
+    for _ in range(args.page_loads):
+        t0 = time.perf_counter()
+        assert client.get(f"/experiments/{experiment_id}").status_code == 200
+        times.append(time.perf_counter() - t0)
+    requests["dashboard_after"] = counts_since(before, proxy_requests(args.endpoint))
+    times.sort()
+    return {"dashboard_first_ms": round(first_s * 1000, 1),
+            "dashboard_p50_ms": round(times[len(times) // 2] * 1000, 1),
+            "dashboard_p95_ms": round(times[min(len(times) - 1, int(len(times) * 0.95))] * 1000, 1)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +326,7 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--store", store, "--endpoint", endpoint,
            "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
     cmd += ["--raw-input"] if args.raw_input else []
+    cmd += ["--page-loads", str(args.page_loads)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-1500:]}
@@ -318,6 +365,7 @@ def main() -> None:
     p.add_argument("--raw-input", action="store_true", help="every step names one raw input file")
     p.add_argument("--concurrency", type=int, default=16, help="--max-concurrent of the local backend")
     p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--page-loads", type=int, default=20, help="experiment-page loads after the first")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)

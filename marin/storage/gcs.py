@@ -20,6 +20,10 @@ from marin.storage.generic import FsspecStorage, split_bucket
 # One google-cloud-storage client per process (tests that point it at an emulator empty this:
 # tests/marin/gcs_env.py).
 _GCS_CLIENTS: dict[str, Any] = {}
+# ... and a forked child (a local worker) gets its own: a client inherited across fork shares the parent's
+# pooled connections, and two processes reading answers off one socket get each other's (a blob whose
+# properties come back empty).
+os.register_at_fork(after_in_child=_GCS_CLIENTS.clear)
 
 
 def gcs_blob(path: str) -> Any:
