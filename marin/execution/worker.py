@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import tempfile
@@ -94,6 +95,22 @@ def _together(storage: Storage, *writes: Callable[[], object]) -> None:
             future.result()
 
 
+def _note_step_json(outputs: dict[str, Any], record: StepRecord) -> None:
+    """The summary's `step_json` (the checksum the store listed for step.json) becomes `{"checksum",
+    "fn_source_hash"}` when this attempt wrote step.json, so a plan that lists the same checksum knows the
+    recorded source hash without reading the file (storage/outputs.py `recorded_step_facts`); dropped
+    otherwise."""
+    checksum = outputs.pop("step_json", None)
+    if checksum is None or record.step_json is None:
+        return
+    try:
+        source = json.loads(record.step_json).get("fn_source_hash")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(source, str):
+        outputs["step_json"] = {"checksum": checksum, "fn_source_hash": source}
+
+
 def _lease_lost(message: str, started: float | None = None, ended: float | None = None) -> AttemptResult:
     return AttemptResult(Outcome.LEASE_LOST, started=started, ended=ended, error_type="LeaseLost",
                          message=message)
@@ -129,6 +146,7 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
         return None
     # The output manifest first: a SUCCESS status always has one (marin/storage/outputs.py).
     outputs = record_outputs(storage, record.output_path, record.nondeterministic)
+    _note_step_json(outputs, record)
     # SUCCESS, status and event at once; both are written before the lease is released
     _together(storage,
               lambda: sf.write_status(storage, record.output_path, name=record.name, hash=record.hash,

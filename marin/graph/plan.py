@@ -55,7 +55,7 @@ from marin.status.files import (
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
-from marin.storage.outputs import OutputCheck, check_listed
+from marin.storage.outputs import OutputCheck, check_listed, recorded_step_facts
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
 CROSS_NAME_BUDGET = 200
@@ -167,10 +167,10 @@ class Scan:
         succeeded = [p for p, s in self.status.items() if s and s.get("status") == SUCCESS]
         checked = [p for p in succeeded if isinstance(self.status[p].get("outputs"), dict)]  # type: ignore[union-attr]
         self.unchecked = len(succeeded) - len(checked)  # recorded before output manifests: trusted as before
-        listings = storage.list_many(checked)  # one concurrent batch of listings
+        self.listings = dict(zip(checked, storage.list_many(checked), strict=True))  # one concurrent batch
         self.outputs: dict[str, OutputCheck] = {
             p: check_listed(storage, p, self.status[p]["outputs"], listing)  # type: ignore[index]
-            for p, listing in zip(checked, listings, strict=True)}
+            for p, listing in self.listings.items()}
 
     def succeeded(self, path: str) -> bool:
         """SUCCESS recorded, and its outputs still the ones that succeeded (or recorded before manifests)."""
@@ -280,8 +280,7 @@ def make_plan(
     needed = select(graph, run_only, lambda n: scan.succeeded(paths[id(n)]), warnings,
                     forced)
     # step.json of every reused step (code drift, raw inputs under `warn`), read concurrently up front
-    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and scan.succeeded(paths[id(n)])]
-    infos = dict(zip(reused, _checked_infos(storage, reused), strict=True))
+    infos = _reused_infos(graph, paths, needed, scan)
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
                         "outputs are trusted without a check (their next run records one)")
@@ -460,6 +459,29 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
         text = upstream[0]
         return f"{change.field} changed: {text if len(text) < 200 else text[:197] + '...'}"
     return change.describe()
+
+
+def _reused_infos(graph: Graph, paths: dict[int, str], needed: set[int],
+                  scan: Scan) -> dict[str, dict[str, Any] | str | None]:
+    """What the plan needs of each reused step's step.json (code drift; raw inputs under `warn`). A step.json
+    that the output listing shows unchanged since SUCCESS (same checksum as recorded in the status) is not
+    read: its `fn_source_hash` is in the status (storage/outputs.py `recorded_step_facts`). The others are
+    read in one concurrent batch."""
+    infos: dict[str, dict[str, Any] | str | None] = {}
+    unread: list[str] = []
+    for node in graph.nodes:
+        path = paths[id(node)]
+        if id(node) not in needed or not scan.succeeded(path):
+            continue
+        summary = (scan.status.get(path) or {}).get("outputs")
+        facts = recorded_step_facts(summary, scan.listings.get(path)) if isinstance(summary, dict) else None
+        warn = node.inputs is not None and node.inputs.policy == "warn"  # needs the recorded raw inputs
+        if facts is not None and not warn:
+            infos[path] = {"fn_source_hash": facts.get("fn_source_hash")}
+        else:
+            unread.append(path)
+    infos.update(zip(unread, _checked_infos(scan.storage, unread), strict=True))
+    return infos
 
 
 def _checked_infos(storage: Storage, paths: Sequence[str]) -> list[dict[str, Any] | str | None]:

@@ -167,3 +167,39 @@ def test_a_create_on_s3_answers_with_the_etag_a_read_gives(s3_bucket: str) -> No
 
 def test_a_create_on_gcs_answers_with_the_generation_a_read_gives(fake_gcs_bucket: str) -> None:
     _create_round(f"{fake_gcs_bucket}/create-versioned")
+
+
+def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_success(s3_bucket: str) -> None:
+    """A SUCCESS status records step.json's checksum and source hash; a plan whose output listing shows the
+    same checksum does not read step.json, and reads (and names) one rewritten since."""
+    from marin.status.files import step_json_path
+    from marin.storage.fs import storage_for
+    from marin.storage.s3 import S3Storage
+
+    class Recording(S3Storage):
+        def __init__(self, base: S3Storage) -> None:
+            super().__init__(base.fs, "s3")
+            self.read: list[str] = []
+
+        def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+            self.read.extend(paths)
+            return super().read_many(paths)
+
+    prefix = f"{s3_bucket}/facts-{time.time_ns()}"
+    steps = _fan_out(3)
+    run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                   script="tests/batching.py")
+    base = storage_for(prefix)
+    assert isinstance(base, S3Storage)
+    graph = build_graph(steps)
+    storage = Recording(base)
+    assert [e.action for e in make_plan(graph, prefix, storage).entries] == ["skip"] * 4
+    assert storage.read and not [p for p in storage.read if p.endswith("step.json")]
+    victim = graph.nodes[-1].output_path(prefix)
+    base.write_text(step_json_path(victim), "{not json")
+    storage = Recording(base)
+    plan = make_plan(graph, prefix, storage)
+    assert [p for p in storage.read if p.endswith("step.json")] == [step_json_path(victim)]
+    entry = next(e for e in plan.entries if e.output_path == victim)
+    assert entry.action == "skip" and any(f"{step_json_path(victim)} cannot be read" in w
+                                          for w in entry.warnings)
