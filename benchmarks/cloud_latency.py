@@ -14,8 +14,12 @@ run compares two versions of the engine side by side, alternating (e.g. this tre
 commit before issue 35 as `before`: without output manifests and raw-input fingerprints). The worker builds
 a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one raw input file on the store
 (with `--raw-input`), under a fresh prefix, and times: `plan_empty_s` (dry run on an empty prefix), `run_s`
-(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step).
-Load averages are printed before and after: on a shared machine a figure under load is not a headline.
+(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step),
+`status_s` (`marin status` of the script), and the dashboard's experiment page in-process
+(`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
+`requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
+object, e.g. `GET status.json`, `GET list`; `request_kind`), and the worker asks it for the counts between
+phases. Load averages are printed before and after: on a shared machine a figure under load is not a headline.
 """
 
 from __future__ import annotations
