@@ -227,19 +227,24 @@ def measured_listing_ms(store: str, endpoint: str) -> float:
 # ----- the worker: one engine version, one store, one latency (a fresh process) ---------------------------
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     configure_fsspec(args.store, args.endpoint)
-    from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+    from marin import ExecutorMainConfig, Resources, Step, output_path_of, run_experiment, this_output_path
 
     raw = f"{args.store}://{BUCKET}/raw/input.txt" if args.raw_input else ""
+    cpus = Resources(num_cpus=args.step_cpus)  # 1 (the default): two no-op steps at a time on 2 cores
     if args.shape == "fan":
-        root = Step(name="b/root", fn=noop, config=Config(output_path=this_output_path(), raw=raw))
+        root = Step(name="b/root", fn=noop, config=Config(output_path=this_output_path(), raw=raw),
+                    resources=cpus)
         steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
-                                                             inputs=(output_path_of(root),), raw=raw))
+                                                             inputs=(output_path_of(root),), raw=raw),
+                      resources=cpus)
                  for i in range(1, args.n)]
     else:
-        steps = [Step(name="b/s0", fn=noop, config=Config(output_path=this_output_path(), raw=raw))]
+        steps = [Step(name="b/s0", fn=noop, config=Config(output_path=this_output_path(), raw=raw),
+                      resources=cpus)]
         for i in range(1, args.n):
             steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
-                                                                inputs=(output_path_of(steps[0]),), raw=raw))]
+                                                                inputs=(output_path_of(steps[0]),), raw=raw),
+                          resources=cpus)]
     prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
     requests: dict[str, dict[str, int]] = {}
@@ -330,7 +335,7 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--store", store, "--endpoint", endpoint,
            "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
     cmd += ["--raw-input"] if args.raw_input else []
-    cmd += ["--page-loads", str(args.page_loads)]
+    cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-1500:]}
@@ -351,7 +356,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                     for n in args.sizes:
                         for code in args.code:  # alternating versions, same server, same minute
                             row = {"store": store, "latency_ms": latency, "measured_listing_ms": listing,
-                                   "shape": shape, "n": n, "code": code,
+                                   "shape": shape, "n": n, "code": code, "step_cpus": args.step_cpus,
                                    **run_worker(code, store, endpoint, shape, n, args)}
                             print(json.dumps(row), file=sys.stderr, flush=True)
                             out["results"].append(row)
@@ -369,6 +374,9 @@ def main() -> None:
     p.add_argument("--raw-input", action="store_true", help="every step names one raw input file")
     p.add_argument("--concurrency", type=int, default=16, help="--max-concurrent of the local backend")
     p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--step-cpus", type=float, default=1.0,
+                   help="Resources(num_cpus=) of each no-op step: the local backend runs as many at once as "
+                        "the machine's CPUs hold, up to --concurrency")
     p.add_argument("--page-loads", type=int, default=20, help="experiment-page loads after the first")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
