@@ -14,14 +14,19 @@ run compares two versions of the engine side by side, alternating (e.g. this tre
 commit before issue 35 as `before`: without output manifests and raw-input fingerprints). The worker builds
 a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one raw input file on the store
 (with `--raw-input`), under a fresh prefix, and times: `plan_empty_s` (dry run on an empty prefix), `run_s`
-(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step).
-Load averages are printed before and after: on a shared machine a figure under load is not a headline.
+(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step),
+`status_s` (`marin status` of the script), and the dashboard's experiment page in-process
+(`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
+`requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
+object, e.g. `GET status.json`, `GET list`; `request_kind`), and the worker asks it for the counts between
+phases. Load averages are printed before and after: on a shared machine a figure under load is not a headline.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -31,6 +36,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +51,7 @@ class LatencyProxy:
 
     def __init__(self, target_port: int, delay_s: float) -> None:
         self.target_port, self.delay_s = target_port, delay_s
+        self.requests: collections.Counter[str] = collections.Counter()  # by `request_kind`
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
         self.port = 0
@@ -65,8 +73,19 @@ class LatencyProxy:
 
         async def upstream() -> None:
             while data := await reader.read(1 << 16):
-                if state["answered"] and self.delay_s:
-                    await asyncio.sleep(self.delay_s)
+                if state["answered"]:
+                    kind = request_kind(data)
+                    if kind == COUNTS_KIND:  # the worker asks what went through so far: answered here
+                        body = json.dumps(dict(self.requests)).encode()
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                        await writer.drain()
+                        writer.close()
+                        up_writer.close()
+                        return
+                    self.requests[kind] += 1
+                    if self.delay_s:
+                        await asyncio.sleep(self.delay_s)
                 state["answered"] = False
                 up_writer.write(data)
                 await up_writer.drain()
@@ -81,6 +100,44 @@ class LatencyProxy:
 
         with contextlib.suppress(ConnectionError, OSError):
             await asyncio.gather(upstream(), downstream())
+
+
+COUNTS_KIND = "counts"
+COUNTS_PATH = "/__marin_proxy_requests__"
+
+
+def request_kind(data: bytes) -> str:
+    """What an HTTP request is, from its first line: the method and the kind of object (`list` for a
+    listing, else the object's base name for the engine's records (`status.json`, `lease.json`, ...) or
+    `other`), e.g. `GET status.json`, `PUT events.jsonl`, `GET list`."""
+    line = data.split(b"\r\n", 1)[0].decode("latin-1")
+    method, _, rest = line.partition(" ")
+    if method not in ("GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"):
+        return "body after 100-continue"  # S3 PUTs wait for the server's go-ahead: a round trip of its own
+    target = rest.rsplit(" ", 1)[0]
+    if target.startswith(COUNTS_PATH):
+        return COUNTS_KIND
+    path, _, query = target.partition("?")
+    params = urllib.parse.parse_qs(query)
+    gcs_list = path.rstrip("/").endswith("/o") and method == "GET"
+    if "list-type" in params or "delimiter" in params or gcs_list:
+        return f"{method} list"
+    name = params.get("name", [""])[0] or urllib.parse.unquote(path)  # gcs uploads name the object
+    base = urllib.parse.unquote(name).rstrip("/").rsplit("/", 1)[-1]
+    known = base if base.endswith((".json", ".jsonl", ".patch")) else "other"
+    return f"{method} {known}"
+
+
+def proxy_requests(endpoint: str) -> dict[str, int]:
+    """The requests the proxy at `endpoint` forwarded so far, by kind."""
+    with urllib.request.urlopen(endpoint + COUNTS_PATH, timeout=30) as r:  # noqa: S310 (loopback)
+        counts: dict[str, int] = json.loads(r.read())
+    return counts
+
+
+def counts_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    out = {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] - before.get(k, 0)}
+    return {"total": sum(out.values()), **out}
 
 
 def free_port() -> int:
@@ -170,35 +227,92 @@ def measured_listing_ms(store: str, endpoint: str) -> float:
 # ----- the worker: one engine version, one store, one latency (a fresh process) ---------------------------
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     configure_fsspec(args.store, args.endpoint)
-    from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+    from marin import ExecutorMainConfig, Resources, Step, output_path_of, run_experiment, this_output_path
 
     raw = f"{args.store}://{BUCKET}/raw/input.txt" if args.raw_input else ""
+    cpus = Resources(num_cpus=args.step_cpus)  # 1 (the default): two no-op steps at a time on 2 cores
     if args.shape == "fan":
-        root = Step(name="b/root", fn=noop, config=Config(output_path=this_output_path(), raw=raw))
+        root = Step(name="b/root", fn=noop, config=Config(output_path=this_output_path(), raw=raw),
+                    resources=cpus)
         steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
-                                                             inputs=(output_path_of(root),), raw=raw))
+                                                             inputs=(output_path_of(root),), raw=raw),
+                      resources=cpus)
                  for i in range(1, args.n)]
     else:
-        steps = [Step(name="b/s0", fn=noop, config=Config(output_path=this_output_path(), raw=raw))]
+        steps = [Step(name="b/s0", fn=noop, config=Config(output_path=this_output_path(), raw=raw),
+                      resources=cpus)]
         for i in range(1, args.n):
             steps = [Step(name=f"b/s{i}", fn=noop, config=Config(output_path=this_output_path(),
-                                                                inputs=(output_path_of(steps[0]),), raw=raw))]
+                                                                inputs=(output_path_of(steps[0]),), raw=raw),
+                          resources=cpus)]
     prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
-    def timed(dry: bool) -> tuple[float, Any]:
+    requests: dict[str, dict[str, int]] = {}
+
+    def timed(phase: str, dry: bool) -> tuple[float, Any]:
+        before = proxy_requests(args.endpoint)
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
                                 verbose=False, script="benchmarks/cloud_latency_dag.py")
-        return round(time.perf_counter() - t0, 3), result
+        elapsed = round(time.perf_counter() - t0, 3)
+        requests[phase] = counts_since(before, proxy_requests(args.endpoint))
+        return elapsed, result
 
-    plan_empty, _ = timed(True)
-    run, result = timed(False)
+    plan_empty, _ = timed("plan_empty", True)
+    run, result = timed("run", False)
     assert result.status == "SUCCESS", result.summary
-    plan_done, planned = timed(True)
+    plan_done, planned = timed("plan_succeeded", True)
     assert all(e.action == "skip" for e in planned.plan.entries)
-    rerun, _ = timed(False)
-    return {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    rerun, _ = timed("rerun", False)
+    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
+    out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
+    return {**out, "requests": requests}
+
+
+def timed_status(steps: list[Any], prefix: str, endpoint: str, requests: dict[str, dict[str, int]]) -> float:
+    """`marin status SCRIPT`: the script's executor_main in status mode (output discarded)."""
+    import io
+
+    from marin import executor_main
+    from marin.execution.main import cli_mode
+
+    before = proxy_requests(endpoint)
+    t0 = time.perf_counter()
+    with cli_mode("status"), contextlib.redirect_stdout(io.StringIO()):
+        executor_main(steps, argv=["--prefix", prefix])
+    elapsed = round(time.perf_counter() - t0, 3)
+    requests["status"] = counts_since(before, proxy_requests(endpoint))
+    return elapsed
+
+
+def timed_dashboard(prefix: str, experiment_id: str, args: argparse.Namespace,
+                    requests: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The dashboard's experiment page (HTML, in-process through the ASGI app): the first load, then
+    `--page-loads` more, one after another; p50/p95 of those in ms."""
+    from fastapi.testclient import TestClient
+
+    from marin.dashboard.app import create_app
+
+    client = TestClient(create_app(prefix))
+    before = proxy_requests(args.endpoint)
+    t0 = time.perf_counter()
+    first = client.get(f"/experiments/{experiment_id}")
+    first_s = time.perf_counter() - t0
+    assert first.status_code == 200, first.text[:500]
+    requests["dashboard_first"] = counts_since(before, proxy_requests(args.endpoint))
+    before = proxy_requests(args.endpoint)
+    times = []
+    for _ in range(args.page_loads):
+        t0 = time.perf_counter()
+        assert client.get(f"/experiments/{experiment_id}").status_code == 200
+        times.append(time.perf_counter() - t0)
+    requests["dashboard_after"] = counts_since(before, proxy_requests(args.endpoint))
+    times.sort()
+    return {"dashboard_first_ms": round(first_s * 1000, 1),
+            "dashboard_p50_ms": round(times[len(times) // 2] * 1000, 1),
+            "dashboard_p95_ms": round(times[min(len(times) - 1, int(len(times) * 0.95))] * 1000, 1)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +335,7 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--store", store, "--endpoint", endpoint,
            "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
     cmd += ["--raw-input"] if args.raw_input else []
+    cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-1500:]}
@@ -241,7 +356,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                     for n in args.sizes:
                         for code in args.code:  # alternating versions, same server, same minute
                             row = {"store": store, "latency_ms": latency, "measured_listing_ms": listing,
-                                   "shape": shape, "n": n, "code": code,
+                                   "shape": shape, "n": n, "code": code, "step_cpus": args.step_cpus,
                                    **run_worker(code, store, endpoint, shape, n, args)}
                             print(json.dumps(row), file=sys.stderr, flush=True)
                             out["results"].append(row)
@@ -259,6 +374,10 @@ def main() -> None:
     p.add_argument("--raw-input", action="store_true", help="every step names one raw input file")
     p.add_argument("--concurrency", type=int, default=16, help="--max-concurrent of the local backend")
     p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--step-cpus", type=float, default=1.0,
+                   help="Resources(num_cpus=) of each no-op step: the local backend runs as many at once as "
+                        "the machine's CPUs hold, up to --concurrency")
+    p.add_argument("--page-loads", type=int, default=20, help="experiment-page loads after the first")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)

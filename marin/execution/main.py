@@ -41,8 +41,8 @@ from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.graph.raw_inputs import RawInputs
 from marin.issue_ref import IssueRef
+from marin.status import damaged, interruptions, manifest, verdicts
 from marin.status import files as sf
-from marin.status import interruptions, manifest, verdicts
 from marin.status.console import ConsoleProgress
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
@@ -393,12 +393,13 @@ def _status_rows(storage: Storage, plan: Plan) -> tuple[list[dict[str, Any]], li
     be read is UNREADABLE with the message naming the file and the fix, never NOT RUN."""
     rows: list[dict[str, Any]] = []
     spans = []
-    for e in plan.entries:
+    found = storage.read_many([sf.status_path(e.output_path) for e in plan.entries])  # one concurrent batch
+    for e, data in zip(plan.entries, found, strict=True):
         # a damaged step.json alone is named by the plan (its entry's warning): shown on the step's row too
         step_json = f"{sf.step_json_path(e.output_path)} cannot be read"
         damage = next((w for w in e.warnings if w.startswith(step_json)), None)
         try:
-            current = sf.read_status_checked(storage, e.output_path) or {}
+            current = damaged.parse_checked(sf.status_path(e.output_path), data) or {}
         except CorruptFileError as err:
             current, damage = {"status": UNREADABLE}, str(err)
         ledger: dict[str, Any] = {"interruptions": []}

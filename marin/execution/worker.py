@@ -17,20 +17,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from marin.errors import CorruptFileError
 from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
+from marin.status import damaged, interruptions
 from marin.status import files as sf
-from marin.status import interruptions
 from marin.status.interruptions import PROGRESS_ENV
 from marin.status.live_log import LogShipper
 from marin.status.lock import PATCH_FILE
+from marin.storage.base import Storage
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
 from marin.storage.outputs import record_outputs
@@ -56,9 +60,11 @@ def _refusal(record: StepRecord) -> AttemptResult | None:
     - the lease no longer names the executor's holding (taken over while this attempt was queued): lease lost.
     """
     storage = storage_for(record.output_path)
-    status = sf.read_status(storage, record.output_path) or {}
-    text = storage.read_text(sf.lease_path(record.output_path))
-    holder = LeaseInfo.parse(text) if text else None
+    # both read at once (one round trip on an object store)
+    status_data, lease_data = storage.read_many([sf.status_path(record.output_path),
+                                                 sf.lease_path(record.output_path)])
+    status = _lenient_record(sf.status_path(record.output_path), status_data) or {}
+    holder = LeaseInfo.parse(lease_data.decode("utf-8")) if lease_data else None
     if (status.get("status") == sf.SUCCESS and status.get("attempt") == record.attempt
             and status.get("run_id") == record.run_id and status.get("executor") == record.executor):
         return AttemptResult(Outcome.SUCCESS, started=status.get("started"), ended=status.get("ended"),
@@ -67,6 +73,42 @@ def _refusal(record: StepRecord) -> AttemptResult | None:
         return None
     return _lease_lost("the executor no longer held the step's lease when the attempt was to start; "
                        "it did not run")
+
+
+def _lenient_record(path: str, data: bytes | None) -> dict[str, Any] | None:
+    """`sf.read_record` of bytes already read: a record that is not a JSON object reads as None."""
+    try:
+        return damaged.parse_checked(path, data)
+    except CorruptFileError:
+        return None
+
+
+def _together(storage: Storage, *writes: Callable[[], object]) -> None:
+    """Independent writes at once on an object store (each is a round trip there), in order on local disk;
+    returns once all are done, raising the first failure."""
+    if storage.is_local:
+        for write in writes:
+            write()
+        return
+    with ThreadPoolExecutor(len(writes)) as pool:
+        for future in [pool.submit(write) for write in writes]:
+            future.result()
+
+
+def _note_step_json(outputs: dict[str, Any], record: StepRecord) -> None:
+    """The summary's `step_json` (the checksum the store listed for step.json) becomes `{"checksum",
+    "fn_source_hash"}` when this attempt wrote step.json, so a plan that lists the same checksum knows the
+    recorded source hash without reading the file (storage/outputs.py `recorded_step_facts`); dropped
+    otherwise."""
+    checksum = outputs.pop("step_json", None)
+    if checksum is None or record.step_json is None:
+        return
+    try:
+        source = json.loads(record.step_json).get("fn_source_hash")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(source, str):
+        outputs["step_json"] = {"checksum": checksum, "fn_source_hash": source}
 
 
 def _lease_lost(message: str, started: float | None = None, ended: float | None = None) -> AttemptResult:
@@ -80,11 +122,13 @@ def _record_start(record: StepRecord, started: float) -> None:
         storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
     if record.step_json is not None:
         storage.write_text(sf.step_json_path(record.output_path), record.step_json)
-    sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.RUNNING,
-                    attempt=record.attempt, run_id=record.run_id, executor=record.executor,
-                    previous={"created": record.created}, started=started)
-    sf.append_event(storage, record.output_path, sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
-                    executor=record.executor)
+    _together(storage,  # RUNNING: status and event (two objects, both written under the lease)
+              lambda: sf.write_status(storage, record.output_path, name=record.name, hash=record.hash,
+                                      status=sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
+                                      executor=record.executor, previous={"created": record.created},
+                                      started=started),
+              lambda: sf.append_event(storage, record.output_path, sf.RUNNING, attempt=record.attempt,
+                                      run_id=record.run_id, executor=record.executor))
 
 
 def _record_fallbacks(record: StepRecord, started: float) -> None:
@@ -113,11 +157,15 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
         return None
     # The output manifest first: a SUCCESS status always has one (marin/storage/outputs.py).
     outputs = record_outputs(storage, record.output_path, record.nondeterministic)
-    sf.write_status(storage, record.output_path, name=record.name, hash=record.hash, status=sf.SUCCESS,
-                    attempt=record.attempt, run_id=record.run_id, executor=record.executor,
-                    previous={"created": record.created}, started=started, ended=ended, outputs=outputs)
-    sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
-                    executor=record.executor)
+    _note_step_json(outputs, record)
+    # SUCCESS, status and event at once; both are written before the lease is released
+    _together(storage,
+              lambda: sf.write_status(storage, record.output_path, name=record.name, hash=record.hash,
+                                      status=sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
+                                      executor=record.executor, previous={"created": record.created},
+                                      started=started, ended=ended, outputs=outputs),
+              lambda: sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt,
+                                      run_id=record.run_id, executor=record.executor))
     return storage.delete_if(lease_file, current.token)  # only if it is still the lease read above
 
 

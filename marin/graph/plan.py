@@ -50,12 +50,12 @@ from marin.status.files import (
     WAITING,
     lease_path,
     read_record,
-    read_status_checked,
+    status_path,
     step_json_path,
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
-from marin.storage.outputs import OutputCheck, check_outputs
+from marin.storage.outputs import OutputCheck, check_listed, recorded_step_facts
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
 CROSS_NAME_BUDGET = 200
@@ -138,6 +138,15 @@ def _map(storage: Storage, fn: Callable[[str], Any], items: Sequence[str]) -> li
         return list(pool.map(fn, items))
 
 
+def _parse_status(output_path: str, data: bytes | None) -> dict[str, Any] | None:
+    """A step's status.json from its bytes; an unreadable one reads as `damaged_status`
+    (status/damaged.py)."""
+    try:
+        return damaged.parse_checked(status_path(output_path), data)
+    except CorruptFileError as e:
+        return damaged_status(str(e))
+
+
 class Scan:
     """What storage holds for the DAG's output paths: parent listings and existing status files."""
 
@@ -147,8 +156,10 @@ class Scan:
         listings = _map(storage, storage.listdir, parents)
         self.listing = {p: set(names or ()) for p, names in zip(parents, listings, strict=True)}
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
-        statuses = _map(storage, self._read_status, present)
-        self.status: dict[str, dict[str, Any] | None] = dict(zip(present, statuses, strict=True))
+        # one concurrent batch of reads, however many steps (Storage.read_many)
+        texts = storage.read_many([status_path(p) for p in present])
+        self.status: dict[str, dict[str, Any] | None] = {
+            p: _parse_status(p, text) for p, text in zip(present, texts, strict=True)}
         self._stems: dict[str, dict[str, list[str]]] = {}
         self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
         self.cross_name_budget = CROSS_NAME_BUDGET
@@ -156,20 +167,15 @@ class Scan:
         succeeded = [p for p, s in self.status.items() if s and s.get("status") == SUCCESS]
         checked = [p for p in succeeded if isinstance(self.status[p].get("outputs"), dict)]  # type: ignore[union-attr]
         self.unchecked = len(succeeded) - len(checked)  # recorded before output manifests: trusted as before
-        checks = _map(storage, lambda p: check_outputs(storage, p, self.status[p]["outputs"]), checked)  # type: ignore[index]
-        self.outputs: dict[str, OutputCheck] = dict(zip(checked, checks, strict=True))
+        self.listings = dict(zip(checked, storage.list_many(checked), strict=True))  # one concurrent batch
+        self.outputs: dict[str, OutputCheck] = {
+            p: check_listed(storage, p, self.status[p]["outputs"], listing)  # type: ignore[index]
+            for p, listing in self.listings.items()}
 
     def succeeded(self, path: str) -> bool:
         """SUCCESS recorded, and its outputs still the ones that succeeded (or recorded before manifests)."""
         check = self.outputs.get(path)
         return (self.status.get(path) or {}).get("status") == SUCCESS and (check is None or check.ok)
-
-    def _read_status(self, output_path: str) -> dict[str, Any] | None:
-        """A step's status.json; an unreadable one reads as `damaged_status` (status/damaged.py)."""
-        try:
-            return read_status_checked(self.storage, output_path)
-        except CorruptFileError as e:
-            return damaged_status(str(e))
 
     def siblings(self, output_path: str) -> list[str]:
         """Other output paths of a step with the same name under the same prefix (marin/graph/changes.py)."""
@@ -188,9 +194,9 @@ class Scan:
     def step_docs(self, paths: Sequence[str]) -> list[dict[str, Any] | None]:
         """The step.json of each path, each read at most once per plan."""
         missing = [p for p in paths if p not in self._docs]
-        for p, doc in zip(missing, _map(self.storage, lambda q: read_record(self.storage, step_json_path(q)),
-                                        missing), strict=True):
-            self._docs[p] = doc
+        found = self.storage.read_many([step_json_path(q) for q in missing])
+        for p, data in zip(missing, found, strict=True):
+            self._docs[p] = _lenient(step_json_path(p), data)
         return [self._docs[p] for p in paths]
 
     def others(self, output_path: str, limit: int = 32) -> list[str]:
@@ -292,8 +298,7 @@ def make_plan(
     _check_forced_selected(graph, force_run, run_only, needed)
     # step.json of every reused step (code drift, raw inputs under `warn`) and of every other step recorded
     # before (a damaged one is named: the run moves it aside), read concurrently up front
-    reused = [paths[id(n)] for n in graph.nodes if id(n) in needed and previous(n) is not None]
-    infos = dict(zip(reused, _map(storage, lambda p: _checked_info(storage, p), reused), strict=True))
+    infos = _reused_infos(graph, paths, needed, scan)
     if scan.unchecked:
         warnings.append(f"{scan.unchecked} succeeded step(s) were recorded before output manifests: their "
                         "outputs are trusted without a check (their next run records one)")
@@ -413,7 +418,7 @@ def _explain(node: Node, path: str, scan: Scan, storage: Storage,
     """(hash of the latest earlier run of the same name under this prefix, the differences that explain it,
     as text and structured)."""
     candidates = scan.siblings(path)
-    docs = _map(storage, lambda p: read_record(storage, step_json_path(p)), candidates)
+    docs = scan.step_docs(candidates)
     found = previous_version([(p, d) for p, d in zip(candidates, docs, strict=True)
                               if d and d.get("name", node.name) == node.name], None)
     intro: list[str] = []
@@ -487,12 +492,51 @@ def _describe(change: Change, new_deps: dict[str, Node], by_node: dict[int, Plan
     return change.describe()
 
 
-def _checked_info(storage: Storage, path: str) -> dict[str, Any] | str | None:
-    """A reused step's step.json; the damaged-file message (str) when it cannot be read."""
+def _reused_infos(graph: Graph, paths: dict[int, str], needed: set[int],
+                  scan: Scan) -> dict[str, dict[str, Any] | str | None]:
+    """What the plan needs of the step.json of each needed step recorded before: code drift and raw inputs
+    under `warn` for a reused one, and whether it can be read at all (a damaged one is named; the run moves it
+    aside). A succeeded step's step.json that the output listing shows unchanged since SUCCESS (same checksum
+    as recorded in the status) is not read: its `fn_source_hash` is in the status (storage/outputs.py
+    `recorded_step_facts`). The others are read in one concurrent batch."""
+    infos: dict[str, dict[str, Any] | str | None] = {}
+    unread: list[str] = []
+    for node in graph.nodes:
+        path = paths[id(node)]
+        if id(node) not in needed or scan.status.get(path) is None:
+            continue
+        if not scan.succeeded(path):
+            unread.append(path)
+            continue
+        summary = (scan.status.get(path) or {}).get("outputs")
+        facts = recorded_step_facts(summary, scan.listings.get(path)) if isinstance(summary, dict) else None
+        warn = node.inputs is not None and node.inputs.policy == "warn"  # needs the recorded raw inputs
+        if facts is not None and not warn:
+            infos[path] = {"fn_source_hash": facts.get("fn_source_hash")}
+        else:
+            unread.append(path)
+    infos.update(zip(unread, _checked_infos(scan.storage, unread), strict=True))
+    return infos
+
+
+def _checked_infos(storage: Storage, paths: Sequence[str]) -> list[dict[str, Any] | str | None]:
+    """The step.json of reused steps, read in one concurrent batch; the damaged-file message (str) for one
+    that cannot be read."""
+    out: list[dict[str, Any] | str | None] = []
+    for path, data in zip(paths, storage.read_many([step_json_path(p) for p in paths]), strict=True):
+        try:
+            out.append(damaged.parse_checked(step_json_path(path), data))
+        except CorruptFileError as e:
+            out.append(str(e))
+    return out
+
+
+def _lenient(path: str, data: bytes | None) -> dict[str, Any] | None:
+    """`read_record` of bytes already read: a record that is not a JSON object reads as None."""
     try:
-        return damaged.read_checked(storage, step_json_path(path))
-    except CorruptFileError as e:
-        return str(e)
+        return damaged.parse_checked(path, data)
+    except CorruptFileError:
+        return None
 
 
 def _code_drift(node: Node, info: dict[str, Any] | str | None) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from marin.storage.listing import FileInfo
@@ -71,6 +71,12 @@ class Storage(abc.ABC):
     def create_exclusive(self, path: str, text: str) -> bool:
         """Create `path` with `text` only if it does not exist; False if it already exists."""
 
+    def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
+        """`create_exclusive`, and the new file's version token when the store's answer carries it (None
+        when it must be read: `read_versioned`). Saves a lease its read-back on S3 (ETag) and GCS
+        (generation)."""
+        return self.create_exclusive(path, text), None
+
     @abc.abstractmethod
     def read_versioned(self, path: str) -> Versioned | None:
         """The file's text and version token, read together; None when it does not exist."""
@@ -101,6 +107,16 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def iter_bytes(self, path: str) -> Iterator[bytes]:
         """The file's content in chunks (for digests)."""
+
+    # ----- batches: many independent calls at once (the plan, `marin status`); order of the answers = order
+    # of the paths. Stores with an async client issue them concurrently (generic.py); the default is a loop.
+    def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+        """`read_bytes` of every path (None for one that does not exist), concurrently where the store can."""
+        return [self.read_bytes(p) for p in paths]
+
+    def list_many(self, paths: Sequence[str]) -> list[dict[str, FileInfo] | None]:
+        """`list_files` of every directory, concurrently where the store can."""
+        return [self.list_files(p) for p in paths]
 
     def read_bytes(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist (for a file that may not be UTF-8: a damaged

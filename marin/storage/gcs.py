@@ -20,6 +20,10 @@ from marin.storage.generic import FsspecStorage, split_bucket
 # One google-cloud-storage client per process (tests that point it at an emulator empty this:
 # tests/marin/gcs_env.py).
 _GCS_CLIENTS: dict[str, Any] = {}
+# ... and a forked child (a local worker) gets its own: a client inherited across fork shares the parent's
+# pooled connections, and two processes reading answers off one socket get each other's (a blob whose
+# properties come back empty).
+os.register_at_fork(after_in_child=_GCS_CLIENTS.clear)
 
 
 def gcs_blob(path: str) -> Any:
@@ -77,6 +81,20 @@ class GcsStorage(FsspecStorage):
 
     def create_exclusive(self, path: str, text: str) -> bool:
         return self._create_if_absent(path, text)
+
+    def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
+        """`ifGenerationMatch=0` in one multipart upload; the token is the generation it answers with."""
+        blob = gcs_blob(path)
+        if blob is None:
+            return self.create_exclusive(path, text), None
+        from google.api_core import exceptions as gexc
+
+        try:
+            blob.upload_from_string(text, if_generation_match=0)
+        except gexc.PreconditionFailed:
+            return False, None
+        generation = blob.generation
+        return True, generation if isinstance(generation, int) else None
 
     def read_versioned(self, path: str) -> Versioned | None:
         blob = gcs_blob(path)

@@ -7,15 +7,19 @@ with real preconditions subclass this class and replace exactly those operations
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import fsspec
+from fsspec.asyn import sync
 
 from marin.storage.base import Storage, Versioned
 from marin.storage.listing import CHUNK, FileInfo, fsspec_file_info
 
+T = TypeVar("T")
 
 def split_bucket(path: str) -> tuple[str, str]:
     """("bucket", "key/of/object") of an object-store URL."""
@@ -23,28 +27,72 @@ def split_bucket(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+BATCH_CONCURRENCY = 64
+"""Requests a batch (`read_many`, `list_many`) keeps in flight at once on an async store (s3fs, gcsfs); a
+thread pool of 16 does it for a store without an async interface."""
+
+
 class FsspecStorage(Storage):
     """Any fsspec filesystem; `protocol` is the URL scheme it was opened for."""
 
     guarantees = "single-PUT writes; leases are best effort (check then write)"
+    cat_options: dict[str, Any] = {}  # passed to `cat_file` (s3.py: one GET, without a HEAD for the size)
 
     def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
         self.fs = fs
         self.protocol = protocol
 
     def read_text(self, path: str) -> str | None:
-        try:
-            data: bytes = self.fs.cat_file(path)
-        except FileNotFoundError:
-            return None
-        return data.decode("utf-8")
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8")
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
-            data: bytes = self.fs.cat_file(path)
+            data: bytes = self.fs.cat_file(path, **self.cat_options)
         except FileNotFoundError:
             return None
         return data
+
+    # ----- batches: concurrent through the store's async interface (one event loop, no thread per call) -----
+    def _batch(self, one: Callable[[str], Awaitable[T]], fallback: Callable[[str], T],
+               paths: Sequence[str]) -> list[T]:
+        if len(paths) < 2:
+            return [fallback(p) for p in paths]
+        if not getattr(self.fs, "async_impl", False):
+            with ThreadPoolExecutor(16) as pool:
+                return list(pool.map(fallback, paths))
+
+        async def gather() -> list[T]:
+            limit = asyncio.Semaphore(BATCH_CONCURRENCY)
+
+            async def bounded(path: str) -> T:
+                async with limit:
+                    return await one(path)
+
+            return list(await asyncio.gather(*(bounded(p) for p in paths)))
+
+        return list(sync(self.fs.loop, gather))
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+        async def one(path: str) -> bytes | None:
+            try:
+                data: bytes = await self.fs._cat_file(self._bare(path), **self.cat_options)
+            except FileNotFoundError:
+                return None
+            return data
+
+        return self._batch(one, self.read_bytes, paths)
+
+    def list_many(self, paths: Sequence[str]) -> list[dict[str, FileInfo] | None]:
+        async def one(path: str) -> dict[str, FileInfo] | None:
+            root = self._bare(path)
+            try:
+                found = await self.fs._find(root, detail=True, withdirs=False)
+            except FileNotFoundError:
+                return None
+            return self._under(root, found)
+
+        return self._batch(one, self.list_files, paths)
 
     def move(self, path: str, to: str) -> None:
         self.fs.mv(path, to, recursive=True)
@@ -108,6 +156,11 @@ class FsspecStorage(Storage):
             found = self.fs.find(root, detail=True, withdirs=False)
         except FileNotFoundError:
             return None
+        return self._under(root, found)
+
+    @staticmethod
+    def _under(root: str, found: dict[str, dict[str, Any]]) -> dict[str, FileInfo] | None:
+        """The files of a `find(root, detail=True)` answer, by name relative to `root`."""
         out: dict[str, FileInfo] = {}
         for name, info in found.items():
             name = str(name).rstrip("/")

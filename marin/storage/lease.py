@@ -188,10 +188,12 @@ class LeaseManager:
         for _ in range(5):  # the lease may vanish between our create and our read: try again
             lease = self._new(attempt)
             text = lease.to_json()
-            if self.storage.create_exclusive(path, text):
-                # Locally the token is the text we just wrote; object stores need a read for the
-                # ETag/generation.
-                versioned = self._version_after_write(path, text)
+            created, token = self.storage.create_versioned(path, text)
+            if created:
+                # Locally the token is the text we just wrote; S3 and GCS answer the create with the
+                # ETag/generation; other stores need a read for it.
+                versioned = (Versioned(text, token) if token is not None
+                             else self._version_after_write(path, text))
                 self._remember(path, versioned, lease)
                 return Acquired(True)
             current = self._read(path)

@@ -28,6 +28,7 @@ from marin.storage.listing import FileInfo, digest_chunks, recomputable
 
 SCHEMA = "marin-outputs/v1"
 META = ".marin"
+STEP_JSON = ".marin/step.json"  # relative to the output path (marin/status/files.py names it too)
 
 
 def join(base: str, name: str) -> str:
@@ -40,10 +41,14 @@ def manifest_path(output_path: str) -> str:
 
 def scan_outputs(storage: Storage, output_path: str) -> dict[str, FileInfo] | None:
     """The step's files (one listing), `.marin/` left out; None when the output path does not exist."""
-    files = storage.list_files(output_path)
-    if files is None:
+    return step_files(storage.list_files(output_path))
+
+
+def step_files(listing: dict[str, FileInfo] | None) -> dict[str, FileInfo] | None:
+    """A listing of an output path without the engine's own records (`.marin/`)."""
+    if listing is None:
         return None
-    return {k: v for k, v in files.items() if k != META and not k.startswith(META + "/")}
+    return {k: v for k, v in listing.items() if k != META and not k.startswith(META + "/")}
 
 
 def listing_digest(files: dict[str, FileInfo]) -> str:
@@ -64,14 +69,21 @@ def _with_digest(storage: Storage, path: str, info: FileInfo) -> FileInfo:
 
 def record_outputs(storage: Storage, output_path: str, nondeterministic: tuple[str, ...] = ()) -> dict[str,
                                                                                                      Any]:
-    """Write the output manifest of a step that just succeeded; returns the summary for its status.json."""
-    files = scan_outputs(storage, output_path) or {}
-    summary = {"files": len(files), "bytes": sum(f.size for f in files.values()),
-               "listing": listing_digest(files)}
+    """Write the output manifest of a step that just succeeded; returns the summary for its status.json.
+    Where the store lists a checksum for `.marin/step.json`, the summary carries it (`step_json`): a later
+    plan whose listing shows the same checksum knows step.json unchanged without reading it (plan.py)."""
+    listing = storage.list_files(output_path)
+    files = step_files(listing) or {}
+    summary: dict[str, Any] = {"files": len(files), "bytes": sum(f.size for f in files.values()),
+                               "listing": listing_digest(files)}
+    step_json = (listing or {}).get(STEP_JSON)
+    if step_json is not None and step_json.checksum is not None:
+        summary["step_json"] = step_json.checksum
     entries = {name: _with_digest(storage, join(output_path, name), info).to_json()
                for name, info in sorted(files.items())}
     jsonio.write_json(storage, manifest_path(output_path), {
-        "schema": SCHEMA, "output_path": output_path, "created": time.time(), **summary,
+        "schema": SCHEMA, "output_path": output_path, "created": time.time(),
+        **{k: v for k, v in summary.items() if k != "step_json"},
         "nondeterministic": list(nondeterministic), "entries": entries})
     return summary
 
@@ -137,10 +149,28 @@ def _differs(storage: Storage, path: str, want: FileInfo, got: FileInfo, deep: b
 
 def check_outputs(storage: Storage, output_path: str, summary: dict[str, Any]) -> OutputCheck:
     """One listing against the summary in status.json; the manifest is read only when they differ."""
-    files = scan_outputs(storage, output_path) or {}
+    return check_listed(storage, output_path, summary, storage.list_files(output_path))
+
+
+def check_listed(storage: Storage, output_path: str, summary: dict[str, Any],
+                 listing: dict[str, FileInfo] | None) -> OutputCheck:
+    """`check_outputs` with the output path's listing already made (a batch: `Storage.list_many`)."""
+    files = step_files(listing) or {}
     if listing_digest(files) == summary.get("listing"):
         return OutputCheck()
     recorded = read_manifest(storage, output_path)
     if recorded is None:
         return OutputCheck(no_manifest=True)
     return compare(storage, output_path, recorded, files)
+
+
+def recorded_step_facts(summary: dict[str, Any],
+                        listing: dict[str, FileInfo] | None) -> dict[str, Any] | None:
+    """What the SUCCESS status recorded of step.json (`step_json`: its checksum and `fn_source_hash`), when
+    the output path's listing shows step.json with that very checksum: the file is unchanged, so a plan need
+    not read it. None otherwise (a local listing has no checksum: the plan reads the file)."""
+    recorded = summary.get("step_json")
+    found = (listing or {}).get(STEP_JSON)
+    if not isinstance(recorded, dict) or found is None or found.checksum is None:
+        return None
+    return recorded if found.checksum == recorded.get("checksum") else None

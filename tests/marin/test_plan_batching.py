@@ -1,0 +1,205 @@
+"""The plan's storage traffic is batched (issue 35): planning N succeeded steps costs one listing per parent
+directory plus one concurrent batch of status reads, one of output listings and one of step.json reads -
+never a call per step. Counted through a wrapped store (no timings: benchmarks/cloud_latency.py times it
+behind a latency proxy)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
+from marin.graph.dag import build_graph
+from marin.graph.plan import make_plan
+from marin.storage.listing import FileInfo
+from marin.storage.local import LocalStorage
+from tests.marin.fns import SumConfig, WriteConfig, sum_numbers, write_numbers
+
+
+class CountingStorage(LocalStorage):
+    """Local storage that counts each call by operation, and the paths each batch carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.batches: list[tuple[str, int]] = []
+
+    def read_text(self, path: str) -> str | None:
+        self.calls["read_text"] += 1
+        return super().read_text(path)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        self.calls["read_bytes"] += 1
+        return super().read_bytes(path)
+
+    def listdir(self, path: str) -> list[str] | None:
+        self.calls["listdir"] += 1
+        return super().listdir(path)
+
+    def exists(self, path: str) -> bool:
+        self.calls["exists"] += 1
+        return super().exists(path)
+
+    def list_files(self, path: str, limit: int | None = None) -> dict[str, FileInfo] | None:
+        self.calls["list_files"] += 1
+        return super().list_files(path, limit)
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+        self.batches.append(("read_many", len(paths)))
+        return [LocalStorage.read_bytes(self, p) for p in paths]
+
+    def list_many(self, paths: Sequence[str]) -> list[dict[str, FileInfo] | None]:
+        self.batches.append(("list_many", len(paths)))
+        return [LocalStorage.list_files(self, p) for p in paths]
+
+
+def _fan_out(n: int) -> list[Step]:
+    root = Step(name="fan/root", fn=write_numbers, config=WriteConfig(output_path=this_output_path()))
+    return [Step(name=f"fan/s{i}", fn=sum_numbers, config=SumConfig(
+        input_path=output_path_of(root, "numbers.txt"), output_path=this_output_path())) for i in range(n)]
+
+
+def test_planning_n_succeeded_steps_makes_one_listing_per_directory_and_one_batch_per_kind(
+    tmp_path: Path,
+) -> None:
+    steps = _fan_out(12) + [Step(name="other/one", fn=write_numbers,
+                                 config=WriteConfig(output_path=this_output_path(), n=3))]
+    result = run_experiment(steps, ExecutorMainConfig(prefix=str(tmp_path), backend="local"), verbose=False,
+                            script="tests/batching.py")
+    assert result.status == "SUCCESS"
+    storage = CountingStorage()
+    plan = make_plan(build_graph(steps), str(tmp_path), storage)
+    assert [e.action for e in plan.entries] == ["skip"] * 14
+    # 14 steps in 2 directories (fan/, other/): 2 listings, and no per-step read, stat or listing
+    assert storage.calls == {"listdir": 2}
+    # status.json of all 14, their output listings, and the step.json of the 13 reused ones (code drift, raw
+    # inputs under `warn`; fan/root is not needed: every step that uses it succeeded)
+    assert storage.batches == [("read_many", 14), ("list_many", 14), ("read_many", 13)]
+
+
+def test_a_plan_that_finds_a_missing_output_still_reads_in_batches(tmp_path: Path) -> None:
+    steps = _fan_out(6)
+    run_experiment(steps, ExecutorMainConfig(prefix=str(tmp_path), backend="local"), verbose=False,
+                   script="tests/batching.py")
+    graph = build_graph(steps)
+    victim = graph.nodes[-1].output_path(str(tmp_path))
+    Path(victim, "total.txt").unlink()
+    storage = CountingStorage()
+    plan = make_plan(graph, str(tmp_path), storage)
+    entry = next(e for e in plan.entries if e.output_path == victim)
+    assert entry.action == "run" and "1 file missing (total.txt)" in entry.reason
+    assert storage.batches[:2] == [("read_many", 7), ("list_many", 7)]
+    assert storage.calls["list_files"] == 0 and storage.calls["exists"] == 0
+
+
+def _batch_round(prefix: str) -> None:
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(prefix)
+    names = [f"{prefix}/d{i}/f.json" for i in range(7)]
+    for i, name in enumerate(names):
+        storage.write_text(name, f'{{"i": {i}}}')
+    storage.write_text(f"{prefix}/d0/sub/g.txt", "g")
+    storage.fs.pipe_file(f"{prefix}/bad.json", b"\xff\xfe")  # type: ignore[attr-defined]
+    wanted = [*names, f"{prefix}/absent.json", f"{prefix}/bad.json"]
+    assert storage.read_many(wanted) == [storage.read_bytes(p) for p in wanted]
+    assert storage.read_many(wanted)[-2:] == [None, b"\xff\xfe"]
+    dirs = [f"{prefix}/d{i}" for i in range(7)] + [f"{prefix}/nothing-here"]
+    listed = storage.list_many(dirs)
+    assert listed == [storage.list_files(d) for d in dirs]
+    assert sorted(listed[0] or {}) == ["f.json", "sub/g.txt"] and listed[-1] is None
+
+
+def test_batched_reads_and_listings_answer_as_single_calls_on_s3(s3_bucket: str) -> None:
+    _batch_round(f"{s3_bucket}/batching")
+
+
+def test_batched_reads_and_listings_answer_as_single_calls_on_gcs(fake_gcs_bucket: str) -> None:
+    _batch_round(f"{fake_gcs_bucket}/batching")
+
+
+def test_on_s3_a_read_is_one_get_and_a_small_write_sends_its_body_at_once(s3_bucket: str) -> None:
+    """No HEAD before each GET (s3fs asks for the size to split large reads), and no `Expect: 100-continue`
+    round trip before a record's body; both counted at botocore's event hooks."""
+    from fsspec.asyn import sync
+
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(f"{s3_bucket}/one-get")
+    path = f"{s3_bucket}/one-get/status.json"
+    storage.write_text(path, "{}")
+    client = sync(storage.fs.loop, storage.fs.set_session)  # type: ignore[attr-defined]
+    seen: list[tuple[str, str | None]] = []
+
+    def note(model: object, params: dict[str, object], **kwargs: object) -> None:
+        headers = params.get("headers") or {}
+        seen.append((getattr(model, "name", ""), headers.get("Expect")))  # type: ignore[attr-defined]
+
+    client.meta.events.register_last("before-call.s3", note)
+    try:
+        assert storage.read_text(path) == "{}"
+        storage.write_text(path, '{"status": "SUCCESS"}')
+        assert storage.read_many([path, path]) == [b'{"status": "SUCCESS"}'] * 2
+    finally:
+        client.meta.events.unregister("before-call.s3", note)
+    assert seen == [("GetObject", None), ("PutObject", None), ("GetObject", None), ("GetObject", None)]
+
+
+def _create_round(prefix: str) -> None:
+    from marin.storage.fs import storage_for
+
+    storage = storage_for(prefix)
+    path = f"{prefix}/lease-{os.getpid()}-{time.time_ns()}.json"
+    created, token = storage.create_versioned(path, '{"owner": "a"}')
+    current = storage.read_versioned(path)
+    assert created and current is not None and token == current.token  # no read-back needed
+    assert storage.create_versioned(path, '{"owner": "b"}') == (False, None)  # the race's loser
+    assert storage.replace_if(path, '{"owner": "a", "beat": 2}', token)  # the token is a working one
+    assert storage.read_text(path) == '{"owner": "a", "beat": 2}'
+
+
+def test_a_create_on_s3_answers_with_the_etag_a_read_gives(s3_bucket: str) -> None:
+    _create_round(f"{s3_bucket}/create-versioned")
+
+
+def test_a_create_on_gcs_answers_with_the_generation_a_read_gives(fake_gcs_bucket: str) -> None:
+    _create_round(f"{fake_gcs_bucket}/create-versioned")
+
+
+def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_success(s3_bucket: str) -> None:
+    """A SUCCESS status records step.json's checksum and source hash; a plan whose output listing shows the
+    same checksum does not read step.json, and reads (and names) one rewritten since."""
+    from marin.status.files import step_json_path
+    from marin.storage.fs import storage_for
+    from marin.storage.s3 import S3Storage
+
+    class Recording(S3Storage):
+        def __init__(self, base: S3Storage) -> None:
+            super().__init__(base.fs, "s3")
+            self.read: list[str] = []
+
+        def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+            self.read.extend(paths)
+            return super().read_many(paths)
+
+    prefix = f"{s3_bucket}/facts-{time.time_ns()}"
+    steps = _fan_out(3)
+    run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                   script="tests/batching.py")
+    base = storage_for(prefix)
+    assert isinstance(base, S3Storage)
+    graph = build_graph(steps)
+    storage = Recording(base)
+    assert [e.action for e in make_plan(graph, prefix, storage).entries] == ["skip"] * 4
+    assert storage.read and not [p for p in storage.read if p.endswith("step.json")]
+    victim = graph.nodes[-1].output_path(prefix)
+    base.write_text(step_json_path(victim), "{not json")
+    storage = Recording(base)
+    plan = make_plan(graph, prefix, storage)
+    assert [p for p in storage.read if p.endswith("step.json")] == [step_json_path(victim)]
+    entry = next(e for e in plan.entries if e.output_path == victim)
+    assert entry.action == "skip" and any(f"{step_json_path(victim)} cannot be read" in w
+                                          for w in entry.warnings)
