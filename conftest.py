@@ -131,6 +131,7 @@ def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
 _GROUPS: dict[Path, str] = {}
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist may be absent or off (`-p no:xdist`)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scope scheduler with this project's scopes: a module, or "ray" for every Ray-starting module.
     (xdist's own `loadgroup` marks do not work with pytest 9.2: node ids no longer come from `_nodeid`.)"""
