@@ -20,6 +20,13 @@ beyond the largest fitted one). Reported per set, fitter and kind, and pooled pe
 run is one run, so the one-run interval is the one that should cover 90%), the median one-run interval width
 (relative to the point), the crash count, and the narrowest interval among forecasts at least 10x beyond
 the fitted runs (goal: none under 1%). Goal: pooled one-run coverage 0.85-0.95 for both kinds, no crash.
+
+``calibration``: the model-error prior (:mod:`operators.scaling.model_error`) treated as a constant to be
+chosen where it can be scored out of sample: every forecast is scored under each prior of ``PRIORS``
+(:meth:`ModelError.with_prior`, no refit), a prior is chosen by :func:`choose_prior` on the other published
+set (``lodo``), on a nested split inside the set's own fitted runs (``nested``), or on the scored runs
+themselves (``in_sample``, for comparison), and scored beside the shipped one; each with the share of single
+runs the mean's interval should cover under the noise model (``coverage_mean_expected_on_one_run``).
 """
 
 from __future__ import annotations
