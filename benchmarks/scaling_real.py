@@ -20,6 +20,13 @@ beyond the largest fitted one). Reported per set, fitter and kind, and pooled pe
 run is one run, so the one-run interval is the one that should cover 90%), the median one-run interval width
 (relative to the point), the crash count, and the narrowest interval among forecasts at least 10x beyond
 the fitted runs (goal: none under 1%). Goal: pooled one-run coverage 0.85-0.95 for both kinds, no crash.
+
+``calibration``: the model-error prior (:mod:`operators.scaling.model_error`) treated as a constant to be
+chosen where it can be scored out of sample: every forecast is scored under each prior of ``PRIORS``
+(:meth:`ModelError.with_prior`, no refit), a prior is chosen by :func:`choose_prior` on the other published
+set (``lodo``), on a nested split inside the set's own fitted runs (``nested``), or on the scored runs
+themselves (``in_sample``, for comparison), and scored beside the shipped one; each with the share of single
+runs the mean's interval should cover under the noise model (``coverage_mean_expected_on_one_run``).
 """
 
 from __future__ import annotations
@@ -31,9 +38,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+from statistics import NormalDist  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -41,10 +50,15 @@ import numpy as np  # noqa: E402
 from operators.scaling import FORM_SURFACE, FitSettings, fit_offset, fit_surface  # noqa: E402
 from operators.scaling.gates import surface_gates  # noqa: E402
 from operators.scaling.inputs import group_by_budget  # noqa: E402
+from operators.scaling.model_error import TAU_PRIOR  # noqa: E402
 from tests.data.scaling import Runs, load  # noqa: E402
 
 SETS = ("porian2024", "gadre2024")
 KINDS = ("top10", "far64")
+PRIORS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.06)
+"""The model-error priors tried (log L per decade; ``model_error.TAU_PRIOR`` among them), fixed before any
+run of the calibration."""
+Z90 = NormalDist().inv_cdf(0.95)
 
 
 def split(compute: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -66,71 +80,107 @@ def ladder_of(name: str, runs: Runs) -> Runs:
     return runs.subset(np.isin(np.arange(runs.loss.size), best))
 
 
-def _forecasts(
-    fitter: str, fit_runs: Runs, held: Runs, bootstrap: int
-) -> tuple[list[dict[str, Any]], list[str]]:
+def _fitted(fitter: str, fit_runs: Runs, bootstrap: int) -> tuple[Any, list[str]]:
     if fitter == "surface":
         fit = fit_surface(
             fit_runs.n, fit_runs.d, fit_runs.loss, FitSettings(form=FORM_SURFACE, bootstrap=bootstrap)
         )
-        gates = [g.name for g in surface_gates(fit) if g.flag]
-
-        def predict(i: int, single: bool) -> tuple[float, float, float]:
-            return fit.predict(n=float(held.n[i]), d=float(held.d[i]), single_run=single)
-    else:
-        fit_o = fit_offset(fit_runs.compute, fit_runs.loss, FitSettings(bootstrap=bootstrap))
-        gates = []
-
-        def predict(i: int, single: bool) -> tuple[float, float, float]:
-            return fit_o.predict(float(held.compute[i]), single_run=single)
-
-    rows = []
-    top = float(fit_runs.compute.max())
-    for i in range(held.loss.size):
-        point, low, high = predict(i, True)
-        _, low_m, high_m = predict(i, False)
-        actual = float(held.loss[i])
-        rows.append(
-            {
-                "n": float(held.n[i]),
-                "d": float(held.d[i]),
-                "beyond": float(held.compute[i]) / top,
-                "actual": actual,
-                "point": point,
-                "error_pct": 100 * (point - actual) / actual,
-                "inside": bool(low <= actual <= high),
-                "inside_mean": bool(low_m <= actual <= high_m),
-                "width_pct": 100 * (high - low) / point,
-                "width_mean_pct": 100 * (high_m - low_m) / point,
-            }
-        )
-    return rows, gates
+        return fit, [g.name for g in surface_gates(fit) if g.flag]
+    return fit_offset(fit_runs.compute, fit_runs.loss, FitSettings(bootstrap=bootstrap)), []
 
 
-def evaluate(name: str, subset: str, runs: Runs, fitter: str, kind: str, bootstrap: int) -> dict[str, Any]:
+def _row(fit: Any, fitter: str, held: Runs, i: int, top: float) -> dict[str, Any]:
+    """One held-out run's forecast: the point, its error, and for every model-error prior in ``PRIORS``
+    whether the one-run and the mean's interval cover it, and their widths."""
+    actual, by_prior = float(held.loss[i]), {}
+    for prior in PRIORS:
+        scaled = dataclasses.replace(fit, model_error=fit.model_error.with_prior(prior))
+        if fitter == "surface":
+            one = scaled.predict(n=float(held.n[i]), d=float(held.d[i]), single_run=True)
+            mean = scaled.predict(n=float(held.n[i]), d=float(held.d[i]))
+        else:
+            one = scaled.predict(float(held.compute[i]), single_run=True)
+            mean = scaled.predict(float(held.compute[i]))
+        by_prior[str(prior)] = _cover(actual, one, mean)
+    point = fit.predict(n=float(held.n[i]), d=float(held.d[i])) if fitter == "surface" else None
+    point_value = float(point[0]) if point else float(fit.predict(float(held.compute[i]))[0])
+    return {
+        "n": float(held.n[i]),
+        "d": float(held.d[i]),
+        "beyond": float(held.compute[i]) / top,
+        "decades_from_centre": math.log10(float(held.compute[i]) / fit.model_error.c_from),
+        "actual": actual,
+        "point": point_value,
+        "error_pct": 100 * (point_value - actual) / actual,
+        "sigma_log": fit.sigma,
+        "tau_estimate": fit.model_error.estimate,
+        **by_prior[str(TAU_PRIOR)],
+        "by_prior": by_prior,
+    }
+
+
+def _cover(
+    actual: float, one: tuple[float, float, float], mean: tuple[float, float, float]
+) -> dict[str, Any]:
+    """Coverage and width of both intervals for one run, and the share of single runs the mean's interval
+    should cover if the noise model holds (``2·Phi(z·h_mean/h_one) - 1``, half-widths in log L): the mean's
+    interval is for the mean over seeds, so on single runs it should under-cover by that much."""
+    point = one[0]
+    h_one = (math.log(one[2]) - math.log(one[1])) / 2
+    h_mean = (math.log(mean[2]) - math.log(mean[1])) / 2
+    expected = 2 * NormalDist().cdf(Z90 * h_mean / h_one) - 1 if h_one > 0 else 0.0
+    return {
+        "inside": bool(one[1] <= actual <= one[2]),
+        "inside_mean": bool(mean[1] <= actual <= mean[2]),
+        "width_pct": 100 * (one[2] - one[1]) / point,
+        "width_mean_pct": 100 * (mean[2] - mean[1]) / point,
+        "mean_expected_on_one_run": expected,
+    }
+
+
+def evaluate(
+    name: str, subset: str, runs: Runs, fitter: str, kind: str, bootstrap: int, nested: bool = False
+) -> dict[str, Any]:
+    """The forecasts of one (set, training data, fitter, held-out kind). ``nested``: the calibration split
+    inside the fitted runs (their own top slice held out, the rest fitted), which never sees the runs that
+    ``nested=False`` scores."""
     data = runs if fitter == "surface" else ladder_of(name, runs)
     fitted, held = split(data.compute, kind)
-    out: dict[str, Any] = {"set": name, "subset": subset, "fitter": fitter, "kind": kind}
+    if nested:
+        data = data.subset(fitted)
+        fitted, held = split(data.compute, kind)
+    out: dict[str, Any] = {"set": name, "subset": subset, "fitter": fitter, "kind": kind, "nested": nested}
     out.update(fitted_runs=int(fitted.sum()), held_out=int(held.sum()))
     try:
-        rows, gates = _forecasts(fitter, data.subset(fitted), data.subset(held), bootstrap)
+        fit, gates = _fitted(fitter, data.subset(fitted), bootstrap)
+        top, held_runs = float(data.compute[fitted].max()), data.subset(held)
+        rows = [_row(fit, fitter, held_runs, i, top) for i in range(held_runs.loss.size)]
     except Exception as e:  # a crash is a figure of this benchmark: counted and named, never hidden
         return {**out, "crash": f"{type(e).__name__}: {e}"[:300], "forecasts": []}
     return {**out, "crash": None, "gates_flagged": gates, "forecasts": rows}
 
 
-def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = [r for res in results for r in res["forecasts"]]
+def summarise(results: list[dict[str, Any]], prior: float = TAU_PRIOR) -> dict[str, Any]:
+    rows = [{**r, **r["by_prior"][str(prior)]} for res in results for r in res["forecasts"]]
     far = [r for r in rows if r["beyond"] >= 10]
     errors = np.abs([r["error_pct"] for r in rows]) if rows else np.array([np.nan])
+
+    def mean_of(key: str) -> float | None:
+        return float(np.mean([r[key] for r in rows])) if rows else None
+
+    def median_of(key: str) -> float | None:
+        return float(np.median([r[key] for r in rows])) if rows else None
+
     return {
+        "prior": prior,
         "forecasts": len(rows),
         "median_abs_error_pct": float(np.median(errors)),
         "max_abs_error_pct": float(np.max(errors)),
-        "coverage_single_run": float(np.mean([r["inside"] for r in rows])) if rows else None,
-        "coverage_mean": float(np.mean([r["inside_mean"] for r in rows])) if rows else None,
-        "median_width_single_run_pct": float(np.median([r["width_pct"] for r in rows])) if rows else None,
-        "median_width_mean_pct": float(np.median([r["width_mean_pct"] for r in rows])) if rows else None,
+        "coverage_single_run": mean_of("inside"),
+        "coverage_mean": mean_of("inside_mean"),
+        "coverage_mean_expected_on_one_run": mean_of("mean_expected_on_one_run"),
+        "median_width_single_run_pct": median_of("width_pct"),
+        "median_width_mean_pct": median_of("width_mean_pct"),
         "crashes": sum(res["crash"] is not None for res in results),
         "narrowest_width_at_10x_pct": min(
             (min(r["width_pct"], r["width_mean_pct"]) for r in far), default=None
@@ -139,23 +189,88 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def choose_prior(results: list[dict[str, Any]]) -> float:
+    """The calibration rule, fixed before the calibration ran: the smallest prior in ``PRIORS`` whose
+    one-run interval covers at least 90% of the calibration forecasts (the largest if none does). The one-run
+    interval is the one a single held-out run should fall in 90% of the time."""
+    rows = [r for res in results for r in res["forecasts"]]
+    for prior in PRIORS:
+        if rows and np.mean([r["by_prior"][str(prior)]["inside"] for r in rows]) >= 0.9:
+            return prior
+    return PRIORS[-1]
+
+
+def calibration(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model-error prior chosen out of sample, and the coverage it gives where it was not chosen:
+
+    - ``leave_one_set_out``: chosen on the other published set's forecasts of the same held-out kind,
+      scored on this set's;
+    - ``nested``: chosen on this set's nested split (its fitted runs' own top 10% held out, top10 only),
+      scored on its real top 10%;
+    - ``in_sample``: chosen on the very forecasts it is scored on (what not to trust; for comparison);
+    - ``shipped``: ``model_error.TAU_PRIOR``; and the prior both sets' forecasts of a kind would choose
+      together (``choice_on_both_sets``; ``choice_on_everything``: both kinds, the rule for the shipped one).
+    """
+    scored = [r for r in results if not r["nested"]]
+    out: dict[str, Any] = {"priors": list(PRIORS), "rule": choose_prior.__doc__.split(":", 1)[1].strip()}
+    for kind in KINDS:
+        pooled: dict[str, list[dict[str, Any]]] = {"lodo": [], "nested": [], "in_sample": [], "shipped": []}
+        for name in SETS:
+            mine = [r for r in scored if r["set"] == name and r["kind"] == kind]
+            other = [r for r in scored if r["set"] != name and r["kind"] == kind]
+            inner = [r for r in results if r["nested"] and r["set"] == name and r["kind"] == kind]
+            picks = {"lodo": choose_prior(other), "in_sample": choose_prior(mine), "shipped": TAU_PRIOR}
+            if inner:
+                picks["nested"] = choose_prior(inner)
+            for how, prior in picks.items():
+                out[f"{name}/{kind}/{how}"] = summarise(mine, prior)
+                pooled[how].append(out[f"{name}/{kind}/{how}"])
+        for how, parts in pooled.items():
+            if parts:
+                out[f"pooled/{kind}/{how}"] = _pool(parts)
+        out[f"pooled/{kind}/choice_on_both_sets"] = choose_prior([r for r in scored if r["kind"] == kind])
+    out["choice_on_everything"] = choose_prior(scored)
+    return out
+
+
+def _pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled coverage of per-set summaries (each scored under its own factor): forecast-weighted means."""
+    n = sum(p["forecasts"] for p in parts)
+
+    def weighted(key: str) -> float:
+        return sum(p[key] * p["forecasts"] for p in parts) / n
+
+    return {
+        "priors": [p["prior"] for p in parts],
+        "forecasts": n,
+        "coverage_single_run": weighted("coverage_single_run"),
+        "coverage_mean": weighted("coverage_mean"),
+        "coverage_mean_expected_on_one_run": weighted("coverage_mean_expected_on_one_run"),
+        "median_width_single_run_pct_per_set": [p["median_width_single_run_pct"] for p in parts],
+        "median_width_mean_pct_per_set": [p["median_width_mean_pct"] for p in parts],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", type=int, default=200)
     args = p.parse_args()
     t0 = time.time()
-    results = [
-        evaluate(name, subset, runs, fitter, kind, args.bootstrap)
+    cases = [
+        (name, subset, runs, fitter, kind)
         for name in SETS
         for subset, runs in load(name).items()
         for fitter in ("surface", "offset")
         for kind in KINDS
     ]
-    summary = {
-        f"{name}/{kind}": summarise([r for r in results if r["set"] == name and r["kind"] == kind])
+    results = [evaluate(*case, args.bootstrap) for case in cases]
+    nested = [evaluate(*case, args.bootstrap, nested=True) for case in cases if case[-1] == "top10"]
+    scored = {
+        f"{name}/{kind}": [r for r in results if r["set"] == name and r["kind"] == kind]
         for name in SETS
         for kind in KINDS
     }
+    summary = {key: summarise(parts) for key, parts in scored.items()}
     summary.update({f"pooled/{kind}": summarise([r for r in results if r["kind"] == kind]) for kind in KINDS})
     summary.update(
         {
@@ -166,12 +281,17 @@ def main() -> None:
             for fitter in ("surface", "offset")
         }
     )
-    print(
-        json.dumps(
-            {"summary": summary, "runs": results, "bootstrap": args.bootstrap, "wall_s": time.time() - t0},
-            indent=1,
-        )
-    )
+    summary["nested_calibration_split"] = summarise(nested)
+    out = {
+        "summary": summary,
+        "calibration": calibration(results + nested),
+        "runs": results,
+        "nested_runs": nested,
+        "bootstrap": args.bootstrap,
+        "model_error_prior": TAU_PRIOR,
+        "wall_s": time.time() - t0,
+    }
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,12 @@ class ModelError:
     prior: float = TAU_PRIOR
     prior_weight: float = TAU_PRIOR_WEIGHT
 
+    def with_prior(self, prior: float) -> ModelError:
+        """The same backtests shrunk to another prior (what the real-data calibration compares)."""
+        n = len(_usable(self.backtests))
+        tau = prior if self.estimate is None else _shrunk(self.estimate, n, prior, self.prior_weight)
+        return dataclasses.replace(self, tau=tau, prior=prior)
+
     def sd(self, compute: float) -> float:
         """The model error's standard deviation in log L at ``compute`` (0 below the ladder's centre)."""
         return self.tau * max(0.0, math.log10(compute / self.c_from))
@@ -113,19 +119,26 @@ class ModelError:
         )
 
 
-def estimate(backtests: Sequence[Backtest], c_from: float) -> ModelError:
+def _usable(backtests: Sequence[Backtest]) -> list[Backtest]:
+    return [b for b in backtests if b.decades > 0 and math.isfinite(b.error_log)]
+
+
+def _shrunk(tau_hat: float, n: int, prior: float, weight: float = TAU_PRIOR_WEIGHT) -> float:
+    return math.sqrt((weight * prior**2 + n * tau_hat**2) / (weight + n))
+
+
+def estimate(backtests: Sequence[Backtest], c_from: float, prior: float = TAU_PRIOR) -> ModelError:
     """The model error per decade from the backtests, shrunk to the prior (the module docstring)."""
-    usable = [b for b in backtests if b.decades > 0 and math.isfinite(b.error_log)]
+    usable = _usable(backtests)
     if not usable:
-        return ModelError(tau=TAU_PRIOR, estimate=None, backtests=tuple(backtests), c_from=c_from)
+        return ModelError(tau=prior, estimate=None, backtests=tuple(backtests), c_from=c_from, prior=prior)
     weights = [1.0 / max(b.noise_var, 1e-12) for b in usable]
     excess = sum(w * (b.error_log**2 - b.noise_var) for w, b in zip(weights, usable, strict=True))
     tau_hat = math.sqrt(
         max(0.0, excess) / sum(w * b.decades**2 for w, b in zip(weights, usable, strict=True))
     )
-    n = len(usable)
-    tau = math.sqrt((TAU_PRIOR_WEIGHT * TAU_PRIOR**2 + n * tau_hat**2) / (TAU_PRIOR_WEIGHT + n))
-    return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_from=c_from)
+    tau = _shrunk(tau_hat, len(usable), prior)
+    return ModelError(tau=tau, estimate=tau_hat, backtests=tuple(backtests), c_from=c_from, prior=prior)
 
 
 def widen(interval: tuple[float, float, float], sd: float, level: float) -> tuple[float, float, float]:

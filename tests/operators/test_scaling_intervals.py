@@ -130,6 +130,29 @@ def test_the_model_error_term_is_measured_on_the_ladder_and_recorded_apart_from_
         assert low < low0 and high > high0
 
 
+def test_the_model_error_prior_can_be_swapped_without_refitting() -> None:
+    from operators.scaling.model_error import TAU_PRIOR, TAU_PRIOR_WEIGHT
+
+    rng = np.random.default_rng(11)
+    compute = np.repeat(np.geomspace(1e15, 1e18, 6), 3)
+    loss = (1.5 + 3000.0 * compute**-0.2) * np.exp(0.002 * rng.standard_normal(compute.size))
+    me = fit_offset(compute, loss, FitSettings(bootstrap=50)).model_error
+    assert me is not None and me.estimate is not None
+    # six backtests (origins at 3, 4 and 5 budgets), shrunk to the prior with the prior's weight
+    assert len(me.backtests) == 6 and me.to_json()["prior"]["tau_per_decade"] == TAU_PRIOR
+    w, est = TAU_PRIOR_WEIGHT, me.estimate
+    assert me.tau == pytest.approx(math.sqrt((w * TAU_PRIOR**2 + 6 * est**2) / (w + 6)), rel=1e-12)
+    other = me.with_prior(0.02)  # the real-data calibration compares priors this way
+    assert other.prior == 0.02 and other.backtests == me.backtests and other.estimate == est
+    assert other.tau == pytest.approx(math.sqrt((w * 0.02**2 + 6 * est**2) / (w + 6)), rel=1e-12)
+    assert other.to_json()["prior"]["tau_per_decade"] == 0.02
+    assert me.with_prior(TAU_PRIOR).tau == pytest.approx(me.tau, rel=1e-12)
+    # a ladder too short for any backtest gets the prior itself, never 0
+    three = fit_offset([1e15, 1e16, 1e17], [3.0, 2.5, 2.2], FitSettings(bootstrap=50)).model_error
+    assert three is not None and three.estimate is None and three.tau == TAU_PRIOR
+    assert three.with_prior(0.01).tau == 0.01
+
+
 def test_a_fit_record_without_the_new_fields_reads_as_the_old_interval_rules() -> None:
     from operators.scaling.fit import ScalingFit
 
