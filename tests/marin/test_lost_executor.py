@@ -35,10 +35,14 @@ NEVER_STALE = 600.0  # a lease timeout no test waits for: a takeover here can on
 
 
 def _runner(prefix: Path, workdir: Path, backend: str, issue: str = "") -> subprocess.Popen[bytes]:
+    """The runner, its output to `runner-N.log` in workdir: a pipe that nobody reads while the test waits
+    fills up (64 KiB of Ray and progress lines on a loaded machine) and blocks the runner mid-step."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", "killable", str(prefix),
-                             str(workdir), str(NEVER_STALE), backend, *([issue] if issue else [])],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = workdir / f"runner-{len(list(workdir.glob('runner-*.log')))}.log"
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "tests.marin.runner", "killable", str(prefix),
+                                 str(workdir), str(NEVER_STALE), backend, *([issue] if issue else [])],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _wait_running(prefix: Path, timeout: float = 420.0) -> Path:
@@ -50,7 +54,8 @@ def _wait_running(prefix: Path, timeout: float = 420.0) -> Path:
                  if "RUNNING" in p.read_text()]
         if a_done and found:
             return found[0].parents[1]
-        assert time.time() < deadline, "step a never succeeded or b never recorded RUNNING"
+        logs = "".join(p.read_text(errors="replace") for p in sorted(prefix.parent.glob("runner-*.log")))
+        assert time.time() < deadline, f"step a never succeeded or b never recorded RUNNING: {logs[-3000:]}"
         time.sleep(0.05)
 
 
@@ -90,7 +95,8 @@ def test_a_sigkilled_executor_is_detected_at_once_and_its_attempt_and_run_are_cl
         assert time.time() < deadline and second.poll() is None, "the step was never taken over"
         time.sleep(0.05)
     (tmp_path / "b-release").write_text("go\n")
-    out = second.communicate(timeout=240)[0].decode()
+    second.wait(timeout=240)
+    out = (tmp_path / "runner-1.log").read_text(errors="replace")
     assert second.returncode == 0, out[-3000:]
 
     events = sf.read_events(LocalStorage(), str(b_dir))
