@@ -57,14 +57,20 @@ _ENTRY = 1024
 
 
 def _cost(n: _Numbers) -> int:
-    """What an entry is counted as: its numbers' JSON size plus `_ENTRY` for the objects around them (a
-    proxy for its memory, of the same order; the budget is what bounds the cache, not an exact figure)."""
-    parts = [m.model_dump_json() for m in (*n.headline, *n.results)]
-    return _ENTRY + sum(map(len, parts)) + len(n.verdict or "") + len(n.baseline or "") + len(n.problem or "")
+    """What an entry is counted as: `_ENTRY` for the entry and its objects, `_VALUE` per number it holds, plus
+    its strings (a proxy for its memory, of the same order; the budget is what bounds the cache, not an
+    exact figure). Counted, not serialised: it is paid on every miss."""
+    values = len(n.headline) + sum(len(r.values) for r in n.results)
+    names = sum(len(m.name) for m in n.headline) + sum(len(r.path) + sum(len(v.metric) for v in r.values)
+                                                        for r in n.results)
+    return _ENTRY + _VALUE * values + names + sum(len(s or "") for s in (n.verdict, n.baseline, n.problem))
+
+
+_VALUE = 120  # a small pydantic model holding a float, an optional float and a name
 
 
 MAX_BYTES = 32 << 20
-"""The cache's budget (about 2 KiB an experiment: some 16,000 experiments' numbers); least recently used out
+"""The cache's budget (a few KiB an experiment: some 10,000 experiments' numbers); least recently used out
 first, so the experiments of a prefix that is no longer served, or were deleted, leave it."""
 _Key = tuple[int, str]
 _Entry = tuple[Any, Any, _Numbers, float]  # the manifest's signature, verdicts.json, the numbers, when
