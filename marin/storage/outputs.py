@@ -9,7 +9,9 @@ listing with the status it already read, and reads the manifest only when they d
 A missing or changed file (size, the store's checksum, or on local disk a changed mtime whose re-read content
 digest differs) means the outputs are not the ones that succeeded: the plan re-runs the step and says why
 (`outputs changed since success: 2 files missing (a.txt, b.txt)`). A file added since is reported, never a
-reason to re-run. `marin verify` (`verify.py`) re-reads every byte and recomputes the digests.
+reason to re-run. On local disk a symbolic link that leads out of the output path is recorded by its target's
+name (`link:<target>`), not by the bytes it points at, which are not the step's to keep.
+`marin verify` (`verify.py`) re-reads every byte and recomputes the digests.
 The step's `nondeterministic` declarations are recorded here for `marin reproduce` (execution/reproduce.py).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import posixpath
 import time
 from typing import Any
@@ -41,14 +44,34 @@ def manifest_path(output_path: str) -> str:
 
 def scan_outputs(storage: Storage, output_path: str) -> dict[str, FileInfo] | None:
     """The step's files (one listing), `.marin/` left out; None when the output path does not exist."""
-    return step_files(storage.list_files(output_path))
+    return step_files(storage.list_files(output_path), storage, output_path)
 
 
-def step_files(listing: dict[str, FileInfo] | None) -> dict[str, FileInfo] | None:
-    """A listing of an output path without the engine's own records (`.marin/`)."""
+def step_files(listing: dict[str, FileInfo] | None, storage: Storage | None = None,
+               output_path: str = "") -> dict[str, FileInfo] | None:
+    """A listing of an output path without the engine's own records (`.marin/`); on local disk (`storage`
+    given) a symbolic link that leads out of the output path is taken as the link, not what it points at."""
     if listing is None:
         return None
-    return {k: v for k, v in listing.items() if k != META and not k.startswith(META + "/")}
+    files = {k: v for k, v in listing.items() if k != META and not k.startswith(META + "/")}
+    return _links_as_links(output_path, files) if storage is not None and storage.is_local else files
+
+
+def _links_as_links(output_path: str, files: dict[str, FileInfo]) -> dict[str, FileInfo]:
+    """A link out of the output path is not the step's output: what it points at belongs to someone else and
+    may change after success (W&B links `logs/debug-core.log` to a log in ~/.cache that its service keeps
+    writing). Such a link is recorded and checked by its target's name (`link:` checksum), never its bytes."""
+    root = os.path.realpath(output_path)
+    out = dict(files)
+    for name in files:
+        path = os.path.join(output_path, name)
+        if not os.path.islink(path):
+            continue
+        target = os.path.realpath(path)
+        if target != root and not target.startswith(root + os.sep):
+            link = os.readlink(path)
+            out[name] = FileInfo(len(link.encode()), "link:" + link)
+    return out
 
 
 def listing_digest(files: dict[str, FileInfo]) -> str:
@@ -73,7 +96,7 @@ def record_outputs(storage: Storage, output_path: str, nondeterministic: tuple[s
     Where the store lists a checksum for `.marin/step.json`, the summary carries it (`step_json`): a later
     plan whose listing shows the same checksum knows step.json unchanged without reading it (plan.py)."""
     listing = storage.list_files(output_path)
-    files = step_files(listing) or {}
+    files = step_files(listing, storage, output_path) or {}
     summary: dict[str, Any] = {"files": len(files), "bytes": sum(f.size for f in files.values()),
                                "listing": listing_digest(files)}
     step_json = (listing or {}).get(STEP_JSON)
@@ -155,7 +178,7 @@ def check_outputs(storage: Storage, output_path: str, summary: dict[str, Any]) -
 def check_listed(storage: Storage, output_path: str, summary: dict[str, Any],
                  listing: dict[str, FileInfo] | None) -> OutputCheck:
     """`check_outputs` with the output path's listing already made (a batch: `Storage.list_many`)."""
-    files = step_files(listing) or {}
+    files = step_files(listing, storage, output_path) or {}
     if listing_digest(files) == summary.get("listing"):
         return OutputCheck()
     recorded = read_manifest(storage, output_path)

@@ -27,6 +27,16 @@ def write_numbers(cfg: WriteConfig) -> None:
     Path(cfg.output_path, "numbers.txt").write_text("\n".join(str(i) for i in range(cfg.n)) + "\n")
 
 
+def write_with_outside_log(cfg: WriteConfig) -> None:
+    """numbers.txt, and `logs/debug.log`: a link to a log outside the output path (a sibling file), as W&B
+    links its core service's log."""
+    write_numbers(cfg)
+    outside = cfg.output_path + ".outside.log"
+    Path(outside).write_text("started\n")
+    os.makedirs(os.path.join(cfg.output_path, "logs"), exist_ok=True)
+    os.symlink(outside, os.path.join(cfg.output_path, "logs", "debug.log"))
+
+
 @dataclasses.dataclass(frozen=True)
 class SumConfig:
     input_path: str

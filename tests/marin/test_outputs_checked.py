@@ -23,6 +23,7 @@ from tests.marin.fns import (
     fs_write,
     sum_numbers,
     write_numbers,
+    write_with_outside_log,
 )
 
 
@@ -207,3 +208,24 @@ def test_outputs_checked_on_s3(s3_bucket: str) -> None:
 
 def test_outputs_checked_on_gcs(fake_gcs_bucket: str) -> None:
     _object_store_round(f"{fake_gcs_bucket}/outputs-checked", "tests/outputs_gs.py")
+
+
+def test_a_link_out_of_the_output_path_is_checked_as_a_link_not_by_what_it_points_at(tmp_path: Path) -> None:
+    """W&B links `logs/debug-core.log` to a log in ~/.cache that its service keeps writing after the step
+    succeeded: that must not make the next plan re-run the step; a link retargeted must."""
+    step = Step(name="out/linked", fn=write_with_outside_log,
+                config=WriteConfig(output_path=this_output_path()))
+    out = _run([step], str(tmp_path)).output_path("out/linked")
+    manifest = json.loads(Path(manifest_path(out)).read_text())
+    outside = out + ".outside.log"
+    link = {"size": len(outside.encode()), "checksum": "link:" + outside}
+    assert manifest["entries"]["logs/debug.log"] == link
+    with open(outside, "a") as f:
+        f.write("the service wrote more after success\n")
+    assert _actions(_run([step], str(tmp_path), dry=True)) == [("skip", "already succeeded (attempt 1)")]
+    assert verify.verify_step(storage_for(out), "out/linked", out).result == verify.OK
+
+    os.remove(Path(out, "logs", "debug.log"))
+    os.symlink(str(tmp_path / "elsewhere.log"), Path(out, "logs", "debug.log"))
+    [(action, reason)] = _actions(_run([step], str(tmp_path), dry=True))
+    assert action == "run" and "logs/debug.log" in reason
