@@ -55,6 +55,14 @@ class ExecutorMainConfig:
     fingerprint is part of the identity) or 'warn' (the plan warns, the result is reused)."""
     quiet: bool = False
     """Print only the final summary: no plan table, no start banner, no live progress."""
+    publish: bool = False
+    """After the run, re-publish the static site of the prefix incrementally (`marin publish`, only the
+    pages that changed) under the visibility policy --publish-policy into --publish-out; a failed publish
+    is reported in the summary, never fails the run (docs/publish.md)."""
+    publish_out: str | None = None
+    """Where --publish writes the site: a directory or a bucket path (gs://bucket/site)."""
+    publish_policy: str = "publish.toml"
+    """The visibility policy --publish applies, checked before the run starts."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -85,12 +93,13 @@ HELP_DEFAULTS = {
     "max_concurrent": "the number of CPUs for local, unbounded for ray",
     "issue": "from a script named exp<N>_<slug>.py and $MARIN_ISSUE_REPO",
     "force_run": "none",
+    "publish_out": "PREFIX/site (the site folder under the prefix)",
 }
 SHORT_FLAGS = {"-q": "--quiet"}
 METAVARS = {"prefix": "PATH", "run_only": "REGEX...", "backend": "ray|local", "ray_address": "ADDRESS",
             "max_concurrent": "N", "lease_timeout_s": "SECONDS", "format": "table|json",
             "issue": "OWNER/REPO#N", "raw_inputs": "rerun|warn",
-            "force_run": "STEP..."}
+            "force_run": "STEP...", "publish_out": "PATH", "publish_policy": "FILE"}
 
 
 def _flag_default(f: dataclasses.Field[object]) -> str:
