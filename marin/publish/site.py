@@ -267,7 +267,8 @@ class Site:
         pages = []
         for c in self._cards:
             url = "/data/" + "/".join(quote(s, safe="") for s in c.step.split("/"))
-            pages.append(Page(url, self._file(url), _h("card", digests[c.step]),
+            pages.append(Page(url, self._file(url), _h("card", digests[c.step],
+                                                       [digests.get(r) for r in c.reads]),
                               render=functools.partial(self._own, "publish_card.html", c=c)))
         return pages
 
@@ -287,7 +288,8 @@ class Site:
                    "/alerts": _h(fp, "alerts", exp_files, alert_files),
                    "/predictions": _h(fp, "predictions", sigs.get("predictions:", []), sorted(step_digest)),
                    "/timeline": _h(fp, "timeline", timeline, sorted(self._exp_steps.items())),
-                   "/data": _h(fp, "data", [(c.step, step_digest[c.step]) for c in self._cards])}
+                   "/data": _h(fp, "data", [(c.step, step_digest[c.step],
+                                             [step_digest.get(r) for r in c.reads]) for c in self._cards])}
         own = {"/": self._index_page, "/timeline": self._timeline_page,
                "/data": lambda: self._own("publish_data.html", cards=self._cards)}
         return [Page(url, self._file(url), digests[url], render=own.get(url)) for url in GLOBAL]

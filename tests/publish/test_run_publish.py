@@ -29,7 +29,8 @@ def _policy(tmp_path: Path) -> Path:
 def test_run_publish_writes_the_site_then_only_what_changed(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     prefix, policy = tmp_path / "out", _policy(tmp_path)
-    flags = ["--prefix", str(prefix), "--backend", "local", "-q", "--publish", "--publish-policy", str(policy)]
+    flags = ["--prefix", str(prefix), "--backend", "local", "-q", "--publish",
+             "--publish-policy", str(policy)]
     assert marin_main(["run", HELLO, *flags]) == 0
     site = prefix / "site"  # the default: PREFIX/site
     pages = json.loads((site / MANIFEST).read_text())["pages"]
