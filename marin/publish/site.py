@@ -452,7 +452,7 @@ class Site:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(f"{self.root}/{f}")
         manifest = {"version": 1, "pages": dict(sorted(new.items()))}
-        self._write(MANIFEST, json.dumps(manifest, indent=1).encode())
+        self._write(MANIFEST, json.dumps(manifest, separators=(",", ":")).encode())
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cache_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"version": CACHE_VERSION, "steps": self._cache, "rows": self._rows}))
