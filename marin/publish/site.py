@@ -155,14 +155,21 @@ class Site:
         sigs: dict[str, list[Any]] = {}
         listed = [(rel, sig) for rel, sig in self._files()
                   if not (out_rel and (rel == out_rel or rel.startswith(out_rel + "/")))]
+        owner_of: dict[str, str] = {}  # folder -> its owner (the files of one folder share it)
+
+        def owner(rel: str) -> str:
+            if rel in steps or not rel:
+                return rel
+            if rel.startswith(EXPERIMENTS_DIR + "/"):
+                return EXPERIMENTS_DIR + "/" + rel.split("/")[1].removesuffix(".json")
+            folder = posixpath.dirname(rel)
+            if folder not in owner_of:
+                owner_of[folder] = owner(folder)
+            return owner_of[folder]
+
         for rel, sig in listed:
-            owner = rel
-            while owner and owner not in steps and not owner.startswith(EXPERIMENTS_DIR + "/"):
-                owner = posixpath.dirname(owner)
-            if owner.startswith(EXPERIMENTS_DIR + "/"):
-                owner = EXPERIMENTS_DIR + "/" + owner.split("/")[1].removesuffix(".json")
-            if owner:
-                sigs.setdefault(owner, []).append((rel, sig))
+            if found := owner(rel):
+                sigs.setdefault(found, []).append((rel, sig))
         folders = {posixpath.dirname(rel) for rel, _ in listed
                    if posixpath.basename(rel) in (PREDICTION_FILE, VERDICT_FILE)}
         sigs["predictions:"] = [(rel, sig) for rel, sig in listed if posixpath.dirname(rel) in folders]
@@ -404,9 +411,14 @@ class Site:
             out.append({"file": page.file, "entry": entry, "written": written})
         return out
 
-    def _unchanged(self, page: Page, prev: dict[str, Any], published: Callable[[str], bool]) -> bool:
-        return (page.digest is not None and prev.get("digest") == page.digest
-                and prev.get("links") == self._links(prev.get("targets") or [], published))
+    def _unchanged(self, page: Page, prev: dict[str, Any], published: Callable[[str], bool],
+                   moved: set[str]) -> bool:
+        """Same digest, and the pages it links to published as they were (`moved`: the files published
+        last time or now but not both; a page linking to none of them has the links it had)."""
+        if page.digest is None or prev.get("digest") != page.digest or "links" not in prev:
+            return False
+        targets = prev.get("targets") or []
+        return moved.isdisjoint(targets) or prev["links"] == self._links(targets, published)
 
     def build(self, *, check: bool = False, jobs: int | None = None) -> Report:
         """Render what changed and write it (check: only report what would change); a large render is
@@ -417,7 +429,9 @@ class Site:
         old = self._old_manifest()
         files = {p.file for p in pages} | {f"static/{n}" for n in STATIC}
         published = files.__contains__
-        new = {p.file: old[p.file] for p in pages if self._unchanged(p, old.get(p.file, {}), published)}
+        moved = set(old) ^ files
+        new = {p.file: old[p.file] for p in pages
+               if self._unchanged(p, old.get(p.file, {}), published, moved)}
         todo = [p for p in pages if p.file not in new]
         report.rendered = [p.file for p in todo]
         report.deleted = sorted(f for f in old if f not in files)
