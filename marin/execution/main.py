@@ -179,11 +179,7 @@ def run_experiment(
         publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
-    if site_policy is not None:
-        from marin.publish.after_run import publish_after_run
-
-        error = publish_after_run(prefix, config.publish_out, site_policy, verbose=verbose)
-        result.publisher_errors.extend([error] if error else [])
+    _publish_site(result, config, site_policy, verbose)
     if verbose:
         _log(report.results_text(storage, prefix, experiment_id,
                                  [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries
@@ -198,6 +194,16 @@ def _publish_policy(config: ExecutorMainConfig) -> Any:
     from marin.publish.after_run import policy_for_run
 
     return policy_for_run(config.publish_policy)
+
+
+def _publish_site(result: RunResult, config: ExecutorMainConfig, policy: Any, verbose: bool) -> None:
+    """--publish after the run: a failure is one more publisher error, never the run's."""
+    if policy is None:
+        return
+    from marin.publish.after_run import publish_after_run
+
+    error = publish_after_run(result.prefix, config.publish_out, policy, verbose=verbose)
+    result.publisher_errors.extend([error] if error else [])
 
 
 def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,
