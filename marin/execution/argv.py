@@ -57,6 +57,14 @@ class ExecutorMainConfig:
     """For run: print only the end (the summary line, each step's headline numbers, the verdict) and
     warnings; no plan table, start banner or live progress. plan and status print what they show either
     way."""
+    publish: bool = False
+    """After the run, re-publish the static site of the prefix incrementally (`marin publish`, only the
+    pages that changed) under the visibility policy --publish-policy into --publish-out; a failed publish
+    is reported in the summary, never fails the run (docs/publish.md)."""
+    publish_out: str | None = None
+    """Where --publish writes the site: a directory or a bucket path (gs://bucket/site)."""
+    publish_policy: str = "publish.toml"
+    """The visibility policy --publish applies, checked before the run starts."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -87,12 +95,13 @@ HELP_DEFAULTS = {
     "max_concurrent": "the number of CPUs for local, unbounded for ray",
     "issue": "from a script named exp<N>_<slug>.py and $MARIN_ISSUE_REPO",
     "force_run": "none",
+    "publish_out": "PREFIX/site (the site folder under the prefix)",
 }
 SHORT_FLAGS = {"-q": "--quiet"}
 METAVARS = {"prefix": "PATH", "run_only": "REGEX...", "backend": "ray|local", "ray_address": "ADDRESS",
             "max_concurrent": "N", "lease_timeout_s": "SECONDS", "format": "table|json",
             "issue": "OWNER/REPO#N", "raw_inputs": "rerun|warn",
-            "force_run": "STEP..."}
+            "force_run": "STEP...", "publish_out": "PATH", "publish_policy": "FILE"}
 
 
 def _flag_default(f: dataclasses.Field[object]) -> str:

@@ -4,8 +4,12 @@ A data card is read from the records the data operators write, never from docume
 `manifest.json` (sources, shards, documents), a tokenize step's `tokenize.json` (tokenizer identity, and per
 cache and domain the documents and tokens), a decontaminate step's `report.json` (what was checked against
 what, what was dropped), and a train step's config (mixture weights by stage and the permutation key of
-the shuffle). Everything passes through the redacting store, so a card carries no path or name the policy
-hides. The timeline lists every PREEMPTED or FAILED event and every retried attempt of the published steps.
+the shuffle). A mixture's card also follows its sources to the tokenize step that made their caches (the
+documents and tokens of each source) and from there to the decontaminate step that filtered those documents
+(its report), so one card answers what the model was trained on; those steps are the train step's own
+dependencies, so they belong to the same (public) experiment, and the card's digest includes theirs.
+Everything passes through the redacting store, so a card carries no path or name the policy hides.
+The timeline lists every PREEMPTED or FAILED event and every retried attempt of the published steps.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class DataCard:
     """ingest, tokenize, decontaminate or train (mixture and shuffle)."""
     record: dict[str, Any] = field(default_factory=dict)
     """The operator's record, redacted, without per-file lists."""
+    reads: tuple[str, ...] = ()
+    """The other steps whose records the card shows (a mixture's tokenize and decontaminate steps)."""
 
 
 def _kind(fn: str) -> str | None:
@@ -60,9 +66,52 @@ def data_card(store: PrefixStore, rel: str) -> DataCard | None:
         record = {k: config[k] for k in _TRAIN_KEYS if k in config}
         if not record.get("mixture"):
             return None
-    else:
-        record = _trim(store.read_json(f"{rel}/{_KINDS[kind]}"))
+        record.update(_mixture_sources(store, config))
+        reads = tuple(sorted({str(e["step"]) for e in record["sources"].values() if e.get("step")}
+                             | set(record["decontamination"])))
+        return DataCard(step=rel, name=str(info.get("name") or rel), kind=kind, record=record, reads=reads)
+    record = _trim(store.read_json(f"{rel}/{_KINDS[kind]}"))
     return DataCard(step=rel, name=str(info.get("name") or rel), kind=kind, record=record)
+
+
+def _step_of(store: PrefixStore, rel: str, kind: str) -> tuple[str, dict[str, Any]] | None:
+    """The step of `kind` whose output holds the prefix-relative path `rel` (its path and step.json)."""
+    rel = rel.strip("/")
+    while rel:
+        info = store.read_json(f"{rel}/.marin/step.json")
+        if isinstance(info, dict):
+            return (rel, info) if _kind(str(info.get("fn") or "")) == kind else None
+        rel = rel.rpartition("/")[0]
+    return None
+
+
+def _mixture_sources(store: PrefixStore, config: dict[str, Any]) -> dict[str, Any]:
+    """Each mixture source's cache with its documents and tokens (the tokenize step's record), and the
+    decontamination report of the documents those caches were made from."""
+    stages = [st.get("weights") or {} for st in config.get("mixture_stages") or [] if isinstance(st, dict)]
+    names = sorted({*(config.get("mixture") or {}), *(n for w in stages if isinstance(w, dict) for n in w)})
+    raw_named = config.get("train_sources")
+    named: dict[str, Any] = raw_named if isinstance(raw_named, dict) else {}
+    sources: dict[str, Any] = {}
+    decon: dict[str, Any] = {}
+    for name in names:
+        cache = str(named.get(name) or f"{str(config.get('train_cache') or '').rstrip('/')}/{name}")
+        entry: dict[str, Any] = {"cache": cache}
+        found = _step_of(store, cache, "tokenize")
+        if found is not None:
+            rel, info = found
+            record = store.read_json(f"{rel}/tokenize.json")
+            stats = (record.get("stats") if isinstance(record, dict) else None) or {}
+            split = cache[len(rel):].strip("/")
+            totals = (stats.get(split) or {}).get("totals") or {}
+            entry.update(step=rel, documents=totals.get("documents"), tokens=totals.get("tokens"))
+            raw_config = info.get("config")
+            step_config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
+            cleaned = _step_of(store, str(step_config.get("input_path") or ""), "decontaminate")
+            if cleaned is not None and cleaned[0] not in decon:
+                decon[cleaned[0]] = _trim(store.read_json(f"{cleaned[0]}/report.json"))
+        sources[name] = entry
+    return {"sources": sources, "decontamination": decon}
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,11 @@ def relative(target: str, page: str) -> str:
     return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
-def rewrite(text: str, page: str, published: Callable[[str], bool], safe: Callable[[str], str]) -> str:
-    """`text` (a page rendered at a dashboard URL, to be written at `page`) with relative links only."""
+def rewrite(text: str, page: str, published: Callable[[str], bool], safe: Callable[[str], str],
+            targets: set[str] | None = None) -> str:
+    """`text` (a page rendered at a dashboard URL, to be written at `page`) with relative links only;
+    `targets` collects every site file a link pointed at (published or not: what the page's bytes depend
+    on beyond its records)."""
     text = _SCRIPT.sub(lambda m: m.group(0) if m.group(1) in STATIC_SCRIPTS else "", text)
 
     def one(m: re.Match[str]) -> str:
@@ -68,6 +71,8 @@ def rewrite(text: str, page: str, published: Callable[[str], bool], safe: Callab
             return m.group(0)
         path, _, fragment = url.partition("#")
         target = file_of(path, safe)
+        if target is not None and targets is not None:
+            targets.add(target)
         if target is None or not published(target):
             return "" if attr != "action" else ' action=""'
         rel = relative(target, page) + (f"#{fragment}" if fragment else "")

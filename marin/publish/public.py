@@ -133,6 +133,14 @@ class PublicIndex(ExperimentIndex):
             if isinstance(self.store, RedactingStore):
                 self.store.hidden_steps = frozenset(hidden_rels - self._step_rels)
 
+    def issue_of(self, key: str) -> tuple[Any, tuple[str, ...]]:
+        """What an experiment's pages show of its issue (the link, local or not) and its labels."""
+        found = self.manifest(key)
+        ref = str(found[0].get("issue") or "") if found else ""
+        link = self.issue_link(ref) if ref else None
+        return (link.model_dump(mode="json") if link else None,
+                self._labels(found[0]) if found else ())
+
     def public_steps(self) -> set[str]:
         self.refresh()
         return self._step_rels

@@ -29,20 +29,24 @@ from typing import Any
 from urllib.parse import quote
 
 import fsspec
-from fastapi.testclient import TestClient
+from fsspec.implementations.local import LocalFileSystem
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader
 
 from marin.compare.runs import baseline_of
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.experiments import step_rel
+from marin.dashboard.results import with_headline
 from marin.dashboard.store import signature
 from marin.publish import cards
 from marin.publish.links import file_of, rewrite
 from marin.publish.policy import Policy
 from marin.publish.public import PublicIndex
 from marin.publish.redact import Redactor
+from marin.publish.render import MIN_SPLIT, AppPages, can_fork, default_jobs, render_split
 from marin.publish.serve import create_public_app
+from marin.status.alerts import ALERTS_FILE, WATCH_FILE
 from marin.status.manifest import EXPERIMENTS_DIR
+from openlab_records import PREDICTION_FILE, VERDICT_FILE
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE.parent / "dashboard"
@@ -52,6 +56,8 @@ STATIC = {"app.css": DASHBOARD / "static/app.css", "app.js": DASHBOARD / "static
           "favicon.svg": DASHBOARD / "static/favicon.svg", "publish.js": HERE / "static/publish.js"}
 SITE_NAV = (("/timeline", "Interruptions"), ("/data", "Data"))
 GLOBAL = ("/", "/catalogue", "/predictions", "/alerts", "/timeline", "/data")
+CACHE_VERSION = 2
+_ALERT_FILES = (ALERTS_FILE, WATCH_FILE, ".marin/status.json")
 
 
 def cache_dir() -> Path:
@@ -117,12 +123,15 @@ class Site:
         self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
         self.dash = self.app.state.dash
         self.redactor: Redactor = self.app.state.redactor
-        self.client = TestClient(self.app)
+        self.client = AppPages(self.app)
         self.fs, self.root = fsspec.core.url_to_fs(self.out)
         self.index: PublicIndex = self.dash.experiments
         self.index.refresh()
         self.cache_path = cache_dir() / f"{_h(prefix, self.out)}.json"
-        self._cache: dict[str, Any] = self._read_cache()
+        cached = self._read_cache()
+        self._cache: dict[str, Any] = cached.get("steps", {})
+        self._rows: dict[str, Any] = cached.get("rows", {})
+        self._exp_digest: dict[str, str] = {}
 
     # ---------------------------------------------------------------------------------------- inputs
     def _read_cache(self) -> dict[str, Any]:
@@ -130,7 +139,8 @@ class Site:
             data = json.loads(self.cache_path.read_text())
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        ok = isinstance(data, dict) and data.get("version") == CACHE_VERSION
+        return data if ok else {}
 
     def _steps(self) -> dict[str, list[str]]:
         """Public experiment -> its steps' paths under the prefix."""
@@ -138,20 +148,31 @@ class Site:
                 for key, m in self.index.manifest_map().items()}
 
     def _signatures(self, steps: set[str]) -> dict[str, list[Any]]:
-        """Step path (or experiments/<id>) -> the signatures of its files, from one listing of the prefix."""
+        """Step path (or experiments/<id>) -> the signatures of its files, from one listing of the prefix;
+        also `predictions:` -> the files of every folder holding a forecast or its verdict."""
         store = self.dash.store
         out_rel = store.relative(self.out)
         sigs: dict[str, list[Any]] = {}
-        for rel, sig in self._files():
-            if out_rel and (rel == out_rel or rel.startswith(out_rel + "/")):
-                continue
-            owner = rel
-            while owner and owner not in steps and not owner.startswith(EXPERIMENTS_DIR + "/"):
-                owner = posixpath.dirname(owner)
-            if owner.startswith(EXPERIMENTS_DIR + "/"):
-                owner = EXPERIMENTS_DIR + "/" + owner.split("/")[1].removesuffix(".json")
-            if owner:
-                sigs.setdefault(owner, []).append((rel, sig))
+        listed = [(rel, sig) for rel, sig in self._files()
+                  if not (out_rel and (rel == out_rel or rel.startswith(out_rel + "/")))]
+        owner_of: dict[str, str] = {}  # folder -> its owner (the files of one folder share it)
+
+        def owner(rel: str) -> str:
+            if rel in steps or not rel:
+                return rel
+            if rel.startswith(EXPERIMENTS_DIR + "/"):
+                return EXPERIMENTS_DIR + "/" + rel.split("/")[1].removesuffix(".json")
+            folder = posixpath.dirname(rel)
+            if folder not in owner_of:
+                owner_of[folder] = owner(folder)
+            return owner_of[folder]
+
+        for rel, sig in listed:
+            if found := owner(rel):
+                sigs.setdefault(found, []).append((rel, sig))
+        folders = {posixpath.dirname(rel) for rel, _ in listed
+                   if posixpath.basename(rel) in (PREDICTION_FILE, VERDICT_FILE)}
+        sigs["predictions:"] = [(rel, sig) for rel, sig in listed if posixpath.dirname(rel) in folders]
         return sigs
 
     def _files(self) -> list[tuple[str, Any]]:
@@ -196,18 +217,23 @@ class Site:
                  for rel, d in sorted(step_digest.items())]
         src = DashboardSource(self.dash.store, self.dash.metrics, self.index)
         owners = self.index.owners()
-        exp_digest: dict[str, str] = {}
-        pairs = list(self.policy.compare.pairs)
+        own: dict[str, str] = {}
+        bases: dict[str, str | None] = {}
         for key, rels in sorted(exp_steps.items()):
-            base = baseline_of(src, key, owners)
-            exp_digest[key] = _h(fp, "experiment", key, sigs.get(f"{EXPERIMENTS_DIR}/{key}", []),
-                                 [step_digest[r] for r in rels], base)
+            bases[key] = base = baseline_of(src, key, owners)
+            own[key] = _h(fp, "experiment", key, sigs.get(f"{EXPERIMENTS_DIR}/{key}", []),
+                          [step_digest[r] for r in rels], base, self.index.issue_of(key))
+        # an experiment shows its baseline's numbers beside its own
+        self._exp_digest = {k: _h(d, own.get(bases[k] or "")) for k, d in own.items()}
+        pairs = list(self.policy.compare.pairs)
+        for key in sorted(exp_steps):
             url = "/experiments/" + quote(key, safe="")
-            pages.append(Page(url, self._file(url), exp_digest[key]))
-            if base and self.policy.compare.baselines:
-                pairs.append((base, key))
-        pages += self._compare_pages(pairs, exp_digest)
+            pages.append(Page(url, self._file(url), self._exp_digest[key]))
+            if bases[key] and self.policy.compare.baselines:
+                pairs.append((str(bases[key]), key))
+        pages += self._compare_pages(pairs, self._exp_digest)
         pages += self._card_pages(steps, step_digest, exp_steps)
+        pages += self._global_pages(fp, sigs, step_digest)
         return pages
 
     def _learn_steps(self, exp_steps: dict[str, list[str]], sigs: dict[str, list[Any]]) -> dict[str, str]:
@@ -248,13 +274,32 @@ class Site:
         pages = []
         for c in self._cards:
             url = "/data/" + "/".join(quote(s, safe="") for s in c.step.split("/"))
-            pages.append(Page(url, self._file(url), _h("card", digests[c.step]),
+            pages.append(Page(url, self._file(url), _h("card", digests[c.step],
+                                                       [digests.get(r) for r in c.reads]),
                               render=functools.partial(self._own, "publish_card.html", c=c)))
+        return pages
+
+    def _global_pages(self, fp: tuple[str, str], sigs: dict[str, list[Any]],
+                      step_digest: dict[str, str]) -> list[Page]:
+        """The pages over every public experiment, each with the digest of exactly what it reads: the
+        catalogue the experiments' manifests and verdicts; the alerts their manifests and the steps' alert,
+        heartbeat and status files; the predictions every forecast's folder (and which steps are public);
+        the timeline the interruptions; the data list the cards. The index shows when it was published, so
+        it is rendered every time (from each experiment's row, kept by the experiment's digest)."""
+        exp_files = [(k, sigs.get(f"{EXPERIMENTS_DIR}/{k}", [])) for k in sorted(self._exp_steps)]
+        alert_files = [(rel, [x for x in sigs.get(rel, []) if x[0].removeprefix(rel + "/") in _ALERT_FILES])
+                       for rel in sorted(step_digest)]
+        timeline = [(rel, self._cache[rel]["interruptions"]) for rel in sorted(step_digest)]
+        digests = {"/": None,
+                   "/catalogue": _h(fp, "catalogue", exp_files),
+                   "/alerts": _h(fp, "alerts", exp_files, alert_files),
+                   "/predictions": _h(fp, "predictions", sigs.get("predictions:", []), sorted(step_digest)),
+                   "/timeline": _h(fp, "timeline", timeline, sorted(self._exp_steps.items())),
+                   "/data": _h(fp, "data", [(c.step, step_digest[c.step],
+                                             [step_digest.get(r) for r in c.reads]) for c in self._cards])}
         own = {"/": self._index_page, "/timeline": self._timeline_page,
                "/data": lambda: self._own("publish_data.html", cards=self._cards)}
-        for url in GLOBAL:
-            pages.append(Page(url, self._file(url), None, render=own.get(url)))
-        return pages
+        return [Page(url, self._file(url), digests[url], render=own.get(url)) for url in GLOBAL]
 
     # ---------------------------------------------------------------------------------------- own pages
     def _own(self, template: str, **context: Any) -> str:
@@ -262,24 +307,34 @@ class Site:
         text: str = self.env.get_template(template).render(**context)
         return self.redactor.text(text)
 
+    def _numbers(self, summary: Any) -> dict[str, Any]:
+        """The experiment's verdict and headline (the dashboard's `with_headline`), kept in the private
+        cache by the experiment's digest, which covers every file they are computed from."""
+        digest = self._exp_digest.get(summary.id)
+        hit = self._rows.get(summary.id)
+        if digest is None or hit is None or hit.get("digest") != digest:
+            e = with_headline(self.dash, summary).model_dump(mode="json")
+            hit = {"digest": digest, "verdict": e.get("verdict"), "headline": e.get("headline") or []}
+        self._rows[summary.id] = hit
+        return hit
+
     def _index_rows(self) -> list[dict[str, Any]]:
+        """The rows `/api/experiments` lists (newest first), from the same index and numbers."""
         rows = []
-        for offset in range(0, 10**9, 500):
-            data = self.client.get("/api/experiments", params={"offset": offset, "limit": 500}).json()
-            for e in data["items"]:
-                m = self.index.manifest_map().get(e["id"], {})
-                raw = m.get("notebook")
-                nb: dict[str, Any] = raw if isinstance(raw, dict) else {}
-                issue = e.get("issue") or {}
-                url = str(issue.get("url") or "")
-                rows.append({"id": e["id"], "key": _h(e["id"]), "state": e["state"],
-                             "verdict": e.get("verdict"),
-                             "hypothesis": str(nb.get("hypothesis") or e.get("description") or ""),
-                             "headline": e.get("headline") or [], "issue": issue.get("ref"),
-                             "issue_url": url if url.startswith("http") else None,
-                             "created": e.get("created")})
-            if offset + 500 >= data["total"]:
-                return rows
+        for s in self.index.query(limit=1 << 30).items:
+            e = {**s.model_dump(mode="json"), **self._numbers(s)}
+            m = self.index.manifest_map().get(e["id"], {})
+            raw = m.get("notebook")
+            nb: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            issue = e.get("issue") or {}
+            url = str(issue.get("url") or "")
+            rows.append({"id": e["id"], "key": _h(e["id"]), "state": e["state"],
+                         "verdict": e.get("verdict"),
+                         "hypothesis": str(nb.get("hypothesis") or e.get("description") or ""),
+                         "headline": e.get("headline") or [], "issue": issue.get("ref"),
+                         "issue_url": url if url.startswith("http") else None,
+                         "created": e.get("created")})
+        self._rows = {r["id"]: self._rows[r["id"]] for r in rows}
         return rows
 
     def _index_page(self) -> str:
@@ -314,50 +369,87 @@ class Site:
             return {}
         return data.get("pages", {}) if isinstance(data, dict) else {}
 
-    def _render(self, page: Page, published: Callable[[str], bool]) -> str | None:
+    def _render(self, page: Page, published: Callable[[str], bool], targets: set[str]) -> str | None:
         if page.render is not None:
             text = page.render()
         else:
-            r = self.client.get(page.url)
-            if r.status_code != 200:
+            status, text = self.client.get(page.url)
+            if status != 200:
                 return None
-            text = str(r.text)
-        return rewrite(text, page.file, published, self._safe)
+        return rewrite(text, page.file, published, self._safe, targets)
 
     def _write(self, rel: str, data: bytes) -> None:
         path = f"{self.root}/{rel}"
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.fs.pipe_file(path, data)
 
-    def build(self, *, check: bool = False) -> Report:
-        """Render what changed and write it (check: only report what would change)."""
+    @staticmethod
+    def _links(targets: Iterable[str], published: Callable[[str], bool]) -> str:
+        """What a page's bytes depend on beyond its records: which of the pages it links to are published
+        (a link to an unpublished page is dropped, so publishing or hiding it changes the linking page)."""
+        return _h(sorted((t, published(t)) for t in targets))
+
+    def _render_some(self, pages: Iterable[Page], published: Callable[[str], bool],
+                     old: dict[str, Any]) -> list[dict[str, Any]]:
+        """Render `pages`; write each one whose bytes differ from what the site holds."""
+        out: list[dict[str, Any]] = []
+        for page in pages:
+            targets: set[str] = set()
+            text = self._render(page, published, targets)
+            if text is None:
+                out.append({"file": page.file, "problem": f"{page.url}: the public dashboard refused or "
+                            "failed to render it"})
+                continue
+            data = text.encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()
+            linked = sorted(t for t in targets if not t.startswith("static/"))
+            entry = {"digest": page.digest, "sha256": sha, "links": self._links(linked, published),
+                     "targets": linked}
+            written = old.get(page.file, {}).get("sha256") != sha
+            if written:
+                self._write(page.file, data)
+            out.append({"file": page.file, "entry": entry, "written": written})
+        return out
+
+    def _unchanged(self, page: Page, prev: dict[str, Any], published: Callable[[str], bool],
+                   moved: set[str]) -> bool:
+        """Same digest, and the pages it links to published as they were (`moved`: the files published
+        last time or now but not both; a page linking to none of them has the links it had)."""
+        if page.digest is None or prev.get("digest") != page.digest or "links" not in prev:
+            return False
+        targets = prev.get("targets") or []
+        return moved.isdisjoint(targets) or prev["links"] == self._links(targets, published)
+
+    def build(self, *, check: bool = False, jobs: int | None = None) -> Report:
+        """Render what changed and write it (check: only report what would change); a large render is
+        split over `jobs` forked processes (default: the CPUs this process may use) where that is safe."""
         t0 = time.perf_counter()
         report = Report(out=self.out, hidden=list(self.index.hidden))
         pages = self.pages()
         old = self._old_manifest()
         files = {p.file for p in pages} | {f"static/{n}" for n in STATIC}
         published = files.__contains__
-        new: dict[str, Any] = {}
-        for page in pages:
-            prev = old.get(page.file, {})
-            if page.digest is not None and prev.get("digest") == page.digest:
-                new[page.file] = prev
-                continue
-            report.rendered.append(page.file)
-            if check:
-                continue
-            text = self._render(page, published)
-            if text is None:
-                report.problems.append(f"{page.url}: the public dashboard refused or failed to render it")
-                continue
-            data = text.encode("utf-8")
-            sha = hashlib.sha256(data).hexdigest()
-            new[page.file] = {"digest": page.digest, "sha256": sha}
-            if prev.get("sha256") != sha:
-                self._write(page.file, data)
-                report.written.append(page.file)
+        moved = set(old) ^ files
+        new = {p.file: old[p.file] for p in pages
+               if self._unchanged(p, old.get(p.file, {}), published, moved)}
+        todo = [p for p in pages if p.file not in new]
+        report.rendered = [p.file for p in todo]
         report.deleted = sorted(f for f in old if f not in files)
         if not check:
+            jobs = default_jobs() if jobs is None else max(1, jobs)
+            local = self.dash.store.is_local and isinstance(self.fs, LocalFileSystem)
+            work = functools.partial(self._render_some, published=published, old=old)
+            if jobs > 1 and len(todo) >= MIN_SPLIT and can_fork(local):
+                results = render_split(todo, work, jobs, pinned=lambda p: p.render is not None)
+            else:
+                results = work(todo)
+            for r in sorted(results, key=lambda r: r["file"]):
+                if "problem" in r:
+                    report.problems.append(r["problem"])
+                    continue
+                new[r["file"]] = r["entry"]
+                if r["written"]:
+                    report.written.append(r["file"])
             self._finish(report, old, new)
         report.pages, report.seconds = len(pages), round(time.perf_counter() - t0, 3)
         return report
@@ -374,14 +466,15 @@ class Site:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(f"{self.root}/{f}")
         manifest = {"version": 1, "pages": dict(sorted(new.items()))}
-        self._write(MANIFEST, json.dumps(manifest, indent=1).encode())
+        self._write(MANIFEST, json.dumps(manifest, separators=(",", ":")).encode())
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._cache))
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "steps": self._cache, "rows": self._rows}))
         os.replace(tmp, self.cache_path)
 
 
 def publish(prefix: str, out: str, policy: Policy, *, anonymous: bool = False, check: bool = False,
-            storage_options: dict[str, Any] | None = None) -> Report:
+            storage_options: dict[str, Any] | None = None, jobs: int | None = None) -> Report:
     """Build (or, with check, plan) the site of `prefix` into `out`."""
-    return Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options).build(check=check)
+    site = Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options)
+    return site.build(check=check, jobs=jobs)

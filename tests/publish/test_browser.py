@@ -1,10 +1,13 @@
 """The published site in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright), served by
 a plain `python -m http.server` on 127.0.0.1 and opened from file://. Run inside the private network
-namespace (scripts/netns, or dev.py test). Screenshots go to test-artifacts/publish/ (docs/publish.md)."""
+namespace (scripts/netns, or dev.py test). Screenshots go to test-artifacts/publish/ (whole pages); with
+MARIN_PUBLISH_SCREENSHOTS=DIR the test also writes the documentation's screenshots there (1000 px wide, the
+first screen of each page, PNG; docs/publish.md says how to refresh docs/img/publish/)."""
 
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import socket
@@ -21,13 +24,15 @@ import pytest
 
 from marin.publish.policy import parse_policy
 from marin.publish.site import publish
-from tests.publish.data_lab import write_site_lab
+from tests.operators.test_decontaminate import QUESTION
+from tests.publish.data_lab import LEAK_MARK, write_site_lab
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "publish"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 _LINK = re.compile(r'\s(?:href|src)="([^"]*)"')
+DOCS_WIDTH, DOCS_HEIGHT = 1000, 720
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed")]
@@ -78,6 +83,19 @@ def page(site: tuple[str, Path, str, str]) -> Iterator[Any]:
         browser.close()
 
 
+def shot(page: Any, name: str) -> None:
+    """The whole page into test-artifacts/publish/, and with MARIN_PUBLISH_SCREENSHOTS its first screen at
+    the documentation's size."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    docs = os.environ.get("MARIN_PUBLISH_SCREENSHOTS")
+    if docs:
+        size = page.viewport_size
+        Path(docs).mkdir(parents=True, exist_ok=True)
+        page.set_viewport_size({"width": DOCS_WIDTH, "height": DOCS_HEIGHT})
+        page.screenshot(path=str(Path(docs) / f"{name}.png"))
+        page.set_viewport_size(size)
+
+
 def test_pages_render_filter_and_stay_on_their_origin(site: tuple[str, Path, str, str], page: Any) -> None:
     from playwright.sync_api import expect
 
@@ -88,29 +106,60 @@ def test_pages_render_filter_and_stay_on_their_origin(site: tuple[str, Path, str
     page.fill("#site-q", "half the learning rate")
     expect(page.locator("#site-table tbody tr:visible")).to_have_count(1)
     expect(page.locator("#site-count")).to_have_text("1 of 3")
-    page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
+    shot(page, "index")
     page.fill("#site-q", "")
     page.locator("a.exp-link", has_text=ablation).click()
     expect(page.locator("h1")).to_contain_text(ablation)
     expect(page.locator("svg#dag g.node")).not_to_have_count(0)
-    page.screenshot(path=str(ARTIFACTS / "experiment.png"), full_page=True)
+    shot(page, "experiment")
     page.locator("a", has_text="Compare with its baseline").first.click()
     expect(page.locator("svg").first).to_be_visible()
     assert "/compare/" in page.url
-    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+    shot(page, "compare")
     page.goto(base + "/predictions.html")
     expect(page.locator("main")).to_contain_text("1.4610")
     page.goto(base + "/data.html")
-    expect(page.locator("section.card")).to_have_count(2)
+    expect(page.locator("section.card")).to_have_count(4)  # ingest, decontaminate, tokenize, the mixture
     page.locator("section.card h2 a", has_text="tiny-tokens").click()
     expect(page.locator("h1")).to_contain_text("Data card: data/tiny-tokens")
     expect(page.locator("main table")).to_contain_text("python")
-    page.screenshot(path=str(ARTIFACTS / "datacard.png"), full_page=True)
+    shot(page, "datacard")
+    page.goto(base + "/data.html")
+    page.locator("section.card h2 a", has_text="tiny-mixture").click()
+    expect(page.locator("h1")).to_contain_text("Data card: train/tiny-mixture")
+    sources = page.locator("#mixture-sources")
+    expect(sources).to_contain_text("python")  # sources, their caches, documents and tokens
+    expect(sources).to_contain_text("prose")
+    tokens = tokens_per_source(out)
+    for source, count in tokens.items():
+        expect(sources.locator("tr", has_text=source)).to_contain_text(str(count))
+    weights = page.locator("#mixture-weights")  # weights by stage
+    expect(weights.locator("tr", has_text="from step 0")).to_have_count(2)
+    expect(weights.locator("tr", has_text="from step 2")).to_have_count(2)
+    report = page.locator("table.decontamination").first  # the decontamination report
+    expect(report).to_contain_text("gsm8k")
+    expect(report.locator("tr", has_text="gsm8k")).to_contain_text("1 of 1")
+    expect(page.locator("table.decontamination-domains tr", has_text="prose")).to_contain_text("1")
+    shot(page, "mixture")
     forecast = next(out.glob("steps/eval/tiny-????????.html"))  # the baseline's eval holds the forecast
     page.goto(base + "/" + forecast.relative_to(out).as_posix())
     expect(page.locator("#fit-plot")).to_be_visible()
-    page.screenshot(path=str(ARTIFACTS / "forecast.png"), full_page=True)
+    shot(page, "forecast")
     assert page.problems == []
+
+
+def tokens_per_source(out: Path) -> dict[str, int]:
+    """The tokens of each mixture source as the tokenize step recorded them in the prefix (the fixture's
+    prefix is the site's sibling `lab`)."""
+    record = json.loads(next((out.parent / "lab").glob("data/tiny-tokens-*/tokenize.json")).read_text())
+    return {s: int(record["stats"][f"train/{s}"]["totals"]["tokens"]) for s in ("python", "prose")}
+
+
+def test_no_raw_document_is_published(site: tuple[str, Path, str, str]) -> None:
+    _, out, _, _ = site
+    leaked = [p for p in out.rglob("*") if p.is_file() and (
+        LEAK_MARK.encode() in p.read_bytes() or QUESTION[:60].encode() in p.read_bytes())]
+    assert leaked == []
 
 
 def test_no_broken_link_anywhere(site: tuple[str, Path, str, str]) -> None:

@@ -35,7 +35,7 @@ def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_p
     first = publish(str(lab), str(out), ALL)
     assert first.problems == [] and len(first.written) > 80
     again = publish(str(lab), str(out), ALL)
-    assert set(again.rendered) == GLOBAL  # nothing else is even rendered
+    assert set(again.rendered) == {"index.html"}  # nothing else is even rendered (not even GLOBAL's others)
     assert set(again.written) <= {"index.html"}
     before = _mtimes(out)
     step = next(lab.glob("sweep00/train/model0-*"))
@@ -49,6 +49,37 @@ def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_p
     assert changed <= {step_page, "index.html", "timeline.html", MANIFEST} | {
         f for f in third.rendered if f.startswith(("experiments/", "compare/"))}
     assert "spot" in (out / "timeline.html").read_text()
+
+
+def test_forked_render_writes_the_same_bytes(lab: Path, tmp_path: Path) -> None:
+    one = publish(str(lab), str(tmp_path / "one"), ALL, jobs=1)
+    two = publish(str(lab), str(tmp_path / "two"), ALL, jobs=2)
+    assert one.problems == two.problems == [] and sorted(one.written) == sorted(two.written)
+    for f in one.written:
+        if f != "index.html":  # it says when it was published
+            assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
+    manifests = [json.loads((tmp_path / d / MANIFEST).read_text())["pages"] for d in ("one", "two")]
+    assert {k: v for k, v in manifests[0].items() if k != "index.html"} == {
+        k: v for k, v in manifests[1].items() if k != "index.html"}
+
+
+def test_a_page_is_rerendered_when_a_page_it_links_to_is_published_or_hidden(lab: Path,
+                                                                            tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    one = parse_policy({"select": {"experiments": ["exp100_*"]}})
+    publish(str(lab), str(out), one)
+    before = json.loads((out / MANIFEST).read_text())["pages"]
+    everything = publish(str(lab), str(out), ALL)
+    after = json.loads((out / MANIFEST).read_text())["pages"]
+    # pages whose records did not change (same digest) but which link to pages published only now
+    relinked = [f for f in before if f in after and before[f]["digest"] == after[f]["digest"]
+                and before[f].get("links") != after[f].get("links")]
+    assert relinked and set(relinked) <= set(everything.rendered)
+    kept = [f for f in before if f in after and before[f] == after[f]]
+    assert kept and not set(kept) & set(everything.rendered)  # the rest is not even rendered
+    publish(str(lab), str(out), one)  # hiding them again: the links to them are dropped again
+    assert json.loads((out / MANIFEST).read_text())["pages"] == {
+        **before, "index.html": json.loads((out / MANIFEST).read_text())["pages"]["index.html"]}
 
 
 def test_check_lists_changes_and_hidden_and_writes_nothing(lab: Path, tmp_path: Path,
