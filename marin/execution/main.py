@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
 from marin.errors import CorruptFileError, ExperimentFailedError, StepFailedError
-from marin.execution import report
+from marin.execution import after_run, report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
@@ -151,7 +151,7 @@ def run_experiment(
     t0 = time.time()
     script = script or script_path()
     notebook = declare(hypothesis, criterion, tags, script_doc)  # checked before anything else
-    site_policy = _publish_policy(config)  # --publish: the policy is checked before anything runs
+    after = after_run.hooks_for(config)  # e.g. --publish: its policy is checked before anything runs
     # git runs as a subprocess (~4 ms): let it work while the DAG is hashed and planned. It only reads.
     prov_of = None if config.dry_run else provenance_started(script)
     prefix = normalize_prefix(config.resolved_prefix())
@@ -179,31 +179,12 @@ def run_experiment(
         publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
-    _publish_site(result, config, site_policy, verbose)
+    result.publisher_errors.extend(after_run.run_hooks(after, result.prefix, verbose))
     if verbose:
         _log(report.results_text(storage, prefix, experiment_id,
                                  [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries
                                   if e.node is not None]), verbose)
     return result
-
-
-def _publish_policy(config: ExecutorMainConfig) -> Any:
-    """The site's visibility policy when --publish is on (marin/publish/after_run.py), else None."""
-    if not config.publish:
-        return None
-    from marin.publish.after_run import policy_for_run
-
-    return policy_for_run(config.publish_policy)
-
-
-def _publish_site(result: RunResult, config: ExecutorMainConfig, policy: Any, verbose: bool) -> None:
-    """--publish after the run: a failure is one more publisher error, never the run's."""
-    if policy is None:
-        return
-    from marin.publish.after_run import publish_after_run
-
-    error = publish_after_run(result.prefix, config.publish_out, policy, verbose=verbose)
-    result.publisher_errors.extend([error] if error else [])
 
 
 def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,

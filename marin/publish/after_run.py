@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from marin.publish.policy import Policy, PolicyError, load_policy
@@ -27,6 +28,16 @@ def policy_for_run(path: str) -> Policy:
         return load_policy(path)
     except PolicyError as e:
         raise ValueError(f"--publish: {e} (or name another file with --publish-policy)") from e
+
+
+def after_run_hook(config: Any) -> Callable[[str, bool], dict[str, Any] | None] | None:
+    """The `marin.after_run` entry point (marin/execution/after_run.py): with --publish, the policy is read
+    now (a ValueError stops the run before it starts) and the site is published after the run."""
+    if not config.publish:
+        return None
+    policy = policy_for_run(config.publish_policy)
+    out = config.publish_out
+    return lambda prefix, verbose: publish_after_run(prefix, out, policy, verbose=verbose)
 
 
 def site_of(prefix: str, out: str | None) -> str:
