@@ -267,7 +267,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     rerun, _ = timed("rerun", False)
     out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
     out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
-    out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
+    if args.page_loads > 0:  # 0: no dashboard phase (its first load of a 1,000-step page takes minutes)
+        out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
     return {**out, "requests": requests}
 
 
@@ -377,7 +378,8 @@ def main() -> None:
     p.add_argument("--step-cpus", type=float, default=1.0,
                    help="Resources(num_cpus=) of each no-op step: the local backend runs as many at once as "
                         "the machine's CPUs hold, up to --concurrency")
-    p.add_argument("--page-loads", type=int, default=20, help="experiment-page loads after the first")
+    p.add_argument("--page-loads", type=int, default=20,
+                   help="experiment-page loads after the first (0: no dashboard phase)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)

@@ -55,6 +55,7 @@ from marin.status.files import (
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
+from marin.storage.listing import FileInfo
 from marin.storage.outputs import OutputCheck, check_listed, recorded_step_facts
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
@@ -138,6 +139,35 @@ def _map(storage: Storage, fn: Callable[[str], Any], items: Sequence[str]) -> li
         return list(pool.map(fn, items))
 
 
+WHOLE_PARENT_MIN = 8
+"""A parent directory with at least this many succeeded steps to check (and at least half of its entries) is
+listed whole, recursively, once; the others' output paths are listed one by one (marin/storage/base.py)."""
+
+
+def output_listings(storage: Storage, paths: Sequence[str],
+                    entries: dict[str, set[str]]) -> dict[str, dict[str, FileInfo] | None]:
+    """The listing of every output path in `paths`, in one concurrent batch of listings: a parent directory
+    that holds mostly these steps (`WHOLE_PARENT_MIN`; `entries`: the parents' listings) is listed whole and
+    split by step (one paged listing instead of one per step; on S3 and GCS 1,000 objects a page), the rest
+    per output path. The steps' files are read from the store either way: no listing is kept between plans."""
+    by_parent: dict[str, list[str]] = {}
+    for p in paths:
+        by_parent.setdefault(posixpath.dirname(p), []).append(p)
+    whole = [d for d, ps in by_parent.items()
+             if len(ps) >= WHOLE_PARENT_MIN and 2 * len(ps) >= len(entries.get(d, ()))]
+    single = [p for d, ps in by_parent.items() if d not in whole for p in ps]
+    found = storage.list_many(whole + single)
+    out: dict[str, dict[str, FileInfo] | None] = dict(zip(single, found[len(whole):], strict=True))
+    for parent, files in zip(whole, found[:len(whole)], strict=True):
+        split: dict[str, dict[str, FileInfo]] = {}
+        for name, info in (files or {}).items():
+            head, _, rest = name.partition("/")
+            if rest:
+                split.setdefault(head, {})[rest] = info
+        out.update((p, split.get(posixpath.basename(p))) for p in by_parent[parent])
+    return out
+
+
 def _parse_status(output_path: str, data: bytes | None) -> dict[str, Any] | None:
     """A step's status.json from its bytes; an unreadable one reads as `damaged_status`
     (status/damaged.py)."""
@@ -167,7 +197,7 @@ class Scan:
         succeeded = [p for p, s in self.status.items() if s and s.get("status") == SUCCESS]
         checked = [p for p in succeeded if isinstance(self.status[p].get("outputs"), dict)]  # type: ignore[union-attr]
         self.unchecked = len(succeeded) - len(checked)  # recorded before output manifests: trusted as before
-        self.listings = dict(zip(checked, storage.list_many(checked), strict=True))  # one concurrent batch
+        self.listings = output_listings(storage, checked, self.listing)
         self.outputs: dict[str, OutputCheck] = {
             p: check_listed(storage, p, self.status[p]["outputs"], listing)  # type: ignore[index]
             for p, listing in self.listings.items()}

@@ -16,7 +16,7 @@ from marin.graph.dag import build_graph
 from marin.graph.plan import make_plan
 from marin.storage.listing import FileInfo
 from marin.storage.local import LocalStorage
-from tests.marin.fns import SumConfig, WriteConfig, sum_numbers, write_numbers
+from tests.marin.fns import FsWriteConfig, SumConfig, WriteConfig, fs_write, sum_numbers, write_numbers
 
 
 class CountingStorage(LocalStorage):
@@ -75,13 +75,14 @@ def test_planning_n_succeeded_steps_makes_one_listing_per_directory_and_one_batc
     assert [e.action for e in plan.entries] == ["skip"] * 14
     # 14 steps in 2 directories (fan/, other/): 2 listings, and no per-step read, stat or listing
     assert storage.calls == {"listdir": 2}
-    # status.json of all 14, their output listings, and the step.json of the 13 reused ones (code drift, raw
-    # inputs under `warn`; fan/root is not needed: every step that uses it succeeded)
-    assert storage.batches == [("read_many", 14), ("list_many", 14), ("read_many", 13)]
+    # status.json of all 14; the output listings in one batch of 2: fan/ (13 steps) listed whole, other/one
+    # on its own; the step.json of the 13 reused ones (code drift, raw inputs under `warn`; fan/root is not
+    # needed: every step that uses it succeeded)
+    assert storage.batches == [("read_many", 14), ("list_many", 2), ("read_many", 13)]
 
 
 def test_a_plan_that_finds_a_missing_output_still_reads_in_batches(tmp_path: Path) -> None:
-    steps = _fan_out(6)
+    steps = _fan_out(8)  # with the root, 9 steps in fan/: listed whole (plan.WHOLE_PARENT_MIN)
     run_experiment(steps, ExecutorMainConfig(prefix=str(tmp_path), backend="local"), verbose=False,
                    script="tests/batching.py")
     graph = build_graph(steps)
@@ -91,7 +92,7 @@ def test_a_plan_that_finds_a_missing_output_still_reads_in_batches(tmp_path: Pat
     plan = make_plan(graph, str(tmp_path), storage)
     entry = next(e for e in plan.entries if e.output_path == victim)
     assert entry.action == "run" and "1 file missing (total.txt)" in entry.reason
-    assert storage.batches[:2] == [("read_many", 7), ("list_many", 7)]
+    assert storage.batches[:2] == [("read_many", 9), ("list_many", 1)]
     assert storage.calls["list_files"] == 0 and storage.calls["exists"] == 0
 
 
@@ -186,14 +187,16 @@ def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_su
             return super().read_many(paths)
 
     prefix = f"{s3_bucket}/facts-{time.time_ns()}"
-    steps = _fan_out(3)
+    steps = [Step(name=f"fan/w{i}", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(),
+                                                                      text=str(i)))
+             for i in range(9)]  # fan/ listed whole (plan.WHOLE_PARENT_MIN), split by step
     run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
                    script="tests/batching.py")
     base = storage_for(prefix)
     assert isinstance(base, S3Storage)
     graph = build_graph(steps)
     storage = Recording(base)
-    assert [e.action for e in make_plan(graph, prefix, storage).entries] == ["skip"] * 4
+    assert [e.action for e in make_plan(graph, prefix, storage).entries] == ["skip"] * 9
     assert storage.read and not [p for p in storage.read if p.endswith("step.json")]
     victim = graph.nodes[-1].output_path(prefix)
     base.write_text(step_json_path(victim), "{not json")
@@ -203,3 +206,6 @@ def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_su
     entry = next(e for e in plan.entries if e.output_path == victim)
     assert entry.action == "skip" and any(f"{step_json_path(victim)} cannot be read" in w
                                           for w in entry.warnings)
+    base.fs.rm_file(f"{victim}/out.txt")  # type: ignore[attr-defined]
+    entry = next(e for e in make_plan(graph, prefix, base).entries if e.output_path == victim)
+    assert entry.action == "run" and "1 file missing (out.txt)" in entry.reason
