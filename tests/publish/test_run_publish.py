@@ -84,3 +84,19 @@ def test_run_help_shows_the_publish_flags_with_real_defaults(capsys: pytest.Capt
     flat = " ".join(out.split())
     assert "(default: PREFIX/site (the site folder under the prefix))" in flat
     assert "(default: publish.toml)" in flat
+
+
+def test_run_publish_without_the_site_publisher_installed_is_refused_before_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine reaches `marin.publish` only through the `marin.after_run` entry point: an environment
+    installed before it existed must refuse --publish with the fix, not run and publish nothing."""
+    from marin.execution import after_run
+
+    monkeypatch.setattr(after_run.importlib.metadata, "entry_points", lambda group: [])
+    prefix = tmp_path / "out"
+    flags = ["--prefix", str(prefix), "--backend", "local", "-q", "--publish",
+             "--publish-policy", str(_policy(tmp_path))]
+    assert marin_main(["run", HELLO, *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--publish" in err and "python3 dev.py install" in err
+    assert not (prefix / "demo").exists()  # nothing ran
