@@ -201,6 +201,14 @@ def warm(dash: Dashboard) -> None:
     threading.Thread(target=run, name="marin-dashboard-warm", daemon=True).start()
 
 
+def read_verdicts(dash: Dashboard, experiment_ids: list[str]) -> None:
+    """Bring the verdicts.json of a list page's experiments up to date in a few batched calls
+    (`PrefixStore.read_json_many`), so that `numbers` of each finds it fresh rather than stating it alone.
+    A file that cannot be read is read again by `numbers`, which names it."""
+    rels = [f"{EXPERIMENTS_DIR}/{i}/verdicts.json" for i in experiment_ids]
+    dash.store.read_json_many(rels, [EXPERIMENTS_DIR] * len(rels))
+
+
 def with_headline(dash: Dashboard, summary: ExperimentSummary) -> ExperimentSummary:
     n = numbers(dash, summary.id)
     return summary.model_copy(update={"verdict": n.verdict, "headline": n.headline})

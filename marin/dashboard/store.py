@@ -401,6 +401,9 @@ class PrefixStore:
             except CorruptFileError as e:
                 out[rel] = e
                 continue
+            entry = self._cache.get(full)
+            if entry is not None and entry.value == value:
+                value = entry.value  # the same object as before: views cached on it stay valid (results.py)
             self._cache[full] = _Entry(signature(info) if info is not None and raw is not None else None, now,
                                        value)
             out[rel] = value
