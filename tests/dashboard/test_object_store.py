@@ -7,7 +7,6 @@ output paths of another location. Run inside the private network namespace (scri
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import shutil
@@ -173,7 +172,7 @@ def test_experiment_page_reads_step_files_in_batches(s3_endpoint: str, tmp_path:
     def batches() -> list[int]:
         return [len(arg) for name, arg in calls if name == "read_many"]
 
-    def per_step() -> list[tuple[str, Any]]:  # any single call inside one step's directory (fan/NAME-HASH/...)
+    def per_step() -> list[tuple[str, Any]]:  # a single call inside a step's directory (fan/NAME-HASH/...)
         return [(n, a) for n, a in calls if n != "read_many" and "/fan/" in str(a)]
 
     page = f"/experiments/{result.experiment_id}"
