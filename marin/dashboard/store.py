@@ -31,7 +31,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from marin.dashboard.paths import UnsafePathError, join
+from marin.dashboard.paths import UnsafePathError, clean_relpath, join
 from marin.errors import CorruptFileError
 from marin.jsonio import parse_json
 from marin.status.damaged import damaged_message, parse_jsonl
@@ -71,6 +71,15 @@ def _window_start(size: int, offset: int | None, max_bytes: int, jump: bool) -> 
     if offset is None or offset < 0 or offset > size or (jump and size - offset > max_bytes):
         return max(0, size - max_bytes)
     return offset
+
+
+def _clean(rel: str) -> bool:
+    """Whether `rel` is already a clean relative path (a manifest may name anything: a parent with `..` in it
+    is never listed, its files are read one by one as before)."""
+    try:
+        return clean_relpath(rel) == rel
+    except UnsafePathError:
+        return False
 
 
 def _too_big(full: str, size: int) -> CorruptFileError:
@@ -376,7 +385,7 @@ class PrefixStore:
             first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
             by_parent.setdefault(parent, set()).add(first)
         whole = [p for p, under in by_parent.items()
-                 if len(under) >= WHOLE_PARENT_MIN and 2 * len(under) >= len(self.names(p))]
+                 if len(under) >= WHOLE_PARENT_MIN and _clean(p) and 2 * len(under) >= len(self.names(p))]
         return {p: self.listing(p) for p in whole}
 
     def _read_batch(self, files: list[tuple[str, dict[str, Any] | None]], now: float) -> dict[str, Any]:
