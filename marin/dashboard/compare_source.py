@@ -13,11 +13,18 @@ from marin.dashboard.store import PrefixStore
 
 
 class DashboardSource:
-    def __init__(self, store: PrefixStore, metrics: MetricsReader, index: ExperimentIndex) -> None:
+    """`known`: records just read in a batch (`PrefixStore.read_json_many`), served as read; a record that
+    could not be read there is read again (and its error raised) by `read_json`."""
+
+    def __init__(self, store: PrefixStore, metrics: MetricsReader, index: ExperimentIndex,
+                 known: dict[str, Any] | None = None) -> None:
         self.prefix = store.prefix
         self.store, self.metrics, self.index = store, metrics, index
+        self.known = known or {}
 
     def read_json(self, rel: str) -> Any:
+        if rel in self.known and not isinstance(self.known[rel], Exception):
+            return self.known[rel]
         return self.store.read_json(rel)
 
     def columns(self, rel: str) -> Columns | None:

@@ -11,6 +11,7 @@ the experiment page adds every step's own status.json.
 from __future__ import annotations
 
 import datetime as dt
+import posixpath
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ from marin.dashboard.schemas import (
     StepRef,
 )
 from marin.dashboard.store import PrefixStore, signature
+from marin.errors import CorruptFileError
 from marin.jsonio import parse_json
 from marin.status import files as sf
 from marin.status.damaged import damaged_message
@@ -267,7 +269,7 @@ class ExperimentIndex:
             return None
         manifest, summary = found
         summary = self._linked(summary)
-        steps = [step_ref(self.store, s) for s in manifest.get("steps") or [] if isinstance(s, dict)]
+        steps = step_refs(self.store, [s for s in manifest.get("steps") or [] if isinstance(s, dict)])
         counts: dict[str, int] = {}
         for s in steps:
             counts[s.status] = counts.get(s.status, 0) + 1
@@ -311,11 +313,28 @@ def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
     return f"{entry.get('name')}-{str(entry.get('hash', ''))[:8]}"
 
 
-def step_ref(store: PrefixStore, entry: dict[str, Any]) -> StepRef:
-    """A step named in a manifest (or step.json's dependencies) with its current status.json."""
+def step_refs(store: PrefixStore, entries: list[dict[str, Any]]) -> list[StepRef]:
+    """`step_ref` of many steps (an experiment page), their status.json read in a few batched calls
+    (`PrefixStore.read_json_many`: one listing of a parent holding most of them, one concurrent batch of
+    reads) rather than a stat and a read per step."""
+    rels = [step_rel(store, e) for e in entries]
+    paths = [sf.status_path(r) for r in rels]
+    found = store.read_json_many(paths, [posixpath.dirname(r) for r in rels])
+    return [step_ref(store, e, found[p]) for e, p in zip(entries, paths, strict=True)]
+
+
+_UNREAD = object()
+
+
+def step_ref(store: PrefixStore, entry: dict[str, Any], status: Any = _UNREAD) -> StepRef:
+    """A step named in a manifest (or step.json's dependencies) with its current status.json (`status`: as
+    already read by `PrefixStore.read_json_many`, a CorruptFileError when it could not be)."""
     rel = step_rel(store, entry)
     problems: list[str] = []
-    status = store.read_json_noting(sf.status_path(rel), problems)
+    if status is _UNREAD:
+        status = store.read_json_noting(sf.status_path(rel), problems)
+    elif isinstance(status, CorruptFileError):
+        problems.append(str(status))
     status = status if isinstance(status, dict) else {}
     if problems:  # unreadable: named with the fix, never shown as not started (status/damaged.py)
         status = {"status": UNREADABLE, "error": {"type": "CorruptFile", "message": problems[0]}}

@@ -19,6 +19,7 @@ metrics cache is: a dashboard left running over a prefix whose experiments come 
 
 from __future__ import annotations
 
+import posixpath
 import threading
 import time
 from collections import OrderedDict
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.compare.headline import headline, own_values
-from marin.compare.runs import baseline_of
+from marin.compare.runs import baseline_of, own_steps
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.context import Dashboard
 from marin.dashboard.schemas import (
@@ -40,8 +41,8 @@ from marin.errors import CorruptFileError
 from marin.status.manifest import EXPERIMENTS_DIR
 
 
-def source(dash: Dashboard) -> DashboardSource:
-    return DashboardSource(dash.store, dash.metrics, dash.experiments)
+def source(dash: Dashboard, known: dict[str, Any] | None = None) -> DashboardSource:
+    return DashboardSource(dash.store, dash.metrics, dash.experiments, known)
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,23 @@ _CACHE = _Lru(MAX_BYTES)
 _LOCK = threading.Lock()
 
 
+RESULT_FILES = ("train_result.json", "eval.json", "choices.json")
+"""The records `marin.compare.table.step_metrics(curves=False)` reads in each own step's output path."""
+
+
+def _prefetch(dash: Dashboard, experiment_id: str, owner: dict[str, str]) -> dict[str, Any]:
+    """Every own step's result records, read in a few batched calls (`PrefixStore.read_json_many`: one listing
+    of the parent holding the steps says which exist, one concurrent batch reads them) instead of probing
+    three files per step one by one. A record that cannot be read is read again by the computation, which
+    names it (the path and the fix)."""
+    refs = own_steps(source(dash), experiment_id, owner)
+    rels = [f"{ref.rel}/{name}" for ref in refs for name in RESULT_FILES]
+    return dash.store.read_json_many(rels, [posixpath.dirname(ref.rel) for ref in refs for _ in RESULT_FILES])
+
+
 def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
-    src, owner = source(dash), dash.experiments.owners()
+    owner = dash.experiments.owners()
+    src = source(dash, _prefetch(dash, experiment_id, owner))
     step_values = own_values(src, experiment_id, owner)  # no metrics.jsonl: the step page has the curves
     h = headline(src, experiment_id, owner, step_values)
     results = []
@@ -183,6 +199,14 @@ def warm(dash: Dashboard) -> None:
                 _WARMING.discard(id(dash))
 
     threading.Thread(target=run, name="marin-dashboard-warm", daemon=True).start()
+
+
+def read_verdicts(dash: Dashboard, experiment_ids: list[str]) -> None:
+    """Bring the verdicts.json of a list page's experiments up to date in a few batched calls
+    (`PrefixStore.read_json_many`), so that `numbers` of each finds it fresh rather than stating it alone.
+    A file that cannot be read is read again by `numbers`, which names it."""
+    rels = [f"{EXPERIMENTS_DIR}/{i}/verdicts.json" for i in experiment_ids]
+    dash.store.read_json_many(rels, [EXPERIMENTS_DIR] * len(rels))
 
 
 def with_headline(dash: Dashboard, summary: ExperimentSummary) -> ExperimentSummary:

@@ -10,6 +10,9 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
   served from memory and a refresh costs one stat per file that the request needs.
 - lists a directory tree once per `ttl` (`listing`): a view over many small files (the catalogue's verdicts)
   passes each file's listed signature to `read_json`, so an unchanged file costs no call of its own;
+- reads many small files in a few calls (`read_json_many`: an experiment page's status.json of every step):
+  entries still fresh from memory, the rest checked against one recursive listing of a parent directory that
+  holds mostly them, and what changed read in one concurrent batch (`Storage.read_many`);
 - reads the end of large files only (`read_range`), so a multi-GB log is never loaded whole.
 """
 
@@ -20,7 +23,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +31,22 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from marin.dashboard.paths import UnsafePathError, join
+from marin.dashboard.paths import UnsafePathError, clean_relpath, join
 from marin.errors import CorruptFileError
 from marin.jsonio import parse_json
 from marin.status.damaged import damaged_message, parse_jsonl
 from marin.status.live_log import read_live_log
+from marin.storage.base import Storage
 from marin.storage.fs import storage_on
 
 MAX_JSON_BYTES = 16 << 20
 # the engine's own records, which are JSON objects (docs/formats.md); other JSON files may be anything
 _STATE_FILE = re.compile(
     r"(/\.marin/(status|step|lease|interruptions|progress)\.json|/experiments/[^/]+\.json)$")
+WHOLE_PARENT_MIN = 8
+"""`read_json_many` lists a parent directory whole (recursively, once per `ttl`) when at least this many of
+the files asked for lie under it and they come from at least half of its entries (the plan's rule,
+marin/graph/plan.py); otherwise each file is read."""
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
 
 
@@ -63,6 +71,20 @@ def _window_start(size: int, offset: int | None, max_bytes: int, jump: bool) -> 
     if offset is None or offset < 0 or offset > size or (jump and size - offset > max_bytes):
         return max(0, size - max_bytes)
     return offset
+
+
+def _clean(rel: str) -> bool:
+    """Whether `rel` is already a clean relative path (a manifest may name anything: a parent with `..` in it
+    is never listed, its files are read one by one as before)."""
+    try:
+        return clean_relpath(rel) == rel
+    except UnsafePathError:
+        return False
+
+
+def _too_big(full: str, size: int) -> CorruptFileError:
+    return CorruptFileError(f"{full} is {size} bytes; status, step and manifest files are small JSON "
+                            f"documents (limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it")
 
 
 def signature(info: dict[str, Any]) -> tuple[Any, ...]:
@@ -125,6 +147,14 @@ class PrefixStore:
         self._names_cache: dict[str, _Entry] = {}
         self._find_cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._storage: Storage | None = None
+
+    @property
+    def storage(self) -> Storage:
+        """The engine's Storage over this store's filesystem (its batches: `read_many`)."""
+        if self._storage is None:
+            self._storage = storage_on(self.fs, self.fs.unstrip_protocol(self.root).split("://", 1)[0])
+        return self._storage
 
     # ----------------------------------------------------------------------------------------- paths
     def full(self, rel: str) -> str:
@@ -217,12 +247,12 @@ class PrefixStore:
     def _parse_json(self, full: str, info: dict[str, Any]) -> Any:
         size = info.get("size") or 0
         if size > MAX_JSON_BYTES:
-            raise CorruptFileError(
-                f"{full} is {size} bytes; status, step and manifest files are small JSON documents "
-                f"(limit {MAX_JSON_BYTES} bytes), so the dashboard does not load it"
-            )
+            raise _too_big(full, size)
         with self.fs.open(full, "rb") as f:
             raw = f.read()
+        return self._parse_bytes(full, raw)
+
+    def _parse_bytes(self, full: str, raw: bytes) -> Any:
         try:
             data = parse_json(raw, full)
         except CorruptFileError as e:
@@ -300,10 +330,93 @@ class PrefixStore:
         except (FileNotFoundError, NotADirectoryError):
             found = {}
         base = full + "/"
-        entries = {f"{rel.rstrip('/')}/{name[len(base):]}": info for name, info in found.items()
+        head = rel.rstrip("/") + "/" if rel.rstrip("/") else ""
+        entries = {f"{head}{name[len(base):]}": info for name, info in found.items()
                    if name.startswith(base) and info.get("type", "file") == "file"}
         self._find_cache[full] = _Entry(None, now, entries)
         return entries
+
+    def read_json_many(self, rels: Sequence[str], parents: Sequence[str]) -> dict[str, Any]:
+        """`read_json` of many small files in a few storage calls: rel -> its value, or the CorruptFileError
+        `read_json` would raise. `parents[i]`: a directory above `rels[i]` that may be listed whole.
+
+        As fresh as `read_json` (nothing is trusted longer than `ttl`): an entry read within `ttl` comes
+        from memory; on an object store the others are checked against one recursive listing of their parent
+        when it holds mostly them (`WHOLE_PARENT_MIN`: an unchanged file costs no call, an absent one is
+        None), and the rest are read in one concurrent batch (`Storage.read_many`, a GET each, no HEAD)."""
+        out: dict[str, Any] = {}
+        if self.is_local:  # a stat costs microseconds here; read_json also refuses symlinks out of the prefix
+            for rel in rels:
+                try:
+                    out[rel] = self.read_json(rel)
+                except CorruptFileError as e:
+                    out[rel] = e
+            return out
+        now = time.monotonic()
+        stale = []
+        for rel, parent in zip(rels, parents, strict=True):
+            fresh = self._fresh(self._cache, self.full(rel), now)
+            if fresh is not None:
+                out[rel] = fresh.value
+            else:
+                stale.append((rel, parent))
+        listed = self._whole_listings(stale)
+        unread: list[tuple[str, dict[str, Any] | None]] = []
+        for rel, parent in stale:
+            if parent not in listed:
+                unread.append((rel, None))
+                continue
+            info = listed[parent].get(rel)
+            entry = self._cache.get(self.full(rel))
+            if info is None or (entry is not None and entry.signature == signature(info)):
+                value = None if info is None else entry.value  # type: ignore[union-attr]
+                self._cache[self.full(rel)] = _Entry(None if info is None else signature(info), now, value)
+                out[rel] = value
+            else:
+                unread.append((rel, info))
+        out.update(self._read_batch(unread, now))
+        return out
+
+    def _whole_listings(self, files: list[tuple[str, str]]) -> dict[str, dict[str, dict[str, Any]]]:
+        """The recursive listing of each parent that holds at least `WHOLE_PARENT_MIN` of `files` (rel,
+        parent), from at least half of its entries."""
+        by_parent: dict[str, set[str]] = {}
+        for rel, parent in files:
+            first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
+            by_parent.setdefault(parent, set()).add(first)
+        whole = [p for p, under in by_parent.items()
+                 if len(under) >= WHOLE_PARENT_MIN and _clean(p) and 2 * len(under) >= len(self.names(p))]
+        return {p: self.listing(p) for p in whole}
+
+    def _read_batch(self, files: list[tuple[str, dict[str, Any] | None]], now: float) -> dict[str, Any]:
+        """Read and parse `files` (rel, its listed info or None) in one `Storage.read_many`, caching each."""
+        out: dict[str, Any] = {}
+        wanted = []
+        for rel, info in files:
+            size = (info or {}).get("size") or 0
+            if size > MAX_JSON_BYTES:
+                out[rel] = _too_big(self.full(rel), size)
+            else:
+                wanted.append((rel, info))
+        if not wanted:
+            return out
+        found = self.storage.read_many([self.fs.unstrip_protocol(self.check_inside(r)) for r, _ in wanted])
+        for (rel, info), raw in zip(wanted, found, strict=True):
+            full = self.full(rel)
+            try:
+                if raw is not None and len(raw) > MAX_JSON_BYTES:
+                    raise _too_big(full, len(raw))
+                value = None if raw is None else self._parse_bytes(full, raw)
+            except CorruptFileError as e:
+                out[rel] = e
+                continue
+            entry = self._cache.get(full)
+            if entry is not None and entry.value == value:
+                value = entry.value  # the same object as before: views cached on it stay valid (results.py)
+            self._cache[full] = _Entry(signature(info) if info is not None and raw is not None else None, now,
+                                       value)
+            out[rel] = value
+        return out
 
     def cat_many(self, rels: list[str]) -> dict[str, bytes | Exception]:
         """Read many small files; on object stores 16 at a time (one HTTP round trip each).

@@ -146,3 +146,39 @@ def test_the_local_listing_is_fsspecs_and_names_need_no_stat(tmp_path: Path) -> 
     assert [e["name"] for e in store.ls("d")] == store.names("d") == ["dangling", "file.json", "link", "sub"]
     assert [e["type"] for e in store.ls("d")] == ["other", "file", "other", "directory"]
     assert store.ls("nothing") == [] and store.names("nothing") == [] and store.names("d/file.json") == []
+
+
+def test_read_json_many_is_as_fresh_as_read_json(tmp_path: Path) -> None:
+    """`PrefixStore.read_json_many` (issue 35's batched page reads) on an object-store-like filesystem: absent
+    files are None, a damaged one is its CorruptFileError naming the path, a change is seen once the ttl has
+    passed, and an unchanged file keeps its parsed object (views cached on it stay valid)."""
+    import fsspec
+
+    from marin.dashboard.store import PrefixStore
+    from marin.errors import CorruptFileError
+
+    mem = fsspec.filesystem("memory")
+    root = f"/loop-many-{os.getpid()}-{time.monotonic_ns()}"
+    for i in range(10):
+        mem.pipe_file(f"{root}/fan/s{i}/.marin/status.json", json.dumps({"status": "SUCCESS"}).encode())
+    mem.pipe_file(f"{root}/fan/s3/.marin/status.json", b"{not json")
+    mem.pipe_file(f"{root}/alone/x/.marin/status.json", json.dumps({"status": "RUNNING"}).encode())
+    store = PrefixStore(f"memory://{root}", ttl=60)
+    rels = [f"fan/s{i}/.marin/status.json" for i in range(12)] + ["alone/x/.marin/status.json"]
+    parents = ["fan"] * 12 + ["alone"]
+    first = store.read_json_many(rels, parents)
+    assert first["fan/s0/.marin/status.json"] == {"status": "SUCCESS"}
+    assert first["fan/s10/.marin/status.json"] is None and first["fan/s11/.marin/status.json"] is None
+    assert isinstance(first["fan/s3/.marin/status.json"], CorruptFileError)
+    assert "fan/s3/.marin/status.json" in str(first["fan/s3/.marin/status.json"])
+    assert first["alone/x/.marin/status.json"] == {"status": "RUNNING"}
+    # the same answers read_json gives
+    assert store.read_json("fan/s0/.marin/status.json") is first["fan/s0/.marin/status.json"]
+    mem.pipe_file(f"{root}/fan/s1/.marin/status.json", json.dumps({"status": "FAILED"}).encode())
+    mem.pipe_file(f"{root}/alone/x/.marin/status.json", json.dumps({"status": "SUCCESS"}).encode())
+    store.ttl = 0  # the ttl has passed: every file is checked again
+    again = store.read_json_many(rels, parents)
+    assert again["fan/s1/.marin/status.json"] == {"status": "FAILED"}
+    assert again["alone/x/.marin/status.json"] == {"status": "SUCCESS"}
+    assert again["fan/s0/.marin/status.json"] is first["fan/s0/.marin/status.json"]
+    assert isinstance(again["fan/s3/.marin/status.json"], CorruptFileError)

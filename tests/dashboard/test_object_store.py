@@ -121,3 +121,80 @@ def _check(fs: Any, url: str, root: str, opts: dict[str, Any]) -> None:
         again = c.get(f"/api/experiments/{failed['id']}").json()
         assert again["step_counts"]["SUCCESS"] == 18
         assert c.get("/api/files/%2e%2e/other-bucket").status_code == 400
+
+
+_IO = {"info", "exists", "isfile", "isdir", "size", "open", "cat", "cat_file", "head", "ls", "find", "glob",
+       "read_bytes", "read_text", "read_many", "list_files", "list_many", "file_info"}
+
+
+class _Counting:
+    """A filesystem or Storage that records each storage call (name, first argument) and passes it on."""
+
+    def __init__(self, inner: Any, calls: list[tuple[str, Any]]) -> None:
+        self._inner, self._calls = inner, calls
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in _IO:
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append((name, args[0] if args else None))
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def test_experiment_page_reads_step_files_in_batches(s3_endpoint: str, tmp_path: Path) -> None:
+    """Issue 35: an experiment page reads its steps' files in batches: every status.json in one concurrent
+    read, the result records (train_result/eval/choices.json) known absent from one listing of the parent
+    holding the steps; a later load lists that parent and reads only what changed, never a call per step
+    (before: a HEAD of each status.json, and three probes per step on the first load). What changed on the
+    store is on the page at once: no cache serves stale status."""
+    import s3fs
+
+    from marin import ExecutorMainConfig, run_experiment
+    from tests.marin.test_plan_batching import _fan_out
+
+    result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
+                            verbose=False, script="tests/dashboard_batching.py")
+    assert result.status == "SUCCESS"
+    opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
+    fs = s3fs.S3FileSystem(**opts)
+    fs.mkdir("batch-bucket")
+    fs.put(str(tmp_path / "p") + "/", "batch-bucket/prefix/", recursive=True)
+    app = create_app("s3://batch-bucket/prefix", cache_ttl=0, storage_options=opts)  # every load revalidates
+    calls: list[tuple[str, Any]] = []
+    store = app.state.dash.store
+    store._storage = _Counting(store.storage, calls)  # the Storage over the real filesystem
+    store.fs = _Counting(store.fs, calls)
+
+    def batches() -> list[int]:
+        return [len(arg) for name, arg in calls if name == "read_many"]
+
+    def per_step() -> list[tuple[str, Any]]:  # a single call inside a step's directory (fan/NAME-HASH/...)
+        return [(n, a) for n, a in calls if n != "read_many" and "/fan/" in str(a)]
+
+    page = f"/experiments/{result.experiment_id}"
+    with TestClient(app) as c:
+        first = c.get(page)
+        assert first.status_code == 200 and first.text.count("SUCCESS") >= 13
+        assert batches() == [13] and per_step() == []  # 13 status.json in one batch; nothing per step
+        assert ("find", "batch-bucket/prefix/fan") in calls
+        calls.clear()
+        again = c.get(page)
+        assert again.text == first.text
+        # nothing changed: the parent fan/ listed again, no read and no stat of a step's file
+        assert batches() == [] and per_step() == [] and ("find", "batch-bucket/prefix/fan") in calls
+        s3 = next(s for s in c.get(f"/api/experiments/{result.experiment_id}").json()["steps"]
+                  if s["name"] == "fan/s3")
+        key = f"batch-bucket/prefix/{s3['path']}/.marin/status.json"
+        status = json.loads(fs.cat_file(key))
+        status["status"] = "FAILED"
+        fs.pipe_file(key, json.dumps(status).encode())
+        calls.clear()
+        changed = c.get(page)
+        assert batches() == [1] and per_step() == []  # only the changed status.json is read
+        assert changed.text.count("FAILED") > first.text.count("FAILED")
+        detail = c.get(f"/api/experiments/{result.experiment_id}").json()
+        assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}

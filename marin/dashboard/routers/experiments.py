@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
-from marin.dashboard.results import warm, with_headline, with_results
+from marin.dashboard.results import read_verdicts, warm, with_headline, with_results
 from marin.dashboard.routers.catalogue import notebook_view
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
 
@@ -33,6 +33,7 @@ def _list(
         q=q, state=state, issue=issue, author=author, since=since, until=until, offset=offset, limit=limit
     )
     warm(dash)
+    read_verdicts(dash, [s.id for s in result.items])
     return result.model_copy(update={"items": [with_headline(dash, s) for s in result.items]})
 
 
