@@ -198,17 +198,18 @@ class Site:
                     by_folder.setdefault(folder, []).append((name, signature(info)))
             yield from by_folder.items()
             return
+        skip_in, _, skip = (out_rel or "").rpartition("/")  # the output path: skipped where it is listed
         stack = [(store.root, "")]
         while stack:
             path, rel = stack.pop()
             files: list[tuple[str, Any]] = []
+            skip_here = skip if out_rel and rel == skip_in else None
             with os.scandir(path) as entries:
                 for e in entries:
-                    r = f"{rel}/{e.name}" if rel else e.name
-                    if out_rel and r == out_rel:
+                    if e.name == skip_here:
                         continue
                     if e.is_dir(follow_symlinks=False):
-                        stack.append((e.path, r))
+                        stack.append((e.path, f"{rel}/{e.name}" if rel else e.name))
                     elif e.is_file(follow_symlinks=False):
                         st = e.stat(follow_symlinks=False)
                         files.append((e.name, (st.st_size, st.st_mtime_ns, st.st_ino)))

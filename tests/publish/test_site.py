@@ -67,6 +67,14 @@ def test_a_name_learnt_later_renames_the_files_it_appears_in(lab: Path, tmp_path
     assert "model0" not in (out / MANIFEST).read_text()
 
 
+def test_an_output_path_inside_a_step_is_not_read_as_the_steps_files(lab: Path) -> None:
+    step = next(lab.glob("sweep00/train/model0-*"))
+    out = step / "site"
+    assert publish(str(lab), str(out), ALL).problems == []
+    again = publish(str(lab), str(out), ALL)
+    assert set(again.rendered) == {"index.html"}
+
+
 def test_forked_render_writes_the_same_bytes(lab: Path, tmp_path: Path) -> None:
     one = publish(str(lab), str(tmp_path / "one"), ALL, jobs=1)
     two = publish(str(lab), str(tmp_path / "two"), ALL, jobs=2)
