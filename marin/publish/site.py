@@ -71,12 +71,13 @@ def _h(*parts: Any) -> str:
 
 
 def renderer_version() -> str:
-    """Changes with any template, script, stylesheet or module of the dashboard or of publishing."""
+    """Changes with any template, script, stylesheet or module of the dashboard or of publishing (by their
+    paths inside the package and bytes: a checkout or environment moved elsewhere renders nothing again)."""
     h = hashlib.sha256()
     for root in (DASHBOARD, HERE, HERE.parent / "compare"):
         for p in sorted(root.rglob("*")):
             if p.suffix in (".py", ".html", ".js", ".css", ".svg"):
-                h.update(p.as_posix().encode() + p.read_bytes())
+                h.update(p.relative_to(HERE.parent).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
 
