@@ -71,12 +71,13 @@ def _h(*parts: Any) -> str:
 
 
 def renderer_version() -> str:
-    """Changes with any template, script, stylesheet or module of the dashboard or of publishing."""
+    """Changes with any template, script, stylesheet or module of the dashboard or of publishing (by their
+    paths inside the package and bytes: a checkout or environment moved elsewhere renders nothing again)."""
     h = hashlib.sha256()
     for root in (DASHBOARD, HERE, HERE.parent / "compare"):
         for p in sorted(root.rglob("*")):
             if p.suffix in (".py", ".html", ".js", ".css", ".svg"):
-                h.update(p.as_posix().encode() + p.read_bytes())
+                h.update(p.relative_to(HERE.parent).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -131,6 +132,9 @@ class Site:
         cached = self._read_cache()
         self._cache: dict[str, Any] = cached.get("steps", {})
         self._rows: dict[str, Any] = cached.get("rows", {})
+        self._files_key: str = cached.get("files_key", "")
+        self._known_files: dict[str, str] = cached.get("files", {})
+        self._used_files: dict[str, str] = {}
         self._exp_digest: dict[str, str] = {}
 
     # ---------------------------------------------------------------------------------------- inputs
@@ -149,59 +153,79 @@ class Site:
 
     def _signatures(self, steps: set[str]) -> dict[str, list[Any]]:
         """Step path (or experiments/<id>) -> the signatures of its files, from one listing of the prefix;
-        also `predictions:` -> the files of every folder holding a forecast or its verdict."""
-        store = self.dash.store
-        out_rel = store.relative(self.out)
-        sigs: dict[str, list[Any]] = {}
-        listed = [(rel, sig) for rel, sig in self._files()
-                  if not (out_rel and (rel == out_rel or rel.startswith(out_rel + "/")))]
-        owner_of: dict[str, str] = {}  # folder -> its owner (the files of one folder share it)
+        also `predictions:` -> the files of every folder holding a forecast or its verdict. Files are
+        assigned by folder (a folder's files share their owner: the nearest enclosing step), so the cost per
+        file is one stat and one append."""
+        owner_of: dict[str, str] = {"": ""}  # folder -> its owner
 
-        def owner(rel: str) -> str:
-            if rel in steps or not rel:
-                return rel
-            if rel.startswith(EXPERIMENTS_DIR + "/"):
-                return EXPERIMENTS_DIR + "/" + rel.split("/")[1].removesuffix(".json")
-            folder = posixpath.dirname(rel)
+        def owner(folder: str) -> str:
             if folder not in owner_of:
-                owner_of[folder] = owner(folder)
+                if folder in steps:
+                    owner_of[folder] = folder
+                elif folder.startswith(EXPERIMENTS_DIR + "/"):
+                    owner_of[folder] = EXPERIMENTS_DIR + "/" + folder.split("/")[1].removesuffix(".json")
+                else:
+                    owner_of[folder] = owner(posixpath.dirname(folder))
             return owner_of[folder]
 
-        for rel, sig in listed:
-            if found := owner(rel):
-                sigs.setdefault(found, []).append((rel, sig))
-        folders = {posixpath.dirname(rel) for rel, _ in listed
-                   if posixpath.basename(rel) in (PREDICTION_FILE, VERDICT_FILE)}
-        sigs["predictions:"] = [(rel, sig) for rel, sig in listed if posixpath.dirname(rel) in folders]
+        sigs: dict[str, list[Any]] = {}
+        forecasts: list[Any] = []
+        for folder, files in self._folders():
+            entries = [(f"{folder}/{name}" if folder else name, sig) for name, sig in files]
+            if folder == EXPERIMENTS_DIR:  # experiments/<id>.json belongs to experiments/<id>
+                for (name, _), entry in zip(files, entries, strict=True):
+                    sigs.setdefault(EXPERIMENTS_DIR + "/" + name.removesuffix(".json"), []).append(entry)
+            elif found := owner(folder):
+                sigs.setdefault(found, []).extend(entries)
+            if any(name in (PREDICTION_FILE, VERDICT_FILE) for name, _ in files):
+                forecasts.extend(entries)
+        for entries in sigs.values():
+            entries.sort()
+        sigs["predictions:"] = sorted(forecasts)
         return sigs
 
-    def _files(self) -> list[tuple[str, Any]]:
-        """Every file under the prefix (relative path, signature), sorted; locally one os.scandir walk
-        (fsspec's find stats each file through several layers: five times slower on 77,000 files)."""
+    def _folders(self) -> Iterable[tuple[str, list[tuple[str, Any]]]]:
+        """(folder, [(file name, signature)]) for every folder under the prefix holding files, the site's
+        own output path left out; locally one os.scandir walk (fsspec's find stats each file through several
+        layers: five times slower on 77,000 files)."""
         store = self.dash.store
+        out_rel = store.relative(self.out)
         if not store.is_local:
-            return sorted((store.relative(full) or "", signature(info))
-                          for full, info in store.fs.find(store.root, detail=True).items())
-        found: list[tuple[str, Any]] = []
+            by_folder: dict[str, list[tuple[str, Any]]] = {}
+            for full, info in store.fs.find(store.root, detail=True).items():
+                rel = store.relative(full) or ""
+                if not (out_rel and (rel == out_rel or rel.startswith(out_rel + "/"))):
+                    folder, _, name = rel.rpartition("/")
+                    by_folder.setdefault(folder, []).append((name, signature(info)))
+            yield from by_folder.items()
+            return
+        skip_in, _, skip = (out_rel or "").rpartition("/")  # the output path: skipped where it is listed
         stack = [(store.root, "")]
         while stack:
             path, rel = stack.pop()
+            files: list[tuple[str, Any]] = []
+            skip_here = skip if out_rel and rel == skip_in else None
             with os.scandir(path) as entries:
                 for e in entries:
-                    r = f"{rel}/{e.name}" if rel else e.name
+                    if e.name == skip_here:
+                        continue
                     if e.is_dir(follow_symlinks=False):
-                        stack.append((e.path, r))
+                        stack.append((e.path, f"{rel}/{e.name}" if rel else e.name))
                     elif e.is_file(follow_symlinks=False):
                         st = e.stat(follow_symlinks=False)
-                        found.append((r, (st.st_size, st.st_mtime_ns, st.st_ino)))
-        return sorted(found)
+                        files.append((e.name, (st.st_size, st.st_mtime_ns, st.st_ino)))
+            if files:
+                yield rel, files
 
     def _safe(self, segment: str) -> str:
         return self.redactor.name(segment)
 
     def _file(self, url: str) -> str:
-        f = file_of(url, self._safe)
+        """The site file of the page at `url`; kept in the private cache (URLs hold names) under a key of
+        the redactor's fingerprint and salt and the renderer's code, the only things it depends on."""
+        f = self._known_files.get(url) or file_of(url, self._safe)
         assert f is not None, url
+        self._used_files[url] = f
         return f
 
     # ---------------------------------------------------------------------------------------- pages
@@ -212,6 +236,9 @@ class Site:
         sigs = self._signatures(steps)
         raw = self._learn_steps(exp_steps, sigs)  # the redactor learns every user and host before any page
         fp = (self.redactor.fingerprint(), renderer_version())
+        files_key = _h(fp, self.redactor.salt)
+        if files_key != self._files_key:
+            self._files_key, self._known_files = files_key, {}
         step_digest = {rel: _h(fp, raw[rel]) for rel in steps}
         pages = [Page(_step_url(rel), self._file(_step_url(rel)), d)
                  for rel, d in sorted(step_digest.items())]
@@ -469,7 +496,8 @@ class Site:
         self._write(MANIFEST, json.dumps(manifest, separators=(",", ":")).encode())
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "steps": self._cache, "rows": self._rows}))
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "steps": self._cache, "rows": self._rows,
+                                   "files_key": self._files_key, "files": self._used_files}))
         os.replace(tmp, self.cache_path)
 
 

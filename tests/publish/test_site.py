@@ -51,6 +51,30 @@ def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_p
     assert "spot" in (out / "timeline.html").read_text()
 
 
+def test_a_name_learnt_later_renames_the_files_it_appears_in(lab: Path, tmp_path: Path) -> None:
+    """The page file names kept from the last build are dropped when the redactor learns a new name: a user
+    named like a step's folder hides that folder's name in every file name from then on."""
+    out = tmp_path / "site"
+    publish(str(lab), str(out), ALL)
+    assert any("model0-" in p.name for p in out.rglob("*.html"))
+    step = next(lab.glob("sweep00/train/model0-*"))
+    info = json.loads((step / ".marin" / "step.json").read_text())
+    (step / ".marin" / "step.json").write_text(json.dumps({**info, "user": "model0"}))
+    report = publish(str(lab), str(out), ALL)
+    assert report.problems == []
+    names = [p.relative_to(out).as_posix() for p in out.rglob("*")]
+    assert [n for n in names if "model0" in n] == []
+    assert "model0" not in (out / MANIFEST).read_text()
+
+
+def test_an_output_path_inside_a_step_is_not_read_as_the_steps_files(lab: Path) -> None:
+    step = next(lab.glob("sweep00/train/model0-*"))
+    out = step / "site"
+    assert publish(str(lab), str(out), ALL).problems == []
+    again = publish(str(lab), str(out), ALL)
+    assert set(again.rendered) == {"index.html"}
+
+
 def test_forked_render_writes_the_same_bytes(lab: Path, tmp_path: Path) -> None:
     one = publish(str(lab), str(tmp_path / "one"), ALL, jobs=1)
     two = publish(str(lab), str(tmp_path / "two"), ALL, jobs=2)
