@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -289,24 +290,28 @@ def _stop_node(proc: subprocess.Popen[bytes]) -> None:
 def two_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = _free_port()
-    temp = tmp_path_factory.mktemp("ray-cluster")
+    logs = tmp_path_factory.mktemp("ray-cluster")
+    # Ray's AF_UNIX socket paths must stay under 108 bytes: its temp dir lives directly under /tmp, not under
+    # pytest's base temp (which xdist makes longer: .../popen-gw0/...)
+    temp = Path(tempfile.mkdtemp(prefix="rb", dir="/tmp"))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     common = ["--num-cpus=1", "--memory=1000000000", "--object-store-memory=100000000",
               "--disable-usage-stats"]
     head = _start_node(ray_bin,
                        ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
-                                 *common], {**env, "MARIN_NODE_TAG": "head"}, temp / "head.log")
+                                 *common], {**env, "MARIN_NODE_TAG": "head"}, logs / "head.log")
     address = f"127.0.0.1:{port}"
     worker = None
     try:
         worker = _start_node(ray_bin, [f"--address={address}", '--resources={"fake_gpu": 1}', *common],
-                             {**env, "MARIN_NODE_TAG": "worker-with-fake-gpu"}, temp / "worker.log")
+                             {**env, "MARIN_NODE_TAG": "worker-with-fake-gpu"}, logs / "worker.log")
         yield address
     finally:
         if worker is not None:
             _stop_node(worker)
         _stop_node(head)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_two_node_cluster_runs_pinned_steps_on_the_node_with_the_resource(
