@@ -25,7 +25,7 @@ import pytest
 from marin.publish.policy import parse_policy
 from marin.publish.site import publish
 from tests.operators.test_decontaminate import QUESTION
-from tests.publish.data_lab import LEAK_MARK, write_site_lab
+from tests.publish.data_lab import LEAK_MARK
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "publish"
@@ -34,14 +34,29 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 _LINK = re.compile(r'\s(?:href|src)="([^"]*)"')
 DOCS_WIDTH, DOCS_HEIGHT = 1000, 720
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed")]
+
+
+def _lab_in_a_fresh_process(root: Path) -> tuple[str, str, str]:
+    """`write_site_lab` run by a new interpreter: the local backend forks its workers from the process that
+    runs the experiment, and a test process that has already started threads (embedded Ray, JAX's) can hand
+    a forked worker a lock held forever (seen: a worker stuck in JAX's lowering under pytest-xdist)."""
+    code = ("import json, sys; from pathlib import Path; from tests.publish.data_lab import write_site_lab; "
+            "print(json.dumps(write_site_lab(Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    prefix, ablation, data = json.loads(done.stdout.strip().splitlines()[-1])
+    return prefix, ablation, data
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str, str]]:
     root = tmp_path_factory.mktemp("site-lab")
-    prefix, ablation, data = write_site_lab(root)
+    prefix, ablation, data = _lab_in_a_fresh_process(root)
     out = root / "site"
     report = publish(prefix, str(out), parse_policy({"select": {"all": True}}))
     assert report.problems == []
