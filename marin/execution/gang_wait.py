@@ -5,7 +5,8 @@ A gang attempt reserves all its hosts at once (gang.py); after a node loss the c
 than the gang needs until a replacement joins, which can take minutes. While the reservation waits longer
 than `NOTICE_S`, the gang's supervisor (on the driver's node):
 - writes the attempt's status as WAITING with `"waiting": "waiting for 2 hosts with 1 CPU each; 1 available"`
-  and a WAITING event carrying the same text (again whenever the text changes), under the executor's lease
+  and a WAITING event carrying the same text (again whenever the text changes while fewer hosts than the gang
+  needs are free: once enough are, the reservation is only being made), under the executor's lease
   and only while the lease still names the executor's holding (as the worker does, worker.py);
 - publishes the text in Ray's internal key-value store under the attempt's name, and removes it when the
   hosts are reserved (rank 0 then writes RUNNING).
@@ -36,11 +37,15 @@ def _describe(bundle: dict[str, float]) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(bundle.items()) if v) or "no resources"
 
 
+def fitting_hosts(bundle: dict[str, float], free: list[dict[str, float]]) -> int:
+    """How many nodes could take one member now (`free`: each alive node's free resources)."""
+    return sum(1 for n in free if all(n.get(k, 0.0) >= v for k, v in bundle.items()))
+
+
 def waiting_text(size: int, bundle: dict[str, float], free: list[dict[str, float]]) -> str:
     """'waiting for 2 hosts with 1 CPU each; 1 available': the gang's request and how many nodes could take
     one member now (`free`: each alive node's free resources, `free_per_node`)."""
-    fitting = sum(1 for n in free if all(n.get(k, 0.0) >= v for k, v in bundle.items()))
-    return f"waiting for {size} hosts with {_describe(bundle)} each; {fitting} available"
+    return f"waiting for {size} hosts with {_describe(bundle)} each; {fitting_hosts(bundle, free)} available"
 
 
 def free_per_node(ray: Any) -> list[dict[str, float]]:
@@ -83,8 +88,11 @@ def wait_for_hosts(ray: Any, ready: Any, size: int, bundle: dict[str, float],
     record = record_of() if not done else None
     try:
         while not done:
-            text = waiting_text(size, bundle, free_per_node(ray))
-            if text != shown:
+            free = free_per_node(ray)
+            text = waiting_text(size, bundle, free)
+            # enough hosts free: the reservation is being made (or Ray has not yet seen a node die); a text
+            # saying "3 of 3 available" while still waiting would only confuse, so nothing new is shown
+            if text != shown and fitting_hosts(bundle, free) < size:
                 kv.put(KEY_PREFIX + key, text)
                 if record is not None:
                     record_waiting(record, text)

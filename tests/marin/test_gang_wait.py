@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from marin.execution import gang_wait
 from marin.execution.attempt import StepRecord
 from marin.status import files as sf
@@ -74,3 +76,49 @@ def test_the_driver_reports_each_change_of_a_gangs_waiting_state_once() -> None:
         assert reports[-1] == ("k", 2, None) and len(reports) == 2
     finally:
         waits.close()
+
+
+class _Cluster:
+    """What wait_for_hosts asks of Ray, replayed from a script of free resources per poll (the last poll's
+    reservation succeeds)."""
+
+    def __init__(self, polls: list[list[dict[str, float]]]) -> None:
+        self.polls, self.waits = polls, 0
+
+    def wait(self, refs: list[object], timeout: float) -> tuple[list[object], list[object]]:
+        self.waits += 1
+        return (refs, []) if self.waits > len(self.polls) else ([], refs)
+
+    def get(self, ref: object) -> object:
+        return ref
+
+
+class _WritableKV(_KV):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[str] = []
+
+    def put(self, key: str, value: str) -> None:
+        self.values[key] = value
+        self.history.append(value)
+
+    def del_(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+def test_a_wait_shows_each_shortfall_once_and_nothing_once_enough_hosts_are_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on a loaded 3-node cluster: after the replacement node joined, the next poll read '3 available'
+    before the reservation completed and recorded it as one more WAITING event."""
+    slot = {"gang_slot": 1.0}
+    polls = [[slot, slot, slot], [slot, slot], [slot], [slot, slot], [slot, slot, slot]]
+    cluster, kv = _Cluster(polls), _WritableKV()
+    free = iter(polls)
+    monkeypatch.setattr(gang_wait, "free_per_node", lambda ray: next(free))
+    out = tmp_path / "g/x-12345678"
+    storage = LocalStorage()
+    storage.write_text(sf.lease_path(str(out)), LeaseInfo("me:1:abc", 5.0, time.time(), 60, 2).to_json())
+    gang_wait.wait_for_hosts(cluster, "ready", 3, slot, lambda: _record(out, 5.0), "attempt-2", kv)
+    texts = [f"waiting for 3 hosts with 1 gang_slot each; {n} available" for n in (2, 1, 2)]
+    assert kv.history == texts and kv.values == {}  # withdrawn once reserved
+    assert [e["waiting"] for e in sf.read_events(storage, str(out))] == texts
