@@ -250,6 +250,11 @@ class PrefixStore:
             raise _too_big(full, size)
         with self.fs.open(full, "rb") as f:
             raw = f.read()
+        return self._parse_record(full, raw)
+
+    def _parse_record(self, full: str, raw: bytes) -> Any:
+        """A JSON file's bytes as the views see them: every read path (`read_json`, `read_json_many`) goes
+        through here, so a subclass that changes what is seen (the public store's redaction) sees them all."""
         return self._parse_bytes(full, raw)
 
     def _parse_bytes(self, full: str, raw: bytes) -> Any:
@@ -406,7 +411,7 @@ class PrefixStore:
             try:
                 if raw is not None and len(raw) > MAX_JSON_BYTES:
                     raise _too_big(full, len(raw))
-                value = None if raw is None else self._parse_bytes(full, raw)
+                value = None if raw is None else self._parse_record(full, raw)
             except CorruptFileError as e:
                 out[rel] = e
                 continue

@@ -20,6 +20,7 @@ import posixpath
 import re
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -62,8 +63,19 @@ class RedactingStore(PrefixStore):
     def read_json(self, rel: str, *, info: dict[str, Any] | None = None) -> Any:
         return None if self.hides(rel) else super().read_json(rel, info=info)
 
+    def read_json_many(self, rels: Sequence[str], parents: Sequence[str]) -> dict[str, Any]:
+        shown = [(r, p) for r, p in zip(rels, parents, strict=True) if not self.hides(r)]
+        out = super().read_json_many([r for r, _ in shown], [p for _, p in shown])
+        return {r: out.get(r) for r in rels}  # a hidden file reads as absent, as read_json says
+
     def read_jsonl(self, rel: str, max_bytes: int = 4 << 20) -> list[dict[str, Any]]:
         return [] if self.hides(rel) else super().read_jsonl(rel, max_bytes)
+
+    def names(self, rel: str) -> list[str]:
+        if self.hides(rel):
+            return []
+        base = rel.strip("/")
+        return [n for n in super().names(rel) if not self.hides(f"{base}/{n}" if base else n)]
 
     def ls(self, rel: str) -> list[dict[str, Any]]:
         if self.hides(rel):
@@ -81,8 +93,8 @@ class RedactingStore(PrefixStore):
             if isinstance(prov, dict):
                 self.redactor.add_names(_names_of(prov))
 
-    def _parse_json(self, full: str, info: dict[str, Any]) -> Any:
-        value = super()._parse_json(full, info)
+    def _parse_record(self, full: str, raw: bytes) -> Any:  # read_json and read_json_many alike
+        value = super()._parse_record(full, raw)
         self._learn(value)
         return self.redactor.obj(value)
 

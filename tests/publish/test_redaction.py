@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,59 @@ def test_no_planted_secret_reaches_any_published_byte(planted: Path, tmp_path: P
     step_page = next(t for n, t in files if n.startswith("steps/sweep00/train/model0-"))
     assert ("anonymous" if anonymous else "user-") in step_page
     assert USER not in step_page
+
+
+
+def test_the_public_store_redacts_and_hides_on_batched_reads() -> None:
+    """On an object store the pages read steps' records in batches (`PrefixStore.read_json_many`, issue
+    35), not through `read_json`: the public store masks and hides there too, and what a batch cached is
+    what a later `read_json` returns."""
+    import os
+    import time
+
+    import fsspec
+
+    from marin.publish.public import RedactingStore
+    from marin.publish.redact import Redactor
+
+    mem = fsspec.filesystem("memory")
+    root = f"/public-many-{os.getpid()}-{time.monotonic_ns()}"
+    secret = {"status": "SUCCESS", "env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz012345"},
+              "owner": "alice-private"}
+    for i in range(10):
+        mem.pipe_file(f"{root}/fan/s{i}/.marin/status.json", json.dumps(secret).encode())
+    store = RedactingStore(f"memory://{root}", ttl=60)
+    store.redactor = Redactor([f"memory://{root}", root], ["alice-private"])
+    store.hidden_steps = frozenset({"fan/s7"})
+    rels = [f"fan/s{i}/.marin/status.json" for i in range(10)]
+    got = store.read_json_many(rels, ["fan"] * 10)
+    assert got["fan/s7/.marin/status.json"] is None  # hidden: absent, as read_json says
+    shown = got["fan/s0/.marin/status.json"]
+    assert shown["status"] == "SUCCESS" and shown["env"] == "***" and "alice" not in json.dumps(shown)
+    assert store.read_json("fan/s0/.marin/status.json") == shown
+    assert "s7" not in store.names("fan") and "s6" in store.names("fan")
+
+
+def test_an_object_store_prefix_is_redacted_on_its_batched_reads_too(planted: Path, tmp_path: Path) -> None:
+    """On an object store the pages read steps' records in batches (`PrefixStore.read_json_many`), not one
+    `read_json` at a time: the public store redacts and hides on that path as well. The same planted lab,
+    copied to an in-memory object store, publishes no planted secret."""
+    import os
+    import time
+
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    root = f"/redact-{os.getpid()}-{time.monotonic_ns()}/lab"
+    mem.put(str(planted) + "/", root + "/", recursive=True)
+    out = tmp_path / "site"
+    report = publish(f"memory://{root}", str(out), POLICY)
+    assert report.problems == []
+    files = _published(out)
+    assert f"experiments/{PUBLIC}.html" in dict(files)
+    banned = [*forbidden(), *report.hidden, root]
+    for name, text in files:
+        for bad in banned:
+            assert bad.lower() not in name.lower(), (bad, name)
+            at = text.lower().find(bad.lower())
+            assert at < 0, (bad, name, text[max(0, at - 200):][:400])
