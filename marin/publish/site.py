@@ -35,6 +35,7 @@ from jinja2 import ChoiceLoader, Environment, FileSystemLoader
 from marin.compare.runs import baseline_of
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.experiments import step_rel
+from marin.dashboard.paths import UnsafePathError, clean_relpath
 from marin.dashboard.results import with_headline
 from marin.dashboard.store import signature
 from marin.publish import cards
@@ -104,6 +105,14 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _inside_site(rel: str) -> bool:
+    """A path from the site's own manifest that names a file inside the site (what may be deleted)."""
+    try:
+        return bool(rel) and clean_relpath(rel) == rel and rel != MANIFEST
+    except UnsafePathError:
+        return False
 
 
 def _step_url(rel: str) -> str:
@@ -461,7 +470,15 @@ class Site:
                if self._unchanged(p, old.get(p.file, {}), published, moved)}
         todo = [p for p in pages if p.file not in new]
         report.rendered = [p.file for p in todo]
-        report.deleted = sorted(f for f in old if f not in files)
+        gone = sorted(f for f in old if f not in files)
+        report.deleted = [f for f in gone if _inside_site(f)]
+        if len(report.deleted) < len(gone):  # the manifest was edited or damaged: never delete outside
+            outside = [f for f in gone if not _inside_site(f)]
+            report.problems.append(
+                f"{MANIFEST} in {self.root} lists {len(outside)} path(s) that are not inside the site "
+                f"({', '.join(repr(f) for f in outside[:3])}{', ...' if len(outside) > 3 else ''}); "
+                f"they were not deleted. Remove them from {MANIFEST} (or delete the site folder and publish "
+                "again)")
         if not check:
             jobs = default_jobs() if jobs is None else max(1, jobs)
             local = self.dash.store.is_local and isinstance(self.fs, LocalFileSystem)

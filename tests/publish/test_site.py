@@ -51,6 +51,26 @@ def test_one_changed_step_rewrites_only_its_pages_and_the_index(lab: Path, tmp_p
     assert "spot" in (out / "timeline.html").read_text()
 
 
+def test_a_tampered_site_manifest_never_deletes_outside_the_site(lab: Path) -> None:
+    """The site's own manifest decides what a re-publish deletes. With the site inside the prefix (`marin run
+    --publish`'s default), a manifest naming '../...' would delete a step's records: such entries are refused
+    and reported, never deleted."""
+    out = lab / "site"
+    assert publish(str(lab), str(out), ALL).problems == []
+    status = next(lab.glob("sweep00/train/model0-*")) / ".marin" / "status.json"
+    manifest = json.loads((out / MANIFEST).read_text())
+    victim = "../" + status.relative_to(lab).as_posix()
+    manifest["pages"][victim] = {"digest": "x"}
+    manifest["pages"]["gone.html"] = {"digest": "x"}
+    (out / "gone.html").write_text("an old page")
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    again = publish(str(lab), str(out), ALL)
+    assert status.exists() and not (out / "gone.html").exists()
+    assert again.deleted == ["gone.html"]
+    [problem] = again.problems
+    assert victim in problem and "not deleted" in problem and MANIFEST in problem
+
+
 def test_a_name_learnt_later_renames_the_files_it_appears_in(lab: Path, tmp_path: Path) -> None:
     """The page file names kept from the last build are dropped when the redactor learns a new name: a user
     named like a step's folder hides that folder's name in every file name from then on."""
