@@ -35,7 +35,7 @@ from marin.execution.executor import Executor
 from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
 from marin.execution.state import StepState
-from marin.execution.views import RunViews, summary
+from marin.execution.views import RunViews, publisher_error_line, summary
 from marin.graph.checks import check_configs
 from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
@@ -179,7 +179,11 @@ def run_experiment(
         publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
-    result.publisher_errors.extend(after_run.run_hooks(after, result.prefix, verbose))
+    late = after_run.run_hooks(after, result.prefix, verbose)  # e.g. --publish; never fails the run
+    if late:
+        result.publisher_errors.extend(late)
+        manifest.add_publisher_errors(storage, prefix, experiment_id, run_id, late)
+        _log("\n".join(publisher_error_line(e) for e in late), verbose)
     if verbose:
         _log(report.results_text(storage, prefix, experiment_id,
                                  [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries

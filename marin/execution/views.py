@@ -94,9 +94,13 @@ def summary(states: dict[str, StepState], publisher_errors: list[dict[str, Any]]
              + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" in {wall_s:.2f} s"]
     for st in unsuccessful:
         lines.extend(_summary_lines(st))
-    for err in publisher_errors:
-        lines.append(f"  publisher {err['publisher']} failed (the run is unaffected): {err['error']}")
+    lines.extend(publisher_error_line(err) for err in publisher_errors)
     return "\n".join(lines)
+
+
+def publisher_error_line(err: dict[str, Any]) -> str:
+    """A publisher's (or an after-run hook's) error, as the run's summary prints it."""
+    return f"  publisher {err['publisher']} failed (the run is unaffected): {err['error']}"
 
 
 def _summary_lines(st: StepState) -> list[str]:

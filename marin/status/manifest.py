@@ -267,6 +267,24 @@ def end_run(storage: Storage, prefix: str, experiment_id: str, run_id: str, stat
             rebuild_from_steps(storage, experiment_id, steps or []))
 
 
+def add_publisher_errors(storage: Storage, prefix: str, experiment_id: str, run_id: str,
+                         errors: list[dict[str, Any]]) -> None:
+    """Append errors that came after the run ended (an after-run hook such as --publish) to its run's
+    `publisher_errors`; nothing when the run is not in the manifest."""
+    if not errors:
+        return
+
+    def change(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {"id": experiment_id, "runs": []}
+        for run in reversed(data.get("runs", [])):
+            if run.get("run_id") == run_id:
+                run["publisher_errors"] = [*(run.get("publisher_errors") or []), *errors]
+                break
+        return data
+
+    _update(storage, manifest_path(prefix, experiment_id), change)
+
+
 def record_driver_loss(storage: Storage, prefix: str, experiment_id: str, *, job: str, ended: float | None,
                        message: str) -> None:
     """A submitted driver was lost: its run ends DRIVER_LOST and the experiment's `interruptions` gains an

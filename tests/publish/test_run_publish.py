@@ -75,6 +75,10 @@ def test_a_failing_publish_never_fails_the_run(tmp_path: Path, capsys: pytest.Ca
                        "--publish-policy", str(_policy(tmp_path))])
     assert code == 0
     assert "marin run --publish: publishing" in capsys.readouterr().err
+    # recorded with the run, as every publisher's error is (the experiment manifest's last run)
+    [manifest] = (tmp_path / "out" / "experiments").glob("*.json")
+    [error] = json.loads(manifest.read_text())["runs"][-1]["publisher_errors"]
+    assert error["publisher"] and str(blocker) in error["error"]
 
 
 def test_run_help_shows_the_publish_flags_with_real_defaults(capsys: pytest.CaptureFixture[str]) -> None:
