@@ -172,8 +172,11 @@ def render(run: RunView, *, issue_ref: str, outputs: Callable[[StepView], StepOu
               "|---|---|---|---|---|---|---|"]
     for step in shown:
         out = outputs(step)
-        state = f"{step.status}: {step.waiting}" if step.waiting and step.status == "WAITING" else step.status
-        lines.append(f"| {cell(step.name)} | {STATE_ICONS.get(step.status, '')} {cell(state)[1:-1]} | "
+        # the waiting text names resources the user chose: shown as code, so it can never mention or link
+        state = cell(step.status)[1:-1]
+        if step.waiting and step.status == "WAITING":
+            state += f": {cell(step.waiting)}"
+        lines.append(f"| {cell(step.name)} | {STATE_ICONS.get(step.status, '')} {state} | "
                      f"{duration(_elapsed(step.started, step.ended, now))} | {step.attempt} | "
                      f"{cell(step.output_path)} | {wandb_cell(out)} | {metrics_cell(out)} |")
     if hidden:

@@ -247,7 +247,7 @@ def test_a_gang_waiting_for_hosts_after_a_node_loss_is_shown_as_waiting(
             comments = LocalTracker(str(prefix), "local/experiments").list_comments(7)
             rows = [line for c in comments for line in c.body.splitlines()
                     if line.startswith("| `g/waits` |")]
-            return rows[-1] if rows and f"⏳ WAITING: {text} |" in rows[-1] else None
+            return rows[-1] if rows and f"⏳ WAITING: `{text}` |" in rows[-1] else None
 
         row = _wait_for("the issue comment's WAITING row", waiting_row, proc, timeout=60)
         assert "| 2 |" in row  # the attempt that waits

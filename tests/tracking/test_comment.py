@@ -113,6 +113,9 @@ def test_a_gang_waiting_for_hosts_says_what_for_in_its_state_cell(tmp_path: Path
         [line] = [x for x in body.splitlines() if x.startswith("| `g` |")]
         return line
 
-    assert f"| ⏳ WAITING: {text} | " in row("WAITING", text)
+    assert f"| ⏳ WAITING: `{text}` | " in row("WAITING", text)
+    # resource names are the user's: a mention or a link in one stays inert code
+    assert "| ⏳ WAITING: `waiting for 2 hosts with 1 @team each; [x](http://e) available` | " in row(
+        "WAITING", "waiting for 2 hosts with 1 @team each; [x](http://e) available")
     assert "| ⏳ WAITING | " in row("WAITING", None)
     assert "| 🔄 RUNNING | " in row("RUNNING", text)  # a stale text never outlives its state
