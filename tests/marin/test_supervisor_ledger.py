@@ -75,7 +75,9 @@ class _DyingDrivers:
     def submit_job(self, *, submission_id: str, metadata: dict[str, str], **_: Any) -> None:
         n = int(metadata["marin_driver"])
         self.run_driver(n, submission_id)
-        self.jobs.append(_Job(submission_id, metadata, start_time=self.t * 1000, end_time=(self.t + 100) * 1000))
+        started = self.t - 200.0  # run_driver moved the clock on
+        self.jobs.append(_Job(submission_id, metadata, start_time=started * 1000,
+                              end_time=(started + 100) * 1000))
 
     def run_driver(self, n: int, job: str) -> None:
         """Driver n: its run in the manifest, attempt n RUNNING under its lease, the trainer's progress."""
@@ -108,7 +110,8 @@ def _prefix(tmp_path: Path) -> tuple[str, str]:
     return prefix, step_path
 
 
-def test_a_supervisor_out_of_resubmits_closes_the_open_interruption_with_its_work_lost(tmp_path: Path) -> None:
+def test_a_supervisor_out_of_resubmits_closes_the_open_interruption_with_its_work_lost(
+        tmp_path: Path) -> None:
     prefix, step_path = _prefix(tmp_path)
     client = _DyingDrivers(prefix, step_path)
     meta = {"marin_experiment": EXPERIMENT, "marin_kind": jobs.RUN, "marin_submit": SUBMIT,
@@ -172,7 +175,8 @@ def test_an_open_entry_counts_its_work_lost_before_anyone_closes_it(tmp_path: Pa
     assert il.step_wall_and_lost(status, ledger) == (100.0, 40.0)
     assert ledger["totals"]["time_lost_s"] == 40.0
     assert il.ledger_lines(ledger) == [
-        "interrupted 1970-01-01 00:18:20 UTC: attempt 1 driver_lost, not resumed yet, 40.0 s of work lost so far"]
+        "interrupted 1970-01-01 00:18:20 UTC: attempt 1 driver_lost, not resumed yet, "
+        "40.0 s of work lost so far"]
     no_checkpoint = {**entry, "checkpoint_step": None, "checkpoint_time": None}
     assert il.work_lost(no_checkpoint) == 100.0  # all of the attempt is redone
     closed = il.close_unresumed(storage, out, at=time.time(), by="me", why="nobody will run it")
