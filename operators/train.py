@@ -34,7 +34,10 @@ attempt's checkpoint left it instead of starting over, and its batches are exact
 would have seen (the Feistel data order is a function of the step index alone). A checkpoint damaged on
 storage after it was written is skipped for the next older one (reported in the step's log, recorded in
 ``checkpoint_fallbacks`` of ``train_result.json``; docs/trainer.md), which is how ``marin run SCRIPT
---force-run TRAIN_STEP`` repairs a run whose final checkpoint an evaluation could not read.
+--force-run TRAIN_STEP`` repairs a run whose final checkpoint an evaluation could not read. A re-run of a run
+that had finished resumes at its end and trains no step: its ``train_result.json`` then carries the earlier
+attempt's ``tokens_per_s`` and ``wall_s`` with a ``carried`` note (never 0 tokens/s), ``steps_trained`` is 0,
+and the engine keeps the earlier file in ``.marin/earlier-{N}/`` (docs/formats.md).
 
 Multi-host. Run as a gang step (the engine sets MARIN_GANG_SIZE/RANK and MARIN_COORDINATOR on every member),
 the function runs on every host; the trainer joins the members with ``jax.distributed`` and trains on a mesh
@@ -58,6 +61,7 @@ import difflib
 import functools
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Mapping
@@ -69,7 +73,7 @@ from moe_trainer import distributed
 from moe_trainer.config import ModelConfig
 from moe_trainer.data.cache import TokenCache
 from moe_trainer.data.mixture import MixtureConfig, MixtureStage
-from moe_trainer.jsonio import write_json_atomic
+from moe_trainer.jsonio import JsonFileError, read_json, write_json_atomic
 from moe_trainer.metrics import train_flops_per_token
 from moe_trainer.presets import load_preset, preset_path
 from moe_trainer.train import train as run_trainer
@@ -319,6 +323,48 @@ def with_progress_file(tc: TrainerConfig) -> TrainerConfig:
     return dataclasses.replace(tc, progress_file=path) if path else tc
 
 
+def _earlier_result(out: str) -> dict[str, Any] | None:
+    """The train_result.json an earlier attempt wrote in this output path (None: none, or unreadable)."""
+    try:
+        earlier = read_json(f"{out}/train_result.json")
+    except JsonFileError:
+        return None
+    return earlier if isinstance(earlier, dict) else None
+
+
+def _carried_figures(out: str, earlier: dict[str, Any] | None, result: TrainResult) -> dict[str, Any]:
+    """The figures of a run that had finished before this attempt (it resumed at step ``result.step``, the
+    end, and trained no step, so its own throughput is no figure): the earlier attempt's ``tokens_per_s``
+    and ``wall_s`` carried, with a note saying so (the engine keeps that attempt's file in
+    ``.marin/earlier-{N}/``); without an earlier train_result.json, the median throughput of the training
+    rows of metrics.jsonl."""
+    why = f"this attempt resumed at step {result.step}, the end, and trained no step"
+    if earlier is not None and isinstance(earlier.get("tokens_per_s"), int | float):
+        return {"tokens_per_s": earlier["tokens_per_s"], "wall_s": earlier.get("wall_s"),
+                "carried": f"tokens_per_s and wall_s are the earlier attempt's ({why})"}
+    rates = [r["tokens_per_s"] for r in _train_rows(f"{out}/metrics.jsonl") if "tokens_per_s" in r]
+    steady = rates[1:] if len(rates) > 1 else rates
+    return {"tokens_per_s": float(statistics.median(steady)) if steady else None,
+            "carried": f"tokens_per_s is the median of metrics.jsonl's training rows ({why}; no earlier "
+                       "train_result.json)"}
+
+
+def _train_rows(path: str) -> list[dict[str, Any]]:
+    """The training rows (those with a loss) of a metrics.jsonl; a line cut by a crash is skipped."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "loss" in row:
+                rows.append(row)
+    return rows
+
+
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train (or resume) the model; return the trainer's result as a dict (also written to
     train_result.json)."""
@@ -328,6 +374,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     primary = distributed.is_primary()  # rank 0 of a gang (from MARIN_GANG_RANK), or the only process
     if primary:
         write_json_atomic(f"{out}/train_config.json", draccus.encode(tc))
+    earlier = _earlier_result(out)  # read before training: rank 0 rewrites it at the end
     t0 = time.time()
     print(
         f"[train] {tc.num_steps} steps of {tc.data.batch_size} x {tc.data.seq_len} tokens, model "
@@ -343,12 +390,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
             "re-run the step to resume from its latest checkpoint"
         )
     summary = {**dataclasses.asdict(result), "num_steps": tc.num_steps, "wall_s": time.time() - t0,
+               "steps_trained": result.step - result.start_step,
                "flops_per_token": train_flops_per_token(tc.model, tc.data.seq_len)}
+    if summary["steps_trained"] == 0:  # resumed at the end: no throughput of its own to report
+        summary.update(_carried_figures(out, earlier, result))
     if primary:
         write_json_atomic(f"{out}/train_result.json", summary)
+    rate = summary["tokens_per_s"]
     print(
-        f"[train] done: step {result.step}, loss {result.loss:.4f}, {result.tokens_per_s:.0f} tokens/s, "
-        f"{result.skipped_steps} skipped steps",
+        f"[train] done: step {result.step}, loss {result.loss:.4f}, "
+        f"{'no' if rate is None else f'{rate:.0f}'} tokens/s, {result.skipped_steps} skipped steps"
+        + (f" ({summary['carried']})" if "carried" in summary else ""),
         file=sys.stderr,
         flush=True,
     )

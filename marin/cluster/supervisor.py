@@ -18,7 +18,8 @@ for its own.
   `driver_lost`, a ledger entry; execution/lost_attempts.py: under each step's lease, taken over from that
   driver by the lease protocol's rule) and a new run job is submitted, up to N times. The new driver
   replans: finished steps are skipped, and the steps the lost driver was running are free and re-run as
-  their next attempts.
+  their next attempts. When the N resubmits are spent, the interruptions no attempt will follow are closed
+  in the ledgers with their work lost (`not_resumed`: lost_attempts.close_given_up), so goodput counts them.
 The supervisor job exits with the last run job's exit code (see `jobs.exit_code`).
 """
 
@@ -79,6 +80,22 @@ def _close_driver_attempts(prefix: str, experiment_id: str, row: jobs.JobRow, by
               f"{', '.join(closed)} (PREEMPTED, driver_lost)", flush=True)
 
 
+def _close_given_up(prefix: str, experiment_id: str, *, by: str, why: str) -> None:
+    """No driver follows: the ledger entries still open are closed with their work lost
+    (execution/lost_attempts.py), so goodput counts them; a failure is reported, never raised."""
+    from marin.execution.lost_attempts import close_given_up
+    from marin.storage import storage_for
+
+    try:
+        closed = close_given_up(storage_for(prefix), prefix, experiment_id, by=by, why=why)
+    except Exception as e:
+        print(f"marin supervisor: closing the open interruptions failed ({type(e).__name__}: {e}); "
+              "`marin status` counts their work lost all the same", file=sys.stderr, flush=True)
+        return
+    if closed:
+        print(f"marin supervisor: {why}; closed the open interruptions of {', '.join(closed)}", flush=True)
+
+
 class Supervisor:
     """The loop, apart from Ray so that it can be read (and tested) on its own."""
 
@@ -133,10 +150,13 @@ class Supervisor:
                 return self.result
             lost_before = sum(1 for r in self._drivers() if r.driver_lost)
             prefix = self.spec["metadata"]["marin_prefix"]
+            by = f"marin-supervisor-{self.experiment}-{self.submit}"
             _record_driver_loss(prefix, self.experiment, current)
-            _close_driver_attempts(prefix, self.experiment, current,
-                                   by=f"marin-supervisor-{self.experiment}-{self.submit}")
+            _close_driver_attempts(prefix, self.experiment, current, by=by)
             if lost_before > int(self.spec["max_resubmits"]):
+                _close_given_up(prefix, self.experiment, by=by,
+                                why=f"the supervisor gave up after {resubmits} resubmission(s): "
+                                    f"--resubmit-on-driver-loss {self.spec['max_resubmits']} spent")
                 self.result = {
                     "job": current.submission_id,
                     "status": "DRIVER_LOST",

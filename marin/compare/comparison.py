@@ -10,6 +10,7 @@ from typing import Any
 from marin.compare.configs import StepPair, step_pairs
 from marin.compare.curves import CurveSet, curve_set, metric_names
 from marin.compare.runs import CompareError, Run, baseline_of, owners, resolve
+from marin.compare.seeds import GroupRow, SeedGroup, group_rows, seed_groups
 from marin.compare.source import Source
 from marin.compare.table import Row, metric_rows, run_metrics
 
@@ -22,6 +23,13 @@ class Comparison:
     curves: tuple[CurveSet, ...]
     pairs: tuple[tuple[StepPair, ...], ...]  # per run after the first: its steps against the baseline's
     available: tuple[str, ...]  # every metric the runs log (what `metrics=` may name)
+    groups: tuple[SeedGroup, ...] = ()  # the runs by configuration, seeds apart (seeds.py)
+    group_rows: tuple[GroupRow, ...] = ()  # mean ± standard error across seeds per group
+
+    @property
+    def has_seed_groups(self) -> bool:
+        """Some group holds more than one run: the table by seed group says something the other does not."""
+        return any(len(g.members) > 1 for g in self.groups)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +47,8 @@ class Comparison:
             "config": [{"run": self.runs[i + 1].label, "pairs": [p.to_json() for p in pairs]}
                        for i, pairs in enumerate(self.pairs)],
             "available_metrics": list(self.available),
+            "seed_groups": [g.to_json() for g in self.groups],
+            "group_metrics": [r.to_json() for r in self.group_rows] if self.has_seed_groups else [],
         }
 
 
@@ -58,8 +68,10 @@ def compare(source: Source, names: Sequence[str], *, metrics: Sequence[str] = ("
                                "reuses no older experiment's steps); name the runs to compare: "
                                "marin compare A B")
         runs = [resolve(source, base, owner), only]
-    rows = metric_rows([run_metrics(source, r) for r in runs])
+    per_run = [run_metrics(source, r) for r in runs]
+    rows = metric_rows(per_run)
+    groups = seed_groups(source, runs)
     curves = tuple(curve_set(source, runs, m, axis, ema=ema, max_points=max_points) for m in metrics)
     pairs = tuple(tuple(step_pairs(source, runs[0], r)) for r in runs[1:])
     return Comparison(source.prefix, tuple(runs), tuple(rows), curves, pairs,
-                      tuple(metric_names(source, runs)))
+                      tuple(metric_names(source, runs)), groups, tuple(group_rows(groups, per_run)))

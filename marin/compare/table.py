@@ -125,13 +125,13 @@ def run_metrics(source: Source, run: Run) -> dict[str, Value]:
     return out
 
 
-def _order(key: str) -> tuple[int, str]:
+def metric_order(key: str) -> tuple[int, str]:
     return ({"eval": 0, "choices": 1, "train": 2}.get(key.split(":", 1)[0], 3), key)
 
 
 def metric_rows(per_run: list[dict[str, Value]]) -> list[Row]:
     """The side-by-side table: every key any run has, eval first, then multiple choice, then training."""
-    keys = sorted({k for m in per_run for k in m}, key=_order)
+    keys = sorted({k for m in per_run for k in m}, key=metric_order)
     rows = []
     for key in keys:
         values = tuple(m.get(key) for m in per_run)

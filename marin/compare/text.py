@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from marin.compare.seeds import GroupValue
 from marin.compare.table import Value
 
 if TYPE_CHECKING:
@@ -15,6 +16,12 @@ def _value(v: Value | None) -> str:
     if v is None:
         return "—"
     return f"{v.value:.4g}" + (f" ± {v.stderr:.2g}" if v.stderr is not None else "")
+
+
+def _mean(v: GroupValue | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v.mean:.4g}" + (f" ± {v.stderr:.2g}" if v.stderr is not None else "")
 
 
 def _diff(d: float | None, se: float | None) -> str:
@@ -30,6 +37,23 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
         fmt.format(*r).rstrip() for r in body]
 
 
+def _group_lines(c: Comparison) -> list[str]:
+    """The table by seed group (marin/compare/seeds.py), when some group holds more than one run."""
+    if not c.has_seed_groups:
+        return []
+    lines = ["", "by seed group (mean ± standard error across seeds; differences are group - group 1):"]
+    for g, group in enumerate(c.groups, start=1):
+        runs = ", ".join(f"[{i}] {seeds}" if seeds else f"[{i}]"
+                         for i, seeds in zip(group.members, group.seeds, strict=True))
+        lines.append(f"  group {g}: {runs}")
+    head = ["metric"] + [f"group {g} (n={len(gr.members)})" for g, gr in enumerate(c.groups, start=1)]
+    body = [[row.key, _mean(row.values[0])]
+            + [f"{_mean(v)} {_diff(d, se)}".strip() for v, d, se in
+               zip(row.values[1:], row.diffs[1:], row.diff_stderrs[1:], strict=True)]
+            for row in c.group_rows]
+    return lines + ["  " + t for t in _table(head, body)]
+
+
 def comparison_text(c: Comparison) -> str:
     lines = [f"compare under {c.prefix} (baseline: {c.runs[0].label}; differences are run - baseline)"]
     for i, r in enumerate(c.runs):
@@ -41,6 +65,7 @@ def comparison_text(c: Comparison) -> str:
                zip(row.values[1:], row.diffs[1:], row.diff_stderrs[1:], strict=True)]
             for row in c.rows]
     lines += ["", "metrics:"] + (["  " + t for t in _table(header, body)] if body else ["  (none recorded)"])
+    lines += _group_lines(c)
     for curve in c.curves:
         smooth = f", EMA {curve.ema:g}" if curve.ema else ""
         lines.append(f"\ncurve {curve.metric} by {curve.axis}{smooth}: " + "; ".join(

@@ -245,6 +245,8 @@ class Executor:
             self.leases.release(st)
             self._failed(key, error)
             return
+        if (current or {}).get("status") == sf.SUCCESS:  # runs again: its earlier results are kept first
+            self.records.keep_finished(st, current or {})
         # every status this run writes keeps `created`, when the step was first recorded (wall time, goodput)
         created = (current or {}).get("created") or time.time()
         st.previous, st.attempt = {**(current or {}), "created": created}, recorded_attempt(current)

@@ -1,4 +1,5 @@
-"""The `local` backend: a warm pool of worker processes forked from the executor.
+"""The `local` backend: a warm pool of worker processes forked from the executor (or spawned, when a fork
+of it is unsafe: start_method.py).
 
 A worker is forked the first time no idle worker is free (so at most `--max-concurrent` exist) and then runs
 one attempt after another: the step function and its resolved config travel over a pipe (pickled by reference,
@@ -12,6 +13,11 @@ resources.py; custom resources are declared in MARIN_LOCAL_RESOURCES). A step th
 (segfault, `os._exit`, SIGKILL) is reported as failed and the worker is replaced; a step that calls `sys.exit`
 is an ordinary failure. Each attempt restores the working directory and the environment it changed. Workers
 die with the executor (PR_SET_PDEATHSIG), so a killed executor leaves no step running behind a stale lease.
+
+A process that already runs other threads (a JAX runtime that has computed, embedded Ray, a notebook) cannot
+be forked safely: a lock one of them held stays held forever in the child. Workers of such a process are
+started with `spawn` instead (a fresh interpreter that imports the step's function by module and name; the
+reason is said once on stderr); `MARIN_LOCAL_START` forces either (start_method.py).
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import multiprocessing
 import multiprocessing.connection as mpc
+import multiprocessing.process
 import os
 import selectors
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -30,6 +39,7 @@ from marin.definition.step import Resources
 from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
 from marin.execution.backend import AttemptDone, Completions, RunOnLoop
 from marin.execution.resources import check_feasible, local_machine, requested
+from marin.execution.start_method import start_method
 from marin.execution.worker import execute_step
 
 _PR_SET_PDEATHSIG = 1
@@ -45,6 +55,12 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+UNPICKLABLE = ("the worker process could not load the step it was sent: a spawned worker (start_method.py) "
+               "imports the step's function and config classes by module and name, so define them in an "
+               "importable module or a script guarded by `if __name__ == \"__main__\"` (not a notebook cell "
+               "or `python -c`), or run from a process that can fork safely")
+
+
 def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
     cwd = os.getcwd()
     while True:
@@ -52,6 +68,9 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
             message = tasks.recv()
         except EOFError:
             return
+        except Exception as exc:  # unpickling failed: the step's function cannot be imported here
+            results.send(AttemptResult.from_exception(exc, context=UNPICKLABLE, host=HOST).to_wire())
+            continue
         if message is None:
             return
         result = execute_step(*message)
@@ -63,12 +82,26 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
             results.send(AttemptResult.from_exception(exc, host=HOST).to_wire())
 
 
-def _worker_died(pid: int, task: Task) -> AttemptResult:
+def _serve(tasks: mpc.Connection, results: mpc.Connection, parent: int) -> None:
+    """A worker process's life (forked or spawned): serve attempts until the executor closes the pipe; never
+    return into the caller's code."""
+    code = 0
+    try:
+        _die_with_parent(parent)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _worker_loop(tasks, results)
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _worker_died(worker: _Worker, task: Task) -> AttemptResult:
     """The result of an attempt whose worker process ended before reporting: killed by a signal (PREEMPTED),
     or exited (`os._exit`, FAILED)."""
-    _, status = os.waitpid(pid, 0)
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    how = f"was killed by signal {sig}" if sig else f"exited with code {os.WEXITSTATUS(status)}"
+    sig, code = worker.wait()
+    how = f"was killed by signal {sig}" if sig else f"exited with code {code}"
     return AttemptResult(Outcome.PREEMPTED if sig is not None else Outcome.FAILED, error_type="WorkerDied",
                          message=f"the step's worker process {how} before reporting", log_path=task.log_path,
                          host=HOST)
@@ -80,6 +113,18 @@ class _Worker:
     tasks: mpc.Connection
     results: mpc.Connection
     task: Task | None = None
+    process: multiprocessing.process.BaseProcess | None = None  # a spawned worker (None: forked)
+
+    def wait(self) -> tuple[int | None, int | None]:
+        """Wait for the ended process: (the signal that killed it, or None; its exit code, or None)."""
+        if self.process is not None:  # its Popen reaps it: a waitpid of ours could race with that
+            self.process.join()
+            code = self.process.exitcode
+            return (-code, None) if code is not None and code < 0 else (None, code)
+        _, status = os.waitpid(self.pid, 0)
+        if os.WIFSIGNALED(status):
+            return os.WTERMSIG(status), None
+        return None, os.WEXITSTATUS(status)
 
 
 class LocalBackend:
@@ -102,6 +147,7 @@ class LocalBackend:
         # child.
         self._owner = threading.get_ident()
         self._start_requested = False  # a start the reaper could not make is queued for the executor's thread
+        self._said_spawn = False  # the reason for spawning is said once
         self._reaper = threading.Thread(target=self._reap_loop, name="marin-local-reaper", daemon=True)
         self._reaper.start()
 
@@ -115,27 +161,35 @@ class LocalBackend:
         task_r, task_w = mpc.Pipe(duplex=False)
         result_r, result_w = mpc.Pipe(duplex=False)
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # worker: serve attempts until the executor closes the pipe; never return into its code
-            code = 0
-            try:
+        method, why = start_method()
+        process = None
+        if method == "spawn":
+            self._say_spawn(why)
+            process = multiprocessing.get_context("spawn").Process(
+                target=_serve, args=(task_r, result_w, parent), name="marin-local-worker", daemon=False)
+            process.start()
+            pid = process.pid
+            assert pid is not None  # started
+        else:
+            pid = os.fork()
+            if pid == 0:  # worker: serve attempts until the executor closes the pipe
                 task_w.close()
                 result_r.close()
-                _die_with_parent(parent)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                _worker_loop(task_r, result_w)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
+                _serve(task_r, result_w, parent)
         task_r.close()
         result_w.close()
-        worker = _Worker(pid, task_w, result_r)
+        worker = _Worker(pid, task_w, result_r, process=process)
         self._workers.append(worker)
         self._selector.register(result_r.fileno(), selectors.EVENT_READ, worker)
         os.write(self._wake_w, b"x")
         return worker
+
+    def _say_spawn(self, why: str | None) -> None:
+        if not self._said_spawn:
+            self._said_spawn = True
+            print(f"marin: the local backend starts its workers with spawn, not fork: {why} (a forked worker "
+                  "could inherit a lock held forever); MARIN_LOCAL_START=fork forces fork",
+                  file=sys.stderr, flush=True)
 
     def submit(self, task: Task) -> None:
         with self._lock:
@@ -212,7 +266,7 @@ needs a new worker is started only on the executor's thread, so no worker is for
         if task is None:
             return
         if result is None:
-            result = _worker_died(worker.pid, task)
+            result = _worker_died(worker, task)
         self.completions.put(AttemptDone(task.key, task.attempt, result))
         self._start_what_fits()
 
@@ -253,7 +307,7 @@ needs a new worker is started only on the executor's thread, so no worker is for
         self._reaper.join(timeout=5)
         for w in workers:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(w.pid, 0)
+                w.wait()
             with self._lock:
                 self._retire(w)
         self._selector.close()

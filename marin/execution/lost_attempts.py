@@ -8,7 +8,12 @@ step's `status.json` until someone closes it. Two detectors write the same recor
 
 The records: a ledger entry (cause `driver_lost`, completed when the step's next attempt ends), the PREEMPTED
 status and event (`lost_executor`, the entry's cause and progress), after a LEASE_TAKEOVER event naming the
-lost owner and why it was judged lost.
+lost owner and why it was judged lost. A lost attempt that was itself the next attempt after an earlier
+interruption completes that earlier entry first (it ended, as any attempt's end does).
+
+When the supervisor gives up (its resubmits are spent), no next attempt will complete the entries still
+open: `close_given_up` closes them with their work lost (interruptions.close_unresumed), under each step's
+lease, so goodput counts them.
 
 Exactly once: the supervisor closes only the attempts of the runs its lost job started (the manifest's runs
 whose `job` is that submission), only while `status.json` still names that run and its executor, and only
@@ -54,6 +59,8 @@ def close_attempt(storage: Storage, output_path: str, *, name: str, hash: str, c
              current.get("updated")]
     when = max((s for s in signs if isinstance(s, int | float)), default=time.time())
     message = f"executor {lost_owner} was lost ({why}); detected by {detected_by}"
+    # the lost attempt was itself the next attempt after an earlier interruption: that entry ends with it
+    interruptions.record_resume(storage, output_path, attempt=attempt, started=current.get("started"))
     entry = interruptions.record_interruption(
         storage, output_path, name=name, attempt=attempt, run_id=run_id, cause=causes.DRIVER_LOST, hosts=[],
         started=current.get("started"), ended=when, message=message)
@@ -148,3 +155,33 @@ def _try_close(storage: Storage, leases: LeaseManager, step: dict[str, Any], los
         return closed is not None
     finally:
         leases.release(lease_file)
+
+
+def close_given_up(storage: Storage, prefix: str, experiment_id: str, *, by: str, why: str) -> list[str]:
+    """The supervisor gave up: close every ledger entry of the experiment's steps that no next attempt
+    completed (interruptions.close_unresumed), each under the step's lease (free, or one the lease protocol
+    lets `by` take over now; a step another executor holds is left to it). Returns the names of the steps
+    whose entries were closed."""
+    data = sf.read_record(storage, manifest.manifest_path(prefix, experiment_id)) or {}
+    leases = LeaseManager(storage, owner=by, timeout_s=60.0)
+    closed: list[str] = []
+    try:
+        for step in data.get("steps") or []:
+            path = step.get("output_path") if isinstance(step, dict) else None
+            if not isinstance(path, str) or not interruptions.was_interrupted(sf.read_status(storage, path)):
+                continue
+            if not any(e.get("resumed_attempt") is None and e.get("not_resumed") is None
+                       for e in interruptions.read_ledger(storage, path)["interruptions"]):
+                continue
+            lease_file = sf.lease_path(path)
+            status = sf.read_status(storage, path) or {}
+            if not leases.try_acquire(lease_file, attempt=int(status.get("attempt") or 0) + 1).ok:
+                continue
+            try:
+                if interruptions.close_unresumed(storage, path, at=time.time(), by=by, why=why):
+                    closed.append(str(step.get("name")))
+            finally:
+                leases.release(lease_file)
+    finally:
+        leases.stop()
+    return closed

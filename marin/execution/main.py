@@ -34,6 +34,7 @@ from marin.execution.backend import Backend, Completions
 from marin.execution.executor import Executor
 from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
+from marin.execution.start_method import refuse_while_spawning
 from marin.execution.state import StepState
 from marin.execution.views import RunViews, publisher_error_line, summary
 from marin.graph.checks import check_configs
@@ -147,6 +148,7 @@ def run_experiment(
     experiment, `args` are recorded in the manifest; `verbose` prints the plan and the summary.
     `hypothesis`, `criterion` and `tags` are the lab notebook's declaration (docs/notebook.md), each
     falling back to its form in `script_doc` (the script's module docstring); frozen by the first run."""
+    refuse_while_spawning()
     config = config or ExecutorMainConfig()
     t0 = time.time()
     script = script or script_path()

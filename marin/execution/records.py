@@ -79,6 +79,19 @@ class StepRecords:
         created = next((e["ts"] for e in events if isinstance(e.get("ts"), int | float)), None)
         return {"attempt": last, "created": created}
 
+    def keep_finished(self, st: StepState, current: dict[str, Any]) -> str | None:
+        """Under the step's lease, before a new attempt of a step that succeeded (`--force-run`, outputs
+        changed since): copy its outputs' files to `.marin/earlier-{N}/` (N: the attempt that wrote them),
+        so the new attempt cannot overwrite them (a train step resumed at its end rewrites
+        train_result.json). Returns that directory, or None when there was no file to keep."""
+        attempt = current.get("attempt")
+        last = attempt if isinstance(attempt, int) else sf.attempts_on_record(self.storage, st.path)
+        kept = damaged.keep_outputs(self.storage, st.path, last)
+        if kept:
+            print(f"marin: step {st.node.name}: runs again after attempt {last} succeeded; that attempt's "
+                  f"output files are kept in {kept}", file=sys.stderr, flush=True)
+        return kept
+
     def keep_damaged_step_json(self, st: StepState) -> str | None:
         """Under the step's lease, before this run writes the step's step.json (its first attempt, or
         DEP_FAILED) over one recorded earlier: a step.json that cannot be read is named (stderr, and a

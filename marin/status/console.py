@@ -73,7 +73,7 @@ class ConsoleProgress:
         if final:
             self.close()
         elif self._thread is None:
-            self._thread = threading.Thread(target=self._poll, name="console-progress", daemon=True)
+            self._thread = threading.Thread(target=self._poll, name="marin-console-progress", daemon=True)
             self._thread.start()
 
     def _transition(self, step: StepView) -> None:

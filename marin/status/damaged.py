@@ -12,8 +12,10 @@ damaged: a torn write on a store without atomic PUT, a disk error, a person's ed
 - **Never overwritten.** A writer about to replace a damaged record moves it aside first (`move_aside`:
   `{path}.corrupt-{UTC time}`), so its bytes stay for inspection. A step whose status is unreadable and that
   is run again continues its attempt numbers from what is left (`files.attempts_on_record`: the events and the
-  log files present), and its earlier outputs are moved under `.marin/earlier-{N}/` (`keep_outputs`) before
-  the new attempt writes: no log and no result of an earlier attempt is overwritten.
+  log files present), and the files of its earlier outputs are copied to `.marin/earlier-{N}/`
+  (`keep_outputs`) before the new attempt writes; so are those of a step that succeeded and runs again
+  (`--force-run`, outputs changed since): no log and no result of an earlier attempt is overwritten.
+  Directories (checkpoints) stay in place, so a resumable step continues from them.
 - **Rebuilt with a warning.** A damaged experiment manifest is moved aside and rebuilt from the steps' own
   records (status/manifest.py); a damaged interruption ledger is moved aside and a new one notes it.
 - **JSONL.** A line that is not a JSON object (cut by a crash, binary bytes, not UTF-8) is skipped and
@@ -23,7 +25,10 @@ damaged: a torn write on a store without atomic PUT, a disk error, a person's ed
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 from typing import Any
 
 from marin import jsonio
@@ -122,11 +127,14 @@ def skipped_message(path: str, skipped: int) -> str:
 
 
 def keep_outputs(storage: Storage, output_path: str, attempt: int) -> str | None:
-    """Move everything a step wrote at the top of its output path (all but `.marin/`) to
-    `.marin/earlier-{attempt}/`, so a new attempt cannot overwrite an earlier attempt's results. Returns that
-    directory, or None when there was nothing to keep."""
+    """Copy every file a step wrote at the top of its output path (its results and records:
+    `train_result.json`, `eval.json`, `metrics.jsonl`, ...) to `.marin/earlier-{attempt}/`, so a new attempt
+    cannot overwrite an earlier attempt's results. Directories (`checkpoints/`, shards) stay where they are:
+    they are the working state a re-run continues from, as a retry after a failure does (a train step
+    resumes from its checkpoints). Returns that directory, or None when there was no file to keep."""
     names = [n for n in storage.listdir(output_path) or [] if n != ".marin"]
-    if not names:
+    files = [n for n in names if storage.file_info(join(output_path, n)) is not None]
+    if not files:
         return None
     kept = join(output_path, f".marin/earlier-{attempt}")
     n = 1
@@ -134,6 +142,22 @@ def keep_outputs(storage: Storage, output_path: str, attempt: int) -> str | None
         n += 1
         kept = join(output_path, f".marin/earlier-{attempt}.{n}")
     storage.makedirs(kept)
-    for name in names:
-        storage.move(join(output_path, name), join(kept, name))
+    for name in files:
+        _copy(storage, join(output_path, name), join(kept, name))
     return kept
+
+
+def _copy(storage: Storage, src: str, dst: str) -> None:
+    """Copy one file within a store (local disk: a plain copy; an object store: streamed through a local
+    temporary file, which `upload_file` sends)."""
+    if "://" not in src:
+        shutil.copyfile(src, dst)
+        return
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        for chunk in storage.iter_bytes(src):
+            f.write(chunk)
+    try:
+        storage.upload_file(f.name, dst)
+    finally:
+        if os.path.exists(f.name):
+            os.unlink(f.name)

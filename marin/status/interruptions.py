@@ -23,9 +23,16 @@ path is in `MARIN_PROGRESS_FILE` while the step runs.
 
 Time lost to one interruption = (interruption - last checkpoint, or - the attempt's start when there is
 none: all its work is redone) + the restart gap (interruption -> the next attempt's first step, or its start
-for a step that reports no progress). Goodput of a step = (its wall time - time lost) / its wall time, wall
-time running from its first record (`created` in status.json) to its last end; of an experiment, the same
-summed over its steps.
+for a step that reports no progress).
+
+An entry no next attempt completes (the supervisor of `marin submit --resubmit-on-driver-loss` ran out of
+resubmits, or nobody ran the step again) is still counted: readers (`marin status`, goodput) count an open
+entry's work lost so far (`work_lost`: the first term, no restart gap yet), and the supervisor that gives up
+closes it in the records (`close_unresumed`: `time_lost_s` = that work, `not_resumed` = when, by whom, why).
+A later attempt that does run completes it as usual (the restart gap then counts too).
+
+Goodput of a step = (its wall time - time lost) / its wall time, wall time running from its first record
+(`created` in status.json) to its last end; of an experiment, the same summed over its steps.
 """
 
 from __future__ import annotations
@@ -88,7 +95,7 @@ def _totals(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "count": len(entries),
         "by_cause": by_cause,
-        "time_lost_s": sum(e.get("time_lost_s") or 0.0 for e in entries),
+        "time_lost_s": sum(time_lost(e) for e in entries),
         "steps_redone": sum(e.get("steps_redone") or 0 for e in entries),
     }
 
@@ -139,6 +146,39 @@ def record_interruption(
     return entry
 
 
+def work_lost(entry: dict[str, Any]) -> float:
+    """The work an interruption threw away, before any restart: its time since the last checkpoint, or since
+    the attempt's start when there is none (an entry not resumed yet assumes it resumes from that
+    checkpoint)."""
+    since = _number(entry.get("checkpoint_time"))
+    if since is None or entry.get("checkpoint_step") is None:
+        since = _number(entry.get("attempt_started"))
+    when = _number(entry.get("when"))
+    return max(0.0, when - since) if when is not None and since is not None else 0.0
+
+
+def time_lost(entry: dict[str, Any]) -> float:
+    """An entry's time lost: as recorded once completed (or closed), else its work lost so far."""
+    recorded = _number(entry.get("time_lost_s"))
+    return recorded if recorded is not None else work_lost(entry)
+
+
+def close_unresumed(storage: Storage, output_path: str, *, at: float, by: str,
+                    why: str) -> list[dict[str, Any]]:
+    """Close every entry no next attempt completed (call under the step's lease, when no attempt will
+    follow: the supervisor gave up): `time_lost_s` = its work lost (`work_lost`), `not_resumed` = {at, by,
+    why}. A later attempt still completes it (`record_resume`). Returns the entries closed."""
+    ledger = _ledger_to_update(storage, output_path)
+    closed = [e for e in ledger["interruptions"] if e.get("resumed_attempt") is None
+              and e.get("not_resumed") is None]
+    for e in closed:
+        e["time_lost_s"] = work_lost(e)
+        e["not_resumed"] = {"at": at, "by": by, "why": why}
+    if closed:
+        _write(storage, output_path, ledger)
+    return closed
+
+
 def event_fields(entry: dict[str, Any]) -> dict[str, Any]:
     """What the attempt's PREEMPTED event carries of its ledger entry."""
     return {k: entry[k] for k in ("cause", "hosts", "step_reached", "checkpoint_step")}
@@ -164,6 +204,7 @@ def record_resume(
     first_step = _number(progress.get("first_step_time")) if fresh else None
     restart_at = first_step or started or time.time()
     entry["resumed_attempt"] = attempt
+    entry.pop("not_resumed", None)  # closed when the supervisor gave up; resumed after all
     entry["resumed_from"] = resumed_from
     entry["restart_gap_s"] = max(0.0, restart_at - entry["when"])
     reached, resumed = entry.get("step_reached"), resumed_from if resumed_from is not None else 0
@@ -245,7 +286,7 @@ def step_wall_and_lost(status: dict[str, Any] | None, ledger: dict[str, Any] | N
     if created is None or last is None or status.get("status") in (None, sf.DEP_FAILED):
         return 0.0, 0.0
     wall = max(0.0, last - created)
-    lost = sum(e.get("time_lost_s") or 0.0 for e in (ledger or {}).get("interruptions", []))
+    lost = sum(time_lost(e) for e in (ledger or {}).get("interruptions", []))
     return wall, min(lost, wall)
 
 
@@ -278,5 +319,9 @@ def ledger_lines(ledger: dict[str, Any]) -> list[str]:
             resumed = (
                 f", attempt {e['resumed_attempt']} {start}{redone}, {e.get('time_lost_s') or 0.0:.1f} s lost"
             )
+        elif e.get("not_resumed"):
+            resumed = f", not resumed ({e['not_resumed'].get('why')}), {time_lost(e):.1f} s lost"
+        else:
+            resumed = f", not resumed yet, {time_lost(e):.1f} s of work lost so far"
         lines.append(f"interrupted {when} UTC: attempt {e['attempt']} {e['cause']}{hosts}{resumed}")
     return lines

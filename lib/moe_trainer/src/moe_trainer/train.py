@@ -225,6 +225,7 @@ def _finish(run: _Invocation, state: TrainState) -> TrainResult:
         eval=final_eval,
         skipped_steps=int(state.health["skipped_total"]),
         tokens_per_s=float(np.median(steady)) if steady else 0.0,
+        start_step=run.start,
         checkpoint_fallbacks=[f.to_json() for f in run.fallbacks],
     )
 

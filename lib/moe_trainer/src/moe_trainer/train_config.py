@@ -144,6 +144,9 @@ class TrainResult:
     skipped_steps: int
     tokens_per_s: float
     """Median training throughput of this invocation (first step, which compiles, excluded when possible)."""
+    start_step: int = 0
+    """The step this invocation started from (0: a fresh start; ``step`` itself: a run that had already
+    finished, resumed at its end, trained no step, and whose ``tokens_per_s`` is therefore 0)."""
     checkpoint_fallbacks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """Damaged checkpoints this invocation skipped on resume (resume.py ``Fallback.to_json``: step, path,
     error, moved_to, resumed_from, resumed_time, steps_redone); empty when it resumed from the newest."""

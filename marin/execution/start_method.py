@@ -1,0 +1,78 @@
+"""How the local backend starts a worker process: `fork` when it is safe, `spawn` when it is not.
+
+A fork copies only the forking thread. A lock another thread of the process held at that moment stays held
+forever in the child, and the child hangs the first time it needs it: a worker forked from a process whose
+JAX runtime had run a computation hung in JAX lowering, and so can one forked from a process with embedded
+Ray's threads, a notebook's, or any library's. Fork is still the cheap way (a warm worker in well under a
+millisecond per step after a few milliseconds to fork; `spawn` starts a fresh interpreter that imports the
+step's modules, a few hundred milliseconds per worker), so it stays the rule when nothing makes it unsafe:
+
+- **fork** when the executor's thread is the only thread of the process besides the engine's own (`marin-*`
+  threads: the local backend's reaper, lease heartbeats, the log shipper, the console's progress poller), no
+  JAX backend is initialised in it, and Ray is not initialised in it.
+- **spawn** otherwise, with the reason said once on stderr. A spawned worker imports the step's function by
+  module and name (a script run by `marin run` or `python SCRIPT` is imported as its main module, guarded by
+  `if __name__ == "__main__"`); a function defined where no module can import it (a notebook cell, `python
+  -c`) fails its attempt with a message that says so, and a script that starts its run at import time
+  (unguarded) is stopped in the worker with an error naming the guard (`refuse_while_spawning`).
+
+`MARIN_LOCAL_START` overrides the choice: `auto` (the default, as above), `fork` or `spawn`.
+
+Threads outside Python (a C library's pool, such as OpenBLAS's after `import numpy`) are not counted:
+they are invisible to `threading`, and the common ones re-initialise themselves in a forked child
+(`pthread_atfork`). JAX's are the exception that matters, hence its own check.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+
+ENV = "MARIN_LOCAL_START"
+METHODS = ("auto", "fork", "spawn")
+OWN_THREAD_PREFIX = "marin-"  # the engine's own threads; they hold none of the locks a worker needs
+
+
+def fork_hazard() -> str | None:
+    """Why forking this process now could hand the child a lock held forever; None when nothing is known."""
+    here = threading.current_thread()
+    others = [t.name for t in threading.enumerate()
+              if t is not here and not t.name.startswith(OWN_THREAD_PREFIX)]
+    reasons = []
+    if others:
+        shown = ", ".join(sorted(others)[:4]) + (", ..." if len(others) > 4 else "")
+        reasons.append(f"{len(others)} other thread(s) run in this process ({shown})")
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    backends = getattr(bridge, "_backends", None)
+    if backends:
+        reasons.append(f"JAX's runtime is started in this process (backends: {', '.join(sorted(backends))})")
+    ray = sys.modules.get("ray")
+    is_initialized = getattr(ray, "is_initialized", None)
+    if callable(is_initialized) and is_initialized():
+        reasons.append("Ray is initialised in this process")
+    return "; ".join(reasons) or None
+
+
+def start_method() -> tuple[str, str | None]:
+    """(`fork` or `spawn`, why spawn when it was chosen for a hazard) for the next worker."""
+    chosen = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if chosen not in METHODS:
+        raise ValueError(f"{ENV}={chosen!r} is not a start method of the local backend; use one of "
+                         f"{', '.join(METHODS)} (auto: fork unless forking this process is unsafe)")
+    if chosen != "auto":
+        return chosen, f"{ENV}={chosen}" if chosen == "spawn" else None
+    hazard = fork_hazard()
+    return ("spawn", hazard) if hazard else ("fork", None)
+
+
+def refuse_while_spawning() -> None:
+    """Raise if this process is a spawned worker still importing its parent's main module: a script that runs
+    its experiment at import time (no `if __name__ == "__main__"` guard) would otherwise start the same run
+    again inside its own worker, which then waits forever for the step lease its parent holds."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "an experiment was started while a local-backend worker process imported the script's main "
+            "module (workers are spawned, not forked, when forking the executor is unsafe: "
+            "marin/execution/start_method.py); guard the script's run with `if __name__ == \"__main__\":`")

@@ -1,0 +1,158 @@
+"""The local backend's fork hazard (marin/execution/start_method.py): a process that already runs other
+threads (a JAX runtime that has computed, a thread of its own) gets spawned workers, not forked ones, and its
+JAX step finishes instead of hanging in a worker that inherited a lock held forever; spawned workers report
+crashes as forked ones do; a function no spawned worker can import, and a script that starts its run at
+import time, fail with a message naming the fix instead of hanging. Each run is a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from marin.execution.start_method import fork_hazard, start_method
+
+ROOT = Path(__file__).resolve().parents[2]
+
+JAX_AND_THREAD = """
+import json, sys, threading
+import jax.numpy as jnp
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.jax_fns import JaxSumConfig, jax_sum
+
+if __name__ == "__main__":
+    jnp.arange(8.0).sum().block_until_ready()  # JAX's runtime started and computed in this process
+    threading.Thread(target=threading.Event().wait, name="busy", daemon=True).start()
+    step = Step(name="hz/jax", fn=jax_sum, config=JaxSumConfig(output_path=this_output_path(), n=8))
+    result = run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"), verbose=False,
+                            script="tests/experiment_under_test.py")
+    print("RESULT " + json.dumps({"status": result.status, "path": result.output_path("hz/jax")}))
+"""
+
+DIE_SPAWNED = """
+import json, sys
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.fns import DieConfig, WriteConfig, die, write_numbers
+
+if __name__ == "__main__":
+    ok = Step(name="hz/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
+    dead = Step(name="hz/die", fn=die, config=DieConfig(output_path=this_output_path(), how=sys.argv[2]),
+                max_preemptions=0)  # a worker killed by a signal is an interruption: no retry
+    result = run_experiment([ok, dead], ExecutorMainConfig(prefix=sys.argv[1], backend="local"),
+                            verbose=False, script="tests/experiment_under_test.py")
+    print("RESULT " + json.dumps({"statuses": {n: result.status_of(n) for n in ("hz/numbers", "hz/die")},
+                                  "path": result.output_path("hz/numbers")}))
+"""
+
+DEFINED_IN_MAIN_UNIMPORTABLE = """
+import dataclasses, json, sys
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+
+def here(cfg):
+    pass
+
+step = Step(name="hz/here", fn=here, config=Cfg(output_path=this_output_path()))
+result = run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"), verbose=False,
+                        script="tests/experiment_under_test.py")
+print("RESULT " + json.dumps({"status": result.status, "path": result.output_path("hz/here")}))
+"""
+
+UNGUARDED = """
+import json, sys
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.fns import WriteConfig, write_numbers
+
+step = Step(name="hz/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
+result = run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"), verbose=False,
+                        script="tests/experiment_under_test.py")
+print("RESULT " + json.dumps({"status": result.status}))
+"""
+
+
+def _run(script: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+         as_file: bool = True) -> tuple[dict[str, object], str]:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    command = [sys.executable, str(path)] if as_file else [sys.executable, "-c", path.read_text()]
+    import os
+
+    out = subprocess.run([*command, str(tmp_path / "prefix"), *args], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT "):]), out.stderr
+
+
+def test_a_process_that_ran_jax_and_started_a_thread_runs_a_jax_step_on_the_local_backend(
+        tmp_path: Path) -> None:
+    result, err = _run(JAX_AND_THREAD, tmp_path, env={"MARIN_LOCAL_START": "auto"})
+    assert result["status"] == "SUCCESS", err[-4000:]
+    written = json.loads((Path(str(result["path"])) / "sum.json").read_text())
+    assert written["sum"] == sum(x * x for x in range(8))
+    assert ("marin: the local backend starts its workers with spawn, not fork: 1 other thread(s) run in this "
+            "process (busy); JAX's runtime is started in this process (backends: cpu)") in err
+    assert "os.fork() was called" not in err  # JAX's own warning of the hazard: no fork happened
+
+
+@pytest.mark.parametrize("how", ["kill", "exit"])
+def test_a_spawned_worker_that_dies_is_reported_as_a_forked_one_is_and_replaced(tmp_path: Path,
+                                                                                  how: str) -> None:
+    result, err = _run(DIE_SPAWNED, tmp_path, how, env={"MARIN_LOCAL_START": "spawn"})
+    assert "starts its workers with spawn, not fork: MARIN_LOCAL_START=spawn" in err
+    statuses = result["statuses"]
+    assert isinstance(statuses, dict)
+    assert statuses == {"hz/numbers": "SUCCESS", "hz/die": "PREEMPTED" if how == "kill" else "FAILED"}
+    assert (Path(str(result["path"])) / "numbers.txt").exists()
+    [die_dir] = (tmp_path / "prefix/hz").glob("die-*")
+    status = json.loads((die_dir / ".marin/status.json").read_text())
+    expected = "was killed by signal 9" if how == "kill" else "exited with code 3"
+    assert f"the step's worker process {expected} before reporting" in status["error"]["message"]
+
+
+def test_a_function_no_spawned_worker_can_import_fails_its_attempt_naming_the_fix(tmp_path: Path) -> None:
+    """`python -c` defines the step function in a main module that has no file: a spawned worker cannot
+    import it. The attempt fails with the reason, never a hang or a bare 'worker exited'."""
+    result, _ = _run(DEFINED_IN_MAIN_UNIMPORTABLE, tmp_path, env={"MARIN_LOCAL_START": "spawn"},
+                     as_file=False)
+    assert result["status"] == "FAILED"
+    status = json.loads((Path(str(result["path"])) / ".marin/status.json").read_text())
+    message = status["error"]["message"]
+    assert message.startswith("the worker process could not load the step it was sent")
+    assert "define them in an importable module" in message and "'here'" in message
+
+
+def test_a_script_that_runs_at_import_time_is_stopped_in_its_spawned_worker_naming_the_guard(
+        tmp_path: Path) -> None:
+    result, err = _run(UNGUARDED, tmp_path, env={"MARIN_LOCAL_START": "spawn"})
+    assert result["status"] == "FAILED"
+    assert "guard the script's run with `if __name__ == \"__main__\":`" in err
+
+
+def test_the_hazard_names_foreign_threads_but_not_the_engines_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    own = threading.Thread(target=stop.wait, name="marin-lease-heartbeat", daemon=True)
+    own.start()
+    try:
+        assert "marin-lease-heartbeat" not in (fork_hazard() or "")
+        foreign = threading.Thread(target=stop.wait, name="notebook-kernel", daemon=True)
+        foreign.start()
+        assert "notebook-kernel" in (fork_hazard() or "")
+        monkeypatch.setenv("MARIN_LOCAL_START", "auto")
+        method, why = start_method()
+        assert method == "spawn" and why is not None and "notebook-kernel" in why
+        monkeypatch.setenv("MARIN_LOCAL_START", "fork")
+        assert start_method() == ("fork", None)
+    finally:
+        stop.set()
+    monkeypatch.setenv("MARIN_LOCAL_START", "vfork")
+    with pytest.raises(ValueError, match=r"MARIN_LOCAL_START='vfork' .* use one of auto, fork, spawn"):
+        start_method()
