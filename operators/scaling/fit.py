@@ -57,11 +57,14 @@ from scipy.optimize import least_squares
 from operators.scaling.bootstrap import (
     INTERVAL_RULES,
     INTERVAL_RULES_V1,
+    SEED_SPREAD,
     IntervalMethod,
     Noise,
     bootstrap_targets,
     gauss_newton_se,
     interval,
+    mean_interval_text,
+    mean_is_one_run,
     noise_from_json,
     noise_model,
     replicate_sigmas,
@@ -303,7 +306,7 @@ class ScalingFit:
             draws,
             self.settings.level,
             self.sigma,
-            single_run,
+            single_run or mean_is_one_run(self.rules, self.noise),
             self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
@@ -347,6 +350,7 @@ class ScalingFit:
             "interval_rules": self.rules,
             **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
+            "mean_interval": mean_interval_text(self.rules, self.noise),
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
             "fixed_e": self.settings.fixed_e is not None,
@@ -459,7 +463,9 @@ def _fit_offset(
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
         noise=noise,
-        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), c_ref),
+        model_error=estimate(
+            _rolling_origin(c, u, y, groups, settings, sigma), c_ref, seeds=noise.source == SEED_SPREAD
+        ),
     )
 
 
