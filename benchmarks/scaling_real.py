@@ -27,6 +27,19 @@ chosen where it can be scored out of sample: every forecast is scored under each
 set (``lodo``), on a nested split inside the set's own fitted runs (``nested``), or on the scored runs
 themselves (``in_sample``, for comparison), and scored beside the shipped one; each with the share of single
 runs the mean's interval should cover under the noise model (``coverage_mean_expected_on_one_run``).
+
+``floor_calibration`` (issue 34, rules ``issue-34/2``): the model error's floor for fits without seeds
+(:data:`operators.scaling.model_error.TAU_FLOOR_NO_SEEDS`), scored the same way on the grid ``FLOORS``
+(:meth:`ModelError.with_floor`, no refit). The rule, fixed before this calibration ran: the floor is for
+ladders whose backtests cannot see the law's error, so it is chosen on the one-run-per-budget ladders'
+forecasts (the ``offset`` fitter) by :func:`choose` (the smallest value whose one-run interval covers at
+least 90% of them); ``leave_one_set_out`` chooses it on the other published set's ladders of the same
+held-out kind and scores every forecast of this set under it (surface and ladder: the floor applies to
+every fit without seeds); ``in_sample`` chooses it on this set's own ladders (for comparison); ``shipped``
+is the constant in the code, which is the rule's choice on both sets' top-10% ladder forecasts
+(``choice_for_the_code``: top 10% is the kind a lab's ladder forecasts, a few times past its top rung).
+Every set here has one run per (N, D): every fit is one without seeds, so the mean's interval is the one-run
+interval (:func:`operators.scaling.bootstrap.mean_is_one_run`) and the two coverages agree.
 """
 
 from __future__ import annotations
@@ -50,7 +63,7 @@ import numpy as np  # noqa: E402
 from operators.scaling import FORM_SURFACE, FitSettings, fit_offset, fit_surface  # noqa: E402
 from operators.scaling.gates import surface_gates  # noqa: E402
 from operators.scaling.inputs import group_by_budget  # noqa: E402
-from operators.scaling.model_error import TAU_PRIOR  # noqa: E402
+from operators.scaling.model_error import TAU_FLOOR_NO_SEEDS, TAU_PRIOR  # noqa: E402
 from tests.data.scaling import Runs, load  # noqa: E402
 
 SETS = ("porian2024", "gadre2024")
@@ -58,6 +71,9 @@ KINDS = ("top10", "far64")
 PRIORS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.06)
 """The model-error priors tried (log L per decade; ``model_error.TAU_PRIOR`` among them), fixed before any
 run of the calibration."""
+FLOORS = PRIORS
+"""The model-error floors tried for fits without seeds (the same grid, fixed before the floor's calibration
+ran)."""
 Z90 = NormalDist().inv_cdf(0.95)
 
 
@@ -89,33 +105,46 @@ def _fitted(fitter: str, fit_runs: Runs, bootstrap: int) -> tuple[Any, list[str]
     return fit_offset(fit_runs.compute, fit_runs.loss, FitSettings(bootstrap=bootstrap)), []
 
 
+def _intervals(fit: Any, fitter: str, held: Runs, i: int) -> dict[str, Any]:
+    """The one-run and the mean's interval of one held-out run under ``fit`` (its own model-error term)."""
+    if fitter == "surface":
+        one = fit.predict(n=float(held.n[i]), d=float(held.d[i]), single_run=True)
+        return _cover(float(held.loss[i]), one, fit.predict(n=float(held.n[i]), d=float(held.d[i])))
+    one = fit.predict(float(held.compute[i]), single_run=True)
+    return _cover(float(held.loss[i]), one, fit.predict(float(held.compute[i])))
+
+
 def _row(fit: Any, fitter: str, held: Runs, i: int, top: float) -> dict[str, Any]:
-    """One held-out run's forecast: the point, its error, and for every model-error prior in ``PRIORS``
-    whether the one-run and the mean's interval cover it, and their widths."""
-    actual, by_prior = float(held.loss[i]), {}
-    for prior in PRIORS:
-        scaled = dataclasses.replace(fit, model_error=fit.model_error.with_prior(prior))
-        if fitter == "surface":
-            one = scaled.predict(n=float(held.n[i]), d=float(held.d[i]), single_run=True)
-            mean = scaled.predict(n=float(held.n[i]), d=float(held.d[i]))
-        else:
-            one = scaled.predict(float(held.compute[i]), single_run=True)
-            mean = scaled.predict(float(held.compute[i]))
-        by_prior[str(prior)] = _cover(actual, one, mean)
+    """One held-out run's forecast: the point, its error, and for every model-error prior in ``PRIORS`` (the
+    fit's own floor) and every floor in ``FLOORS`` (the shipped prior) whether the one-run and the mean's
+    interval cover it, and their widths."""
+    actual, me = float(held.loss[i]), fit.model_error
+    by_prior = {
+        str(prior): _intervals(dataclasses.replace(fit, model_error=me.with_prior(prior)), fitter, held, i)
+        for prior in PRIORS
+    }
+    by_floor = {
+        str(floor): _intervals(dataclasses.replace(fit, model_error=me.with_floor(floor)), fitter, held, i)
+        for floor in FLOORS
+    }
     point = fit.predict(n=float(held.n[i]), d=float(held.d[i])) if fitter == "surface" else None
     point_value = float(point[0]) if point else float(fit.predict(float(held.compute[i]))[0])
     return {
         "n": float(held.n[i]),
         "d": float(held.d[i]),
         "beyond": float(held.compute[i]) / top,
-        "decades_from_centre": math.log10(float(held.compute[i]) / fit.model_error.c_from),
+        "decades_from_centre": math.log10(float(held.compute[i]) / me.c_from),
         "actual": actual,
         "point": point_value,
         "error_pct": 100 * (point_value - actual) / actual,
         "sigma_log": fit.sigma,
-        "tau_estimate": fit.model_error.estimate,
+        "sigma_source": fit.sigma_source,
+        "tau_estimate": me.estimate,
+        "tau_shrunk": me.tau,
+        "tau_floor": me.floor,
         **by_prior[str(TAU_PRIOR)],
         "by_prior": by_prior,
+        "by_floor": by_floor,
     }
 
 
@@ -160,8 +189,13 @@ def evaluate(
     return {**out, "crash": None, "gates_flagged": gates, "forecasts": rows}
 
 
-def summarise(results: list[dict[str, Any]], prior: float = TAU_PRIOR) -> dict[str, Any]:
-    rows = [{**r, **r["by_prior"][str(prior)]} for res in results for r in res["forecasts"]]
+def summarise(
+    results: list[dict[str, Any]], prior: float = TAU_PRIOR, *, floor: float | None = None
+) -> dict[str, Any]:
+    """Figures of ``results``' forecasts under a model-error prior (the fits' own floor), or, with
+    ``floor``, under that floor (the shipped prior)."""
+    grid, value = ("by_prior", prior) if floor is None else ("by_floor", floor)
+    rows = [{**r, **r[grid][str(value)]} for res in results for r in res["forecasts"]]
     far = [r for r in rows if r["beyond"] >= 10]
     errors = np.abs([r["error_pct"] for r in rows]) if rows else np.array([np.nan])
 
@@ -173,6 +207,7 @@ def summarise(results: list[dict[str, Any]], prior: float = TAU_PRIOR) -> dict[s
 
     return {
         "prior": prior,
+        "floor": floor,
         "forecasts": len(rows),
         "median_abs_error_pct": float(np.median(errors)),
         "max_abs_error_pct": float(np.max(errors)),
@@ -193,11 +228,49 @@ def choose_prior(results: list[dict[str, Any]]) -> float:
     """The calibration rule, fixed before the calibration ran: the smallest prior in ``PRIORS`` whose
     one-run interval covers at least 90% of the calibration forecasts (the largest if none does). The one-run
     interval is the one a single held-out run should fall in 90% of the time."""
+    return choose(results, "by_prior", PRIORS)
+
+
+def choose(results: list[dict[str, Any]], grid: str, values: tuple[float, ...]) -> float:
+    """The smallest of ``values`` whose one-run interval (under ``grid``: ``by_prior`` or ``by_floor``)
+    covers at least 90% of the forecasts of ``results`` (the largest if none does)."""
     rows = [r for res in results for r in res["forecasts"]]
-    for prior in PRIORS:
-        if rows and np.mean([r["by_prior"][str(prior)]["inside"] for r in rows]) >= 0.9:
-            return prior
-    return PRIORS[-1]
+    for value in values:
+        if rows and np.mean([r[grid][str(value)]["inside"] for r in rows]) >= 0.9:
+            return value
+    return values[-1]
+
+
+def floor_calibration(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The floor for fits without seeds chosen out of sample (the module docstring): per held-out kind and
+    set, chosen on the other set's one-run ladders (``leave_one_set_out``), on this set's own
+    (``in_sample``), and the shipped constant; pooled per kind; and the rule's choice for the code."""
+    scored = [r for r in results if not r["nested"]]
+    ladders = [r for r in scored if r["fitter"] == "offset"]
+    out: dict[str, Any] = {"floors": list(FLOORS), "rule": choose.__doc__.split("\n")[0]}
+    for kind in KINDS:
+        pooled: dict[str, list[dict[str, Any]]] = {"leave_one_set_out": [], "in_sample": [], "shipped": []}
+        for name in SETS:
+            mine = [r for r in scored if r["set"] == name and r["kind"] == kind]
+            picks = {
+                "leave_one_set_out": choose(
+                    [r for r in ladders if r["set"] != name and r["kind"] == kind], "by_floor", FLOORS
+                ),
+                "in_sample": choose(
+                    [r for r in ladders if r["set"] == name and r["kind"] == kind], "by_floor", FLOORS
+                ),
+                "shipped": TAU_FLOOR_NO_SEEDS,
+            }
+            for how, floor in picks.items():
+                out[f"{name}/{kind}/{how}"] = summarise(mine, floor=floor)
+                out[f"{name}/{kind}/{how}/ladders"] = summarise(
+                    [r for r in mine if r["fitter"] == "offset"], floor=floor
+                )
+                pooled[how].append(out[f"{name}/{kind}/{how}"])
+        for how, parts in pooled.items():
+            out[f"pooled/{kind}/{how}"] = _pool(parts)
+    out["choice_for_the_code"] = choose([r for r in ladders if r["kind"] == "top10"], "by_floor", FLOORS)
+    return out
 
 
 def calibration(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -242,7 +315,10 @@ def _pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "priors": [p["prior"] for p in parts],
+        "floors": [p["floor"] for p in parts],
         "forecasts": n,
+        "median_abs_error_pct_per_set": [p["median_abs_error_pct"] for p in parts],
+        "max_abs_error_pct_per_set": [p["max_abs_error_pct"] for p in parts],
         "coverage_single_run": weighted("coverage_single_run"),
         "coverage_mean": weighted("coverage_mean"),
         "coverage_mean_expected_on_one_run": weighted("coverage_mean_expected_on_one_run"),
@@ -285,10 +361,12 @@ def main() -> None:
     out = {
         "summary": summary,
         "calibration": calibration(results + nested),
+        "floor_calibration": floor_calibration(results),
         "runs": results,
         "nested_runs": nested,
         "bootstrap": args.bootstrap,
         "model_error_prior": TAU_PRIOR,
+        "model_error_floor_no_seeds": TAU_FLOOR_NO_SEEDS,
         "wall_s": time.time() - t0,
     }
     print(json.dumps(out, indent=1))

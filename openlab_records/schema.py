@@ -45,6 +45,9 @@ PREDICTION_SCHEMAS = ("marin-prediction/v1", PREDICTION_SCHEMA)
 OLD_INTERVAL_RULES = "before-issue-34"
 """What :attr:`Prediction.interval_rules` says of a record written without ``interval_rules`` (operators'
 ``bootstrap.INTERVAL_RULES_V1``: the same text)."""
+FIRST_ISSUE34_RULES = "issue-34"
+"""The first interval rules of issue 34 (operators' ``bootstrap.INTERVAL_RULES_ISSUE34_FIRST``), replaced by
+``issue-34/2``: a record made under them says so when shown."""
 VERDICT_SCHEMA = "marin-verdict/v1"
 TRACKING_SCHEMA = "marin-tracking/v1"
 NOTE_SCHEMA = "marin-prediction-note/v1"
@@ -215,7 +218,13 @@ class Prediction:
         return bool(self.gates_flagged)
 
     def rules_line(self) -> str | None:
-        """A line for a surface to show under a forecast made under the old interval rules; None otherwise."""
+        """A line for a surface to show under a forecast made under earlier interval rules; None otherwise."""
+        if self.interval_rules == FIRST_ISSUE34_RULES:
+            return (
+                "Made under issue 34's first interval rules: where the ladder had no seeds, its model error "
+                "had no floor and the mean's interval left out the runs' scatter about the law (with seeds, "
+                "its intervals are what the current rules give)."
+            )
         if self.interval_rules != OLD_INTERVAL_RULES:
             return None
         return (

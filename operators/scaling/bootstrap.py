@@ -49,9 +49,13 @@ from typing import Any
 
 import numpy as np
 
-INTERVAL_RULES = "issue-34"
-"""The interval rules of this module: a robust sigma shrunk to a prior, the model-error term (fit records
-write it as ``interval_rules``)."""
+INTERVAL_RULES = "issue-34/2"
+"""The interval rules of this module: a robust sigma shrunk to a prior, the model-error term; without seeds,
+the model error's floor (:mod:`.model_error`) and the mean's interval carrying the runs' scatter
+(:func:`mean_is_one_run`). Fit records write it as ``interval_rules``."""
+INTERVAL_RULES_ISSUE34_FIRST = "issue-34"
+"""The first rules of issue 34 (2026-12-06): as now, but a fit without seeds had no floor on its model error
+and its mean's interval left the runs' scatter out; a fit with seeds got the intervals it gets now."""
 INTERVAL_RULES_V1 = "before-issue-34"
 """What a record without ``interval_rules`` was made under: sigma the plain residual RMS (or any repeats'
 spread, even one pair's), no prior, no model-error term; shown as such by the readers."""
@@ -59,6 +63,11 @@ SEED_SPREAD = "pooled seed spread"
 RESIDUALS = "robust scale of the fit residuals (too few repeated runs)"
 BOOTSTRAP_T = "parametric bootstrap-t (pivot studentized by each replicate's local standard error)"
 BOOTSTRAP_T_SIGMA = "parametric bootstrap-t (studentized by each replicate's sigma)"
+MEAN_NO_SEEDS = (
+    "no seeds: the runs' scatter about the law cannot be split into noise and the law's own lack of fit "
+    "(that takes repeated runs), so the mean's interval carries all of it: it is the one-run interval"
+)
+MEAN_WITH_SEEDS = "the mean over seeds: the law's bootstrap-t interval and the model-error term"
 EPS_PER_REPLICATE = 16
 SIGMA_PRIOR = 0.005
 """The prior's sigma of log L (0.5%: the research note's per-seed noise, and about what the real CPU ladders'
@@ -108,6 +117,21 @@ class Noise:
             "sigma_estimate": self.estimate,
             "sigma_prior": {"sigma": self.prior, "dof": self.prior_dof},
         }
+
+
+def mean_is_one_run(rules: str, noise: Noise | None) -> bool:
+    """Whether a fit's interval for the mean is its one-run interval: under the current rules, when sigma is
+    the residuals' scale (no seeds). Without repeated runs the scatter of the runs about the law is noise
+    and lack of fit at once, and nothing in the data splits them (a lack-of-fit test needs pure error, i.e.
+    repeats); the mean of many runs at a point can sit off the law by as much as one run does, so an
+    interval for it narrower than one run's claims what the data cannot show. On real published runs the
+    surface's misses at the top budgets were of one sign within a budget (lack of fit, not noise)."""
+    return rules == INTERVAL_RULES and noise is not None and noise.source != SEED_SPREAD
+
+
+def mean_interval_text(rules: str, noise: Noise | None) -> str:
+    """What a fit record says its mean's interval is (``mean_interval``)."""
+    return MEAN_NO_SEEDS if mean_is_one_run(rules, noise) else MEAN_WITH_SEEDS
 
 
 def noise_from_json(data: Mapping[str, Any]) -> Noise | None:

@@ -28,7 +28,9 @@ against). Without enough repeated seeds ``sigma`` is the robust scale of the fit
 shrunk to a stated prior (:func:`operators.scaling.bootstrap.noise_model`, recorded in ``sigma_source``,
 ``sigma_dof``, ``sigma_prior``); each replicate's ``sigma*`` is estimated alike. Both intervals then add the
 model-error term (:mod:`operators.scaling.model_error`: a rolling-origin backtest of the law on the ladder,
-recorded as ``model_error``). The test suite checks 0.85-0.95 coverage
+recorded as ``model_error``; without seeds it has a floor). Without seeds the mean's interval is the
+one-run interval: nothing in the data splits the runs' scatter into noise and the law's lack of fit
+(:func:`operators.scaling.bootstrap.mean_is_one_run`). The test suite checks 0.85-0.95 coverage
 on a fixed set of replicates; ``benchmarks/scaling_ladder.py`` on 200 replicates of three surfaces.
 
 **Leave-one-rung-out.** With at least four budgets (three with a fixed E) the law is refitted without each
@@ -57,11 +59,14 @@ from scipy.optimize import least_squares
 from operators.scaling.bootstrap import (
     INTERVAL_RULES,
     INTERVAL_RULES_V1,
+    SEED_SPREAD,
     IntervalMethod,
     Noise,
     bootstrap_targets,
     gauss_newton_se,
     interval,
+    mean_interval_text,
+    mean_is_one_run,
     noise_from_json,
     noise_model,
     replicate_sigmas,
@@ -294,7 +299,8 @@ class ScalingFit:
 
     def predict(self, c: float, *, single_run: bool = False) -> tuple[float, float, float]:
         """(point, low, high): the law at ``c`` and its interval at ``settings.level``; for the mean over
-        seeds, or (``single_run``) for one new run, widened by the seeds' spread."""
+        seeds, or (``single_run``) for one new run, widened by the seeds' spread. A fit without seeds gives
+        the mean the one-run interval (:func:`operators.scaling.bootstrap.mean_is_one_run`)."""
         fe, u_c = self.settings.fixed_e, self._u(c)
         draws = np.exp(_log_model(self.boot_theta, u_c, fe)[0][:, 0])
         u = np.log(self.compute / self.c_ref)
@@ -303,7 +309,7 @@ class ScalingFit:
             draws,
             self.settings.level,
             self.sigma,
-            single_run,
+            single_run or mean_is_one_run(self.rules, self.noise),
             self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
@@ -347,6 +353,7 @@ class ScalingFit:
             "interval_rules": self.rules,
             **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
+            "mean_interval": mean_interval_text(self.rules, self.noise),
             "c_ref": self.c_ref,
             "residuals_log": [float(r) for r in self.residuals()],
             "fixed_e": self.settings.fixed_e is not None,
@@ -459,7 +466,9 @@ def _fit_offset(
         loo_theta=tuple(loo),
         boot_sigma=boot_sigma,
         noise=noise,
-        model_error=estimate(_rolling_origin(c, u, y, groups, settings, sigma), c_ref),
+        model_error=estimate(
+            _rolling_origin(c, u, y, groups, settings, sigma), c_ref, seeds=noise.source == SEED_SPREAD
+        ),
     )
 
 

@@ -30,11 +30,14 @@ from scipy.optimize import minimize
 
 from operators.scaling.bootstrap import (
     INTERVAL_RULES,
+    SEED_SPREAD,
     IntervalMethod,
     Noise,
     bootstrap_targets,
     gauss_newton_se,
     interval,
+    mean_interval_text,
+    mean_is_one_run,
     noise_model,
     replicate_sigmas,
 )
@@ -240,7 +243,7 @@ class SurfaceFit:
             draws,
             self.settings.level,
             self.sigma,
-            single_run,
+            single_run or mean_is_one_run(INTERVAL_RULES, self.noise),
             self.interval_method,
             boot_sigma=self.boot_sigma,
             rng_seed=self.settings.rng_seed,
@@ -269,6 +272,7 @@ class SurfaceFit:
             "interval_rules": INTERVAL_RULES,
             **({"model_error": self.model_error.to_json()} if self.model_error is not None else {}),
             "interval": self.interval_method.value,
+            "mean_interval": mean_interval_text(INTERVAL_RULES, self.noise),
             "fixed_e": self.settings.fixed_e is not None,
         }
 
@@ -327,6 +331,7 @@ def fit_surface(
         model_error=estimate(
             _rolling_origin(ln, ld, y, theta, settings, sigma),
             float(np.exp(np.mean(np.log(np.unique(6.0 * nn * dd))))),
+            seeds=noise.source == SEED_SPREAD,
         ),
     )
 

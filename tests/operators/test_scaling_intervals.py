@@ -68,7 +68,7 @@ def test_three_budgets_of_one_run_get_the_prior_sigma_never_a_zero_width_interva
     assert record["sigma_dof"] == 0 and record["sigma_estimate"] is None
     assert record["sigma_log"] == pytest.approx(0.005)
     assert record["sigma_prior"] == {"sigma": 0.005, "dof": 2.0}
-    assert record["interval_rules"] == "issue-34"
+    assert record["interval_rules"] == "issue-34/2"
     for single in (False, True):
         point, low, high = fit.predict(1e18, single_run=single)
         assert (high - low) / point > 0.01  # a decade past the top of three exact points
@@ -224,3 +224,64 @@ def test_surface_gates_stay_quiet_on_a_clean_surface_and_fire_on_each_fault() ->
     shaky = dataclasses.replace(fit, boot_theta=boot)
     flagged = [g for g in surface_gates(shaky) if g.flag]
     assert [g.name for g in flagged] == ["bootstrap_at_bounds"] and "50%" in flagged[0].message
+
+
+def test_without_seeds_the_mean_interval_carries_the_scatter_and_the_model_error_has_its_floor() -> None:
+    from operators.scaling.bootstrap import MEAN_NO_SEEDS, MEAN_WITH_SEEDS
+    from operators.scaling.fit import ScalingFit
+    from operators.scaling.model_error import FLOOR_REASON, TAU_FLOOR_NO_SEEDS
+
+    rng = np.random.default_rng(5)
+    budgets = np.geomspace(1e15, 1e18, 6)
+    law = 1.5 + 3000.0 * budgets**-0.2  # the law exactly: its backtests see no error beyond the noise
+    one = fit_offset(budgets, law * np.exp(0.004 * rng.standard_normal(6)), FitSettings(bootstrap=100))
+    record = one.to_json(full=True)
+    me = record["model_error"]
+    assert record["sigma_source"].startswith("robust scale") and record["mean_interval"] == MEAN_NO_SEEDS
+    assert me["floor"] == {"tau_per_decade": TAU_FLOOR_NO_SEEDS, "why": FLOOR_REASON}
+    assert me["tau_shrunk"] < TAU_FLOOR_NO_SEEDS  # the backtests alone would have said almost nothing
+    assert me["tau_per_decade"] == TAU_FLOOR_NO_SEEDS
+    target = 1e19  # 2.5 decades past the ladder's centre
+    assert one.model_error_sd(target) == pytest.approx(2.5 * TAU_FLOOR_NO_SEEDS, rel=1e-9)
+    # no seeds: the mean's interval is the one-run interval, never narrower
+    assert one.predict(target) == one.predict(target, single_run=True)
+    again = ScalingFit.from_json(record)
+    assert again.predict(target) == pytest.approx(one.predict(target))
+    # a fit.json made under issue 34's first rules keeps its own intervals: no floor, the mean's narrower
+    first_me = {k: v for k, v in me.items() if k not in ("floor", "tau_shrunk")}
+    first_me["tau_per_decade"] = me["tau_shrunk"]
+    first = {**record, "interval_rules": "issue-34", "model_error": first_me}
+    old = ScalingFit.from_json(first)
+    assert old.model_error is not None and old.model_error.floor == 0.0
+    _, low_m, high_m = old.predict(target)
+    _, low_1, high_1 = old.predict(target, single_run=True)
+    assert low_1 < low_m and high_m < high_1
+    assert old.to_json()["mean_interval"] == MEAN_WITH_SEEDS
+    # with seeds: no floor, and the mean's interval is narrower than one run's
+    seeded = np.repeat(budgets, 3)
+    loss = (1.5 + 3000.0 * seeded**-0.2) * np.exp(0.004 * rng.standard_normal(seeded.size))
+    fit = fit_offset(seeded, loss, FitSettings(bootstrap=100))
+    rec = fit.to_json()
+    assert rec["sigma_source"] == "pooled seed spread" and rec["mean_interval"] == MEAN_WITH_SEEDS
+    assert rec["model_error"]["floor"] == {"tau_per_decade": 0.0}
+    assert rec["model_error"]["tau_per_decade"] == rec["model_error"]["tau_shrunk"]
+    _, low_m, high_m = fit.predict(target)
+    _, low_1, high_1 = fit.predict(target, single_run=True)
+    assert low_1 < low_m and high_m < high_1
+
+
+def test_the_surface_without_seeds_gives_the_mean_the_one_run_interval() -> None:
+    from operators.scaling import FORM_SURFACE, fit_surface
+    from operators.scaling.bootstrap import MEAN_NO_SEEDS
+    from operators.scaling.model_error import TAU_FLOOR_NO_SEEDS
+
+    rng = np.random.default_rng(3)
+    n = np.repeat(np.geomspace(1e6, 1e8, 5), 3)
+    d = n * np.tile([10.0, 20.0, 40.0], 5)
+    loss = (1.8 + 400 / n**0.34 + 400 / d**0.28) * np.exp(0.01 * rng.standard_normal(n.size))
+    fit = fit_surface(n, d, loss, FitSettings(form=FORM_SURFACE, bootstrap=30))
+    record = fit.to_json()
+    assert record["mean_interval"] == MEAN_NO_SEEDS
+    assert record["model_error"]["floor"]["tau_per_decade"] == TAU_FLOOR_NO_SEEDS
+    assert record["model_error"]["tau_per_decade"] >= TAU_FLOOR_NO_SEEDS
+    assert fit.predict(n=1e9, d=2e10) == fit.predict(n=1e9, d=2e10, single_run=True)
