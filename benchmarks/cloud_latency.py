@@ -14,7 +14,9 @@ run compares two versions of the engine side by side, alternating (e.g. this tre
 commit before issue 35 as `before`: without output manifests and raw-input fingerprints). The worker builds
 a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one raw input file on the store
 (with `--raw-input`), under a fresh prefix, and times: `plan_empty_s` (dry run on an empty prefix), `run_s`
-(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step),
+(local backend), `plan_succeeded_s` (dry run once all succeeded), `plan_succeeded_nocache_s` (the same
+with the local cache of status files off, `MARIN_CACHE_DIR=off`: what a machine that never saw them pays;
+each worker gets a fresh cache directory), `rerun_s` (a run that skips every step),
 `status_s` (`marin status` of the script), and the dashboard's experiment page in-process
 (`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
 `requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
@@ -34,6 +36,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -264,8 +267,18 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     assert result.status == "SUCCESS", result.summary
     plan_done, planned = timed("plan_succeeded", True)
     assert all(e.action == "skip" for e in planned.plan.entries)
+    # the same plan with the local cache of status files off (marin/storage/listed_cache.py): what a
+    # machine that never saw these statuses pays once (an engine without the cache ignores the variable)
+    saved = os.environ.get("MARIN_CACHE_DIR")
+    os.environ["MARIN_CACHE_DIR"] = "off"
+    plan_cold, _ = timed("plan_succeeded_nocache", True)
+    if saved is None:
+        del os.environ["MARIN_CACHE_DIR"]
+    else:
+        os.environ["MARIN_CACHE_DIR"] = saved
     rerun, _ = timed("rerun", False)
-    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done,
+           "plan_succeeded_nocache_s": plan_cold, "rerun_s": rerun}
     out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
     if args.page_loads > 0:  # 0: no dashboard phase (its first load of a 1,000-step page takes minutes)
         out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
@@ -339,7 +352,10 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
     cmd += ["--raw-input"] if args.raw_input else []
     cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
     cmd += ["--page-gap-s", str(args.page_gap_s)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+    with tempfile.TemporaryDirectory(prefix="marin-bench-cache-") as cache:
+        env["MARIN_CACHE_DIR"] = cache  # a machine that never planned these steps before
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s,
+                              check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-1500:]}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -118,11 +118,15 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
 
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
-    if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
-        storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
-    if record.step_json is not None:
-        storage.write_text(sf.step_json_path(record.output_path), record.step_json)
-    _together(storage,  # RUNNING: status and event (two objects, both written under the lease)
+
+    def provenance() -> None:
+        if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
+            storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
+        if record.step_json is not None:
+            storage.write_text(sf.step_json_path(record.output_path), record.step_json)
+
+    # step.json and RUNNING (status and event) at once, all under the lease and all written before fn runs
+    _together(storage, provenance,
               lambda: sf.write_status(storage, record.output_path, name=record.name, hash=record.hash,
                                       status=sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
                                       executor=record.executor, previous={"created": record.created},
