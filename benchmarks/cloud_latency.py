@@ -21,7 +21,8 @@ each worker gets a fresh cache directory), `rerun_s` (a run that skips every ste
 (`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
 `requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
 object, e.g. `GET status.json`, `GET list`; `request_kind`), and the worker asks it for the counts between
-phases. Load averages are printed before and after: on a shared machine a figure under load is not a headline.
+phases; `cpu_s` the CPU seconds of the engine's processes per phase. Load averages are printed before and
+after: on a shared machine a figure under load is not a headline.
 """
 
 from __future__ import annotations
@@ -251,14 +252,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
     requests: dict[str, dict[str, int]] = {}
+    cpu: dict[str, float] = {}
 
     def timed(phase: str, dry: bool) -> tuple[float, Any]:
         before = proxy_requests(args.endpoint)
+        cpu0 = cpu_seconds()
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
                                 verbose=False, script="benchmarks/cloud_latency_dag.py")
         elapsed = round(time.perf_counter() - t0, 3)
+        cpu[phase] = round(cpu_seconds() - cpu0, 2)
         requests[phase] = counts_since(before, proxy_requests(args.endpoint))
         return elapsed, result
 
@@ -282,7 +286,16 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
     if args.page_loads > 0:  # 0: no dashboard phase (its first load of a 1,000-step page takes minutes)
         out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
-    return {**out, "requests": requests}
+    return {**out, "cpu_s": cpu, "requests": requests}
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its reaped children (the local backend's workers):
+    less disturbed by the machine's load than wall time (the servers and the proxy are not counted)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def timed_status(steps: list[Any], prefix: str, endpoint: str, requests: dict[str, dict[str, int]]) -> float:
