@@ -377,21 +377,23 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "codes": args.code,
                            "raw_input": args.raw_input, "results": []}
-    for store in args.stores:
-        with server(store) as port:
-            make_bucket(store, f"http://127.0.0.1:{port}")
-            for latency in args.latency_ms:
+    cells = [(store, latency, shape, n) for store in args.stores for latency in args.latency_ms
+             for shape in args.shapes for n in args.sizes]
+    for store, latency, shape, n in cells:
+        for code in args.code:  # alternating versions, same minute
+            # a fresh server for each: fake-gcs-server's and moto's listings scan the whole bucket, so the
+            # version measured second would pay for the first one's objects (a 1,000-step run leaves 8,000)
+            with server(store) as port:
+                make_bucket(store, f"http://127.0.0.1:{port}")
                 proxy = LatencyProxy(port, latency / 1000)
                 endpoint = f"http://127.0.0.1:{proxy.port}"
-                listing = measured_listing_ms(store, endpoint)
-                for shape in args.shapes:
-                    for n in args.sizes:
-                        for code in args.code:  # alternating versions, same server, same minute
-                            row = {"store": store, "latency_ms": latency, "measured_listing_ms": listing,
-                                   "shape": shape, "n": n, "code": code, "step_cpus": args.step_cpus,
-                                   **run_worker(code, store, endpoint, shape, n, args)}
-                            print(json.dumps(row), file=sys.stderr, flush=True)
-                            out["results"].append(row)
+                row = {"store": store, "latency_ms": latency,
+                       "measured_listing_ms": measured_listing_ms(store, endpoint), "shape": shape, "n": n,
+                       "code": code, "step_cpus": args.step_cpus, "concurrency": args.concurrency,
+                       "load_at_start": os.getloadavg()[0]}
+                row.update(run_worker(code, store, endpoint, shape, n, args))
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            out["results"].append(row)
     out["load_after"] = os.getloadavg()
     return out
 
