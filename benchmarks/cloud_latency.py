@@ -14,12 +14,15 @@ run compares two versions of the engine side by side, alternating (e.g. this tre
 commit before issue 35 as `before`: without output manifests and raw-input fingerprints). The worker builds
 a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one raw input file on the store
 (with `--raw-input`), under a fresh prefix, and times: `plan_empty_s` (dry run on an empty prefix), `run_s`
-(local backend), `plan_succeeded_s` (dry run once all succeeded), `rerun_s` (a run that skips every step),
+(local backend), `plan_succeeded_s` (dry run once all succeeded), `plan_succeeded_nocache_s` (the same
+with the local cache of status files off, `MARIN_CACHE_DIR=off`: what a machine that never saw them pays;
+each worker gets a fresh cache directory), `rerun_s` (a run that skips every step),
 `status_s` (`marin status` of the script), and the dashboard's experiment page in-process
 (`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
 `requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
 object, e.g. `GET status.json`, `GET list`; `request_kind`), and the worker asks it for the counts between
-phases. Load averages are printed before and after: on a shared machine a figure under load is not a headline.
+phases; `cpu_s` the CPU seconds of the engine's processes per phase. Load averages are printed before and
+after: on a shared machine a figure under load is not a headline.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -248,14 +252,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"{args.store}://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
     requests: dict[str, dict[str, int]] = {}
+    cpu: dict[str, float] = {}
 
     def timed(phase: str, dry: bool) -> tuple[float, Any]:
         before = proxy_requests(args.endpoint)
+        cpu0 = cpu_seconds()
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
                                 verbose=False, script="benchmarks/cloud_latency_dag.py")
         elapsed = round(time.perf_counter() - t0, 3)
+        cpu[phase] = round(cpu_seconds() - cpu0, 2)
         requests[phase] = counts_since(before, proxy_requests(args.endpoint))
         return elapsed, result
 
@@ -264,12 +271,31 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     assert result.status == "SUCCESS", result.summary
     plan_done, planned = timed("plan_succeeded", True)
     assert all(e.action == "skip" for e in planned.plan.entries)
+    # the same plan with the local cache of status files off (marin/storage/listed_cache.py): what a
+    # machine that never saw these statuses pays once (an engine without the cache ignores the variable)
+    saved = os.environ.get("MARIN_CACHE_DIR")
+    os.environ["MARIN_CACHE_DIR"] = "off"
+    plan_cold, _ = timed("plan_succeeded_nocache", True)
+    if saved is None:
+        del os.environ["MARIN_CACHE_DIR"]
+    else:
+        os.environ["MARIN_CACHE_DIR"] = saved
     rerun, _ = timed("rerun", False)
-    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done, "rerun_s": rerun}
+    out = {"plan_empty_s": plan_empty, "run_s": run, "plan_succeeded_s": plan_done,
+           "plan_succeeded_nocache_s": plan_cold, "rerun_s": rerun}
     out["status_s"] = timed_status(steps, prefix, args.endpoint, requests)
     if args.page_loads > 0:  # 0: no dashboard phase (its first load of a 1,000-step page takes minutes)
         out.update(timed_dashboard(prefix, result.experiment_id, args, requests))
-    return {**out, "requests": requests}
+    return {**out, "cpu_s": cpu, "requests": requests}
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its reaped children (the local backend's workers):
+    less disturbed by the machine's load than wall time (the servers and the proxy are not counted)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def timed_status(steps: list[Any], prefix: str, endpoint: str, requests: dict[str, dict[str, int]]) -> float:
@@ -339,7 +365,10 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
     cmd += ["--raw-input"] if args.raw_input else []
     cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
     cmd += ["--page-gap-s", str(args.page_gap_s)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+    with tempfile.TemporaryDirectory(prefix="marin-bench-cache-") as cache:
+        env["MARIN_CACHE_DIR"] = cache  # a machine that never planned these steps before
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s,
+                              check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-1500:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -348,21 +377,23 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "codes": args.code,
                            "raw_input": args.raw_input, "results": []}
-    for store in args.stores:
-        with server(store) as port:
-            make_bucket(store, f"http://127.0.0.1:{port}")
-            for latency in args.latency_ms:
+    cells = [(store, latency, shape, n) for store in args.stores for latency in args.latency_ms
+             for shape in args.shapes for n in args.sizes]
+    for store, latency, shape, n in cells:
+        for code in args.code:  # alternating versions, same minute
+            # a fresh server for each: fake-gcs-server's and moto's listings scan the whole bucket, so the
+            # version measured second would pay for the first one's objects (a 1,000-step run leaves 8,000)
+            with server(store) as port:
+                make_bucket(store, f"http://127.0.0.1:{port}")
                 proxy = LatencyProxy(port, latency / 1000)
                 endpoint = f"http://127.0.0.1:{proxy.port}"
-                listing = measured_listing_ms(store, endpoint)
-                for shape in args.shapes:
-                    for n in args.sizes:
-                        for code in args.code:  # alternating versions, same server, same minute
-                            row = {"store": store, "latency_ms": latency, "measured_listing_ms": listing,
-                                   "shape": shape, "n": n, "code": code, "step_cpus": args.step_cpus,
-                                   **run_worker(code, store, endpoint, shape, n, args)}
-                            print(json.dumps(row), file=sys.stderr, flush=True)
-                            out["results"].append(row)
+                row = {"store": store, "latency_ms": latency,
+                       "measured_listing_ms": measured_listing_ms(store, endpoint), "shape": shape, "n": n,
+                       "code": code, "step_cpus": args.step_cpus, "concurrency": args.concurrency,
+                       "load_at_start": os.getloadavg()[0]}
+                row.update(run_worker(code, store, endpoint, shape, n, args))
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            out["results"].append(row)
     out["load_after"] = os.getloadavg()
     return out
 

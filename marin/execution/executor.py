@@ -28,6 +28,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marin.definition.step import Resources
@@ -44,12 +45,18 @@ from marin.graph.dag import Graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, WAIT, Plan
 from marin.status import files as sf
 from marin.storage.fs import Storage
+from marin.storage.lease import Acquired
+
+Taken = tuple[Acquired, dict[str, Any] | None]
+"""A step's lease as `Executor._lease_io` tried to take it, and its status re-read once held."""
 
 # A step with more dependencies than this is not queued behind running ones; it is submitted once they all
 # succeeded. Ray hands a queued attempt every dependency's result as an argument: for the sink of a 1,000-step
 # fan-out that is 998 results to collect and ship, which took ~20 ms after the last one finished, against one
 # trip through this loop (~1 ms).
 QUEUE_BEHIND_MAX_DEPENDENCIES = 16
+LEASE_BATCH_THREADS = 32
+"""Threads taking the leases of ready steps at once on an object store (`Executor._start_ready`)."""
 # How long the attempts of a Ray-backed executor may outlive its process: Ray ends a dead driver's workers
 # within seconds; a same-machine taker waits this long after it first saw the owner's process gone.
 ATTEMPTS_OUTLIVE_S = 15.0
@@ -135,7 +142,7 @@ class Executor:
                 if self._resume:
                     self._finished(*self._resume.popleft())
                 elif self._ready and self._has_room():
-                    self._try_start(self._ready.popleft())
+                    self._start_ready()
                 else:
                     self._queue_dependents(self._eager.popleft())
             if not running and not waiting and not self._ready:
@@ -220,18 +227,56 @@ class Executor:
         return True
 
     # ----- starting -----------------------------------------------------------------------------------
-    def _try_start(self, key: str) -> None:
+    def _start_ready(self) -> None:
+        """Start as many ready steps as there is room for. On an object store their leases are taken and
+        their statuses re-read under them concurrently (two round trips a step, which one after the other
+        bounded a 1,000-step run at about 65 s at 30 ms a request); each step is then decided here, in turn,
+        exactly as one taken alone. A failure deciding one releases the leases taken for those after it."""
+        keys = [self._ready.popleft()
+                for _ in range(min(len(self._ready), self.max_concurrent - len(self.board.running)))]
+        taken = self._take_leases(keys)
+        for i, key in enumerate(keys):
+            try:
+                self._try_start(key, taken[i])
+            except BaseException:
+                for later, t in zip(keys[i + 1:], taken[i + 1:], strict=True):
+                    if isinstance(t, tuple) and t[0].ok:
+                        self.leases.release(self.board[later])
+                raise
+
+    def _take_leases(self, keys: list[str]) -> list[Taken | BaseException | None]:
+        """`_lease_io` of each key, concurrently on an object store (None: `_try_start` does it itself)."""
+        if len(keys) < 2 or self.leases.storage.is_local:
+            return [None] * len(keys)
+
+        def io(key: str) -> Taken | BaseException:
+            try:
+                return self._lease_io(key)
+            except BaseException as exc:  # raised where the step is decided, in order
+                return exc
+
+        with ThreadPoolExecutor(min(len(keys), LEASE_BATCH_THREADS)) as pool:
+            return list(pool.map(io, keys))
+
+    def _lease_io(self, key: str) -> Taken:
+        """Take the step's lease and, once held, re-read its status under it: between our plan and our
+        lease another executor may have finished it. Storage only; the decision is `_try_start`'s."""
         st = self.board[key]
         fresh = st.entry.action == WAIT or st.phase is not Phase.PENDING
         prev = self.records.current(st) if fresh else st.previous
         acquired = self.leases.acquire(st, attempt=recorded_attempt(prev) + 1)
+        return acquired, self.records.current(st) if acquired.ok else None
+
+    def _try_start(self, key: str, taken: Taken | BaseException | None = None) -> None:
+        if isinstance(taken, BaseException):
+            raise taken
+        st = self.board[key]
+        acquired, current = taken if taken is not None else self._lease_io(key)
         if not acquired.ok:
             holder = acquired.holder.owner if acquired.holder else "another executor"
             st.note = f"waiting for executor {holder}"
             self._wait_for_other(key)
             return
-        # Between our plan and our lease another executor may have finished it: re-read under the lease.
-        current = self.records.current(st)
         step_json_checked = current is None  # a step never recorded has no step.json to keep
         if current is not None and current.get("_damaged"):  # named, moved aside, never overwritten
             current, step_json_checked = self.records.keep_damaged(st, current), True

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from marin.definition.criterion import Criterion, Notebook, declare
 from marin.definition.step import Resources, Step
-from marin.errors import CorruptFileError, ExperimentFailedError, StepFailedError
+from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution import after_run, report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
 from marin.execution.backend import Backend, Completions
@@ -42,8 +42,8 @@ from marin.graph.dag import Graph, build_graph
 from marin.graph.plan import BLOCKED, FAILED_ACTION, RUN, SKIP, Plan, make_plan
 from marin.graph.raw_inputs import RawInputs
 from marin.issue_ref import IssueRef
-from marin.status import damaged, interruptions, manifest, verdicts
 from marin.status import files as sf
+from marin.status import interruptions, manifest, verdicts
 from marin.status.console import ConsoleProgress
 from marin.status.publisher import Publisher, PublisherSet, RunContext, publishers_for
 from marin.status.stepinfo import provenance_started
@@ -398,18 +398,17 @@ UNREADABLE = "UNREADABLE"  # `marin status` of a step whose status.json cannot b
 
 def _status_rows(storage: Storage, plan: Plan) -> tuple[list[dict[str, Any]], list[tuple[float, float]]]:
     """`marin status`'s row per step and its (wall, lost) span for goodput; a step whose status.json cannot
-    be read is UNREADABLE with the message naming the file and the fix, never NOT RUN."""
+    be read is UNREADABLE with the message naming the file and the fix, never NOT RUN. The statuses are the
+    ones the plan just read (each entry's `previous`, in one batch there): not read a second time."""
     rows: list[dict[str, Any]] = []
     spans = []
-    found = storage.read_many([sf.status_path(e.output_path) for e in plan.entries])  # one concurrent batch
-    for e, data in zip(plan.entries, found, strict=True):
+    for e in plan.entries:
         # a damaged step.json alone is named by the plan (its entry's warning): shown on the step's row too
         step_json = f"{sf.step_json_path(e.output_path)} cannot be read"
         damage = next((w for w in e.warnings if w.startswith(step_json)), None)
-        try:
-            current = damaged.parse_checked(sf.status_path(e.output_path), data) or {}
-        except CorruptFileError as err:
-            current, damage = {"status": UNREADABLE}, str(err)
+        current = e.previous or {}
+        if current.get("_damaged"):  # plan.damaged_status: the message naming the file and the fix
+            current, damage = {"status": UNREADABLE}, str(current["_damaged"])
         ledger: dict[str, Any] = {"interruptions": []}
         if interruptions.was_interrupted(current):
             ledger = interruptions.read_ledger(storage, e.output_path)

@@ -8,6 +8,9 @@ run) and RUNNING (status and event) when it really starts; once `fn` returned, t
 (`.marin/outputs.json`, marin/storage/outputs.py) and then SUCCESS (status and event) -
 only after checking the lease again, so a worker whose executor lost the lease never marks the step SUCCESS -
 and then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
+On an object store, where each write is a round trip, what does not depend on another goes at once: step.json
+with RUNNING's status and event; the lease check with the listing of the outputs; the attempt log's upload
+with all of the end's records (the result is reported once all are done).
 Failures are reported back and recorded by the executor, which decides about retries. Writing here instead
 of in the driver keeps the driver's per-step work to the lease and the submission: on an object store every
 record is a round trip, and a thousand of them in one driver thread would serialize the whole run.
@@ -37,7 +40,7 @@ from marin.status.lock import PATCH_FILE
 from marin.storage.base import Storage
 from marin.storage.fs import storage_for
 from marin.storage.lease import LeaseInfo
-from marin.storage.outputs import record_outputs
+from marin.storage.outputs import record_listed_outputs
 
 # Credentials the platform itself uses (the issue tracker's token). A step never sees them unless its own
 # `env` passes one explicitly, so a step that prints its environment cannot leak them into its log.
@@ -83,16 +86,26 @@ def _lenient_record(path: str, data: bytes | None) -> dict[str, Any] | None:
         return None
 
 
-def _together(storage: Storage, *writes: Callable[[], object]) -> None:
-    """Independent writes at once on an object store (each is a round trip there), in order on local disk;
-    returns once all are done, raising the first failure."""
+def _together(storage: Storage, *calls: Callable[[], Any]) -> list[Any]:
+    """Independent calls at once on an object store (each is a round trip there), in order on local disk;
+    returns their results once all are done, raising the first failure."""
     if storage.is_local:
-        for write in writes:
-            write()
+        return [call() for call in calls]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
+
+
+@contextlib.contextmanager
+def _meanwhile(work: Callable[[], None] | None) -> Iterator[None]:
+    """Run `work` (the attempt log's upload) in a thread while the block writes the step's records; wait for
+    it at the end, raising its failure there."""
+    if work is None:
+        yield
         return
-    with ThreadPoolExecutor(len(writes)) as pool:
-        for future in [pool.submit(write) for write in writes]:
-            future.result()
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        yield
+    future.result()
 
 
 def _note_step_json(outputs: dict[str, Any], record: StepRecord) -> None:
@@ -118,11 +131,15 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
 
 def _record_start(record: StepRecord, started: float) -> None:
     storage = storage_for(record.output_path)
-    if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
-        storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
-    if record.step_json is not None:
-        storage.write_text(sf.step_json_path(record.output_path), record.step_json)
-    _together(storage,  # RUNNING: status and event (two objects, both written under the lease)
+
+    def provenance() -> None:
+        if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
+            storage.write_text(f"{sf.meta_dir(record.output_path)}/{PATCH_FILE}", record.patch)
+        if record.step_json is not None:
+            storage.write_text(sf.step_json_path(record.output_path), record.step_json)
+
+    # step.json and RUNNING (status and event) at once, all under the lease and all written before fn runs
+    _together(storage, provenance,
               lambda: sf.write_status(storage, record.output_path, name=record.name, hash=record.hash,
                                       status=sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
                                       executor=record.executor, previous={"created": record.created},
@@ -151,12 +168,14 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
     work that would otherwise queue up in its single scheduling thread."""
     storage = storage_for(record.output_path)
     lease_file = sf.lease_path(record.output_path)
-    current = storage.read_versioned(lease_file)
+    # the lease and the outputs' listing at once (both only read; nothing is written unless the lease holds)
+    current, listing = _together(storage, lambda: storage.read_versioned(lease_file),
+                                 lambda: storage.list_files(record.output_path))
     holder = LeaseInfo.parse(current.text) if current is not None else None
     if current is None or not _holds(record, holder):
         return None
     # The output manifest first: a SUCCESS status always has one (marin/storage/outputs.py).
-    outputs = record_outputs(storage, record.output_path, record.nondeterministic)
+    outputs = record_listed_outputs(storage, record.output_path, listing, record.nondeterministic)
     _note_step_json(outputs, record)
     # SUCCESS, status and event at once; both are written before the lease is released
     _together(storage,
@@ -244,31 +263,34 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     progress = interruptions.progress_path(record.output_path) if record is not None else None
     if record is not None:  # the attempt's number, for steps that label what they write (docs/health.md)
         env = {ATTEMPT_ENV: str(record.attempt), **env}
-    failure, ended = _call_capturing_output(fn, config, log_path, env, progress)
-    if record is not None and record.attempt > 1:  # only a step that ran before has checkpoints to skip
-        _record_fallbacks(record, started)
-    if failure is not None:
-        return AttemptResult.from_exception(failure, started=started, ended=ended)
-    released = False
-    if record is not None:
-        try:
-            recorded = _record_success(record, started, ended)
-        except Exception as exc:
-            return AttemptResult.from_exception(
-                exc, context="the step finished but its SUCCESS status could not be written",
-                started=started, ended=ended)
-        if recorded is None:
-            return _lease_lost("the executor's lease was taken over while the step ran", started, ended)
-        released = recorded
+    failure, ended, upload_log = _call_capturing_output(fn, config, log_path, env, progress)
+    with _meanwhile(upload_log):  # the log goes up while the records are written; both before the result
+        if record is not None and record.attempt > 1:  # only a step that ran before has checkpoints to skip
+            _record_fallbacks(record, started)
+        if failure is not None:
+            return AttemptResult.from_exception(failure, started=started, ended=ended)
+        released = False
+        if record is not None:
+            try:
+                recorded = _record_success(record, started, ended)
+            except Exception as exc:
+                return AttemptResult.from_exception(
+                    exc, context="the step finished but its SUCCESS status could not be written",
+                    started=started, ended=ended)
+            if recorded is None:
+                return _lease_lost("the executor's lease was taken over while the step ran", started, ended)
+            released = recorded
     # One result, made whole here: each copy of a frozen dataclass (`dataclasses.replace`) costs ~5 us.
     return AttemptResult(Outcome.SUCCESS, started=started, ended=ended, log_path=log_path, host=HOST,
                          lease_released=released)
 
 
 def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
-                           progress_file: str | None = None) -> tuple[BaseException | None, float]:
+                           progress_file: str | None = None,
+                           ) -> tuple[BaseException | None, float, Callable[[], None] | None]:
     """Call `fn(config)` with the step's env and output captured into the attempt's log; returns what it
-    raised (None if it returned) and when it ended."""
+    raised (None if it returned), when it ended, and, for a log on an object store, what uploads the whole
+    log (the caller runs it, alongside the step's last records; None for a local log, already complete)."""
     remote_log = "://" in log_path and not log_path.startswith("file://")
     if remote_log:
         handle, local_log = tempfile.mkstemp(prefix="marin-attempt-", suffix=".log")
@@ -286,10 +308,14 @@ def _call_capturing_output(fn: Callable[[Any], Any], config: Any, log_path: str,
             traceback.print_exc()
             failure = exc
     ended = time.time()
-    if shipper is not None:
+    if shipper is None:
+        return failure, ended, None
+
+    def upload() -> None:
         shipper.finish()
         os.unlink(local_log)
-    return failure, ended
+
+    return failure, ended, upload
 
 
 @contextlib.contextmanager

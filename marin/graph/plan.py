@@ -10,8 +10,10 @@ step running the same function in the same directory (`marin.graph.changes.most_
 `CROSS_NAME_BUDGET` steps per plan. `--force-run NAME` re-runs the named steps although they succeeded, and
 every step that depends on them (`forced` on their entries).
 
-Planning reads storage but writes nothing. It lists each parent directory of the output paths once instead
-of probing every step, so planning a fresh 10,000-step DAG costs one listing.
+Planning reads storage but writes nothing there. It lists each parent directory of the output paths once
+instead of probing every step, so planning a fresh 10,000-step DAG costs one listing. On an object store the
+status.json files whose listed checksum matches a local copy are not read again (`read_statuses`; the copy
+lives in the user's cache directory, marin/storage/listed_cache.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from marin.status.files import (
 )
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
+from marin.storage.listed_cache import read_listed
 from marin.storage.listing import FileInfo
 from marin.storage.outputs import OutputCheck, check_listed, recorded_step_facts
 
@@ -144,20 +147,25 @@ WHOLE_PARENT_MIN = 8
 listed whole, recursively, once; the others' output paths are listed one by one (marin/storage/base.py)."""
 
 
-def output_listings(storage: Storage, paths: Sequence[str],
-                    entries: dict[str, set[str]]) -> dict[str, dict[str, FileInfo] | None]:
+def output_listings(storage: Storage, paths: Sequence[str], entries: dict[str, set[str]],
+                    listed: dict[str, dict[str, FileInfo] | None] | None = None,
+                    singles: bool = True) -> dict[str, dict[str, FileInfo] | None]:
     """The listing of every output path in `paths`, in one concurrent batch of listings: a parent directory
     that holds mostly these steps (`WHOLE_PARENT_MIN`; `entries`: the parents' listings) is listed whole and
     split by step (one paged listing instead of one per step; on S3 and GCS 1,000 objects a page), the rest
-    per output path. The steps' files are read from the store either way: no listing is kept between plans."""
+    per output path (none with `singles=False`). `listed`: listings this plan made already (taken as they
+    are). The steps' files are read from the store either way: no listing is kept between plans."""
+    listed = listed or {}
     by_parent: dict[str, list[str]] = {}
     for p in paths:
-        by_parent.setdefault(posixpath.dirname(p), []).append(p)
+        if p not in listed:
+            by_parent.setdefault(posixpath.dirname(p), []).append(p)
     whole = [d for d, ps in by_parent.items()
              if len(ps) >= WHOLE_PARENT_MIN and 2 * len(ps) >= len(entries.get(d, ()))]
-    single = [p for d, ps in by_parent.items() if d not in whole for p in ps]
+    single = [p for d, ps in by_parent.items() if d not in whole for p in ps] if singles else []
     found = storage.list_many(whole + single)
-    out: dict[str, dict[str, FileInfo] | None] = dict(zip(single, found[len(whole):], strict=True))
+    out: dict[str, dict[str, FileInfo] | None] = {p: listed[p] for p in paths if p in listed}
+    out.update(zip(single, found[len(whole):], strict=True))
     for parent, files in zip(whole, found[:len(whole)], strict=True):
         split: dict[str, dict[str, FileInfo]] = {}
         for name, info in (files or {}).items():
@@ -166,6 +174,24 @@ def output_listings(storage: Storage, paths: Sequence[str],
                 split.setdefault(head, {})[rest] = info
         out.update((p, split.get(posixpath.basename(p))) for p in by_parent[parent])
     return out
+
+
+STATUS_IN_OUTPUT = ".marin/status.json"
+"""status.json relative to its output path (`status_path`), as an output path's listing names it."""
+
+
+def read_statuses(storage: Storage, paths: Sequence[str], entries: dict[str, set[str]],
+                  ) -> tuple[list[bytes | None], dict[str, dict[str, FileInfo] | None]]:
+    """The status.json bytes of each output path in `paths` (all present in their parents' listings), and
+    the output listings made on the way. On an object store the parents holding mostly these steps are
+    listed whole first: each status.json's entry there (size, checksum, generation) lets the local cache of
+    status files answer for an unchanged one (marin/storage/listed_cache.py: never stale, since the listing
+    is this plan's); the rest is read in one batch. A step whose status changed since the listing gets no
+    listing here (its caller lists it again). On local disk: one batch of reads, no listing."""
+    listed = {} if storage.is_local else output_listings(storage, paths, entries, singles=False)
+    items = [(status_path(p), (listed.get(p) or {}).get(STATUS_IN_OUTPUT)) for p in paths]
+    texts, moved = read_listed(storage, items)
+    return texts, {p: v for p, v in listed.items() if status_path(p) not in moved}
 
 
 def _parse_status(output_path: str, data: bytes | None) -> dict[str, Any] | None:
@@ -186,8 +212,8 @@ class Scan:
         listings = _map(storage, storage.listdir, parents)
         self.listing = {p: set(names or ()) for p, names in zip(parents, listings, strict=True)}
         present = [p for p in paths if posixpath.basename(p) in self.listing[posixpath.dirname(p)]]
-        # one concurrent batch of reads, however many steps (Storage.read_many)
-        texts = storage.read_many([status_path(p) for p in present])
+        # one concurrent batch of reads, however many steps, less those the cache answers for
+        texts, listed = read_statuses(storage, present, self.listing)
         self.status: dict[str, dict[str, Any] | None] = {
             p: _parse_status(p, text) for p, text in zip(present, texts, strict=True)}
         self._stems: dict[str, dict[str, list[str]]] = {}
@@ -197,7 +223,7 @@ class Scan:
         succeeded = [p for p, s in self.status.items() if s and s.get("status") == SUCCESS]
         checked = [p for p in succeeded if isinstance(self.status[p].get("outputs"), dict)]  # type: ignore[union-attr]
         self.unchecked = len(succeeded) - len(checked)  # recorded before output manifests: trusted as before
-        self.listings = output_listings(storage, checked, self.listing)
+        self.listings = output_listings(storage, checked, self.listing, listed)
         self.outputs: dict[str, OutputCheck] = {
             p: check_listed(storage, p, self.status[p]["outputs"], listing)  # type: ignore[index]
             for p, listing in self.listings.items()}

@@ -15,6 +15,7 @@ from marin.definition.placeholders import join
 from marin.errors import CorruptFileError
 from marin.status import damaged
 from marin.storage.base import Storage
+from marin.storage.listed_cache import remember
 
 WAITING, RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED = (
     "WAITING",
@@ -138,7 +139,10 @@ def write_status(
         record["outputs"] = outputs
     if waiting is not None:
         record["waiting"] = waiting
-    jsonio.write_json(storage, status_path(output_path), record)
+    text = jsonio.json_text(record)
+    storage.write_text(status_path(output_path), text)
+    if not storage.is_local:  # the next plan on this machine need not read it back (storage/listed_cache.py)
+        remember(storage, status_path(output_path), text)
     return record
 
 

@@ -12,7 +12,10 @@ After `CHUNKS_PER_GENERATION` chunks the shipper consolidates: it uploads the wh
 then starts generation g+1 by rewriting `state`. A reader therefore reads `state`, the first `base_bytes` of
 `{log}` and the current generation's chunks (never more than CHUNKS_PER_GENERATION objects, however long the
 run). When the attempt ends the worker uploads the whole log and marks the state final. If the worker's node
-vanishes, what was shipped stays readable: the output up to the last chunk.
+vanishes, what was shipped stays readable: the output up to the last chunk. `state` is written with the first
+chunk, not before: an attempt that printed nothing yet has no live log (readers see no log, as for a local
+attempt that has not started writing), and one that printed nothing before it ended (a step done within
+`interval_s`) writes only its final log, one object instead of three (issue 35: two round trips fewer a step).
 
 Readers use `read_log`; it also reads ordinary (local, or finished) logs.
 """
@@ -70,17 +73,18 @@ class LogShipper:
         self.interval_s, self.max_bytes = interval_s, max_bytes
         self.shipped = 0  # bytes of the local file already on the store
         self.generation, self.chunk = 0, 0
+        self.state_written = False  # `state` is written with the first chunk (module docstring)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="marin-log-shipper", daemon=True)
         self.errors: list[str] = []
 
     def start(self) -> LogShipper:
-        self._write_state({"generation": 0, "base_bytes": 0})
         self._thread.start()
         return self
 
     def _write_state(self, state: dict[str, Any]) -> None:
         jsonio.write_json(self.storage, _state_path(self.log_path), state)
+        self.state_written = True
 
     def _loop(self) -> None:
         while not self._stop.wait(self._wait()):
@@ -113,6 +117,8 @@ class LogShipper:
             data = _complete_utf8(f.read())
         if not data:
             return
+        if not self.state_written:  # before the first chunk, so a reader finds it
+            self._write_state({"generation": self.generation, "base_bytes": 0})
         path = f"{_generation_dir(self.log_path, self.generation)}/{self.chunk:06d}"
         self.storage.write_text(path, data.decode("utf-8", errors="replace"))
         self.shipped += len(data)
@@ -134,7 +140,8 @@ class LogShipper:
             self._thread.join()
         with open(self.local_path, "rb") as f:
             self.storage.write_text(self.log_path, f.read().decode("utf-8", errors="replace"))
-        self._write_state({"final": True})
+        if self.state_written:  # else no reader ever saw a live log: the plain log is all there is
+            self._write_state({"final": True})
 
 
 def read_log(storage: Storage, log_path: str) -> str | None:

@@ -118,6 +118,11 @@ class Storage(abc.ABC):
         """`list_files` of every directory, concurrently where the store can."""
         return [self.list_files(p) for p in paths]
 
+    def listed_checksum(self, data: bytes) -> str | None:
+        """The checksum this store's listing reports for a file just written whole with `data` (one PUT), or
+        None where listings carry no content digest (marin/storage/listed_cache.py)."""
+        return None
+
     def read_bytes(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist (for a file that may not be UTF-8: a damaged
         record is reported and moved aside, never decoded into an unnamed error)."""

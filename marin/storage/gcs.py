@@ -16,6 +16,7 @@ from typing import Any
 from marin.errors import StorageError
 from marin.storage.base import Versioned
 from marin.storage.generic import FsspecStorage, split_bucket
+from marin.storage.listing import digest_chunks
 
 # One google-cloud-storage client per process (tests that point it at an emulator empty this:
 # tests/marin/gcs_env.py).
@@ -63,6 +64,22 @@ def gcs_get_versioned(blob: Any) -> tuple[bool, Versioned | None]:
     raise StorageError(f"{blob.name}: rewritten during every one of 5 reads; retry the operation")
 
 
+def gcs_get_in_one(blob: Any) -> tuple[bool, Versioned | None]:
+    """`gcs_get_versioned` in one request where the store allows: the body's download answers with the
+    generation it served (`x-goog-generation`, which google-cloud-storage sets on the blob), so text and
+    token come from one response. A store that sends no generation there is read the two-request way."""
+    from google.api_core import exceptions as gexc
+
+    try:
+        data: bytes = blob.download_as_bytes()
+    except gexc.NotFound:
+        return True, None
+    generation = blob.generation
+    if not isinstance(generation, int):
+        return gcs_get_versioned(blob)
+    return True, Versioned(data.decode("utf-8"), generation)
+
+
 def _conditional(action: Callable[[], object]) -> bool:
     from google.api_core import exceptions as gexc
 
@@ -82,6 +99,10 @@ class GcsStorage(FsspecStorage):
     def create_exclusive(self, path: str, text: str) -> bool:
         return self._create_if_absent(path, text)
 
+    def listed_checksum(self, data: bytes) -> str | None:
+        """A non-composite object's `md5Hash` (base64), as listings report it."""
+        return digest_chunks("md5", iter((data,)))
+
     def create_versioned(self, path: str, text: str) -> tuple[bool, Any]:
         """`ifGenerationMatch=0` in one multipart upload; the token is the generation it answers with."""
         blob = gcs_blob(path)
@@ -99,7 +120,7 @@ class GcsStorage(FsspecStorage):
     def read_versioned(self, path: str) -> Versioned | None:
         blob = gcs_blob(path)
         if blob is not None:
-            has_generations, found = gcs_get_versioned(blob)
+            has_generations, found = gcs_get_in_one(blob)
             if has_generations:
                 return found
         # no google-cloud-storage, or no generation (an emulator that does not report it): compare contents

@@ -244,9 +244,9 @@ class LeaseManager:
 
     def _remember(self, path: str, versioned: Any, lease: LeaseInfo) -> None:
         token = versioned.token if versioned is not None else lease.to_json()
-        with self._lock:
+        with self._lock:  # leases are taken from several threads at once (executor.py `_start_ready`)
             self._held[path] = (token, lease)
-        self._ensure_thread()
+            self._ensure_thread()
 
     def _current_if_mine(self, path: str, lease: LeaseInfo) -> Versioned | None:
         """The lease file at `path` if it is still the lease we acquired (same owner and acquisition time, at

@@ -95,7 +95,13 @@ def record_outputs(storage: Storage, output_path: str, nondeterministic: tuple[s
     """Write the output manifest of a step that just succeeded; returns the summary for its status.json.
     Where the store lists a checksum for `.marin/step.json`, the summary carries it (`step_json`): a later
     plan whose listing shows the same checksum knows step.json unchanged without reading it (plan.py)."""
-    listing = storage.list_files(output_path)
+    return record_listed_outputs(storage, output_path, storage.list_files(output_path), nondeterministic)
+
+
+def record_listed_outputs(storage: Storage, output_path: str, listing: dict[str, FileInfo] | None,
+                          nondeterministic: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`record_outputs` with the output path's listing already made (by the worker, at the same time as its
+    lease check)."""
     files = step_files(listing, storage, output_path) or {}
     summary: dict[str, Any] = {"files": len(files), "bytes": sum(f.size for f in files.values()),
                                "listing": listing_digest(files)}

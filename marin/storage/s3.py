@@ -13,6 +13,7 @@ from typing import Any
 
 from marin.storage.base import Versioned
 from marin.storage.generic import FsspecStorage, split_bucket
+from marin.storage.listing import digest_chunks
 
 
 def is_precondition_failure(error: BaseException) -> bool:
@@ -59,6 +60,10 @@ class S3Storage(FsspecStorage):
         if not getattr(client, "_marin_small_puts", False):
             client.meta.events.register_last("before-call.s3", _no_continue_for_small_bodies)
             client._marin_small_puts = True
+
+    def listed_checksum(self, data: bytes) -> str | None:
+        """A single-part PUT's ETag is the MD5 of its bytes (the engine's records are far below a part)."""
+        return digest_chunks("etag", iter((data,))) if len(data) < SMALL_PUT else None
 
     def write_text(self, path: str, text: str) -> None:
         self._client()

@@ -9,6 +9,19 @@ from collections.abc import Iterator
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _listed_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Plans on object stores keep status files in a local cache (marin/storage/listed_cache.py): the
+    tests' go to a temporary directory, not the user's ~/.cache."""
+    saved = os.environ.get("MARIN_CACHE_DIR")
+    os.environ["MARIN_CACHE_DIR"] = str(tmp_path_factory.mktemp("marin-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("MARIN_CACHE_DIR", None)
+    else:
+        os.environ["MARIN_CACHE_DIR"] = saved
+
+
 @pytest.fixture(scope="module")
 def s3_bucket(moto_endpoint: str) -> Iterator[str]:
     """A bucket on the session's moto server (shared by the modules that use it: each writes under its own

@@ -6,10 +6,13 @@ behind a latency proxy)."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from marin.graph.dag import build_graph
@@ -170,9 +173,12 @@ def test_a_create_on_gcs_answers_with_the_generation_a_read_gives(fake_gcs_bucke
     _create_round(f"{fake_gcs_bucket}/create-versioned")
 
 
-def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_success(s3_bucket: str) -> None:
+def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_success(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A SUCCESS status records step.json's checksum and source hash; a plan whose output listing shows the
-    same checksum does not read step.json, and reads (and names) one rewritten since."""
+    same checksum does not read step.json, and reads (and names) one rewritten since. (Without the local
+    cache of status files, so that the plan reads every status here: `storage.read` is not empty.)"""
+    monkeypatch.setenv("MARIN_CACHE_DIR", "off")
     from marin.status.files import step_json_path
     from marin.storage.fs import storage_for
     from marin.storage.s3 import S3Storage
@@ -209,3 +215,79 @@ def test_on_an_object_store_the_plan_reads_only_step_json_files_changed_since_su
     base.fs.rm_file(f"{victim}/out.txt")  # type: ignore[attr-defined]
     entry = next(e for e in make_plan(graph, prefix, base).entries if e.output_path == victim)
     assert entry.action == "run" and "1 file missing (out.txt)" in entry.reason
+
+
+def _cached_status_round(prefix: str, cache_dir: Path) -> None:
+    """A plan of succeeded steps on an object store reads each status.json once per content: a second plan
+    reads none (the listing names each one's checksum), a status rewritten in between is read again (the
+    listing shows another checksum), and a damaged cache entry is a miss, never a wrong answer."""
+    from marin.status.files import status_path
+    from marin.storage.fs import storage_for
+
+    class Recording(type(storage_for(prefix))):  # type: ignore[misc]
+        def __init__(self) -> None:
+            base = storage_for(prefix)
+            super().__init__(base.fs, base.protocol)  # type: ignore[attr-defined]
+            self.read: list[str] = []
+
+        def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+            self.read.extend(paths)
+            return super().read_many(paths)
+
+    steps = [Step(name=f"fan/w{i}", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(),
+                                                                      text=str(i)))
+             for i in range(9)]  # fan/ listed whole (plan.WHOLE_PARENT_MIN)
+    assert run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                          script="tests/batching.py").status == "SUCCESS"
+    graph = build_graph(steps)
+    statuses = sorted(status_path(n.output_path(prefix)) for n in graph.nodes)
+    first = Recording()  # the workers kept the SUCCESS status they wrote (listed_cache.remember)
+    assert [e.action for e in make_plan(graph, prefix, first).entries] == ["skip"] * 9
+    assert not [p for p in first.read if p.endswith("status.json")]
+    second = Recording()
+    assert [e.action for e in make_plan(graph, prefix, second).entries] == ["skip"] * 9
+    assert not [p for p in second.read if p.endswith("status.json")]
+    victim = graph.nodes[3].output_path(prefix)
+    base = storage_for(prefix)
+    doc = json.loads(base.read_text(status_path(victim)) or "{}")
+    base.write_text(status_path(victim), json.dumps({**doc, "status": "FAILED"}))  # new bytes
+    third = Recording()
+    plan = make_plan(graph, prefix, third)
+    assert [p for p in third.read if p.endswith("status.json")] == [status_path(victim)]
+    assert next(e for e in plan.entries if e.output_path == victim).previous["status"] == "FAILED"
+    base.write_text(status_path(victim), json.dumps(doc))  # back to the very bytes cached before
+    for entry in cache_dir.rglob("*"):
+        if entry.is_file():
+            entry.write_bytes(b'{"status": "FAILED"}')  # every entry damaged: all misses, none believed
+    fourth = Recording()
+    assert [e.action for e in make_plan(graph, prefix, fourth).entries] == ["skip"] * 9
+    assert sorted(p for p in fourth.read if p.endswith("status.json")) == statuses
+    fifth = Recording()  # the damaged entries were replaced by what was read
+    make_plan(graph, prefix, fifth)
+    assert not [p for p in fifth.read if p.endswith("status.json")]
+
+
+def test_on_s3_a_plan_reads_each_status_once_per_content(s3_bucket: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path))
+    _cached_status_round(f"{s3_bucket}/cached-{time.time_ns()}", tmp_path)
+
+
+def test_on_gcs_a_plan_reads_each_status_once_per_content(fake_gcs_bucket: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path))
+    _cached_status_round(f"{fake_gcs_bucket}/cached-{time.time_ns()}", tmp_path)
+
+
+def test_on_local_disk_no_status_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local listings carry no checksum: every plan reads the status files, and nothing is kept."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(cache))
+    steps = _fan_out(8)
+    run_experiment(steps, ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"), verbose=False,
+                   script="tests/batching.py")
+    for _ in range(2):
+        storage = CountingStorage()
+        make_plan(build_graph(steps), str(tmp_path / "p"), storage)
+        assert storage.batches[0] == ("read_many", 9)
+    assert not cache.exists()
