@@ -181,16 +181,22 @@ def run_experiment(
         publishers = [*publishers, ConsoleProgress()]  # live progress (marin/status/console.py)
     result = _execute(graph, plan, storage, config, run, t0, prov_of, publishers, args, frozen)
     _log(result.summary, verbose)
-    late = after_run.run_hooks(after, result.prefix, verbose)  # e.g. --publish; never fails the run
-    if late:
-        result.publisher_errors.extend(late)
-        manifest.add_publisher_errors(storage, prefix, experiment_id, run_id, late)
-        _log("\n".join(publisher_error_line(e) for e in late), verbose)
+    _run_after_hooks(after, result, storage, verbose)
     if verbose:
         _log(report.results_text(storage, prefix, experiment_id,
                                  [(e.name, e.hash, e.output_path, e.node.step.config) for e in plan.entries
                                   if e.node is not None]), verbose)
     return result
+
+
+def _run_after_hooks(hooks: list[after_run.Hook], result: RunResult, storage: Storage, verbose: bool) -> None:
+    """The after-run hooks (e.g. --publish); their errors join the run's publisher errors in the result and
+    the manifest, and are printed: they never fail the run."""
+    late = after_run.run_hooks(hooks, result.prefix, verbose)
+    if late:
+        result.publisher_errors.extend(late)
+        manifest.add_publisher_errors(storage, result.prefix, result.experiment_id, result.run_id, late)
+        _log("\n".join(publisher_error_line(e) for e in late), verbose)
 
 
 def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainConfig, run: RunContext,
