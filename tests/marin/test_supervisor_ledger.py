@@ -141,8 +141,8 @@ def test_a_supervisor_out_of_resubmits_closes_the_open_interruption_with_its_wor
     assert not Path(sf.lease_path(step_path)).exists()  # released: a later run starts at once
 
     # `marin status`: the step's goodput counts both, and the ledger's lines say which was not resumed
-    entry = dataclasses.make_dataclass("E", ["name", "hash", "output_path", "warnings"])(
-        "train", "h" * 64, step_path, [])
+    entry = dataclasses.make_dataclass("E", ["name", "hash", "output_path", "warnings", "previous"])(
+        "train", "h" * 64, step_path, [], status)  # `previous`: the status the plan read
     rows, spans = _status_rows(LocalStorage(), Plan(prefix, [entry], [], 0))  # type: ignore[list-item]
     [(wall, lost)] = spans
     assert lost == pytest.approx(185.0) and wall == pytest.approx(status["ended"] - 1000.0)
