@@ -331,3 +331,35 @@ def test_a_damaged_manifest_or_verdicts_file_never_unfreezes_a_judged_hypothesis
     assert verdicts.amendable(storage, prefix, "e-1") is False  # unreadable counts as judged
     damaged_verdicts.unlink()
     assert verdicts.amendable(storage, prefix, "e-1") is True
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_keep_outputs_copies_the_files_and_leaves_directories_in_place(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """What a re-run of a recorded step does first (status/damaged.py `keep_outputs`), on local disk and on an
+    object store: every file at the top of the output path is copied, byte for byte, to .marin/earlier-N/;
+    the originals stay (a resuming step appends to them), and so do directories (checkpoints); a second
+    keep for the same attempt gets its own directory."""
+    from marin.status import damaged
+
+    root = (f"{request.getfixturevalue('s3_bucket')}/keep-{time.time_ns()}" if where == "s3"
+            else str(tmp_path))
+    storage = storage_for(root)
+    out = f"{root}/train/tiny-12345678"
+    files = {"train_result.json": b'{"tokens_per_s": 812.5}', "metrics.jsonl": b'{"step": 1}\n\xff\n'}
+    for name, data in files.items():
+        if where == "s3":
+            storage.fs.pipe_file(f"{out}/{name}", data)
+        else:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            Path(out, name).write_bytes(data)
+    storage.write_text(f"{out}/checkpoints/6/state.json", "{}")
+    storage.write_text(sf.status_path(out), "{}")
+
+    kept = damaged.keep_outputs(storage, out, 1)
+    assert kept == f"{out}/.marin/earlier-1"
+    assert sorted(storage.listdir(kept) or []) == sorted(files)
+    for name, data in files.items():
+        assert storage.read_bytes(f"{kept}/{name}") == data == storage.read_bytes(f"{out}/{name}")
+    assert storage.read_text(f"{out}/checkpoints/6/state.json") == "{}"  # left where it was
+    assert damaged.keep_outputs(storage, out, 1) == f"{out}/.marin/earlier-1.2"

@@ -176,9 +176,9 @@ def test_goodput_is_productive_time_over_wall_time_per_step_and_per_experiment(t
     ]
 
 
-# The run happens in a fresh interpreter: the local backend forks its workers from the executor's process,
-# and a fork of a process whose JAX runtime is already started (as pytest's is, after the in-process
-# trainer tests) deadlocks in the child's first JAX call.
+# The run happens in a fresh interpreter, as a user's run does, and so its worker is forked. (A fork of a
+# process whose JAX runtime is already started, pytest's after the in-process trainer tests, deadlocked in the
+# child's first JAX call; the local backend now spawns in such a process: tests/marin/test_start_method.py.)
 RUN_KILLED_TRAIN = """
 import json, sys
 from marin import ExecutorMainConfig, Step, run_experiment, this_output_path

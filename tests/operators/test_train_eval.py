@@ -384,9 +384,9 @@ def test_a_warm_start_source_is_part_of_the_identity_and_reaches_the_trainer(
     assert tc.init_from == "/runs/source" and tc.warm_start.data_position == "carry"
 
 
-# Each run happens in a fresh interpreter: the local backend forks its workers from the executor's process,
-# and a fork of a process whose JAX runtime is already started (pytest's, after the in-process tests above)
-# deadlocks in the child's first JAX call (as in tests/marin/test_interruption_ledger.py).
+# Each run happens in a fresh interpreter, as a user's run does. (A fork of a process whose JAX runtime is
+# already started, pytest's after the in-process tests above, deadlocked in the child's first JAX call; the
+# local backend now spawns its workers in such a process instead: tests/marin/test_start_method.py.)
 RUN_TRAIN_THEN_EVAL = """
 import dataclasses, json, sys
 from pathlib import Path
