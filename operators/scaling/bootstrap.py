@@ -125,7 +125,8 @@ def mean_is_one_run(rules: str, noise: Noise | None) -> bool:
     and lack of fit at once, and nothing in the data splits them (a lack-of-fit test needs pure error, i.e.
     repeats); the mean of many runs at a point can sit off the law by as much as one run does, so an
     interval for it narrower than one run's claims what the data cannot show. On real published runs the
-    surface's misses at the top budgets were of one sign within a budget (lack of fit, not noise)."""
+    surface's misses at the top budgets were of one sign within a budget: a bias that no number of
+    seeds would average away."""
     return rules == INTERVAL_RULES and noise is not None and noise.source != SEED_SPREAD
 
 
