@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -91,6 +91,21 @@ def signature(info: dict[str, Any]) -> tuple[Any, ...]:
     """What identifies one version of a file on any fsspec backend (local mtime/inode, GCS generation, S3
     ETag)."""
     return tuple((k, info[k]) for k in _SIGNATURE_KEYS if k in info)
+
+
+_PROC_FD = os.path.isdir("/proc/self/fd")
+
+
+def _local_info(full: str) -> dict[str, Any] | None:
+    """The fields of fsspec's LocalFileSystem.info that `signature` and the readers use (mtime, size, inode,
+    type; a symlink's target, as fsspec's), from one `os.stat`, without fsspec's path normalisation (which
+    cost more than the stat itself); None when absent."""
+    try:
+        st = os.stat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    return {"name": full, "size": st.st_size, "type": kind, "mtime": st.st_mtime, "ino": st.st_ino}
 
 
 def _local_ls(path: str) -> list[dict[str, Any]]:
@@ -194,7 +209,16 @@ class PrefixStore:
             return entry
         return None
 
+    @property
+    def _direct(self) -> bool:
+        """Whether local files are stat'ed and opened with `os` directly rather than through fsspec (whose
+        path normalisation costs more than the stat): on fsspec's own local filesystem, not on one wrapped
+        around it (a test counting storage calls)."""
+        return isinstance(self.fs, LocalFileSystem)
+
     def _info(self, full: str) -> dict[str, Any] | None:
+        if self._direct:
+            return _local_info(full)
         try:
             info: dict[str, Any] = self.fs.info(full)
         except FileNotFoundError:
@@ -240,7 +264,8 @@ class PrefixStore:
         if entry is not None and entry.signature == sig:
             entry.checked = now
             return entry.value
-        value = None if info is None else parse(self.check_inside(rel), info)
+        # local files are confined when opened (`_open_local`), by the descriptor actually read
+        value = None if info is None else parse(full if self._direct else self.check_inside(rel), info)
         self._cache[full] = _Entry(sig, now, value)
         return value
 
@@ -248,9 +273,34 @@ class PrefixStore:
         size = info.get("size") or 0
         if size > MAX_JSON_BYTES:
             raise _too_big(full, size)
-        with self.fs.open(full, "rb") as f:
-            raw = f.read()
+        if self._direct:
+            with self._open_local(full) as f:
+                raw = f.read()
+        else:
+            with self.fs.open(full, "rb") as f:
+                raw = f.read()
         return self._parse_bytes(full, raw)
+
+    def _open_local(self, full: str) -> BinaryIO:
+        """`full` opened for reading, refused (UnsafePathError) when the file opened lies outside the prefix
+        (a symlink out of it). The check reads where the open descriptor points (`/proc/self/fd/N`, one
+        `readlink`) instead of resolving every component of the path (`realpath`: an `lstat` each); the
+        file checked is the file read, whatever is renamed meanwhile."""
+        if not _PROC_FD:
+            self._check_real(full, os.path.realpath(full))
+            return open(full, "rb")
+        f = open(full, "rb")  # noqa: SIM115 (returned open; closed here on refusal)
+        try:
+            self._check_real(full, os.readlink(f"/proc/self/fd/{f.fileno()}"))
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def _check_real(self, full: str, real: str) -> None:
+        if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+            rel = full[len(self.root):].lstrip("/") if full.startswith(self.root) else full
+            raise UnsafePathError(f"path {rel!r} resolves outside the prefix (a symlink to {real!r}?)")
 
     def _parse_bytes(self, full: str, raw: bytes) -> Any:
         try:
@@ -450,9 +500,11 @@ class PrefixStore:
         With `jump`, when more than `max_bytes` follow `offset` the window moves to the end of the file: a
         client following a log never falls behind by more than one window.
         """
-        full = rel if absolute else self.check_inside(rel)
-        with self.fs.open(full, "rb") as f:
-            size = f.size if getattr(f, "size", None) is not None else self.fs.size(full)
+        full = rel if absolute else self.full(rel) if self._direct else self.check_inside(rel)
+        with (self._open_local(full) if self._direct else self.fs.open(full, "rb")) as f:
+            known = None if self._direct else getattr(f, "size", None)
+            size = (os.fstat(f.fileno()).st_size if self._direct else known if known is not None
+                    else self.fs.size(full))
             start = _window_start(size, offset, max_bytes, jump)
             f.seek(start)
             data = f.read(min(max_bytes, size - start))
