@@ -2,9 +2,9 @@
 
 The dashboard keeps what it parsed (manifests, status and result records, metrics columns) in memory, so its
 heap holds hundreds of thousands of container objects after a few hundred pages of a large prefix. CPython's
-full (generation 2) collection walks every one of them with the GIL held: 100-300 ms on the 1,000-experiment
-benchmark prefix (docs/benchmarks/dashboard.md), during which every request in flight waits; the heap's growth
-triggers one each time it grows by a quarter.
+full (generation 2) collection walks every one of them with the GIL held: 80-120 ms of CPU on the
+1,000-experiment benchmark prefix (docs/benchmarks/dashboard.md), during which every request in flight waits;
+the heap's growth triggers one each time it grows by a quarter.
 
 `install()` (called by `marin dashboard` for its own process only, never by `create_app`: a process that
 embeds the app keeps its collector as it is) adds a callback that, after each full collection, moves the
