@@ -8,8 +8,9 @@ for each target (experiments list, experiment page, step page — the HTML pages
 them) sends `--requests` requests from `--clients` threads, each with its own keep-alive connection and random
 experiments/steps/list pages, and the compare view (page and API) of 4 training runs of `--compare-rows`
 (10,000) logged steps each, written as 4 more experiments whose train steps log that many rows (their curves
-are downsampled on the server). Prints one JSON object: p50/p95/p99/mean latency in ms, errors and throughput
-per target, plus the first (cold-cache) request of each kind. Target on a 2-core machine: p95 <= 200 ms, 0
+are downsampled on the server). Prints one JSON object: p50/p95/p99/mean latency in ms, errors, throughput
+and the server's CPU ms per request (from /proc, for side-by-side runs on a busy machine) per target, plus
+the first (cold-cache) request of each kind. Target on a 2-core machine: p95 <= 200 ms, 0
 errors. The load generator runs on the same machine as the server and takes CPU from it: the figures are
 pessimistic.
 """
@@ -80,7 +81,14 @@ def get(conn: http.client.HTTPConnection, url: str) -> tuple[int, float]:
     return resp.status, (time.perf_counter() - t0) * 1000
 
 
-def run_target(port: int, urls: list[str], clients: int) -> dict[str, float | int]:
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far: less disturbed by the machine's
+    load than latency, so before/after runs on a busy machine compare by it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_target(port: int, urls: list[str], clients: int, pid: int) -> dict[str, float | int | None]:
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -104,12 +112,14 @@ def run_target(port: int, urls: list[str], clients: int) -> dict[str, float | in
         conn.close()
 
     threads = [threading.Thread(target=client, args=(c,)) for c in chunks]
+    cpu0 = server_cpu_s(pid)
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cpu_ms = (server_cpu_s(pid) - cpu0) * 1000
     qs = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
     return {
         "requests": len(urls),
@@ -121,6 +131,8 @@ def run_target(port: int, urls: list[str], clients: int) -> dict[str, float | in
         "mean_ms": round(statistics.fmean(latencies), 1) if latencies else None,
         "max_ms": round(max(latencies), 1) if latencies else None,
         "rps": round(len(latencies) / wall, 1),
+        # the server's CPU per request (background work during the target, such as the warm-up, included)
+        "server_cpu_ms_per_request": round(cpu_ms / len(urls), 2) if urls else None,
     }
 
 
@@ -189,7 +201,7 @@ def main() -> int:
             "compare_api": [f"/api/compare?{compare_query}&x={rng.choice(['step', 'flops'])}"
                             for _ in range(n)],
         }
-        results = {name: run_target(port, urls, args.clients) for name, urls in targets.items()}
+        results = {name: run_target(port, urls, args.clients, server.pid) for name, urls in targets.items()}
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from marin.dashboard import collector
     from marin.dashboard.app import create_app
 
     app = create_app(prefix, cache_ttl=args.cache_ttl, metrics_cache_bytes=metrics_cache)
+    collector.install()  # this process only: full collections stop stalling requests (collector.py)
     print(f"marin dashboard: serving {prefix} at http://{args.host}:{args.port}/", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -74,6 +74,8 @@ class ExperimentIndex:
         self._entries: dict[str, dict[str, Any]] = {}  # step hash -> its entry in the newest such manifest
         self._owners: dict[str, str] = {}  # step hash -> the oldest experiment naming it
         self._map: dict[str, dict[str, Any]] = {}
+        self._newest: list[ExperimentSummary] = []  # every summary, newest first (the list's order)
+        self._authors: list[str] = []
         self._refreshed = -1e18
         self._lock = threading.Lock()
 
@@ -138,6 +140,10 @@ class ExperimentIndex:
         self._by_hash, self._entries = by_hash, entries
         self._owners = {h: keys[-1] for h, keys in by_hash.items()}
         self._map = {k: m for k, (_, m, _) in self._manifests.items()}
+        # sorted once per change of the manifests, not per list request
+        self._newest = sorted((s for _, _, s in self._manifests.values()),
+                              key=lambda s: (s.created or 0, s.id), reverse=True)
+        self._authors = sorted({s.user for s in self._newest if s.user})
 
     def _summary(self, key: str, m: dict[str, Any]) -> ExperimentSummary:
         runs = [RunSummary.model_validate(r) for r in m.get("runs") or [] if isinstance(r, dict)]
@@ -175,7 +181,7 @@ class ExperimentIndex:
         limit: int = 25,
     ) -> ExperimentList:
         self.refresh()
-        items = [s for _, _, s in self._manifests.values()]
+        items = self._newest  # filtered below into new lists, never changed in place
         if q:
             needle = q.lower()
             items = [s for s in items if needle in _haystack(s)]
@@ -195,7 +201,6 @@ class ExperimentIndex:
         if state:
             wanted = {x.strip().upper() for x in state.split(",") if x.strip()}
             items = [s for s in items if s.state in wanted]
-        items.sort(key=lambda s: (s.created or 0, s.id), reverse=True)
         return ExperimentList(
             total=len(items),
             offset=offset,
@@ -210,7 +215,7 @@ class ExperimentIndex:
 
     def authors(self) -> list[str]:
         self.refresh()
-        return sorted({s.user for _, _, s in self._manifests.values() if s.user})
+        return self._authors
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every readable manifest (kept fresh like the list), for views built on them (the catalogue)."""

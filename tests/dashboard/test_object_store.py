@@ -143,3 +143,60 @@ def test_experiment_page_reads_step_files_in_batches(moto_endpoint: str, tmp_pat
         assert changed.text.count("FAILED") > first.text.count("FAILED")
         detail = c.get(f"/api/experiments/{result.experiment_id}").json()
         assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}
+
+
+def test_prefix_groups_cover_every_name_within_the_bound() -> None:
+    from marin.dashboard.store import prefix_groups
+
+    names = ["root-0a1b2c3d"] + [f"s{i}-{i * 7919 % 65536:08x}" for i in range(1, 1000)]
+    groups = prefix_groups(names, 16)
+    assert len(groups) <= 16 and groups == ["r", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"]
+    assert all(any(n.startswith(g) for g in groups) for n in names)
+    # a name that is itself a prefix of others keeps its group whole; one name or none: the whole directory
+    assert prefix_groups(["logs", "logs-old", "logs2"], 16) == ["logs"]
+    assert prefix_groups(["a-1", "b-2"], 1) == [""] and prefix_groups([], 16) == [""]
+
+
+def test_a_large_parent_is_listed_in_concurrent_groups(s3_endpoint: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: a parent with more entries than SPLIT_LISTING is listed as a few concurrent listings of the
+    entries sharing a name prefix (their pages no longer one after another); the listing is the same as one
+    recursive listing, and a change on the store is on the next load past the ttl."""
+    import s3fs
+
+    from marin import ExecutorMainConfig, run_experiment
+    from marin.dashboard import store as store_module
+    from tests.marin.test_plan_batching import _fan_out
+
+    result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
+                            verbose=False, script="tests/dashboard_split.py")
+    opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
+    fs = s3fs.S3FileSystem(**opts)
+    fs.mkdir("split-bucket")
+    fs.put(str(tmp_path / "p") + "/", "split-bucket/prefix/", recursive=True)
+    whole = create_app("s3://split-bucket/prefix", cache_ttl=0, storage_options=opts)
+    expected = whole.state.dash.store.listing("fan")
+    monkeypatch.setattr(store_module, "SPLIT_LISTING", 4)  # fan/ holds 13 step directories
+    app = create_app("s3://split-bucket/prefix", cache_ttl=0, storage_options=opts)
+    store = app.state.dash.store
+    finds: list[dict[str, Any]] = []
+    real_find = store.fs.find
+
+    def find(path: str, **kwargs: Any) -> Any:
+        finds.append(kwargs)
+        return real_find(path, **kwargs)
+
+    monkeypatch.setattr(store.fs, "find", find)
+    assert store.listing("fan") == expected and len(expected) > 13
+    assert len(finds) > 1 and all(k.get("prefix") for k in finds)  # several listings, by name prefix
+    page = f"/experiments/{result.experiment_id}"
+    with TestClient(app) as c, TestClient(whole) as w:
+        assert c.get(page).text == w.get(page).text
+        s3 = next(s for s in c.get(f"/api/experiments/{result.experiment_id}").json()["steps"]
+                  if s["name"] == "fan/s3")
+        key = f"split-bucket/prefix/{s3['path']}/.marin/status.json"
+        status = json.loads(fs.cat_file(key))
+        status["status"] = "FAILED"
+        fs.pipe_file(key, json.dumps(status).encode())
+        detail = c.get(f"/api/experiments/{result.experiment_id}").json()
+        assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}

@@ -249,3 +249,26 @@ def test_markdown_renders_details_summary_and_emoji_like_github() -> None:
     assert html.count("<details>") == html.count("</details>") == 2  # the open one is closed at the end
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert {tag for tag, _ in _tags(html)} <= {"p", "details", "summary", "strong", "ul", "li", "pre", "code"}
+
+
+def test_records_read_through_a_symlink_out_of_the_prefix_are_refused(tmp_path: Path) -> None:
+    """The store's own reads (status.json, step.json, logs) are confined by the file actually opened, as the
+    file routes are: a record symlinked to a file outside the prefix is refused, one inside is read."""
+    from marin.dashboard.store import PrefixStore
+
+    prefix, outside = tmp_path / "prefix", tmp_path / "outside"
+    (prefix / "step" / ".marin").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "status.json").write_text('{"status": "TOP-SECRET"}')
+    (outside / "attempt-1.log").write_text("TOP-SECRET log\n")
+    (prefix / "real.json").write_text('{"status": "SUCCESS"}')
+    (prefix / "step" / ".marin" / "status.json").symlink_to(outside / "status.json")
+    (prefix / "step" / "inside.json").symlink_to(prefix / "real.json")
+    (prefix / "step" / "attempt-1.log").symlink_to(outside / "attempt-1.log")
+    store = PrefixStore(str(prefix))
+    with pytest.raises(UnsafePathError, match="resolves outside the prefix"):
+        store.read_json("step/.marin/status.json")
+    with pytest.raises(UnsafePathError, match="resolves outside the prefix"):
+        store.read_range("step/attempt-1.log", None, 1 << 10)
+    assert store.read_json("step/inside.json") == {"status": "SUCCESS"}
+    assert store.read_json("step/absent.json") is None

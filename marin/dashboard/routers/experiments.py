@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
+from marin.dashboard.fragments import experiment_fragments
 from marin.dashboard.results import read_verdicts, warm, with_headline, with_results
 from marin.dashboard.routers.catalogue import notebook_view
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
@@ -118,7 +119,9 @@ def experiments_page(
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse, include_in_schema=False)
 def experiment_page(experiment_id: str, request: Request, dash: Dash) -> HTMLResponse:
     detail = get_experiment(experiment_id, dash)
+    fragments = experiment_fragments(request.app.state.templates.env, dash, detail)
     return page(
         request, "experiment.html",
-        {"prefix": dash.prefix, "exp": detail, "notebook": notebook_view(dash, experiment_id)},
+        {"prefix": dash.prefix, "exp": detail, "notebook": notebook_view(dash, experiment_id),
+         "fragments": fragments},
     )
