@@ -157,7 +157,7 @@ def test_prefix_groups_cover_every_name_within_the_bound() -> None:
     assert prefix_groups(["a-1", "b-2"], 1) == [""] and prefix_groups([], 16) == [""]
 
 
-def test_a_large_parent_is_listed_in_concurrent_groups(s3_endpoint: str, tmp_path: Path,
+def test_a_large_parent_is_listed_in_concurrent_groups(moto_endpoint: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: a parent with more entries than SPLIT_LISTING is listed as a few concurrent listings of the
     entries sharing a name prefix (their pages no longer one after another); the listing is the same as one
@@ -170,7 +170,7 @@ def test_a_large_parent_is_listed_in_concurrent_groups(s3_endpoint: str, tmp_pat
 
     result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
                             verbose=False, script="tests/dashboard_split.py")
-    opts = {"endpoint_url": s3_endpoint, "key": "test", "secret": "test"}
+    opts = {"endpoint_url": moto_endpoint, "key": "test", "secret": "test"}
     fs = s3fs.S3FileSystem(**opts)
     fs.mkdir("split-bucket")
     fs.put(str(tmp_path / "p") + "/", "split-bucket/prefix/", recursive=True)
