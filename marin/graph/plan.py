@@ -191,6 +191,8 @@ def read_statuses(storage: Storage, paths: Sequence[str], entries: dict[str, set
     listed = {} if storage.is_local else output_listings(storage, paths, entries, singles=False)
     items = [(status_path(p), (listed.get(p) or {}).get(STATUS_IN_OUTPUT)) for p in paths]
     texts, moved = read_listed(storage, items)
+    # a status written after the listing (absent from it, present when read) makes that listing stale too
+    moved.update(path for (path, info), data in zip(items, texts, strict=True) if info is None and data)
     return texts, {p: v for p, v in listed.items() if status_path(p) not in moved}
 
 

@@ -291,3 +291,40 @@ def test_on_local_disk_no_status_is_cached(tmp_path: Path, monkeypatch: pytest.M
         make_plan(build_graph(steps), str(tmp_path / "p"), storage)
         assert storage.batches[0] == ("read_many", 9)
     assert not cache.exists()
+
+
+def test_a_step_that_finishes_between_the_plans_listing_and_its_reads_is_listed_again(
+        s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan lists the parent before it reads the statuses; a step whose status and outputs land in
+    between is checked against a listing made after them, never against the older one (that would call its
+    outputs missing and re-run it)."""
+    from marin.status.files import status_path
+    from marin.storage.fs import storage_for
+    from marin.storage.s3 import S3Storage
+
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path))
+    prefix = f"{s3_bucket}/late-{time.time_ns()}"
+    steps = [Step(name=f"fan/w{i}", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(),
+                                                                      text=str(i)))
+             for i in range(9)]
+    run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local"), verbose=False,
+                   script="tests/batching.py")
+    base = storage_for(prefix)
+    assert isinstance(base, S3Storage)
+    graph = build_graph(steps)
+    victim = graph.nodes[2].output_path(prefix)
+    saved = {p: base.read_bytes(f"{victim}/{p}") for p in ("out.txt", ".marin/status.json")}
+    for p in saved:
+        base.fs.rm_file(f"{victim}/{p}")  # type: ignore[attr-defined]
+
+    class Late(S3Storage):
+        """Puts the victim's output and status back after the plan's listing, before its reads."""
+
+        def read_many(self, paths: Sequence[str]) -> list[bytes | None]:
+            if status_path(victim) in paths:
+                for p, data in saved.items():
+                    base.fs.pipe_file(f"{victim}/{p}", data)  # type: ignore[attr-defined]
+            return super().read_many(paths)
+
+    entry = next(e for e in make_plan(graph, prefix, Late(base.fs, "s3")).entries if e.output_path == victim)
+    assert entry.action == "skip", entry.reason
