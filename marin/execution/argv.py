@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import textwrap
+from collections.abc import Sequence
 
 import draccus
 import draccus.utils
@@ -22,6 +23,8 @@ from marin.definition.step import RAW_INPUT_POLICIES
 BACKENDS = ("ray", "local")
 FORMATS = ("table", "json")
 
+
+LOCAL_MAX_CONCURRENCY = 32  # the local default's most steps at once, for steps of a fraction of a CPU
 
 @dataclasses.dataclass(frozen=True)
 class ExecutorMainConfig:
@@ -82,9 +85,19 @@ class ExecutorMainConfig:
         """--prefix, else $MARIN_PREFIX, else ./marin-out (the one place this default is written)."""
         return self.prefix or os.environ.get("MARIN_PREFIX") or "./marin-out"
 
-    def concurrency_limit(self) -> int:
-        """--max-concurrent, else the number of CPUs for 'local' and (in effect) unbounded for 'ray'."""
-        return self.max_concurrent or ((os.cpu_count() or 1) if self.backend == "local" else 100_000)
+    def concurrency_limit(self, cpu_requests: Sequence[float] = ()) -> int:
+        """--max-concurrent, else (in effect) unbounded for 'ray' and, for 'local', the number of CPUs, or
+        more when the steps to run ask for a fraction of a CPU (`cpu_requests`): as many of the smallest as
+        the CPUs hold (1/16 CPU: 16 a CPU), at most LOCAL_MAX_CONCURRENCY. The backend then packs steps by
+        what they ask, as Ray does; steps of the default 1 CPU keep the number of CPUs."""
+        if self.max_concurrent:
+            return self.max_concurrent
+        if self.backend != "local":
+            return 100_000
+        cpus = os.cpu_count() or 1
+        smallest = min(cpu_requests, default=1.0)
+        fit = LOCAL_MAX_CONCURRENCY if smallest <= 0 else int(cpus / smallest)
+        return max(cpus, min(fit, LOCAL_MAX_CONCURRENCY))
 
 
 # What a field left at None means, for the help (the dataclass default alone would print "None").
@@ -92,7 +105,8 @@ HELP_DEFAULTS = {
     "prefix": "$MARIN_PREFIX, else ./marin-out",
     "run_only": "every step",
     "ray_address": "$RAY_ADDRESS, else an embedded Ray",
-    "max_concurrent": "the number of CPUs for local, unbounded for ray",
+    "max_concurrent": "the number of CPUs for local (more for steps of a fraction of a CPU, up to 32); "
+                      "unbounded for ray",
     "issue": "from a script named exp<N>_<slug>.py and $MARIN_ISSUE_REPO",
     "force_run": "none",
     "publish_out": "PREFIX/site (the site folder under the prefix)",

@@ -189,6 +189,12 @@ def run_experiment(
     return result
 
 
+def _cpu_requests(plan: Plan) -> list[float]:
+    """The CPUs each step the plan runs asks for (the local backend's default concurrency follows them)."""
+    return [float(Resources.coerce(e.node.step.resources).num_cpus) for e in plan.entries
+            if e.action == RUN and e.node is not None]
+
+
 def _run_after_hooks(hooks: list[after_run.Hook], result: RunResult, storage: Storage, verbose: bool) -> None:
     """The after-run hooks (e.g. --publish); their errors join the run's publisher errors in the result and
     the manifest, and are printed: they never fail the run."""
@@ -226,7 +232,8 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         pset.errors.extend(factory_errors)
         views = RunViews(pset, run, started, plan)
         executor = Executor(graph, plan, storage, be, completions, ctx,
-                            max_concurrent=config.concurrency_limit(), lease_timeout_s=config.lease_timeout_s,
+                            max_concurrent=config.concurrency_limit(_cpu_requests(plan)),
+                            lease_timeout_s=config.lease_timeout_s,
                             on_transition=views.changed, on_idle=views.due)
         views.states = executor.states
         status = "FAILED"

@@ -371,3 +371,26 @@ def test_views_are_published_at_most_every_interval_however_many_steps_change(
     assert interim and rec.calls[-1][1] is True
     assert len(interim) <= 2 + wall_s / VIEW_INTERVAL_S  # 302 transitions, a handful of views
     assert all(s.status == "SUCCESS" for s in rec.calls[-1][0].steps)
+
+
+def test_steps_of_a_fraction_of_a_cpu_run_more_at_once_than_the_cpus(run_marin: Run, tmp_path: Path) -> None:
+    """The local default concurrency follows what the steps ask (as Ray packs a node): 1/16 CPU each, more
+    than the machine's CPUs run at once; steps of the default 1 CPU keep the number of CPUs."""
+    from marin.execution.argv import LOCAL_MAX_CONCURRENCY, ExecutorMainConfig
+
+    cpus = os.cpu_count() or 1
+    local = ExecutorMainConfig(backend="local")
+    assert local.concurrency_limit([1.0, 2.0]) == cpus and local.concurrency_limit() == cpus
+    assert local.concurrency_limit([1.0, 1 / 16]) == max(cpus, min(16 * cpus, LOCAL_MAX_CONCURRENCY))
+    assert local.concurrency_limit([0.0]) == max(cpus, LOCAL_MAX_CONCURRENCY)
+    assert ExecutorMainConfig(backend="local", max_concurrent=3).concurrency_limit([0.0]) == 3
+    assert ExecutorMainConfig(backend="ray").concurrency_limit([1.0]) >= 100_000
+    n = cpus + 3
+    steps = [Step(name=f"frac/s{i}", fn=count_and_write, resources={"num_cpus": 1 / 16},
+                  config=CountConfig(output_path=this_output_path(), counter_file=str(tmp_path / f"c{i}"),
+                                     sleep_s=1.5)) for i in range(n)]
+    result = run_marin(steps)
+    assert result.status == "SUCCESS"
+    spans = [(st.started, st.ended) for st in result.steps.values()]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most > cpus, spans
