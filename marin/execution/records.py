@@ -66,10 +66,7 @@ class StepRecords:
         events, _ = sf.read_events_counted(self.storage, st.path)
         last = sf.attempts_on_record(self.storage, st.path)
         aside = damaged.move_aside(self.storage, sf.status_path(st.path))
-        try:  # step.json too, if it is damaged: the new attempt rewrites it
-            damaged.read_checked(self.storage, sf.step_json_path(st.path))
-        except CorruptFileError:
-            damaged.move_aside(self.storage, sf.step_json_path(st.path))
+        self.keep_damaged_step_json(st)  # step.json too, if damaged (named): the new attempt rewrites it
         kept = damaged.keep_outputs(self.storage, st.path, last)
         message = (f"status.json could not be read; moved to {aside}; attempt {last + 1} follows the "
                    f"{last} on record" + (f"; the earlier outputs are kept in {kept}" if kept else ""))

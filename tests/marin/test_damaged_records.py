@@ -195,6 +195,15 @@ def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_ag
     [aside] = total.glob(".marin/step.json.corrupt-*")
     assert aside.read_bytes() == DAMAGE["binary"]
     assert json.loads(step_json.read_text())["name"] == "dmg/total"
+    # with status.json damaged too, step.json is still named (stderr and a DAMAGED_RECORD event), once
+    err = capsys.readouterr().err
+    assert f"warning: {step_json} cannot be read" in err
+    assert f"marin: step dmg/total: step.json could not be read; moved to {aside}" in err
+    events = sf.read_events(storage_for(str(total)), str(total))
+    named = [e for e in events if e["event"] == "DAMAGED_RECORD" and e.get("path") == str(step_json)]
+    assert len(named) == 1 and named[0]["moved_to"] == str(aside)
+    status_file = str(total / ".marin/status.json")
+    assert [e for e in events if e["event"] == "DAMAGED_RECORD" and e.get("path") == status_file]
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
