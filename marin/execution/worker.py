@@ -150,9 +150,16 @@ def _record_start(record: StepRecord, started: float) -> None:
 
 def _record_fallbacks(record: StepRecord, started: float) -> None:
     """Damaged checkpoints the attempt skipped, as a ledger entry (status/interruptions.py), under the
-    executor's lease; a ledger that cannot be written is reported in the log, never fails the attempt."""
+    executor's lease: checked first (as `_record_success` does), since the ledger is read, changed and
+    rewritten whole, and a lease taken over means its new holder (a driver, the supervisor) owns the step's
+    records now - a lost worker writing here could undo its entry. A ledger that cannot be written is
+    reported in the log, never fails the attempt."""
     try:
-        interruptions.record_fallbacks(storage_for(record.output_path), record.output_path, name=record.name,
+        storage = storage_for(record.output_path)
+        lease = storage.read_text(sf.lease_path(record.output_path))
+        if not _holds(record, LeaseInfo.parse(lease) if lease else None):
+            return  # the lease is lost: `_record_success` reports it; nothing is written
+        interruptions.record_fallbacks(storage, record.output_path, name=record.name,
                                        attempt=record.attempt, run_id=record.run_id, started=started)
     except Exception as exc:
         print(f"marin: warning: the checkpoint fallbacks of {record.name} could not be written to its "
