@@ -73,6 +73,16 @@ def close_attempt(storage: Storage, output_path: str, *, name: str, hash: str, c
     return message, when
 
 
+def record_takeover(storage: Storage, output_path: str, *, attempt: int, run_id: str, executor: str,
+                    previous_owner: str | None, why: str) -> None:
+    """The LEASE_TAKEOVER event of `executor` taking the step's lease over from `previous_owner` (`why`: why
+    it was judged lost, LeaseInfo.lost); written by either detector (this module, records.py)."""
+    because = f" ({why})" if why else ""
+    sf.append_event(storage, output_path, sf.LEASE_TAKEOVER, attempt=attempt, run_id=run_id,
+                    executor=executor, previous_owner=previous_owner,
+                    message=f"took over the stale lease of {previous_owner}{because}")
+
+
 def _in_flight(current: dict[str, Any], lost: dict[str, str]) -> bool:
     """`current` (a status.json) is an attempt in flight of a lost run (`lost`: executor -> run id)."""
     return current.get("status") in OPEN and lost.get(str(current.get("executor"))) == current.get("run_id")
@@ -172,9 +182,8 @@ def _try_close(storage: Storage, leases: LeaseManager, step: dict[str, Any], los
             return False
         owner = acquired.previous_owner or str(current.get("executor"))
         why = acquired.why or "its lease was gone"
-        sf.append_event(storage, path, sf.LEASE_TAKEOVER, attempt=int(current.get("attempt") or 0) + 1,
-                        run_id=str(current.get("run_id")), executor=by, previous_owner=owner,
-                        message=f"took over the stale lease of {owner} ({why})")
+        record_takeover(storage, path, attempt=int(current.get("attempt") or 0) + 1,
+                        run_id=str(current.get("run_id")), executor=by, previous_owner=owner, why=why)
         closed = close_attempt(storage, path, name=name, hash=str(step.get("hash")), current=current,
                                previous=acquired.previous, lost_owner=owner, why=why, detected_by=by)
         return closed is not None

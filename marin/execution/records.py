@@ -144,9 +144,9 @@ class StepRecords:
                           step_json=jsonio.json_text(self._step_info(st, st.config)) if first else None)
 
     def takeover(self, st: StepState, acquired: Acquired) -> None:
-        why = f" ({acquired.why})" if acquired.why else ""
-        self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=acquired.previous_owner,
-                    message=f"took over the stale lease of {acquired.previous_owner}{why}")
+        lost_attempts.record_takeover(self.storage, st.path, attempt=st.attempt + 1, run_id=self.ctx.run_id,
+                                      executor=self.ctx.executor_id, previous_owner=acquired.previous_owner,
+                                      why=acquired.why)
 
     def close_lost_attempt(self, st: StepState, current: dict[str, Any] | None, acquired: Acquired) -> bool:
         """The lease just taken over was of an executor that is lost (its process gone, or no heartbeat):

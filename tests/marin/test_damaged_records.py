@@ -372,3 +372,14 @@ def test_keep_outputs_copies_the_files_and_leaves_directories_in_place(
         assert storage.read_bytes(f"{kept}/{name}") == data == storage.read_bytes(f"{out}/{name}")
     assert storage.read_text(f"{out}/checkpoints/6/state.json") == "{}"  # left where it was
     assert damaged.keep_outputs(storage, out, 1) == f"{out}/.marin/earlier-1.2"
+
+
+def test_parse_lenient_names_a_damaged_record_through_its_callback_and_reads_a_good_one() -> None:
+    from marin.status import damaged
+
+    assert damaged.parse_lenient("/p/.marin/status.json", b'{"status": "SUCCESS"}') == {"status": "SUCCESS"}
+    assert damaged.parse_lenient("/p/.marin/status.json", None) is None  # absent
+    assert damaged.parse_lenient("/p/.marin/status.json", DAMAGE["truncated"]) is None
+    named = damaged.parse_lenient("/p/.marin/step.json", DAMAGE["binary"], str)
+    assert isinstance(named, str) and "/p/.marin/step.json cannot be read" in named and "Fix:" in named
+    assert "not an object" in str(damaged.parse_lenient("/p/.marin/step.json", b"[1]", str))
