@@ -131,8 +131,8 @@ def close_driver_attempts(storage: Storage, prefix: str, experiment_id: str, job
                     if done.owner != by:  # (our own stand-in: the lease vanished under our try)
                         deadlines.setdefault(path, done.heartbeat + done.timeout_s + MARGIN_S)
                     if time.time() < min(deadlines.get(path, cap), cap):
-                        # (a lease whose process is gone here goes after `outlive_s`: poll that often too)
-                        waits.append(min(done.timeout_s, 4 * done.outlive_s or done.timeout_s))
+                        # (a lease whose process is gone here goes after `outlive_s`: its quarter, if shorter)
+                        waits.append(min(done.timeout_s, done.outlive_s or done.timeout_s))
                         continue
                     _not_closed(step, "its lease did not go stale")
                 elif done:
