@@ -38,7 +38,7 @@ from marin.storage.fs import Storage
 from marin.storage.lease import LeaseInfo, LeaseManager
 
 OPEN = (sf.RUNNING, sf.WAITING)  # an attempt in flight: started, or a gang waiting for its hosts
-POLL_S = 0.5
+POLL_MIN_S, POLL_MAX_S = 0.5, 30.0  # the supervisor polls a lost lease every timeout/4, within these bounds
 MARGIN_S = 10.0  # past the latest a lost lease goes stale: the supervisor stops waiting for it
 
 
@@ -73,6 +73,16 @@ def close_attempt(storage: Storage, output_path: str, *, name: str, hash: str, c
     return message, when
 
 
+def record_takeover(storage: Storage, output_path: str, *, attempt: int, run_id: str, executor: str,
+                    previous_owner: str | None, why: str) -> None:
+    """The LEASE_TAKEOVER event of `executor` taking the step's lease over from `previous_owner` (`why`: why
+    it was judged lost, LeaseInfo.lost); written by either detector (this module, records.py)."""
+    because = f" ({why})" if why else ""
+    sf.append_event(storage, output_path, sf.LEASE_TAKEOVER, attempt=attempt, run_id=run_id,
+                    executor=executor, previous_owner=previous_owner,
+                    message=f"took over the stale lease of {previous_owner}{because}")
+
+
 def _in_flight(current: dict[str, Any], lost: dict[str, str]) -> bool:
     """`current` (a status.json) is an attempt in flight of a lost run (`lost`: executor -> run id)."""
     return current.get("status") in OPEN and lost.get(str(current.get("executor"))) == current.get("run_id")
@@ -94,10 +104,12 @@ def _open_attempts(storage: Storage, steps: list[dict[str, Any]],
 
 
 def close_driver_attempts(storage: Storage, prefix: str, experiment_id: str, job: str, *, by: str,
-                          max_wait_s: float = 600.0) -> list[str]:
+                          max_wait_s: float | None = None) -> list[str]:
     """The supervisor's side: close the attempts in flight of the runs that the lost driver job `job`
-    started (see the module docstring). Waits (up to `max_wait_s`) for each lost lease to be one the lease
-    protocol lets `by` take over; returns the names of the steps closed."""
+    started (see the module docstring). Waits for each lost lease to be one the lease protocol lets `by`
+    take over: at the latest until it must be stale (its heartbeat when first seen + its timeout +
+    MARGIN_S; `max_wait_s`, when given, caps the wait), polling every timeout/4 (POLL_MIN_S..POLL_MAX_S).
+    Returns the names of the steps closed."""
     data = sf.read_record(storage, manifest.manifest_path(prefix, experiment_id)) or {}
     lost = {str(r["executor"]): str(r.get("run_id")) for r in data.get("runs") or []
             if isinstance(r, dict) and r.get("job") == job and r.get("executor")}
@@ -107,28 +119,49 @@ def close_driver_attempts(storage: Storage, prefix: str, experiment_id: str, job
         return []
     leases = LeaseManager(storage, owner=by, timeout_s=60.0)
     closed: list[str] = []
-    deadline = time.time() + max_wait_s
+    cap = time.time() + max_wait_s if max_wait_s is not None else float("inf")
+    deadlines: dict[str, float] = {}  # step output path -> when its lost lease must be stale
     try:
-        while pending and time.time() < deadline:
+        while pending:
+            waits: list[float] = []
             for step in list(pending):
                 done = _try_close(storage, leases, step, lost, by)
-                if done is not None:
-                    pending.remove(step)
-                    if done:
-                        closed.append(str(step.get("name")))
+                if isinstance(done, LeaseInfo):  # not yet: its lost lease is live
+                    path = str(step["output_path"])
+                    if done.owner != by:  # (our own stand-in: the lease vanished under our try)
+                        deadlines.setdefault(path, done.heartbeat + done.timeout_s + MARGIN_S)
+                    if time.time() < min(deadlines.get(path, cap), cap):
+                        # (a lease whose process is gone here goes after `outlive_s`: its quarter, if shorter)
+                        waits.append(min(done.timeout_s, done.outlive_s or done.timeout_s))
+                        continue
+                    _not_closed(step, "its lease did not go stale")
+                elif done:
+                    closed.append(str(step.get("name")))
+                pending.remove(step)
+                deadlines.pop(str(step["output_path"]), None)
             if pending:
-                time.sleep(POLL_S)
+                time.sleep(_poll_s(waits, min([cap, *deadlines.values()])))
     finally:
         leases.stop()
-    for step in pending:
-        print(f"marin supervisor: the attempt of step {step.get('name')} was not closed in time; the next "
-              "executor closes it when it takes the lease over", file=sys.stderr, flush=True)
     return closed
 
 
+def _poll_s(timeouts: list[float], until: float) -> float:
+    """How long to wait before the next try: a quarter of the shortest lost lease's timeout (a live lease
+    renews about that often), within POLL_MIN_S..POLL_MAX_S, and never past `until`."""
+    poll = min(POLL_MAX_S, max(POLL_MIN_S, min(timeouts) / 4))
+    return max(0.0, min(poll, until - time.time()))
+
+
+def _not_closed(step: dict[str, Any], why: str) -> None:
+    print(f"marin supervisor: the attempt of step {step.get('name')} was not closed in time ({why}); the "
+          "next executor closes it when it takes the lease over", file=sys.stderr, flush=True)
+
+
 def _try_close(storage: Storage, leases: LeaseManager, step: dict[str, Any], lost: dict[str, str],
-               by: str) -> bool | None:
-    """One try on one step: True closed, False nothing to close (now), None not yet (its lease is live)."""
+               by: str) -> bool | LeaseInfo:
+    """One try on one step: True closed, False nothing to close (now), or not yet: the lost driver's live
+    lease, returned (its heartbeat and timeout say how long to wait)."""
     path, name = str(step["output_path"]), str(step.get("name"))
     lease_file = sf.lease_path(path)
     text = storage.read_text(lease_file)
@@ -138,7 +171,9 @@ def _try_close(storage: Storage, leases: LeaseManager, step: dict[str, Any], los
     current = sf.read_status(storage, path) or {}
     acquired = leases.try_acquire(lease_file, attempt=int(current.get("attempt") or 0) + 1)
     if not acquired.ok:
-        return None if acquired.holder is None or acquired.holder.owner in lost else False
+        if acquired.holder is None:  # vanished between our create and our read: try again at the next poll
+            return LeaseInfo(by, time.time(), time.time(), 0.0, 0)
+        return acquired.holder if acquired.holder.owner in lost else False
     try:
         if acquired.previous_owner is not None and acquired.previous_owner not in lost:
             return False  # taken over between our read and our swap: not the lost driver's lease
@@ -147,9 +182,8 @@ def _try_close(storage: Storage, leases: LeaseManager, step: dict[str, Any], los
             return False
         owner = acquired.previous_owner or str(current.get("executor"))
         why = acquired.why or "its lease was gone"
-        sf.append_event(storage, path, sf.LEASE_TAKEOVER, attempt=int(current.get("attempt") or 0) + 1,
-                        run_id=str(current.get("run_id")), executor=by, previous_owner=owner,
-                        message=f"took over the stale lease of {owner} ({why})")
+        record_takeover(storage, path, attempt=int(current.get("attempt") or 0) + 1,
+                        run_id=str(current.get("run_id")), executor=by, previous_owner=owner, why=why)
         closed = close_attempt(storage, path, name=name, hash=str(step.get("hash")), current=current,
                                previous=acquired.previous, lost_owner=owner, why=why, detected_by=by)
         return closed is not None

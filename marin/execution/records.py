@@ -66,10 +66,7 @@ class StepRecords:
         events, _ = sf.read_events_counted(self.storage, st.path)
         last = sf.attempts_on_record(self.storage, st.path)
         aside = damaged.move_aside(self.storage, sf.status_path(st.path))
-        try:  # step.json too, if it is damaged: the new attempt rewrites it
-            damaged.read_checked(self.storage, sf.step_json_path(st.path))
-        except CorruptFileError:
-            damaged.move_aside(self.storage, sf.step_json_path(st.path))
+        self.keep_damaged_step_json(st)  # step.json too, if damaged (named): the new attempt rewrites it
         kept = damaged.keep_outputs(self.storage, st.path, last)
         message = (f"status.json could not be read; moved to {aside}; attempt {last + 1} follows the "
                    f"{last} on record" + (f"; the earlier outputs are kept in {kept}" if kept else ""))
@@ -147,9 +144,9 @@ class StepRecords:
                           step_json=jsonio.json_text(self._step_info(st, st.config)) if first else None)
 
     def takeover(self, st: StepState, acquired: Acquired) -> None:
-        why = f" ({acquired.why})" if acquired.why else ""
-        self._event(st, sf.LEASE_TAKEOVER, st.attempt + 1, previous_owner=acquired.previous_owner,
-                    message=f"took over the stale lease of {acquired.previous_owner}{why}")
+        lost_attempts.record_takeover(self.storage, st.path, attempt=st.attempt + 1, run_id=self.ctx.run_id,
+                                      executor=self.ctx.executor_id, previous_owner=acquired.previous_owner,
+                                      why=acquired.why)
 
     def close_lost_attempt(self, st: StepState, current: dict[str, Any] | None, acquired: Acquired) -> bool:
         """The lease just taken over was of an executor that is lost (its process gone, or no heartbeat):

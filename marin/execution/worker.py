@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from marin.errors import CorruptFileError
 from marin.execution.attempt import HOST, AttemptResult, Outcome, StepRecord
 from marin.status import damaged, interruptions
 from marin.status import files as sf
@@ -66,7 +65,7 @@ def _refusal(record: StepRecord) -> AttemptResult | None:
     # both read at once (one round trip on an object store)
     status_data, lease_data = storage.read_many([sf.status_path(record.output_path),
                                                  sf.lease_path(record.output_path)])
-    status = _lenient_record(sf.status_path(record.output_path), status_data) or {}
+    status = damaged.parse_lenient(sf.status_path(record.output_path), status_data) or {}
     holder = LeaseInfo.parse(lease_data.decode("utf-8")) if lease_data else None
     if (status.get("status") == sf.SUCCESS and status.get("attempt") == record.attempt
             and status.get("run_id") == record.run_id and status.get("executor") == record.executor):
@@ -76,14 +75,6 @@ def _refusal(record: StepRecord) -> AttemptResult | None:
         return None
     return _lease_lost("the executor no longer held the step's lease when the attempt was to start; "
                        "it did not run")
-
-
-def _lenient_record(path: str, data: bytes | None) -> dict[str, Any] | None:
-    """`sf.read_record` of bytes already read: a record that is not a JSON object reads as None."""
-    try:
-        return damaged.parse_checked(path, data)
-    except CorruptFileError:
-        return None
 
 
 def _together(storage: Storage, *calls: Callable[[], Any]) -> list[Any]:
@@ -150,9 +141,16 @@ def _record_start(record: StepRecord, started: float) -> None:
 
 def _record_fallbacks(record: StepRecord, started: float) -> None:
     """Damaged checkpoints the attempt skipped, as a ledger entry (status/interruptions.py), under the
-    executor's lease; a ledger that cannot be written is reported in the log, never fails the attempt."""
+    executor's lease: checked first (as `_record_success` does), since the ledger is read, changed and
+    rewritten whole, and a lease taken over means its new holder (a driver, the supervisor) owns the step's
+    records now - a lost worker writing here could undo its entry. A ledger that cannot be written is
+    reported in the log, never fails the attempt."""
     try:
-        interruptions.record_fallbacks(storage_for(record.output_path), record.output_path, name=record.name,
+        storage = storage_for(record.output_path)
+        lease = storage.read_text(sf.lease_path(record.output_path))
+        if not _holds(record, LeaseInfo.parse(lease) if lease else None):
+            return  # the lease is lost: `_record_success` reports it; nothing is written
+        interruptions.record_fallbacks(storage, record.output_path, name=record.name,
                                        attempt=record.attempt, run_id=record.run_id, started=started)
     except Exception as exc:
         print(f"marin: warning: the checkpoint fallbacks of {record.name} could not be written to its "

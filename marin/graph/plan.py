@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marin.definition.source import fn_source_hash
-from marin.errors import CorruptFileError
 from marin.graph.changes import (
     Change,
     dependencies_of,
@@ -196,15 +195,6 @@ def read_statuses(storage: Storage, paths: Sequence[str], entries: dict[str, set
     return texts, {p: v for p, v in listed.items() if status_path(p) not in moved}
 
 
-def _parse_status(output_path: str, data: bytes | None) -> dict[str, Any] | None:
-    """A step's status.json from its bytes; an unreadable one reads as `damaged_status`
-    (status/damaged.py)."""
-    try:
-        return damaged.parse_checked(status_path(output_path), data)
-    except CorruptFileError as e:
-        return damaged_status(str(e))
-
-
 class Scan:
     """What storage holds for the DAG's output paths: parent listings and existing status files."""
 
@@ -217,7 +207,8 @@ class Scan:
         # one concurrent batch of reads, however many steps, less those the cache answers for
         texts, listed = read_statuses(storage, present, self.listing)
         self.status: dict[str, dict[str, Any] | None] = {
-            p: _parse_status(p, text) for p, text in zip(present, texts, strict=True)}
+            p: damaged.parse_lenient(status_path(p), text, damaged_status)  # damaged: named (damaged_status)
+            for p, text in zip(present, texts, strict=True)}
         self._stems: dict[str, dict[str, list[str]]] = {}
         self._docs: dict[str, dict[str, Any] | None] = {}  # step.json of other-name candidates, read once
         self.cross_name_budget = CROSS_NAME_BUDGET
@@ -254,7 +245,7 @@ class Scan:
         missing = [p for p in paths if p not in self._docs]
         found = self.storage.read_many([step_json_path(q) for q in missing])
         for p, data in zip(missing, found, strict=True):
-            self._docs[p] = _lenient(step_json_path(p), data)
+            self._docs[p] = damaged.parse_lenient(step_json_path(p), data)
         return [self._docs[p] for p in paths]
 
     def others(self, output_path: str, limit: int = 32) -> list[str]:
@@ -580,21 +571,8 @@ def _reused_infos(graph: Graph, paths: dict[int, str], needed: set[int],
 def _checked_infos(storage: Storage, paths: Sequence[str]) -> list[dict[str, Any] | str | None]:
     """The step.json of reused steps, read in one concurrent batch; the damaged-file message (str) for one
     that cannot be read."""
-    out: list[dict[str, Any] | str | None] = []
-    for path, data in zip(paths, storage.read_many([step_json_path(p) for p in paths]), strict=True):
-        try:
-            out.append(damaged.parse_checked(step_json_path(path), data))
-        except CorruptFileError as e:
-            out.append(str(e))
-    return out
-
-
-def _lenient(path: str, data: bytes | None) -> dict[str, Any] | None:
-    """`read_record` of bytes already read: a record that is not a JSON object reads as None."""
-    try:
-        return damaged.parse_checked(path, data)
-    except CorruptFileError:
-        return None
+    return [damaged.parse_lenient(step_json_path(path), data, str)
+            for path, data in zip(paths, storage.read_many([step_json_path(p) for p in paths]), strict=True)]
 
 
 def _code_drift(node: Node, info: dict[str, Any] | str | None) -> list[str]:

@@ -29,7 +29,8 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 from marin import jsonio
 from marin.definition.placeholders import join
@@ -69,6 +70,24 @@ def parse_checked(path: str, data: bytes | None) -> dict[str, Any] | None:
     except CorruptFileError as e:
         raise _damaged(path, e) from e
     return _object(path, value)
+
+
+_T = TypeVar("_T")
+
+
+@overload
+def parse_lenient(path: str, data: bytes | None) -> dict[str, Any] | None: ...
+@overload
+def parse_lenient(path: str, data: bytes | None,
+                  on_damage: Callable[[str], _T]) -> dict[str, Any] | _T | None: ...
+def parse_lenient(path: str, data: bytes | None,
+                  on_damage: Callable[[str], Any] | None = None) -> Any:
+    """`parse_checked` for a reader that goes on past a damaged file: what `on_damage` makes of the message
+    naming it (the file and the fix), or None without one."""
+    try:
+        return parse_checked(path, data)
+    except CorruptFileError as e:
+        return on_damage(str(e)) if on_damage is not None else None
 
 
 def _damaged(path: str, e: CorruptFileError) -> CorruptFileError:

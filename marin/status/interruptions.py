@@ -17,9 +17,10 @@ when it completed its first step after starting. When the trainer skipped damage
 adds `checkpoint_fallbacks` (step, path, error, moved_to, resumed_from, resumed_time, steps_redone each); the
 entry it completes keeps them, and its time lost then runs from the older checkpoint actually resumed. A
 fallback with no interruption before it (a re-run, `--force-run`, a retry after a failure) is an entry of its
-own, cause `checkpoint_fallback`, written by the worker when the attempt ends (`record_fallbacks`): the steps
-redone and the time they took at the attempt's pace. So every fallback is in the ledger as steps redone. The
-path is in `MARIN_PROGRESS_FILE` while the step runs.
+own, cause `checkpoint_fallback`, written by the worker when the attempt ends (`record_fallbacks`), or,
+when that attempt is itself interrupted (its worker never gets there), by `record_interruption` just before
+the attempt's own entry: the steps redone and the time they took at the attempt's pace. So every fallback is
+in the ledger as steps redone, exactly once. The path is in `MARIN_PROGRESS_FILE` while the step runs.
 
 Time lost to one interruption = (interruption - last checkpoint, or - the attempt's start when there is
 none: all its work is redone) + the restart gap (interruption -> the next attempt's first step, or its start
@@ -141,7 +142,12 @@ def record_interruption(
     }
     ledger = _ledger_to_update(storage, output_path)
     ledger.update({"name": name, "output_path": output_path})
-    ledger["interruptions"].append(entry)
+    # the interrupted attempt had skipped damaged checkpoints (its own progress file says so): the worker
+    # never got to record them (record_fallbacks), so they go in here, before its entry - exactly once
+    fallback = None
+    if started is not None and _own_fallbacks(progress, started):
+        fallback = _fallback_entry(ledger, progress, attempt=attempt, run_id=run_id, started=started)
+    ledger["interruptions"].extend([fallback, entry] if fallback is not None else [entry])
     _write(storage, output_path, ledger)
     return entry
 
@@ -238,22 +244,48 @@ def record_fallbacks(
     written after `started`) when no interruption came before it: one `checkpoint_fallback` entry, with the
     steps redone and the time they took at this attempt's own pace. After an interruption the entry that
     `record_resume` completes carries them instead, so they are never counted twice. Returns the entry, or
-    None. The worker calls it when an attempt ends (one read of the progress file; none is written)."""
+    None. The worker calls it when an attempt ends (one read of the progress file; none is written); an
+    attempt that is itself interrupted gets it from `record_interruption` instead."""
     progress = sf.read_record(storage, progress_path(output_path))
-    fallbacks = (progress or {}).get("checkpoint_fallbacks")
-    if not progress or not isinstance(fallbacks, list) or not fallbacks:
+    if not _own_fallbacks(progress, started):
         return None
-    updated = _number(progress.get("updated"))
-    if updated is None or updated < started:
-        return None  # an earlier attempt's file
+    assert progress is not None
     ledger = _ledger_to_update(storage, output_path)
-    if any(e.get("resumed_attempt") is None and e["attempt"] < attempt for e in ledger["interruptions"]):
+    entry = _fallback_entry(ledger, progress, attempt=attempt, run_id=run_id, started=started)
+    if entry is None:
+        return None
+    ledger.update({"name": name, "output_path": output_path})
+    ledger["interruptions"].append(entry)
+    _write(storage, output_path, ledger)
+    return entry
+
+
+def _own_fallbacks(progress: dict[str, Any] | None, started: float | None) -> bool:
+    """The progress file names checkpoint fallbacks and was written by the attempt started at `started`."""
+    fallbacks = (progress or {}).get("checkpoint_fallbacks")
+    if not progress or not isinstance(fallbacks, list) or not fallbacks or started is None:
+        return False
+    updated = _number(progress.get("updated"))
+    return updated is not None and updated >= started  # else an earlier attempt's file
+
+
+def _fallback_entry(ledger: dict[str, Any], progress: dict[str, Any], *, attempt: int, run_id: str,
+                    started: float) -> dict[str, Any] | None:
+    """The `checkpoint_fallback` entry of the fallbacks in `progress` (this attempt's own), or None when the
+    ledger has them already or will: an earlier entry still open (`record_resume` completes it with them),
+    an entry this attempt completed with them, or this attempt's own fallback entry (a repeated report)."""
+    entries = ledger["interruptions"]
+    if any(e.get("resumed_attempt") is None and e["attempt"] < attempt for e in entries):
         return None  # record_resume completes that entry with these fallbacks
+    if any(e.get("resumed_attempt") == attempt and e.get("checkpoint_fallbacks") and e["attempt"] < attempt
+           for e in entries):
+        return None  # record_resume did
     if any(e.get("attempt") == attempt and e.get("run_id") == run_id and e.get("cause") == CHECKPOINT_FALLBACK
-           for e in ledger["interruptions"]):
+           for e in entries):
         return None  # already recorded (a repeated report of this attempt)
+    fallbacks = progress["checkpoint_fallbacks"]
     redone = sum(int(f.get("steps_redone") or 0) for f in fallbacks if isinstance(f, dict))
-    entry: dict[str, Any] = {
+    return {
         "attempt": attempt, "run_id": run_id, "cause": CHECKPOINT_FALLBACK, "hosts": [], "when": started,
         "attempt_started": started, "step_reached": max(int(f.get("step") or 0) for f in fallbacks),
         "checkpoint_step": fallbacks[-1].get("resumed_from"),
@@ -263,10 +295,6 @@ def record_fallbacks(
         "checkpoint_fallbacks": fallbacks,
         "message": f"damaged checkpoint {', '.join(str(f.get('step')) for f in fallbacks)} skipped on resume",
     }
-    ledger.update({"name": name, "output_path": output_path})
-    ledger["interruptions"].append(entry)
-    _write(storage, output_path, ledger)
-    return entry
 
 
 def _redone_time(progress: dict[str, Any], started: float, redone: int) -> float:

@@ -195,6 +195,15 @@ def test_a_damaged_step_json_is_named_by_the_plan_and_kept_when_the_step_runs_ag
     [aside] = total.glob(".marin/step.json.corrupt-*")
     assert aside.read_bytes() == DAMAGE["binary"]
     assert json.loads(step_json.read_text())["name"] == "dmg/total"
+    # with status.json damaged too, step.json is still named (stderr and a DAMAGED_RECORD event), once
+    err = capsys.readouterr().err
+    assert f"warning: {step_json} cannot be read" in err
+    assert f"marin: step dmg/total: step.json could not be read; moved to {aside}" in err
+    events = sf.read_events(storage_for(str(total)), str(total))
+    named = [e for e in events if e["event"] == "DAMAGED_RECORD" and e.get("path") == str(step_json)]
+    assert len(named) == 1 and named[0]["moved_to"] == str(aside)
+    status_file = str(total / ".marin/status.json")
+    assert [e for e in events if e["event"] == "DAMAGED_RECORD" and e.get("path") == status_file]
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
@@ -363,3 +372,14 @@ def test_keep_outputs_copies_the_files_and_leaves_directories_in_place(
         assert storage.read_bytes(f"{kept}/{name}") == data == storage.read_bytes(f"{out}/{name}")
     assert storage.read_text(f"{out}/checkpoints/6/state.json") == "{}"  # left where it was
     assert damaged.keep_outputs(storage, out, 1) == f"{out}/.marin/earlier-1.2"
+
+
+def test_parse_lenient_names_a_damaged_record_through_its_callback_and_reads_a_good_one() -> None:
+    from marin.status import damaged
+
+    assert damaged.parse_lenient("/p/.marin/status.json", b'{"status": "SUCCESS"}') == {"status": "SUCCESS"}
+    assert damaged.parse_lenient("/p/.marin/status.json", None) is None  # absent
+    assert damaged.parse_lenient("/p/.marin/status.json", DAMAGE["truncated"]) is None
+    named = damaged.parse_lenient("/p/.marin/step.json", DAMAGE["binary"], str)
+    assert isinstance(named, str) and "/p/.marin/step.json cannot be read" in named and "Fix:" in named
+    assert "not an object" in str(damaged.parse_lenient("/p/.marin/step.json", b"[1]", str))

@@ -219,3 +219,39 @@ def test_a_real_training_step_killed_after_a_checkpoint_fills_its_ledger_entry(t
     progress = json.loads((out / ".marin/progress.json").read_text())
     assert (progress["step"], progress["checkpoint_step"], progress["resumed_from"]) == (12, 12, checkpoint)
     assert (tmp_path / "attempts").read_text().split() == ["1", "2"]
+
+
+def test_a_fallback_in_an_attempt_that_is_itself_interrupted_is_in_the_ledger_exactly_once(
+        tmp_path: Path) -> None:
+    """A re-run (attempt 3, no interruption open) skips damaged checkpoint 100 for 50, then its driver dies:
+    its worker never writes the fallback entry, so the interruption's record writes it, before the attempt's
+    own entry. A second report of the same interruption, or the worker's late report, adds no second one;
+    the next attempt completes the interruption entry without copying the fallbacks again."""
+    out = tmp_path / "train-12345678"
+    storage = storage_for(str(out))
+    skipped = {"step": 100, "resumed_from": 50, "resumed_time": 900.0, "steps_redone": 50}
+    _progress(out, step=150, checkpoint_step=150, checkpoint_time=1090.0, resumed_from=50,
+              first_step_time=1010.0, updated=1100.0, checkpoint_fallbacks=[skipped])
+    entry = il.record_interruption(storage, str(out), name="train", attempt=3, cause="driver_lost", hosts=[],
+                                   started=1000.0, ended=1110.0, message="driver lost", **RUN)
+    assert entry["cause"] == "driver_lost" and "checkpoint_fallbacks" not in entry
+    fallback, lost = il.read_ledger(storage, str(out))["interruptions"]
+    assert (fallback["cause"], fallback["attempt"]) == ("checkpoint_fallback", 3)
+    assert fallback["steps_redone"] == 50
+    assert fallback["checkpoint_fallbacks"] == [skipped] and fallback["time_lost_s"] == 100.0 * 50 / 100
+    assert lost == entry
+    assert il.record_fallbacks(storage, str(out), name="train", attempt=3, run_id="run-1",
+                              started=1000.0) is None
+    # the next attempt: no fallback of its own (its progress file says so); completes the driver_lost entry
+    _progress(out, step=170, checkpoint_step=150, checkpoint_time=1090.0, resumed_from=150,
+              first_step_time=1130.0, updated=1140.0)
+    done = il.record_resume(storage, str(out), attempt=4, started=1120.0)
+    assert done is not None and done["attempt"] == 3 and "checkpoint_fallbacks" not in done
+    ledger = il.read_ledger(storage, str(out))
+    assert [e["cause"] for e in ledger["interruptions"]] == ["checkpoint_fallback", "driver_lost"]
+    assert ledger["totals"]["steps_redone"] == 50 + 0
+    # an earlier attempt's progress file (written before this attempt started) adds nothing
+    il.record_interruption(storage, str(out), name="train", attempt=5, cause="preempted", hosts=[],
+                           started=2000.0, ended=2010.0, **RUN)
+    assert [e["cause"] for e in il.read_ledger(storage, str(out))["interruptions"]] == [
+        "checkpoint_fallback", "driver_lost", "preempted"]

@@ -23,7 +23,7 @@ from marin.dashboard.app import create_app
 from marin.status import files as sf
 from marin.status import manifest
 from marin.storage import LocalStorage
-from marin.storage.lease import LeaseInfo, ProcessId
+from marin.storage.lease import Acquired, LeaseInfo, LeaseManager, ProcessId
 from marin.tracking.local import LocalTracker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,3 +262,44 @@ def test_the_supervisor_closes_only_its_lost_drivers_attempts_under_their_leases
     assert holder is not None and holder.owner == live
     # a restarted supervisor (or a second report of the same loss) finds nothing left to close
     assert close_driver_attempts(storage, prefix, "exp-12345678", "job-1", by="marin-supervisor-x") == []
+
+
+def test_the_supervisor_waits_for_a_lost_lease_only_until_it_must_be_stale_polling_at_its_pace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lease Ray's report called lost that still renews (timeout 4 s): the supervisor tries it every
+    timeout/4 = 1 s (not every 0.5 s), gives up once it must have gone stale (its heartbeat when first seen +
+    4 s + MARGIN_S) instead of a fixed wait, says so, and leaves the step's records to the next executor."""
+    from marin.execution import lost_attempts
+
+    monkeypatch.setattr(lost_attempts, "MARGIN_S", 1.0)
+    storage, prefix = LocalStorage(), str(tmp_path)
+    owner, step = "other-host:7:y", str(tmp_path / "lost-12345678")
+    storage.write_text(manifest.manifest_path(prefix, "exp-12345678"), json.dumps({
+        "id": "exp-12345678", "steps": [{"name": "lost", "hash": "h" * 64, "output_path": step}],
+        "runs": [{"run_id": "r1", "status": "DRIVER_LOST", "executor": owner, "job": "job-1"}]}))
+    _running(storage, step, "lost", "r1", owner)
+    tries: list[float] = []
+    real_try = LeaseManager.try_acquire
+
+    def counted(self: LeaseManager, path: str, attempt: int) -> Acquired:
+        if self.owner == "marin-supervisor-x":
+            tries.append(time.time())
+        return real_try(self, path, attempt)
+
+    monkeypatch.setattr(LeaseManager, "try_acquire", counted)
+    alive = LeaseManager(storage, owner, 4.0)  # renews every second: never stale while this test runs
+    assert alive.try_acquire(sf.lease_path(step), attempt=1).ok
+    try:
+        started = time.time()
+        assert lost_attempts.close_driver_attempts(storage, prefix, "exp-12345678", "job-1",
+                                                   by="marin-supervisor-x") == []
+        waited = time.time() - started
+    finally:
+        alive.stop()
+    assert 4.0 <= waited < 60.0  # until heartbeat + 4 s + 1 s, not a fixed 600 s
+    assert 4 <= len(tries) <= 7  # about one try a second (timeout/4), not one every 0.5 s
+    err = capsys.readouterr().err
+    assert "the attempt of step lost was not closed in time (its lease did not go stale)" in err
+    assert json.loads(Path(step, ".marin/status.json").read_text())["status"] == "RUNNING"
+    assert not Path(step, ".marin/interruptions.json").exists()

@@ -211,3 +211,37 @@ def test_an_attempt_from_an_earlier_holding_of_the_lease_does_not_run(tmp_path: 
         assert not result.ok and result.outcome is Outcome.LEASE_LOST and not (out / "numbers.txt").exists()
     finally:
         leases.stop()
+
+
+def test_a_worker_that_lost_the_lease_leaves_the_ledger_to_the_new_holder(tmp_path: Path) -> None:
+    """Attempt 2 skipped a damaged checkpoint (its progress file says so) but its lease was taken over while
+    it ran, and the new holder wrote its own ledger entry: the worker writes no fallback entry (nor
+    rewrites the ledger) - only a lease holder writes the step's records."""
+    from marin.status import interruptions as il
+
+    out = tmp_path / "w" / "numbers-abababab"
+    lease = sf.lease_path(str(out))
+    leases = LeaseManager(storage_for(str(tmp_path)), "exec-1", 60)
+    assert leases.try_acquire(lease, attempt=2).ok
+    ledger_file = out / ".marin/interruptions.json"
+
+    def fell_back_then_taken_over(cfg: WriteConfig) -> None:
+        write_numbers(cfg)
+        skipped = {"step": 6, "resumed_from": 3, "resumed_time": time.time(), "steps_redone": 3}
+        Path(il.progress_path(str(out))).write_text(json.dumps(
+            {"step": 8, "resumed_from": 3, "updated": time.time(), "checkpoint_fallbacks": [skipped]}))
+        Path(lease).write_text(LeaseInfo("exec-2", time.time(), time.time(), 60, 3).to_json())  # a takeover
+        il.record_interruption(storage_for(str(out)), str(out), name="w/numbers", attempt=2, run_id="run-1",
+                               cause="driver_lost", hosts=[], started=None, ended=time.time(),
+                               message="closed by exec-2")
+
+    record = dataclasses.replace(_record(out, "exec-1"), attempt=2)
+    try:
+        result = execute_step(fell_back_then_taken_over, WriteConfig(output_path=str(out), n=3),
+                              sf.log_path(str(out), 2), {}, record)
+    finally:
+        leases.stop()
+    assert result.outcome is Outcome.LEASE_LOST
+    ledger = json.loads(ledger_file.read_text())
+    entries = [(e["cause"], e["message"]) for e in ledger["interruptions"]]
+    assert entries == [("driver_lost", "closed by exec-2")]
