@@ -1,16 +1,18 @@
 """Build cost of `marin publish`: a full build and an incremental one after one changed step, plus the size
 of a small real site.
 
-    PYTHONPATH=. python benchmarks/publish_build.py [--experiments 1000] [--prefix P] [--skip-lab]
+    PYTHONPATH=. python benchmarks/publish_build.py [--experiments 1000] [--prefix P] [--site D] [--skip-lab]
 
 Writes a synthetic prefix in the real on-storage format (tests.fakes.synthetic_prefix: `--experiments` x 20
 steps; kept in --prefix when given, else a temporary directory), publishes every experiment (`[select] all`)
 into a fresh directory, publishes again with nothing changed, appends one event to one step and publishes
-again. Then builds the site of a small real lab (tests.publish.data_lab: a baseline, an ablation with a
-forecast, and an ingest -> tokenizer -> tokenize data experiment, run by the real executor) and reports its
-bytes. Prints one JSON object with the seconds (wall, and CPU of this process and its forked render workers),
-pages rendered and written per build, the site's files and bytes, and the load average before and after (this
-machine is shared: compare runs made side by side; CPU seconds move less with the load than wall seconds).
+again (the event's time is fixed, so two runs on copies of one prefix publish the same bytes: --site keeps the
+site for benchmarks/publish_ab.py to compare). Then builds the site of a small real lab
+(tests.publish.data_lab: a baseline, an ablation with a forecast, and an ingest -> tokenizer -> tokenize data
+experiment, run by the real executor) and reports its bytes. Prints one JSON object with the seconds (wall,
+and CPU of this process and its forked render workers), pages rendered and written per build, the site's files
+and bytes, and the load average before and after (this machine is shared: compare runs made side by side; CPU
+seconds move less with the load than wall seconds).
 Goals (issue 36): full build at 1,000 x 20 < 120 s on 2 cores, incremental after one changed step < 5 s.
 """
 
@@ -33,6 +35,7 @@ from marin.publish.site import publish  # noqa: E402
 from tests.fakes.synthetic_prefix import write_prefix  # noqa: E402
 
 ALL = parse_policy({"select": {"all": True}})
+BENCH_TS = 1_765_000_000.0  # the appended event's time: after every synthetic step's, the same in every run
 
 
 def _size(out: Path) -> dict[str, int]:
@@ -53,17 +56,16 @@ def _build(prefix: str, out: Path) -> dict[str, Any]:
             "problems": len(r.problems)}
 
 
-def synthetic(prefix: Path, experiments: int, work: Path) -> dict[str, Any]:
+def synthetic(prefix: Path, experiments: int, out: Path) -> dict[str, Any]:
     if not (prefix / "experiments").exists():
         t0 = time.perf_counter()
         write_prefix(str(prefix), experiments=experiments)
         print(f"wrote the synthetic prefix in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    out = work / "site"
     full = _build(str(prefix), out)
     unchanged = _build(str(prefix), out)
     step = next(prefix.glob("sweep00/train/model0-*"))
     with open(step / ".marin" / "events.jsonl", "a") as f:
-        event = {"ts": time.time(), "event": "PREEMPTED", "attempt": 1, "message": "bench"}
+        event = {"ts": BENCH_TS, "event": "PREEMPTED", "attempt": 1, "message": "bench"}
         f.write(json.dumps(event) + "\n")
     incremental = _build(str(prefix), out)
     return {"experiments": experiments, "steps": experiments * 20, "full": full, "unchanged": unchanged,
@@ -82,6 +84,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--experiments", type=int, default=1000)
     p.add_argument("--prefix", default=None, help="keep the synthetic prefix here (reused when present)")
+    p.add_argument("--site", default=None, help="build the synthetic site here (kept; default: temporary)")
     p.add_argument("--skip-lab", action="store_true")
     args = p.parse_args()
     load_before = os.getloadavg()
@@ -89,7 +92,8 @@ def main() -> int:
         work = Path(tmp)
         (work / "lab").mkdir()
         prefix = Path(args.prefix) if args.prefix else work / "prefix"
-        result: dict[str, Any] = {"synthetic": synthetic(prefix, args.experiments, work)}
+        site = Path(args.site) if args.site else work / "site"
+        result: dict[str, Any] = {"synthetic": synthetic(prefix, args.experiments, site)}
         if not args.skip_lab:
             result["small_real_lab"] = lab(work)
     result["loadavg_before"], result["loadavg_after"] = list(load_before), list(os.getloadavg())

@@ -55,7 +55,16 @@ def file_of(url: str, safe: Callable[[str], str]) -> str | None:
 
 
 def relative(target: str, page: str) -> str:
-    return posixpath.relpath(target, posixpath.dirname(page) or ".")
+    """posixpath.relpath(target, the page's folder), without its two getcwd calls per link (site files are
+    relative paths; one holding an empty, `.` or `..` segment goes through relpath)."""
+    start = posixpath.dirname(page)
+    to, here = target.split("/"), start.split("/") if start else []
+    if any(s in ("", ".", "..") for s in (*to, *here)):
+        return posixpath.relpath(target, start or ".")
+    n = 0
+    while n < min(len(to), len(here)) and to[n] == here[n]:
+        n += 1
+    return "/".join([".."] * (len(here) - n) + to[n:]) or "."
 
 
 def rewrite(text: str, page: str, published: Callable[[str], bool], safe: Callable[[str], str],

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from marin.tracking.redact import MASK
+from marin.tracking.redact import MASK, known_secrets
 from marin.tracking.redact import redact as redact_credentials
 
 # each with the literals one of which every match contains: a text holding none of them is not scanned (a
@@ -53,6 +53,15 @@ _ROUTES = (r"(?:steps|experiments|static|compare|catalogue|predictions|alerts|ap
 _ABS_PATH = re.compile(rf"(?:(?<=^)|(?<=[\s\"'(=>\[,:;]))/(?!{_ROUTES})[A-Za-z0-9._~-]+/[^\s\"'<>)\],;&]*")
 _ISSUE_REF = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)#(\d+)\b")
 _GITHUB = re.compile(r"https?://(?:www\.)?github\.com/([\w.-]+)/([\w.-]+)[^\s\"'<>]*")
+# Where a page may be cut into pieces redacted one by one: after a newline that follows a `>` and precedes a
+# `<` (with only spaces between). No pattern above matches across such a cut: none lets whitespace follow a
+# `>` or precede a `<` inside a match (their whitespace comes after a word, `:` or `=`, and before a value,
+# quote or word), and their look-behinds treat a piece's start as the whitespace before it. So a page is the
+# concatenation of its redacted pieces, and a piece (the template's lines, the same on every page) is
+# redacted once per build and then found in the memo. A name, root or secret (replaced verbatim, so it could
+# match across a cut or change the `>`/`<` beside one) holding a newline, `<` or `>` turns the cutting off.
+_CUT = re.compile(r"(?<=>)([ \t]*\n)(?=[ \t]*<)")
+_PIECE = 512  # pieces longer than this are not memoized (they rarely repeat)
 
 
 def pseudonym(name: str, salt: str) -> str:
@@ -107,13 +116,38 @@ class Redactor:
     def text(self, s: str) -> str:
         """`s` with every credential, environment value, foreign path, private link and name replaced."""
         if len(s) <= 256:
-            hit = self._memo.get(s)
-            if hit is None:
-                if len(self._memo) > 500_000:
-                    self._memo.clear()
-                hit = self._memo[s] = self._text(s)
-            return hit
-        return self._text(s)
+            return self._memoized(s)
+        if "\n" not in s or not self._can_cut():
+            return self._text(s)
+        parts = _CUT.split(s)  # piece, cut, piece, cut, ... (a cut is whitespace: redaction keeps it)
+        self._learn_pieces(parts[2:-2:2])
+        return "".join(p if k % 2 else self._memoized(p) if len(p) <= _PIECE else self._text(p)
+                       for k, p in enumerate(parts))
+
+    def _learn_pieces(self, pieces: list[str]) -> None:
+        """Redact the inner pieces (each ends with `>` and starts with spaces and `<`) missing from the memo
+        in one pass: joined by newlines they are cut exactly where they join, so the redacted text splits
+        back into them (unless redaction made a new cut: then each is left to be redacted alone)."""
+        todo = list(dict.fromkeys(p for p in pieces if len(p) <= _PIECE and p not in self._memo))
+        if len(todo) < 2:
+            return
+        done = _CUT.split(self._text("\n".join(todo)))[::2]
+        if len(done) == len(todo):
+            if len(self._memo) > 500_000:
+                self._memo.clear()
+            self._memo.update(zip(todo, done, strict=True))
+
+    def _memoized(self, s: str) -> str:
+        hit = self._memo.get(s)
+        if hit is None:
+            if len(self._memo) > 500_000:
+                self._memo.clear()
+            hit = self._memo[s] = self._text(s)
+        return hit
+
+    def _can_cut(self) -> bool:
+        """Whether no name, root or known secret holds a newline, `<` or `>` (see `_CUT`)."""
+        return not any(c in x for x in (*self._names, *self.roots, *known_secrets()) for c in "\n<>")
 
     def _text(self, s: str) -> str:
         s = redact_credentials(s)

@@ -15,11 +15,12 @@ thread running in the builder (a fork copies no threads, so a lock one held woul
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
@@ -30,6 +31,34 @@ MIN_SPLIT = 64
 """Fewer pages than this are rendered in the builder itself (a fork costs more than it saves)."""
 
 
+_INLINE = contextvars.ContextVar("marin_publish_inline", default=False)
+
+
+def _inline_or(threaded: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def run_in_threadpool(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if _INLINE.get():
+            return func(*args, **kwargs)
+        return await threaded(func, *args, **kwargs)
+
+    run_in_threadpool.marin_inline = True  # type: ignore[attr-defined]
+    return run_in_threadpool
+
+
+def inline() -> None:
+    """Let :class:`AppPages` requests call the app's sync endpoints and dependencies in the event loop's
+    thread: FastAPI's `run_in_threadpool` (in the two modules that call it) is wrapped by one that does so
+    only inside an AppPages request (a context variable its request task sets); every other request, a
+    dashboard served by the same process included, still gets a worker thread. Idempotent; where FastAPI
+    no longer has that name, requests keep their threads (slower, the same pages)."""
+    import fastapi.dependencies.utils
+    import fastapi.routing
+
+    for module in (fastapi.routing, fastapi.dependencies.utils):
+        current = getattr(module, "run_in_threadpool", None)
+        if current is not None and not getattr(current, "marin_inline", False):
+            module.run_in_threadpool = _inline_or(current)  # type: ignore[attr-defined]
+
+
 class AppPages:
     """GET requests into an ASGI app in this thread's own event loop; (status, text) per URL."""
 
@@ -37,6 +66,7 @@ class AppPages:
         self.app = app
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
+        inline()
 
     def get(self, url: str) -> tuple[int, str]:
         if self._loop is None or self._pid != os.getpid():
@@ -46,6 +76,7 @@ class AppPages:
         return self._loop.run_until_complete(self._get(url))
 
     async def _get(self, url: str) -> tuple[int, str]:
+        _INLINE.set(True)  # this request's task only (run_until_complete wraps it in its own task)
         path, _, query = url.partition("?")
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
                  "scheme": "http", "path": unquote(path), "raw_path": path.encode(), "root_path": "",

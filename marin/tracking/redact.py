@@ -44,6 +44,11 @@ def _known_secrets() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+def known_secrets() -> list[str]:
+    """The secrets :func:`redact` replaces verbatim now (registered, and the token variables' values)."""
+    return _known_secrets()
+
+
 def redact(text: str) -> str:
     """``text`` with every known secret and credential-shaped substring replaced by ``***``."""
     for secret in _known_secrets():

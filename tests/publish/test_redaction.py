@@ -53,7 +53,6 @@ def test_no_planted_secret_reaches_any_published_byte(planted: Path, tmp_path: P
     assert USER not in step_page
 
 
-
 def test_the_public_store_redacts_and_hides_on_batched_reads() -> None:
     """On an object store the pages read steps' records in batches (`PrefixStore.read_json_many`, issue
     35), not through `read_json`: the public store masks and hides there too, and what a batch cached is
@@ -107,3 +106,32 @@ def test_an_object_store_prefix_is_redacted_on_its_batched_reads_too(planted: Pa
             assert bad.lower() not in name.lower(), (bad, name)
             at = text.lower().find(bad.lower())
             assert at < 0, (bad, name, text[max(0, at - 200):][:400])
+
+
+def _page(lines: list[str]) -> str:
+    return "<html>\n" + "\n".join(f"  <p>{line}</p>" for line in lines) + "\n</html>\n"
+
+
+_LINES = ["plain", "hf_token:\n  abcdefghijklmnop", "api_key = 'sk-abcdefghijklmnopqrstu'",
+          "Authorization: Bearer\n  qwertyuiopasdf", "/data/lab/out/train-1a2b", "see gs://other-bucket/x",
+          "owner/private#12", "bob at bench-host", "HOME=/root/x", "eos_token: 2",
+          "https://github.com/owner/private/issues/3", "https://u:pw@example.org/x"]
+
+
+@pytest.mark.parametrize("names", [("bob", "bench-host"), ("bob", "a>b"), ("x\ny",)],
+                         ids=["names", "name-with-bracket", "name-with-newline"])
+def test_a_page_redacted_piece_by_piece_equals_the_page_redacted_whole(names: tuple[str, ...]) -> None:
+    """Redactor.text cuts a page between tags and redacts the pieces (memoized, the new ones in one pass):
+    the result is exactly what the whole page redacted in one pass gives, planted values around the cuts
+    included, also where a root's removal makes a new cut and where a name could match across one."""
+    from marin.publish.redact import Redactor
+
+    pages = [_page(_LINES), _page(list(reversed(_LINES))), _page(_LINES[3:] + _LINES[:3]),
+             "<p>\n<b>/data/lab/</b>\n<i>/data/lab/\n</i>\n<u>x</u>\n</p>\n" * 40,
+             _page([f"{a} {b}" for a in _LINES for b in _LINES[:4]])]
+    whole = Redactor(["/data/lab"], names)
+    cut = Redactor(["/data/lab"], names)
+    for page in [*pages, *pages]:  # the second round comes from the memo
+        assert len(page) > 256
+        assert cut.text(page) == whole._text(page)
+    assert cut.text(_page(_LINES)) != _page(_LINES)
