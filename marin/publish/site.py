@@ -39,6 +39,7 @@ from marin.dashboard.experiments import step_rel
 from marin.dashboard.paths import UnsafePathError, clean_relpath
 from marin.dashboard.results import with_headline
 from marin.dashboard.store import signature
+from marin.errors import CorruptFileError
 from marin.publish import cards
 from marin.publish.links import file_of, rewrite
 from marin.publish.policy import Policy
@@ -338,9 +339,11 @@ class Site:
         alert_files = [(rel, [x for x in sigs.get(rel, []) if x[0].removeprefix(rel + "/") in _ALERT_FILES])
                        for rel in sorted(step_digest)]
         timeline = [(rel, self._cache[rel]["interruptions"]) for rel in sorted(step_digest)]
+        watched = [rel for rel, files in alert_files if any(x[0].endswith(WATCH_FILE) for x in files)]
         digests = {"/": None,
                    "/catalogue": _h(fp, "catalogue", exp_files),
-                   "/alerts": _h(fp, "alerts", exp_files, alert_files),
+                   # a running step's watcher turns blind with the clock, not with a file: say which are now
+                   "/alerts": _h(fp, "alerts", exp_files, alert_files, self._blind_now(watched)),
                    "/predictions": _h(fp, "predictions", sigs.get("predictions:", []), sorted(step_digest)),
                    "/timeline": _h(fp, "timeline", timeline, sorted(self._exp_steps.items())),
                    "/data": _h(fp, "data", [(c.step, step_digest[c.step],
@@ -348,6 +351,22 @@ class Site:
         own = {"/": self._index_page, "/timeline": self._timeline_page,
                "/data": lambda: self._own("publish_data.html", cards=self._cards)}
         return [Page(url, self._file(url), digests[url], render=own.get(url)) for url in GLOBAL]
+
+    def _blind_now(self, watched: list[str]) -> list[str]:
+        """The watched steps whose watcher has missed its heartbeat by now (the engine's blind alert, which
+        the alerts page shows while such a step runs): part of that page's digest."""
+        now = time.time()
+        out = []
+        for rel in watched:
+            try:
+                watch = self.dash.store.read_json(f"{rel}/{WATCH_FILE}")
+            except CorruptFileError:
+                continue  # shown as a problem by the page itself; its signature is in the digest already
+            if isinstance(watch, dict) and not watch.get("closed"):
+                beat, limit = watch.get("time"), watch.get("blind_after_s")
+                if isinstance(beat, int | float) and isinstance(limit, int | float) and now - beat > limit:
+                    out.append(rel)
+        return out
 
     # ---------------------------------------------------------------------------------------- own pages
     def _own(self, template: str, **context: Any) -> str:

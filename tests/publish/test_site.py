@@ -228,3 +228,22 @@ def test_public_view_never_shows_a_hidden_experiments_steps_or_forecasts(lab: Pa
     assert step["changes"]["previous"] is None  # its other version belongs to the hidden experiment
     assert train[hidden]["hash"][:8] not in only.get(f"/steps/{rel}").text
     assert train[hidden]["hash"][:8] not in only.get("/predictions").text
+
+
+def test_the_alerts_page_is_rendered_again_when_a_running_steps_watcher_turns_blind(lab: Path,
+                                                                                     tmp_path: Path) -> None:
+    """A watcher's blindness comes with the clock, not with a file: an incremental build must still render
+    the alerts page once a running step's heartbeat is older than its limit."""
+    import time
+
+    running = next(p.parent.parent for p in lab.rglob(".marin/status.json")
+                   if json.loads(p.read_text())["status"] == "RUNNING")
+    (running / "watch.json").write_text(json.dumps({"session": "s1", "time": time.time(), "blind_after_s": 2,
+                                                   "step": 7, "host": "h", "attempt": 1}))
+    out = tmp_path / "site"
+    first = publish(str(lab), str(out), ALL)
+    assert "alerts.html" in first.rendered and "watcher is blind" not in (out / "alerts.html").read_text()
+    assert "alerts.html" not in publish(str(lab), str(out), ALL).rendered  # nothing changed yet
+    time.sleep(2.5)
+    late = publish(str(lab), str(out), ALL)
+    assert "alerts.html" in late.rendered and "watcher is blind" in (out / "alerts.html").read_text()
