@@ -148,6 +148,8 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=480, help="requests per target")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare-rows", type=int, default=10000, help="logged steps of each compared run")
+    p.add_argument("--settle-s", type=float, default=0.0,
+                   help="seconds to wait after the cold requests (the list's background warm-up) before timing")
     args = p.parse_args()
     rng = random.Random(args.seed)
 
@@ -181,6 +183,7 @@ def main() -> int:
             "compare_page": get(conn, "/compare?" + compare_query)[1],
         }
         conn.close()
+        time.sleep(args.settle_s)  # let the background warm-up the first list request started finish
         n = args.requests
         pages = max(1, len(exp_ids) // 25)
         states = ["", "&state=FAILED", "&state=RUNNING", "&author=bob", "&q=sweep+1"]
