@@ -15,9 +15,11 @@ thread running in the builder (a fork copies no threads, so a lock one held woul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
+import signal
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +27,8 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message
+
+from marin.execution.start_method import fork_hazard
 
 T = TypeVar("T")
 MIN_SPLIT = 64
@@ -104,7 +108,9 @@ class AppPages:
 
 
 def can_fork(local: bool) -> bool:
-    return local and hasattr(os, "fork") and threading.active_count() == 1
+    """Render workers are forked only from a process with no other thread (not even the engine's own) and no
+    runtime known to hold locks across a fork (a started JAX backend, Ray): start_method.fork_hazard."""
+    return local and hasattr(os, "fork") and threading.active_count() == 1 and fork_hazard() is None
 
 
 def default_jobs() -> int:
@@ -125,6 +131,18 @@ def _child(fd: int, work: Callable[[Sequence[T]], list[dict[str, Any]]], share: 
         os._exit(0)
 
 
+def _reap(children: list[tuple[int, int]], *, kill: bool) -> None:
+    """Close each child's pipe and wait for it (after SIGKILL when `kill`)."""
+    for pid, r in children:
+        with contextlib.suppress(OSError):
+            os.close(r)
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
 def render_split(items: Sequence[T], work: Callable[[Sequence[T]], list[dict[str, Any]]], jobs: int,
                  pinned: Callable[[T], bool]) -> list[dict[str, Any]]:
     """`work` over `items` in `jobs` processes (the caller checked :func:`can_fork`); items for which
@@ -143,7 +161,11 @@ def render_split(items: Sequence[T], work: Callable[[Sequence[T]], list[dict[str
             _child(w, work, share)
         os.close(w)
         children.append((pid, r))
-    results = work(shares[0] + mine)
+    try:
+        results = work(shares[0] + mine)
+    except BaseException:
+        _reap(children, kill=True)  # no child may outlive a failed build, blocked on a pipe nobody reads
+        raise
     errors = []
     for pid, r in children:
         with os.fdopen(r, "rb") as pipe:

@@ -553,4 +553,7 @@ def publish(prefix: str, out: str, policy: Policy, *, anonymous: bool = False, c
             storage_options: dict[str, Any] | None = None, jobs: int | None = None) -> Report:
     """Build (or, with check, plan) the site of `prefix` into `out`."""
     site = Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options)
-    return site.build(check=check, jobs=jobs)
+    try:
+        return site.build(check=check, jobs=jobs)
+    finally:
+        site.client.close()  # its event loop (a long-lived process, e.g. the run hook, builds many sites)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -95,9 +96,24 @@ def test_an_output_path_inside_a_step_is_not_read_as_the_steps_files(lab: Path) 
     assert set(again.rendered) == {"index.html"}
 
 
-def test_forked_render_writes_the_same_bytes(lab: Path, tmp_path: Path) -> None:
+def test_forked_render_writes_the_same_bytes(lab: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from marin.publish import site
+
+    splits: list[int] = []
+    real_split = site.render_split
+
+    def counted(items: Any, *args: Any, **kwargs: Any) -> Any:
+        splits.append(len(items))
+        return real_split(items, *args, **kwargs)
+
+    monkeypatch.setattr(site, "render_split", counted)
+    # forked whatever earlier tests of this process started (JAX, threads): the rule is render.can_fork's
+    monkeypatch.setattr(site, "can_fork", lambda local: local)
     one = publish(str(lab), str(tmp_path / "one"), ALL, jobs=1)
+    assert splits == []
     two = publish(str(lab), str(tmp_path / "two"), ALL, jobs=2)
+    assert len(splits) == 1 and splits[0] > 80  # the second build really was split over forked workers
     assert one.problems == two.problems == [] and sorted(one.written) == sorted(two.written)
     for f in one.written:
         if f != "index.html":  # it says when it was published
@@ -247,3 +263,22 @@ def test_the_alerts_page_is_rendered_again_when_a_running_steps_watcher_turns_bl
     time.sleep(2.5)
     late = publish(str(lab), str(out), ALL)
     assert "alerts.html" in late.rendered and "watcher is blind" in (out / "alerts.html").read_text()
+
+
+def test_a_failing_render_leaves_no_worker_behind() -> None:
+    """When the builder's own share fails, every forked worker is ended and reaped (none stays blocked on a
+    pipe nobody reads, outliving the build)."""
+    import os
+
+    from marin.publish.render import render_split
+
+    def work(items: Any) -> list[dict[str, Any]]:
+        if "boom" in items:
+            raise RuntimeError("the builder's page failed")
+        return [{"file": i, "blob": "x" * 200_000} for i in items]  # more than a pipe holds
+
+    with pytest.raises(RuntimeError, match="the builder's page failed"):
+        render_split(["boom", *[f"p{i}" for i in range(8)]], work, 3, pinned=lambda i: i == "boom")
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left, not even a zombie
+
