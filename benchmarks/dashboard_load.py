@@ -149,7 +149,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare-rows", type=int, default=10000, help="logged steps of each compared run")
     p.add_argument("--settle-s", type=float, default=0.0,
-                   help="seconds to wait after the cold requests (the list's background warm-up) before timing")
+                   help="seconds to wait after the cold requests (the list's warm-up) before timing")
     args = p.parse_args()
     rng = random.Random(args.seed)
 
