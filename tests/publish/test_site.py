@@ -265,12 +265,24 @@ def test_the_alerts_page_is_rendered_again_when_a_running_steps_watcher_turns_bl
     assert "alerts.html" in late.rendered and "watcher is blind" in (out / "alerts.html").read_text()
 
 
-def test_a_failing_render_leaves_no_worker_behind() -> None:
+def test_a_failing_render_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the builder's own share fails, every forked worker is ended and reaped (none stays blocked on a
     pipe nobody reads, outliving the build)."""
     import os
 
+    from marin.publish import render
     from marin.publish.render import render_split
+
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(render.os, "fork", fork)
 
     def work(items: Any) -> list[dict[str, Any]]:
         if "boom" in items:
@@ -279,6 +291,8 @@ def test_a_failing_render_leaves_no_worker_behind() -> None:
 
     with pytest.raises(RuntimeError, match="the builder's page failed"):
         render_split(["boom", *[f"p{i}" for i in range(8)]], work, 3, pinned=lambda i: i == "boom")
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child left, not even a zombie
+    assert len(forked) == 2
+    for pid in forked:  # each already reaped, not even a zombie (this process may have other children)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
