@@ -50,7 +50,14 @@ class Waiting:
     text: str | None
 
 
-Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost | Waiting
+@dataclasses.dataclass(frozen=True)
+class Interrupted:
+    """Ctrl-C, posted by the driver's SIGINT handler (main.py) so that the executor raises KeyboardInterrupt
+    at a known point of its loop, never inside a publisher or a storage call holding a lock that the
+    interrupt's own clean-up (PREEMPTED records, the final status) takes again."""
+
+
+Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost | Waiting | Interrupted
 Completions: TypeAlias = queue.SimpleQueue[Message]
 
 

@@ -34,7 +34,15 @@ from typing import Any
 from marin.definition.step import Resources
 from marin.errors import StepFailedError
 from marin.execution.attempt import AttemptResult, Outcome, Task
-from marin.execution.backend import AttemptDone, Backend, Completions, Message, RunOnLoop, Waiting
+from marin.execution.backend import (
+    AttemptDone,
+    Backend,
+    Completions,
+    Interrupted,
+    Message,
+    RunOnLoop,
+    Waiting,
+)
 from marin.execution.gang_wait import waiting_line
 from marin.execution.inputs import name_producer
 from marin.execution.records import RunContextInfo, StepRecords
@@ -180,6 +188,8 @@ class Executor:
             message.call()
         elif isinstance(message, Waiting):
             self._waiting(message)
+        elif isinstance(message, Interrupted):  # Ctrl-C, raised here: run() records the running PREEMPTED
+            raise KeyboardInterrupt
         else:
             self._lease_lost(message.lease_path)
 

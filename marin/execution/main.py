@@ -30,7 +30,7 @@ from marin.definition.step import Resources, Step
 from marin.errors import ExperimentFailedError, StepFailedError
 from marin.execution import after_run, report
 from marin.execution.argv import ExecutorMainConfig, parse_flags
-from marin.execution.backend import Backend, Completions
+from marin.execution.backend import Backend, Completions, Interrupted
 from marin.execution.executor import Executor
 from marin.execution.notebook import freeze, judge_run
 from marin.execution.records import RunContextInfo
@@ -238,12 +238,15 @@ def _execute(graph: Graph, plan: Plan, storage: Storage, config: ExecutorMainCon
         views.states = executor.states
         status = "FAILED"
         previous_handler = _on_sigterm_raise()
+        previous_sigint = _on_sigint_at_a_safe_point(completions)
         try:
             states = executor.run()
             status = "SUCCESS" if all(st.status == sf.SUCCESS for st in states.values()) else "FAILED"
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
+            if previous_sigint is not None:
+                signal.signal(signal.SIGINT, previous_sigint)
             ended = time.time()
             judge_run(storage, run.prefix, run.experiment_id, run.run_id, pset.errors)
             views.final(status, ended)
@@ -267,6 +270,23 @@ def _on_sigterm_raise() -> Any:
         raise SystemExit(128 + signum)
 
     return signal.signal(signal.SIGTERM, handler)
+
+
+def _on_sigint_at_a_safe_point(completions: Completions) -> Any:
+    """Ctrl-C during the run: the first posts an `Interrupted` message, raised by the executor's loop at a
+    known point (an interrupt raised asynchronously inside a publisher holding a lock could deadlock the
+    clean-up that takes it again); a second raises at once. Only possible on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    pressed: list[bool] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+        completions.put(Interrupted())  # SimpleQueue.put is reentrant: safe in a signal handler
+
+    return signal.signal(signal.SIGINT, handler)
 
 
 def _make_backend(backend: str, completions: Completions, ray_address: str | None) -> Backend:

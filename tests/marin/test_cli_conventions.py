@@ -180,3 +180,25 @@ def test_jobs_list_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert (row["submission_id"], row["experiment"], row["issue"], row["start_time"]) == (
         "marin-exp2_x-1a2b3c4d-1", "exp2_x-1a2b3c4d", "o/r#2", 1_764_000_000.0)
     assert "runtime_env" not in row
+
+
+def test_a_first_ctrl_c_is_posted_to_the_executor_and_a_second_raises_at_once() -> None:
+    """The run's SIGINT handler (main.py) turns the first Ctrl-C into a message the executor's loop raises
+    at a known point (never inside a publisher holding a lock that the clean-up takes again); a second one,
+    for a loop that does not come back, raises where it lands."""
+    import queue
+
+    from marin.execution.backend import Interrupted
+    from marin.execution.main import _on_sigint_at_a_safe_point
+
+    completions: queue.SimpleQueue[object] = queue.SimpleQueue()
+    previous = _on_sigint_at_a_safe_point(completions)
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        handler(signal.SIGINT, None)
+        assert isinstance(completions.get_nowait(), Interrupted) and completions.empty()
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
