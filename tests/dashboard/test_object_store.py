@@ -91,6 +91,16 @@ class _Counting:
         return counted
 
 
+def _mark_failed(client: TestClient, fs: Any, root: str, experiment_id: str, name: str) -> None:
+    """Rewrite the status.json of the experiment's step `name` on the store as FAILED."""
+    steps = client.get(f"/api/experiments/{experiment_id}").json()["steps"]
+    step = next(s for s in steps if s["name"] == name)
+    key = f"{root}/{step['path']}/.marin/status.json"
+    status = json.loads(fs.cat_file(key))
+    status["status"] = "FAILED"
+    fs.pipe_file(key, json.dumps(status).encode())
+
+
 def test_experiment_page_reads_step_files_in_batches(moto_endpoint: str, tmp_path: Path) -> None:
     """Issue 35: an experiment page reads its steps' files in batches: every status.json in one concurrent
     read, the result records (train_result/eval/choices.json) known absent from one listing of the parent
@@ -132,12 +142,7 @@ def test_experiment_page_reads_step_files_in_batches(moto_endpoint: str, tmp_pat
         assert again.text == first.text
         # nothing changed: the parent fan/ listed again, no read and no stat of a step's file
         assert batches() == [] and per_step() == [] and ("find", "batch-bucket/prefix/fan") in calls
-        s3 = next(s for s in c.get(f"/api/experiments/{result.experiment_id}").json()["steps"]
-                  if s["name"] == "fan/s3")
-        key = f"batch-bucket/prefix/{s3['path']}/.marin/status.json"
-        status = json.loads(fs.cat_file(key))
-        status["status"] = "FAILED"
-        fs.pipe_file(key, json.dumps(status).encode())
+        _mark_failed(c, fs, "batch-bucket/prefix", result.experiment_id, "fan/s3")
         calls.clear()
         changed = c.get(page)
         assert batches() == [1] and per_step() == []  # only the changed status.json is read
@@ -193,11 +198,6 @@ def test_a_large_parent_is_listed_in_concurrent_groups(moto_endpoint: str, tmp_p
     page = f"/experiments/{result.experiment_id}"
     with TestClient(app) as c, TestClient(whole) as w:
         assert c.get(page).text == w.get(page).text
-        s3 = next(s for s in c.get(f"/api/experiments/{result.experiment_id}").json()["steps"]
-                  if s["name"] == "fan/s3")
-        key = f"split-bucket/prefix/{s3['path']}/.marin/status.json"
-        status = json.loads(fs.cat_file(key))
-        status["status"] = "FAILED"
-        fs.pipe_file(key, json.dumps(status).encode())
+        _mark_failed(c, fs, "split-bucket/prefix", result.experiment_id, "fan/s3")
         detail = c.get(f"/api/experiments/{result.experiment_id}").json()
         assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}
