@@ -27,12 +27,28 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import sys
 import threading
 
 ENV = "MARIN_LOCAL_START"
 METHODS = ("auto", "fork", "spawn")
 OWN_THREAD_PREFIX = "marin-"  # the engine's own threads; they hold none of the locks a worker needs
+
+
+_INSTANCE_SUFFIX = re.compile(r"([-_ ]?(?:0x)?[0-9a-f]*\d[0-9a-f]*)?( \(.*\))?$")
+
+
+def _families(names: list[str]) -> str:
+    """Thread names grouped by family ("asyncio-portal-7f01..." and "asyncio-portal-7f02..." are one family,
+    shown once with its count), so a pool of many threads cannot push the one odd thread out of the text."""
+    counts: dict[str, int] = {}
+    for name in names:
+        family = _INSTANCE_SUFFIX.sub("", name) or name
+        counts[family] = counts.get(family, 0) + 1
+    ordered = sorted(counts, key=lambda f: (counts[f], f))
+    shown = [f if counts[f] == 1 else f"{f} x{counts[f]}" for f in ordered[:8]]
+    return ", ".join(shown) + (f", and {len(ordered) - 8} more kinds" if len(ordered) > 8 else "")
 
 
 def fork_hazard() -> str | None:
@@ -42,8 +58,7 @@ def fork_hazard() -> str | None:
               if t is not here and not t.name.startswith(OWN_THREAD_PREFIX)]
     reasons = []
     if others:
-        shown = ", ".join(sorted(others)[:4]) + (", ..." if len(others) > 4 else "")
-        reasons.append(f"{len(others)} other thread(s) run in this process ({shown})")
+        reasons.append(f"{len(others)} other thread(s) run in this process ({_families(others)})")
     bridge = sys.modules.get("jax._src.xla_bridge")
     backends = getattr(bridge, "_backends", None)
     if backends:

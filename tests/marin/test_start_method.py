@@ -156,3 +156,19 @@ def test_the_hazard_names_foreign_threads_but_not_the_engines_own(monkeypatch: p
     monkeypatch.setenv("MARIN_LOCAL_START", "vfork")
     with pytest.raises(ValueError, match=r"MARIN_LOCAL_START='vfork' .* use one of auto, fork, spawn"):
         start_method()
+
+
+def test_a_pool_of_many_threads_cannot_hide_the_odd_thread_from_the_hazard() -> None:
+    """CI ran this module beside a web server's pools: eleven threads, and the first four names alone were shown."""
+    stop = threading.Event()
+    pool = [threading.Thread(target=stop.wait, name=f"asyncio-portal-7f01c2782{i:03x}", daemon=True)
+            for i in range(12)]
+    odd = threading.Thread(target=stop.wait, name="notebook-kernel", daemon=True)
+    for thread in [*pool, odd]:
+        thread.start()
+    try:
+        hazard = fork_hazard() or ""
+        assert "notebook-kernel" in hazard
+        assert "asyncio-portal x12" in hazard
+    finally:
+        stop.set()
