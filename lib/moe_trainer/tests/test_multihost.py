@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_COMPILE_CACHE: dict[str, str] = {}  # the module's persistent compilation cache (set by compile_cache)
+
+
 def _env(devices: int, gang: tuple[int, int, int] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_GANG") and k != "MARIN_COORDINATOR"}
     # LLVM level 0: as conftest.py sets for every test (compile time)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+    # One persistent compilation cache for this module's runs: every test after the reference runs compiles
+    # the same programs again (a gang's members, the resumed gangs, the single process) -- JAX writes from
+    # process 0 only, and runs in this module are sequential.
+    if "dir" in _COMPILE_CACHE:
+        env.update(JAX_COMPILATION_CACHE_DIR=_COMPILE_CACHE["dir"],
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     if gang is not None:
         size, rank, port = gang
         env.update(MARIN_GANG_SIZE=str(size), MARIN_GANG_RANK=str(rank),
@@ -114,6 +125,14 @@ def _copy_up_to(src: Path, dst: Path, step: int) -> None:
     for d in (dst / "checkpoints").iterdir():
         if d.name.isdigit() and int(d.name) > step:
             shutil.rmtree(d)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A measured 15% of this module's CPU time (275 -> 232 user s) is compiling the same programs again."""
+    _COMPILE_CACHE["dir"] = str(tmp_path_factory.mktemp("mh-jax-cache"))
+    yield
+    _COMPILE_CACHE.clear()
 
 
 @pytest.fixture(scope="module")
