@@ -15,7 +15,8 @@ newest experiments first (all of them on local storage, the newest `WARM_REMOTE`
 each read is a request), whenever the experiment index changed; requests never wait for it.
 
 The cache is bounded (`MAX_BYTES`, least recently used out first, each entry counted by `_cost`) by the
-same implementation as the metrics cache (marin/dashboard/lru.py): a dashboard left running over a prefix whose experiments come and go does not grow."""
+same implementation as the metrics cache (marin/dashboard/lru.py): a dashboard left running over a prefix
+whose experiments come and go does not grow."""
 
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def _prefetch(dash: Dashboard, experiment_id: str, owner: dict[str, str]) -> dic
     names it (the path and the fix)."""
     refs = own_steps(source(dash), experiment_id, owner)
     rels = [f"{ref.rel}/{name}" for ref in refs for name in RESULT_FILES]
-    return dash.store.read_json_many(rels, [posixpath.dirname(ref.rel) for ref in refs for _ in RESULT_FILES])
+    parents = [parent for ref in refs for parent in [posixpath.dirname(ref.rel)] * len(RESULT_FILES)]
+    return dash.store.read_json_many(rels, parents)
 
 
 def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
@@ -110,9 +112,11 @@ def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
     results = []
     for ref, values in step_values:
         if values:
-            results.append(StepResult(name=ref.name, path=ref.rel, values=[
-                ResultValue(metric=k, value=v.value, stderr=v.stderr) for k, v in values.items()]))
-    metrics = [HeadlineMetric(name=m.name, value=m.value, stderr=m.stderr) for m in h.metrics]
+            # built from values already typed (marin.compare's): no validation to pay per value
+            results.append(StepResult.model_construct(name=ref.name, path=ref.rel, values=[
+                ResultValue.model_construct(metric=k, value=v.value, stderr=v.stderr)
+                for k, v in values.items()]))
+    metrics = [HeadlineMetric.model_construct(name=m.name, value=m.value, stderr=m.stderr) for m in h.metrics]
     return _Numbers(h.outcome, metrics, results, baseline_of(src, experiment_id, owner))
 
 
