@@ -181,9 +181,11 @@ def main() -> int:
         n = args.requests
         pages = max(1, len(exp_ids) // 25)
         cold = {"experiments_list": get(conn, "/")[1]}
+        conn.close()
         # at once, while the warm-up the first list request started runs: pages computed by the request
         after_start = run_target(port, [f"/?offset={25 * rng.randrange(pages)}&limit=25" for _ in range(n)],
                                  args.clients, server.pid)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)  # the server closes an idle one
         cold.update({
             "experiment_page": get(conn, "/experiments/" + quote(exp_ids[0]))[1],
             "step_page": get(conn, "/steps/" + quote(step_paths[7]))[1],
