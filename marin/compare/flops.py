@@ -16,6 +16,11 @@ the chart states which runs' FLOPs were derived this way.
 
 A run whose records give neither has no curve on the FLOPs axis, and the reason is stated (no config class
 recorded, a class that offers no derivation, an import or a derivation that failed, with its error).
+
+The class is imported by its recorded path, as a worker imports a step's function to run it: the engine
+already requires both to be importable without side effects (experiment scripts run under `if __name__ ==
+"__main__"`). It happens once per class and process, and only for a run without logged FLOPs on this axis
+(operators.train imports the trainer, and with it JAX: a few seconds, once).
 """
 
 from __future__ import annotations
