@@ -7,7 +7,8 @@ Outputs under ``output_path`` (the trainer's run directory, docs/formats.md "Tra
     wandb.json                 # the W&B run reference (offline by default: nothing leaves the machine)
     train_config.json          # the full resolved trainer config (preset + overrides), for readers of the run
     train_result.json          # final step, loss, throughput, skipped steps, flops_per_token (marin compare's
-                               # FLOPs axis: moe_trainer.metrics.train_flops_per_token)
+                               # FLOPs axis: moe_trainer.metrics.train_flops_per_token; for runs recorded
+                               # before, TrainConfig.flops_per_token_from_config derives it)
     alerts.jsonl, watch.json   # health alerts and the watcher's heartbeat (docs/health.md)
 
 The model and optimizer come from a trainer preset (``preset``: a name such as ``tiny`` or a YAML path), then
@@ -153,6 +154,15 @@ class TrainConfig:
     # rows of metrics.jsonl carry data-dependent keys, so criteria on them are checked when judged.
     HEADLINE_METRICS: ClassVar[tuple[str, ...]] = ("train_result.json/loss", "train_result.json/step",
                                                    "train_result.json/tokens_per_s")
+
+    @staticmethod
+    def flops_per_token_from_config(train_config: Mapping[str, Any]) -> float:
+        """FLOPs per training token of a run recorded before train_result.json carried `flops_per_token`,
+        from its train_config.json (the model and sequence length it ran with), by the function the step
+        logs them with today (`train_flops_per_token`), for the compare view's FLOPs axis
+        (marin/compare/flops.py)."""
+        model = draccus.decode(ModelConfig, train_config["model"])
+        return train_flops_per_token(model, int(train_config["data"]["seq_len"]))
 
     def check(self) -> None:
         """Parse what the run would parse (preset, `model`, `overrides`), without reading any data: `marin

@@ -123,6 +123,9 @@ def _notes(cs: CurveSet, dropped: int) -> list[str]:
     if dropped:
         notes.append(f"{dropped} non-positive value(s) left out of the log axis")
     notes.extend(f"no curve for {m}" for m in cs.missing)
+    if cs.derived:
+        notes.append(f"FLOPs of {', '.join(cs.derived)} derived from the run's train_config.json (recorded "
+                     "before FLOPs were logged; the trainer's own count of its model and sequence length)")
     return notes
 
 

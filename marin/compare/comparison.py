@@ -40,7 +40,7 @@ class Comparison:
             "baseline": self.runs[0].label,
             "metrics": [r.to_json() for r in self.rows],
             "curves": [{"metric": c.metric, "axis": c.axis, "ema": c.ema, "downsampled": c.downsampled,
-                        "missing": list(c.missing),
+                        "missing": list(c.missing), "flops_derived": list(c.derived),
                         "series": [{"label": k.label, "points": k.points, "final": k.final,
                                     "x": list(k.xs), "y": list(k.ys)} for k in c.curves]}
                        for c in self.curves],

@@ -2,8 +2,10 @@
 
 - x axes. `step` is metrics.jsonl's `step` (completed updates). `tokens` is step x tokens per update
   (`data.batch_size * data.seq_len` of the train step's train_config.json). `flops` is tokens x the training
-  FLOPs per token the trainer recorded (`flops_per_token` in train_result.json, written when a run ends). A
-  run whose records lack what an axis needs has no curve on it, and the chart says so.
+  FLOPs per token the trainer recorded (`flops_per_token` in train_result.json, written when a run ends), or
+  for a run recorded before FLOPs were logged, the same count derived from its train_config.json by its
+  config class (marin/compare/flops.py); the chart says whose FLOPs were derived. A run whose records lack
+  what an axis needs has no curve on it, and the chart says so.
 - Smoothing (optional, stated in the chart): an exponential moving average with weight `ema` on the past,
   debiased as TensorBoard does (s_t = ema*s_{t-1} + (1-ema)*y_t, divided by 1-ema^t), so the first points are
   not pulled towards zero. Missing values are skipped.
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.compare.flops import flops_per_token
 from marin.compare.runs import Run, StepRef
 from marin.compare.source import Columns, Source, number
 
@@ -48,6 +51,7 @@ class CurveSet:
     ema: float | None
     downsampled: bool
     max_points: int
+    derived: tuple[str, ...] = ()  # curves whose FLOPs per token were derived from the config, not logged
 
 
 def ema_smooth(ys: Sequence[float], ema: float) -> list[float]:
@@ -101,23 +105,22 @@ def _curve(cols: Columns, metric: str, scale: float, ema: float | None, max_poin
     return curve
 
 
-def _scale(source: Source, ref: StepRef, axis: str) -> tuple[float | None, str]:
-    """Multiplier from step to the axis, or None and why."""
+def _scale(source: Source, ref: StepRef, axis: str) -> tuple[float | None, str, bool]:
+    """Multiplier from step to the axis (or None and why), and whether FLOPs were derived from the config."""
     if axis == "step":
-        return 1.0, ""
+        return 1.0, "", False
     cfg = source.read_json(f"{ref.rel}/train_config.json")
     data = cfg.get("data") if isinstance(cfg, dict) else None
     batch = number(data.get("batch_size")) if isinstance(data, dict) else None
     seq = number(data.get("seq_len")) if isinstance(data, dict) else None
     if batch is None or seq is None:
-        return None, "no train_config.json with data.batch_size and data.seq_len"
+        return None, "no train_config.json with data.batch_size and data.seq_len", False
     if axis == "tokens":
-        return batch * seq, ""
-    result = source.read_json(f"{ref.rel}/train_result.json")
-    fpt = number(result.get("flops_per_token")) if isinstance(result, dict) else None
-    if fpt is None:
-        return None, "no flops_per_token in train_result.json (recorded when a run ends)"
-    return batch * seq * fpt, ""
+        return batch * seq, "", False
+    fpt = flops_per_token(source, ref, cfg)
+    if fpt.value is None:
+        return None, fpt.why, False
+    return batch * seq * fpt.value, "", fpt.derived
 
 
 def curve_set(source: Source, runs: Sequence[Run], metric: str, axis: str = "step", *,
@@ -127,7 +130,7 @@ def curve_set(source: Source, runs: Sequence[Run], metric: str, axis: str = "ste
         raise ValueError(f"axis {axis!r} is not one of {', '.join(AXES)}")
     if ema is not None and not 0.0 <= ema < 1.0:
         raise ValueError(f"smoothing {ema} must be in [0, 1) (0: none; 0.9: strong)")
-    curves, missing, down = [], [], False
+    curves, missing, derived, down = [], [], [], False
     for run in runs:
         logged = [(ref, cols) for ref in run.steps
                   if (cols := source.columns(f"{ref.rel}/metrics.jsonl")) is not None
@@ -135,15 +138,18 @@ def curve_set(source: Source, runs: Sequence[Run], metric: str, axis: str = "ste
         if not logged:
             missing.append(f"{run.label}: no {metric!r} in any metrics.jsonl")
         for ref, cols in logged:
-            scale, why = _scale(source, ref, axis)
+            scale, why, from_config = _scale(source, ref, axis)
             if scale is None:
                 missing.append(f"{run.label}: {why}")
                 continue
             label = run.label if len(logged) == 1 else f"{run.label} · {ref.name}"
+            if from_config:
+                derived.append(label)
             curve = _curve(cols, metric, scale, ema, max_points, label)
             down = down or len(curve.xs) < curve.points
             curves.append(curve)
-    return CurveSet(metric, axis, tuple(curves), tuple(missing), ema or None, down, max_points)
+    return CurveSet(metric, axis, tuple(curves), tuple(missing), ema or None, down, max_points,
+                    tuple(derived))
 
 
 def metric_names(source: Source, runs: Sequence[Run]) -> list[str]:

@@ -91,9 +91,9 @@ def _sharing(source: Source, hashes: set[str]) -> dict[str, int]:
     return counts
 
 
-def _ref(source: Source, entry: dict[str, Any]) -> StepRef:
+def _ref(source: Source, entry: dict[str, Any], table: _StepTable | None = None) -> StepRef:
     out = entry.get("output_path")
-    rel = _table(source).rel_of.get(entry["hash"]) if isinstance(out, str) else None
+    rel = (table or _table(source)).rel_of.get(entry["hash"]) if isinstance(out, str) else None
     rel = rel if rel is not None or not isinstance(out, str) else source.relative(out)
     name, h = str(entry.get("name", "")), str(entry["hash"])
     return StepRef(name=name, hash=h, rel=rel if rel is not None else f"{name}-{h[:8]}")
@@ -104,7 +104,8 @@ def own_steps(source: Source, experiment_id: str, owner: dict[str, str] | None =
     owner = owners(source) if owner is None else owner
     entries = _entries(manifest)
     mine = [e for e in entries if owner.get(e["hash"]) == experiment_id]
-    return tuple(_ref(source, e) for e in (mine or entries))
+    table = _table(source)
+    return tuple(_ref(source, e, table) for e in (mine or entries))
 
 
 def experiment_run(source: Source, experiment_id: str, owner: dict[str, str] | None = None) -> Run:

@@ -32,6 +32,7 @@ TRAIN_FINAL = ("loss", "ce_loss", "grad_norm", "update_norm", "tokens_per_s", "m
                "load_imbalance", "skipped_total")
 EVAL_KEYS = ("bpb", "loss")
 CHOICE_KEYS = ("acc", "acc_norm", "acc_bytes")
+_EVAL_LEAVES = (*EVAL_KEYS, *(f"{k}_stderr" for k in EVAL_KEYS))
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,15 @@ class Row:
 
 
 def _leaves(doc: Any, path: str, out: dict[str, float], keys: tuple[str, ...] = EVAL_KEYS) -> None:
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            _leaves(v, f"{path}.{k}" if path else str(k), out, keys)
-    elif (n := number(doc)) is not None and path.rsplit(".", 1)[-1] in keys:
-        out[path] = n
+    """Every number of the nested dict `doc` whose dotted path ends in one of `keys`, by that path."""
+    if not isinstance(doc, dict):
+        return
+    for k, v in doc.items():
+        p = f"{path}.{k}" if path else str(k)
+        if isinstance(v, dict):
+            _leaves(v, p, out, keys)
+        elif p.rsplit(".", 1)[-1] in keys and (n := number(v)) is not None:
+            out[p] = n
 
 
 def last_values(cols: Columns) -> dict[str, float]:
@@ -97,14 +102,12 @@ def step_metrics(source: Source, rel: str, name: str, *, curves: bool = True) ->
                 out[f"train:{key}"] = Value(v, step=name)
     ev = source.read_json(f"{rel}/eval.json")
     if isinstance(ev, dict):
-        flat: dict[str, float] = {}
-        ses: dict[str, float] = {}  # eval.json's optional standard errors over documents (`bpb_stderr`)
-        groups = {k: v for k, v in ev.items() if k in ("domains", "micro", "macro")}
-        _leaves(groups, "", flat)
-        _leaves(groups, "", ses, tuple(f"{k}_stderr" for k in EVAL_KEYS))
-        for path, v in flat.items():
-            out[f"train:eval.{path}" if train else f"eval:{path}"] = Value(v, ses.get(f"{path}_stderr"),
-                                                                           step=name)
+        found: dict[str, float] = {}  # the values and eval.json's optional standard errors (`bpb_stderr`)
+        _leaves({k: v for k, v in ev.items() if k in ("domains", "micro", "macro")}, "", found, _EVAL_LEAVES)
+        for path, v in found.items():
+            if path.rsplit(".", 1)[-1] in EVAL_KEYS:
+                out[f"train:eval.{path}" if train else f"eval:{path}"] = Value(v, found.get(f"{path}_stderr"),
+                                                                               step=name)
     ch = source.read_json(f"{rel}/choices.json")
     tasks = ch.get("tasks") if isinstance(ch, dict) else None
     for task, row in (tasks or {}).items():

@@ -72,6 +72,8 @@ def comparison_text(c: Comparison) -> str:
             f"{k.label} final {k.final:.4g} over {k.points} points" if k.final is not None else k.label
             for k in curve.curves))
         lines.extend(f"  (no curve: {m})" for m in curve.missing)
+        lines.extend(f"  (FLOPs of {d} derived from its train_config.json: not logged by the run)"
+                     for d in curve.derived)
     for i, pairs in enumerate(c.pairs, start=1):
         lines.append(f"\nconfig [{i}] {c.runs[i].label} vs [0] {c.runs[0].label}:")
         if not pairs:

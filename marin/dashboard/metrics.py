@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from marin.compare.source import Columns
+from marin.dashboard.lru import ByteLru
 from marin.dashboard.schemas import EvalPoint, ExpertLoad, Metrics
 from marin.dashboard.store import PrefixStore, signature
 from marin.status.damaged import parse_jsonl
@@ -121,35 +121,29 @@ def _domains(domains: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 class MetricsReader:
     """Columns of metrics files, kept least recently used first out within `max_bytes` (default:
-    `cache_bytes()`)."""
+    `cache_bytes()`) by marin/dashboard/lru.py's cache, each counted by its `nbytes`."""
 
     def __init__(self, store: PrefixStore, max_bytes: int | None = None):
         self.store = store
-        self.max_bytes = cache_bytes() if max_bytes is None else max_bytes
-        self._files: OrderedDict[str, _Columns] = OrderedDict()
+        self._files: ByteLru[str, _Columns] = ByteLru(cache_bytes() if max_bytes is None else max_bytes,
+                                                      lambda cols: cols.nbytes)
         self._lock = threading.Lock()
 
     @property
+    def max_bytes(self) -> int:
+        return self._files.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._files.max_bytes = value
+
+    @property
     def cached_bytes(self) -> int:
-        return sum(cols.nbytes for cols in self._files.values())
+        return self._files.bytes
 
     def cached_files(self) -> list[str]:
         """The files whose columns are kept, least recently used first."""
-        return list(self._files)
-
-    def _keep(self, rel: str, cols: _Columns) -> None:
-        """Keep `cols` as the most recently used, then drop the least recently used over the budget. Columns
-        larger than the whole budget are not kept (nor its older columns), and evict nothing: keeping them
-        would first push every other file out and then drop them too."""
-        if cols.nbytes > self.max_bytes:
-            self._files.pop(rel, None)
-            return
-        self._files[rel] = cols
-        self._files.move_to_end(rel)
-        total = self.cached_bytes
-        while total > self.max_bytes and self._files:
-            _, dropped = self._files.popitem(last=False)
-            total -= dropped.nbytes
+        return self._files.cached()
 
     def _columns(self, rel: str) -> _Columns | None:
         info = self.store.info(rel)
@@ -173,7 +167,7 @@ class MetricsReader:
                         cols.add(row)
                     cols.consumed += end
                 cols.signature = signature(info)
-            self._keep(rel, cols)
+            self._files.put(rel, cols)  # counted again: it may have grown
             return cols
 
     def columns(self, rel: str) -> Columns | None:

@@ -14,15 +14,15 @@ list page is not the one that pays for 25 experiments, `warm(dash)` computes the
 newest experiments first (all of them on local storage, the newest `WARM_REMOTE` on an object store, where
 each read is a request), whenever the experiment index changed; requests never wait for it.
 
-The cache is bounded (`MAX_BYTES`, least recently used out first, each entry counted by `_cost`), as the
-metrics cache is: a dashboard left running over a prefix whose experiments come and go does not grow."""
+The cache is bounded (`MAX_BYTES`, least recently used out first, each entry counted by `_cost`) by the
+same implementation as the metrics cache (marin/dashboard/lru.py): a dashboard left running over a prefix
+whose experiments come and go does not grow."""
 
 from __future__ import annotations
 
 import posixpath
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from marin.compare.headline import headline, own_values
 from marin.compare.runs import baseline_of, own_steps
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.context import Dashboard
+from marin.dashboard.lru import ByteLru
 from marin.dashboard.schemas import (
     ExperimentDetail,
     ExperimentSummary,
@@ -77,41 +78,11 @@ _Key = tuple[int, str]
 _Entry = tuple[Any, Any, _Numbers, float]  # the manifest's signature, verdicts.json, the numbers, when
 
 
-class _Lru:
-    """Entries kept least recently used first out within `max_bytes` (each counted by `_cost`); one larger
-    than the whole budget is not kept and evicts nothing. Thread-safe."""
+class _Lru(ByteLru[_Key, _Entry]):
+    """The results cache: marin/dashboard/lru.py's cache, each entry counted by `_cost` of its numbers."""
 
     def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._entries: OrderedDict[_Key, tuple[_Entry, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _Key) -> _Entry | None:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None:
-                return None
-            self._entries.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: _Key, entry: _Entry) -> None:
-        cost = _cost(entry[2])
-        with self._lock:
-            old = self._entries.pop(key, None)
-            self.bytes -= old[1] if old else 0
-            if cost > self.max_bytes:
-                return
-            self._entries[key] = (entry, cost)
-            self.bytes += cost
-            while self.bytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.bytes -= dropped
-
-    def cached(self) -> list[_Key]:
-        """The cached keys, least recently used first."""
-        with self._lock:
-            return list(self._entries)
+        super().__init__(max_bytes, lambda entry: _cost(entry[2]))
 
 
 _CACHE = _Lru(MAX_BYTES)
@@ -129,7 +100,8 @@ def _prefetch(dash: Dashboard, experiment_id: str, owner: dict[str, str]) -> dic
     names it (the path and the fix)."""
     refs = own_steps(source(dash), experiment_id, owner)
     rels = [f"{ref.rel}/{name}" for ref in refs for name in RESULT_FILES]
-    return dash.store.read_json_many(rels, [posixpath.dirname(ref.rel) for ref in refs for _ in RESULT_FILES])
+    parents = [parent for ref in refs for parent in [posixpath.dirname(ref.rel)] * len(RESULT_FILES)]
+    return dash.store.read_json_many(rels, parents)
 
 
 def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
@@ -140,9 +112,11 @@ def _compute(dash: Dashboard, experiment_id: str) -> _Numbers:
     results = []
     for ref, values in step_values:
         if values:
-            results.append(StepResult(name=ref.name, path=ref.rel, values=[
-                ResultValue(metric=k, value=v.value, stderr=v.stderr) for k, v in values.items()]))
-    metrics = [HeadlineMetric(name=m.name, value=m.value, stderr=m.stderr) for m in h.metrics]
+            # built from values already typed (marin.compare's): no validation to pay per value
+            results.append(StepResult.model_construct(name=ref.name, path=ref.rel, values=[
+                ResultValue.model_construct(metric=k, value=v.value, stderr=v.stderr)
+                for k, v in values.items()]))
+    metrics = [HeadlineMetric.model_construct(name=m.name, value=m.value, stderr=m.stderr) for m in h.metrics]
     return _Numbers(h.outcome, metrics, results, baseline_of(src, experiment_id, owner))
 
 
