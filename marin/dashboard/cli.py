@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +38,15 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="most memory (MiB) the parsed metrics files take; least recently used out first "
         "(default: $MARIN_DASHBOARD_METRICS_CACHE_MB, else 256; 0 keeps none)",
+    )
+    p.add_argument(
+        "--warm-s",
+        type=float,
+        metavar="SECONDS",
+        default=10.0,
+        help="before serving, compute the verdict and headline numbers of the newest experiments for at most "
+        "this long (the first list pages are then cached; the rest is computed in the background after the "
+        "first list request; 0 serves at once) (default: 10)",
     )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default: info)")
@@ -72,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     from marin.dashboard.app import create_app
 
     app = create_app(prefix, cache_ttl=args.cache_ttl, metrics_cache_bytes=metrics_cache)
+    if args.warm_s > 0:
+        from marin.dashboard.results import prewarm
+
+        t0 = time.monotonic()
+        done, total = prewarm(app.state.dash, args.warm_s)
+        print(f"marin dashboard: computed the numbers of {done} of {total} experiments in "
+              f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
     collector.install()  # this process only: full collections stop stalling requests (collector.py)
     print(f"marin dashboard: serving {prefix} at http://{args.host}:{args.port}/", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -80,3 +80,22 @@ def test_a_running_experiments_numbers_are_reused_within_the_stores_ttl_only(
     dash.store.ttl = 0  # the ttl has passed: the running one is computed again, the finished one is not
     assert [results.numbers(dash, i) for i in (running, done)] == first
     assert computed == [running, done, running]
+
+
+def test_prewarm_computes_the_newest_first_so_the_first_list_pages_are_served_from_the_cache(
+    synthetic_prefix: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dash = Dashboard.open(str(synthetic_prefix), cache_ttl=60)
+    ids = _ids(dash)
+    lru = results._Lru(1 << 40)
+    monkeypatch.setattr(results, "_CACHE", lru)
+    assert results.prewarm(dash, 0.0) == (0, len(ids)) and lru.cached() == []
+    assert results.prewarm(dash, 60.0) == (len(ids), len(ids))
+    assert [k[1] for k in lru.cached()] == ids  # newest first, as the list shows them
+
+    def compute(*_: object) -> None:
+        raise AssertionError("a prewarmed experiment was computed again")
+
+    monkeypatch.setattr(results, "_compute", compute)
+    for i in ids:
+        assert results.numbers(dash, i) is lru.get((id(dash), i))[2]
