@@ -1,6 +1,10 @@
 """Calibration of the scaling fitters on real published runs (issue 34): held-out error, interval coverage.
 
-    python benchmarks/scaling_real.py [--bootstrap 200]
+    python benchmarks/scaling_real.py [--bootstrap 200] [--full runs.json.gz]
+
+The printed JSON has the summary and calibration tables and one row per forecast (its point, error, interval
+and width under the shipped settings); ``--full`` also writes each forecast under every prior and floor of
+the grids (``by_prior``, ``by_floor``), which the calibration tables are computed from.
 
 The sets (tests/data/scaling/, provenance in its README): Porian et al. 2024 (IsoFLOP sweeps on RefinedWeb and
 OpenWebText2, cosine decay to each run's own budget: final losses) and Gadre et al. 2024 (an over-training
@@ -58,6 +62,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import gzip  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
@@ -352,9 +357,20 @@ def scatter(name: str, runs: Runs, surface_sigma: float | None) -> dict[str, Any
     }
 
 
+def without_grids(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` without each forecast's ``by_prior`` and ``by_floor`` grids (about nine tenths of the
+    output; the calibration tables summarise them): what the printed JSON keeps per forecast."""
+    grids = ("by_prior", "by_floor")
+    return [{**r, "forecasts": [{k: v for k, v in f.items() if k not in grids} for f in r["forecasts"]]}
+            for r in results]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", type=int, default=200)
+    p.add_argument("--full", metavar="PATH", default=None,
+                   help="also write every forecast's interval under every prior and floor of the grids "
+                   "(gzip-compressed JSON at PATH); the printed JSON keeps the per-forecast rows without them")
     args = p.parse_args()
     t0 = time.time()
     cases = [
@@ -397,13 +413,16 @@ def main() -> None:
             for name in SETS
             for subset, runs in load(name).items()
         },
-        "runs": results,
-        "nested_runs": nested,
+        "runs": without_grids(results),
+        "nested_runs": without_grids(nested),
         "bootstrap": args.bootstrap,
         "model_error_prior": TAU_PRIOR,
         "model_error_floor_no_seeds": TAU_FLOOR_NO_SEEDS,
         "wall_s": time.time() - t0,
     }
+    if args.full:
+        with gzip.open(args.full, "wt") as f:
+            json.dump({**out, "runs": results, "nested_runs": nested}, f)
     print(json.dumps(out, indent=1))
 
 
