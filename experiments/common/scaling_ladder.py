@@ -48,7 +48,7 @@ from operators.scaling.fitstep import FitConfig, RungRun, fit_ladder
 from operators.scaling.ladder import LadderPlan
 from operators.scaling.lrcheck import TargetLrCheckConfig, check_target_lr
 from operators.scaling.prediction import PredictionConfig, TargetSpec, predict_target
-from operators.scaling.rules import RungSpec, trainer_overrides
+from operators.scaling.rules import RECIPE_V2, RungSpec, trainer_overrides
 from operators.scaling.target import (
     AfterForecastConfig,
     TargetTrainConfig,
@@ -138,8 +138,24 @@ class Ladder:
 
     @property
     def rung_steps(self) -> list[Step]:
-        """The rungs only (train + eval): run them first on a busy machine, the forecast later."""
-        return list(self.rung_evals)
+        """The rungs only (train + eval): run them first on a busy machine, the forecast later; in the
+        order of :meth:`scheduled`."""
+        return self.scheduled()[: len(self.rung_evals)]
+
+    def scheduled(self) -> list[Step]:
+        """``steps`` with the rungs' eval steps named first, seed-major (every rung's first seed, then every
+        rung's second...): what to pass to executor_main on one machine. The executor starts ready steps in
+        the order it finds them, and a rung's compiled programs do not depend on its seed, so the later
+        seeds of a shape find them in JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``)
+        instead of compiling the same program at the same time as the first seed (in ``rung_evals``' order,
+        rung-major, two workers took both seeds of a rung at once). The same steps and hashes as ``steps``."""
+        seeds = sorted({_seed_of(e.name) for e in self.rung_evals})
+        evals = sorted(self.rung_evals, key=lambda e: seeds.index(_seed_of(e.name)))  # stable in rung order
+        return [*evals, *self.steps]
+
+
+def _seed_of(step_name: str) -> int:
+    return int(step_name.rpartition("-s")[2])
 
 
 def rung_train_config(
@@ -194,8 +210,12 @@ def curve_config(
 
 
 def ladder_facts(plan: LadderPlan, target: RungSpec) -> dict[str, Any]:
-    """What a record says about the ladder behind it: the recipe, and its compute share of ``target``."""
+    """What a record says about the ladder behind it: the recipe (and, for ``delphi-v2``, the reference its
+    learning rates came from: ``v2_reference``), and its compute share of ``target``. An ``adamw-v1``
+    ladder's facts are what they were before the reference was recorded (their prediction hashes stay)."""
+    reference = {"v2_reference": plan.rules.v2_reference()} if target.recipe == RECIPE_V2 else {}
     return {
+        **reference,
         "recipe": target.recipe,
         "rungs_recipe": sorted({r.recipe for r in plan.rungs}),
         "compute_trainer": plan.ladder_compute(),

@@ -70,8 +70,10 @@ class PredictionConfig:
     end_rule: str = "law"
     """How the endpoint is forecast: ``"law"`` or ``"pre_decay_anchor"`` (:mod:`.end_rule`)."""
     ladder: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """What the ladder says about itself, recorded as ``ladder``: the ``recipe`` that trained the runs and
-    the ladder's ``compute_share`` of this target (``experiments.common.scaling_ladder.ladder_facts``)."""
+    """What the ladder says about itself, recorded as ``ladder``: the ``recipe`` that trained the runs (and
+    its learning-rate reference, ``v2_reference``, for ``delphi-v2`` ladders since the re-tune; older records
+    have none) and the ladder's ``compute_share`` of this target
+    (``experiments.common.scaling_ladder.ladder_facts``)."""
 
     def __post_init__(self) -> None:
         if self.end_rule not in END_RULES:
@@ -145,8 +147,12 @@ def ladder_lines(ladder: Mapping[str, Any]) -> tuple[str, ...]:
         return ()
     targets = ladder.get("targets") or []
     also = f" (one of {len(targets)} targets forecast by this ladder)" if len(targets) > 1 else ""
+    ref = ladder.get("v2_reference")
+    recipe = ladder["recipe"] if not ref else (
+        f"{ladder['recipe']} at {ref['multiple_of_marin']:g}x Marin's reference "
+        f"(lr_base {ref['lr_base']:.4g})")
     return (
-        f"Recipe: {ladder['recipe']}. The ladder's runs cost {ladder['compute_trainer']:.3g} FLOPs, "
+        f"Recipe: {recipe}. The ladder's runs cost {ladder['compute_trainer']:.3g} FLOPs, "
         f"{100 * ladder['compute_share']:.1f}% of this target's "
         f"{ladder['target_compute_trainer']:.3g}{also}.",
     )

@@ -91,15 +91,22 @@ class LadderRules:
     reference, no weight decay) or ``adamw-v1`` (AdamW with the preset's weight decay 0.1 and the ``lr_ref``
     rule above: every ladder before 2026-12-06)."""
     v2: DelphiV2Rule = DelphiV2Rule()
-    """The v2 rule and its reference point (Marin's: 64 x 4,096 tokens per step, 2.5e9 tokens, 0.0063);
-    re-tuning the reference on the rungs means ``dataclasses.replace(v2, lr_base=..., adam_lr_base=...)``
-    by the factor the learning-rate check found (``lr_multiples``)."""
+    """The v2 rule and its reference point (Marin's: 64 x 4,096 tokens per step, 2.5e9 tokens, 0.0063)."""
+    v2_lr_multiple: float = 1.0
+    """The v2 reference re-tuned on the rungs: both of ``v2``'s reference rates (``lr_base``,
+    ``adam_lr_base``) and their cap ``max_lr`` times this (1: Marin's), the multiple the rungs'
+    learning-rate check chose (``lr_multiples``; the reduced ladder's: experiments/exp15/analysis/
+    rung_lr_grid.py). Each record says which reference trained its ladder (``ladder.v2_reference``)."""
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
             raise ValueError(
                 f"LadderRules: recipe={self.recipe!r} is not one of {', '.join(RECIPES)}: 'delphi-v2' "
                 "trains AdamH with a rate that falls with the token horizon, 'adamw-v1' the older AdamW rule"
+            )
+        if not self.v2_lr_multiple > 0:
+            raise ValueError(
+                f"LadderRules: v2_lr_multiple={self.v2_lr_multiple} must be > 0 (1: Marin's reference)"
             )
         if self.tokens_per_param <= 0 or self.lr_ref <= 0:
             raise ValueError(
@@ -118,6 +125,24 @@ class LadderRules:
             )
         if not 0 <= self.warmup_fraction < 1 or not 0 < self.decay_fraction <= 1:
             raise ValueError("LadderRules: warmup_fraction must be in [0, 1) and decay_fraction in (0, 1]")
+
+
+    @property
+    def v2_rule(self) -> DelphiV2Rule:
+        """``v2`` at the re-tuned reference: its rates and their cap times ``v2_lr_multiple``."""
+        m, v2 = self.v2_lr_multiple, self.v2
+        if m == 1.0:
+            return v2
+        return dataclasses.replace(
+            v2, lr_base=m * v2.lr_base, adam_lr_base=m * v2.adam_lr_base, max_lr=m * v2.max_lr
+        )
+
+    def v2_reference(self) -> dict[str, Any]:
+        """What a ``delphi-v2`` record says about the reference its ladder trained at (Marin's x the
+        multiple, and the resulting base rates and cap)."""
+        v2 = self.v2_rule
+        return {"rule": "DelphiV2Rule", "multiple_of_marin": self.v2_lr_multiple, "lr_base": v2.lr_base,
+                "adam_lr_base": v2.adam_lr_base, "max_lr": v2.max_lr}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,11 +290,12 @@ def learning_rate(
     """The rung's main learning rate and its recipe's other optimizer settings.
 
     ``adamw-v1``: ``lr_ref · (B/B_ref)^0.5 · (T_ref/T)^0.3 · (d_ref/d)^0.5`` (AdamW; nothing else set).
-    ``delphi-v2``: :meth:`DelphiV2Rule.at` at the rung's batch and run length, the one implementation of
-    Delphi v2's rule (its hyperball rate as ``lr``; Adam's rate, betas, epsilon and clip in the dict)."""
+    ``delphi-v2``: :meth:`DelphiV2Rule.at` (at the ``v2_lr_multiple`` reference) at the rung's batch and run
+    length, the one implementation of Delphi v2's rule (its hyperball rate as ``lr``; Adam's rate, betas,
+    epsilon and clip in the dict)."""
     run_tokens = steps * batch_size * rules.seq_len
     if rules.recipe == RECIPE_V2:
-        hp = rules.v2.at(batch_size, rules.seq_len, run_tokens)
+        hp = rules.v2_rule.at(batch_size, rules.seq_len, run_tokens)
         return hp.lr, {
             "adam_lr": hp.adam_lr,
             "beta1": hp.beta1,

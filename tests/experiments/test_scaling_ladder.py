@@ -165,6 +165,8 @@ def test_each_target_is_frozen_before_its_run_and_every_surface_agrees(ladder: L
         assert posted["record_sha256"] == record["record_sha256"]
         assert posted["comment_created"] <= first_row["time"]
         assert record["ladder"]["recipe"] == "delphi-v2" and len(record["ladder"]["targets"]) == 3
+        # the record names the reference its rates came from: Marin's x128, re-tuned on the rungs
+        assert record["ladder"]["v2_reference"]["multiple_of_marin"] == 128.0
         step = read(f"{p[train]}/.marin/step.json")["config"]["train"]["overrides"]
         assert step["optimizer.name"] == "adamh" and "optimizer.hyperball_lr" in step
         shares.append(record["ladder"]["compute_share"])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from experiments.common.scaling_ladder import build_ladder
+from experiments.common.scaling_ladder import build_ladder, ladder_facts
 from marin import Step, identity_hash, output_path_of, this_output_path
 from marin.graph.dag import build_graph
 from operators.scaling.ladder import plan_ladder
-from operators.scaling.rules import LadderRules
+from operators.scaling.rules import RECIPE_V1, LadderRules
 from operators.tokenize import TokenizeConfig, tokenize
 from operators.train import TrainConfig, train
 
@@ -117,3 +119,38 @@ def test_the_learning_rate_multiple_is_a_field_of_the_rung_not_parsed_from_its_n
     assert {m for _, m in multiples} == {0.5, 1.0, 2.0}
     assert all(m == 1.0 for rung, m in multiples if "-lrx" not in rung)
     assert [r.lr_multiple for r in plan.lr_check] == [0.5, 2.0, 0.5, 2.0]
+
+
+def test_scheduled_names_the_rungs_first_seed_major_and_changes_no_step() -> None:
+    ladder = _ladder()
+    scheduled = ladder.scheduled()
+    evals = scheduled[: len(ladder.rung_evals)]
+    seeds = [int(e.name.rpartition("-s")[2]) for e in evals]
+    assert seeds == sorted(seeds) and set(seeds) == {0, 1}  # every rung's seed 0 before any seed 1
+    assert [e.name for e in evals if e.name.endswith("-s0")] == [
+        e.name for e in ladder.rung_evals if e.name.endswith("-s0")]  # rung order kept within a seed
+    assert scheduled[len(evals):] == ladder.steps and ladder.rung_steps == evals
+    # the same DAG, node for node, as the ladder's own leaves
+    assert {n.hash for n in build_graph(scheduled).nodes} == {n.hash for n in build_graph(ladder.steps).nodes}
+
+
+def test_the_v2_reference_is_a_stated_multiple_of_marins_and_every_record_names_it() -> None:
+    marin = LadderRules(tokens_per_param=2.0, min_batch_tokens=64, seq_len=32, min_width=8, head_dim=4)
+    tuned = dataclasses.replace(marin, v2_lr_multiple=128.0)
+    plans = [plan_ladder(BASE, sizes=[1.5e3, 3e3, 6e3], seeds=[0], target=2.7e9, rules=r)
+             for r in (marin, tuned)]
+    for a, b in zip(plans[0].rungs, plans[1].rungs, strict=True):
+        assert b.lr == pytest.approx(128 * a.lr)
+        assert b.optimizer["adam_lr"] == pytest.approx(128 * a.optimizer["adam_lr"])
+    assert tuned.v2_rule.max_lr == pytest.approx(128 * marin.v2.max_lr) and marin.v2_rule is marin.v2
+    assert tuned.v2_reference() == {
+        "rule": "DelphiV2Rule", "multiple_of_marin": 128.0, "lr_base": 128 * marin.v2.lr_base,
+        "adam_lr_base": 128 * marin.v2.adam_lr_base, "max_lr": 128 * marin.v2.max_lr}
+    for f in _ladder().forecasts:
+        assert f.prediction.config.ladder["v2_reference"]["multiple_of_marin"] == 1.0
+    with pytest.raises(ValueError, match="v2_lr_multiple=0.0 must be > 0"):
+        LadderRules(v2_lr_multiple=0.0)
+    # an adamw-v1 ladder's facts are what they were (its prediction hashes stay)
+    v1 = dataclasses.replace(marin, recipe=RECIPE_V1)
+    plan = plan_ladder(BASE, sizes=[1.5e3, 3e3, 6e3], seeds=[0], target=2.7e9, rules=v1)
+    assert "v2_reference" not in ladder_facts(plan, plan.target)

@@ -1,5 +1,5 @@
 """Small real corpora for the data operator tests: a few stdlib modules (domain python) and pydoc topics
-(prose)."""
+(prose); and the scaling tests' hand-written ladder (`ladder_runs`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from operators.ingest import IngestConfig, Source, ingest
+from operators.scaling.fitstep import RungRun
 from operators.train_tokenizer import TrainTokenizerConfig, train_tokenizer
+from tests.fakes.scaling_ladder import make_ladder_runs
 
 STDLIB_MODULES = ["bisect", "heapq", "colorsys", "keyword", "fnmatch", "shlex", "textwrap", "graphlib",
                   "glob",
@@ -52,3 +54,9 @@ def tokenizer_dir(dataset: str, tmp_path_factory: pytest.TempPathFactory) -> str
     out = str(tmp_path_factory.mktemp("tokenizer"))
     train_tokenizer(TrainTokenizerConfig(output_path=out, input_path=dataset, vocab_size=1024))
     return out
+
+
+@pytest.fixture
+def ladder_runs(tmp_path: Path) -> list[RungRun]:
+    """A hand-written ladder on a known law (tests/fakes/scaling_ladder.py): 5 rungs x 3 seeds."""
+    return make_ladder_runs(tmp_path)

@@ -14,7 +14,7 @@ import pytest
 from operators.scaling.fit import FitSettings, ScalingFit, fit_offset
 from operators.scaling.fitstep import FitConfig, RungRun, fit_ladder
 from operators.scaling.speedup import SPEEDUP_FILE, SpeedupConfig, compute_multiplier, score_speedup
-from tests.operators.test_scaling_ladder_ops import _curve
+from tests.fakes.scaling_ladder import curve as _curve
 
 SIZES = (2e3, 5e3, 1.2e4, 3e4, 7e4)
 NOISE = 0.004
