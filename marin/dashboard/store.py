@@ -38,15 +38,16 @@ from marin.status.damaged import damaged_message, parse_jsonl
 from marin.status.live_log import read_live_log
 from marin.storage.base import Storage
 from marin.storage.fs import storage_on
+from marin.storage.listing import WHOLE_PARENT_MIN as WHOLE_PARENT_MIN  # re-exported (older imports)
+from marin.storage.listing import whole_parents
 
 MAX_JSON_BYTES = 16 << 20
 # the engine's own records, which are JSON objects (docs/formats.md); other JSON files may be anything
 _STATE_FILE = re.compile(
     r"(/\.marin/(status|step|lease|interruptions|progress)\.json|/experiments/[^/]+\.json)$")
-WHOLE_PARENT_MIN = 8
-"""`read_json_many` lists a parent directory whole (recursively, once per `ttl`) when at least this many of
-the files asked for lie under it and they come from at least half of its entries (the plan's rule,
-marin/graph/plan.py); otherwise each file is read."""
+# `read_json_many` lists a parent directory whole (recursively, once per `ttl`) when at least WHOLE_PARENT_MIN
+# of the files asked for lie under it and they come from at least half of its entries: the plan's rule, one
+# implementation (marin/storage/listing.py `whole_parents`); otherwise each file is read.
 SPLIT_LISTING = 256
 """On an object store, `listing` of a directory with more entries than this lists groups of them concurrently
 (`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries (one delimited listing, cached
@@ -491,8 +492,7 @@ class PrefixStore:
         for rel, parent in files:
             first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
             by_parent.setdefault(parent, set()).add(first)
-        whole = [p for p, under in by_parent.items()
-                 if len(under) >= WHOLE_PARENT_MIN and _clean(p) and 2 * len(under) >= len(self.names(p))]
+        whole = whole_parents(by_parent, lambda p: len(self.names(p)), allowed=_clean)
         return {p: self.listing(p) for p in whole}
 
     def _read_batch(self, files: list[tuple[str, dict[str, Any] | None]], now: float) -> dict[str, Any]:

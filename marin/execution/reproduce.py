@@ -139,7 +139,8 @@ def interpreter(lock: dict[str, Any], src: str, workdir: str, mode: str) -> tupl
     if uv is None:
         raise ReproduceError("the current environment differs from the lock (" + "; ".join(diffs[:5])
                              + ") and uv is not installed to build one (looked on PATH, beside "
-                             f"{sys.executable} and for the uv package). Fix: install uv, or pass --env current")
+                             f"{sys.executable} and for the uv package). Fix: install uv, or pass "
+                             "--env current")
     venv = os.path.join(workdir, "venv")
     pins = [f"{n}=={v}" for n, v in (lock.get("distributions") or {}).items() if n not in own]
     # the recorded Python: this interpreter when it is that version (found without a search, offline too)
@@ -157,8 +158,9 @@ def interpreter(lock: dict[str, Any], src: str, workdir: str, mode: str) -> tupl
 
 
 def find_uv() -> str | None:
-    """The uv executable: on PATH, else beside this interpreter (a virtual environment's `bin/`, which need not
-    be on PATH), else the `uv` package's own binary (what `python -m uv` runs); None when there is none."""
+    """The uv executable: on PATH, else beside this interpreter (a virtual environment's `bin/`, which need
+    not be on PATH), else the `uv` package's own binary (what `python -m uv` runs); None when there is
+    none."""
     found = shutil.which("uv")
     if found:
         return found
