@@ -159,7 +159,8 @@ def test_the_hazard_names_foreign_threads_but_not_the_engines_own(monkeypatch: p
 
 
 def test_a_pool_of_many_threads_cannot_hide_the_odd_thread_from_the_hazard() -> None:
-    """CI ran this module beside a web server's pools: eleven threads, and the first four names alone were shown."""
+    """CI ran this module beside a web server's pools: eleven threads, and the first four names alone were
+    shown."""
     stop = threading.Event()
     pool = [threading.Thread(target=stop.wait, name=f"asyncio-portal-7f01c2782{i:03x}", daemon=True)
             for i in range(12)]
