@@ -263,10 +263,10 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
     started = time.time()
     events = None
     if record is not None:
-        # a step's first attempt has no events yet: its two appends skip the read-back (sf.EventWriter)
-        storage = storage_for(record.output_path)
-        events = sf.EventWriter(storage, record.output_path, fresh=record.attempt == 1)
         try:
+            # a step's first attempt has no events yet: its two appends skip the read-back (sf.EventWriter)
+            events = sf.EventWriter(storage_for(record.output_path), record.output_path,
+                                    fresh=record.attempt == 1)
             refusal = _refusal(record, delivered_once)
             if refusal is not None:
                 return refusal
