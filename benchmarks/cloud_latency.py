@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -126,10 +127,16 @@ def request_kind(data: bytes) -> str:
     gcs_list = path.rstrip("/").endswith("/o") and method == "GET"
     if "list-type" in params or "delimiter" in params or gcs_list:
         return f"{method} list"
-    name = params.get("name", [""])[0] or urllib.parse.unquote(path)  # gcs uploads name the object
+    name = params.get("name", [""])[0] or _multipart_name(data) or urllib.parse.unquote(path)  # gcs uploads
     base = urllib.parse.unquote(name).rstrip("/").rsplit("/", 1)[-1]
     known = base if base.endswith((".json", ".jsonl", ".patch")) else "other"
     return f"{method} {known}"
+
+
+def _multipart_name(data: bytes) -> str:
+    """The object a GCS multipart upload names in its JSON metadata part (when it came in the same read)."""
+    found = re.search(rb'"name"\s*:\s*"([^"]+)"', data[:4096]) if data.startswith(b"POST ") else None
+    return found.group(1).decode("utf-8", "replace") if found else ""
 
 
 def proxy_requests(endpoint: str) -> dict[str, int]:

@@ -126,8 +126,8 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
     running = found is not None and any(
         isinstance(r, dict) and r.get("status") == "RUNNING" for r in found[0].get("runs") or [])
     sig = dash.experiments.signature_of(experiment_id)
-    try:
-        verdicts = dash.store.read_json(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+    try:  # one GET on an object store, there or not (store.py `read_json_fetched`)
+        verdicts = dash.store.read_json_fetched(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
     except CorruptFileError as e:  # one problem row on the page, never a 500 (status/damaged.py)
         return _Numbers(None, [], [], None, problem=str(e))
     key = (id(dash), experiment_id)

@@ -38,15 +38,16 @@ from marin.status.damaged import damaged_message, parse_jsonl
 from marin.status.live_log import read_live_log
 from marin.storage.base import Storage
 from marin.storage.fs import storage_on
+from marin.storage.listing import WHOLE_PARENT_MIN as WHOLE_PARENT_MIN  # re-exported (older imports)
+from marin.storage.listing import whole_parents
 
 MAX_JSON_BYTES = 16 << 20
 # the engine's own records, which are JSON objects (docs/formats.md); other JSON files may be anything
 _STATE_FILE = re.compile(
     r"(/\.marin/(status|step|lease|interruptions|progress)\.json|/experiments/[^/]+\.json)$")
-WHOLE_PARENT_MIN = 8
-"""`read_json_many` lists a parent directory whole (recursively, once per `ttl`) when at least this many of
-the files asked for lie under it and they come from at least half of its entries (the plan's rule,
-marin/graph/plan.py); otherwise each file is read."""
+# `read_json_many` lists a parent directory whole (recursively, once per `ttl`) when at least WHOLE_PARENT_MIN
+# of the files asked for lie under it and they come from at least half of its entries: the plan's rule, one
+# implementation (marin/storage/listing.py `whole_parents`); otherwise each file is read.
 SPLIT_LISTING = 256
 """On an object store, `listing` of a directory with more entries than this lists groups of them concurrently
 (`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries (one delimited listing, cached
@@ -406,7 +407,11 @@ class PrefixStore:
         if fresh is not None:
             cached: dict[str, dict[str, Any]] = fresh.value
             return cached
-        names = [] if self.is_local else self.names(rel)
+        # split by names (a delimited listing first) only when it is worth it: a parent whose last listing
+        # showed few entries is listed in one go (one that grew since is split at the listing after this one)
+        before = None if self.is_local else self._listed_count(rel)
+        small = self.is_local or (before is not None and before <= SPLIT_LISTING)
+        names = [] if small else self.names(rel)
         if len(names) > SPLIT_LISTING:
             # the listing is as fresh as the names it was split by: trusted `ttl` from when they were listed
             listed = self._names_cache.get(self.full(rel))
@@ -522,12 +527,44 @@ class PrefixStore:
         for rel, parent in files:
             first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
             by_parent.setdefault(parent, set()).add(first)
-        whole = [p for p, under in by_parent.items()
-                 if len(under) >= WHOLE_PARENT_MIN and _clean(p) and 2 * len(under) >= len(self.names(p))]
+        whole = whole_parents(by_parent, self._entry_count, allowed=_clean)
         return {p: self.listing(p) for p in whole}
 
-    def _read_batch(self, files: list[tuple[str, dict[str, Any] | None]], now: float) -> dict[str, Any]:
-        """Read and parse `files` (rel, its listed info or None) in one `Storage.read_many`, caching each."""
+    def _entry_count(self, rel: str) -> int:
+        """How many entries the directory `rel` has, for deciding how to read under it (never what is read):
+        from its last recursive listing when there is one, even one past `ttl` (the listing made next is fresh
+        either way; a parent that grew is counted anew at that listing), else from its names (a delimited
+        listing: on an object store one more round trip before the listing itself)."""
+        listed = self._listed_count(rel)
+        return len(self.names(rel)) if listed is None else listed
+
+    def _listed_count(self, rel: str) -> int | None:
+        """The number of entries of `rel` its last recursive listing showed (even one past `ttl`), or None."""
+        last = self._find_cache.get(self.full(rel).rstrip("/"))
+        if last is None:
+            return None
+        head = len(rel.rstrip("/")) + 1 if rel.rstrip("/") else 0
+        return len({name[head:].split("/", 1)[0] for name in last.value})
+
+    def read_json_fetched(self, rel: str) -> Any:
+        """`read_json` of a file that is often absent (an experiment's verdicts.json), as fresh: on an object
+        store one GET of the body whether it is there or not, where `read_json`'s stat of an absent object
+        costs a metadata GET and then a directory listing, one after the other. Raises CorruptFileError."""
+        if self.is_local:
+            return self.read_json(rel)
+        now = time.monotonic()
+        fresh = self._fresh(self._cache, self.full(rel), now)
+        if fresh is not None:
+            return fresh.value
+        value = self._read_batch([(rel, None)], now, one=True)[rel]
+        if isinstance(value, CorruptFileError):
+            raise value
+        return value
+
+    def _read_batch(self, files: list[tuple[str, dict[str, Any] | None]], now: float,
+                    one: bool = False) -> dict[str, Any]:
+        """Read and parse `files` (rel, its listed info or None) in one `Storage.read_many` (`one`: a single
+        file, one `read_bytes`), caching each."""
         out: dict[str, Any] = {}
         wanted = []
         for rel, info in files:
@@ -538,7 +575,8 @@ class PrefixStore:
                 wanted.append((rel, info))
         if not wanted:
             return out
-        found = self.storage.read_many([self.fs.unstrip_protocol(self.check_inside(r)) for r, _ in wanted])
+        urls = [self.fs.unstrip_protocol(self.check_inside(r)) for r, _ in wanted]
+        found = [self.storage.read_bytes(urls[0])] if one and len(urls) == 1 else self.storage.read_many(urls)
         for (rel, info), raw in zip(wanted, found, strict=True):
             full = self.full(rel)
             try:

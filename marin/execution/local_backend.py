@@ -73,7 +73,7 @@ def _worker_loop(tasks: mpc.Connection, results: mpc.Connection) -> None:
             continue
         if message is None:
             return
-        result = execute_step(*message)
+        result = execute_step(*message, delivered_once=True)  # a retry is a new attempt, never this one again
         if os.getcwd() != cwd:
             os.chdir(cwd)
         try:

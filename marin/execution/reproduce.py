@@ -9,7 +9,9 @@ record into another prefix and compare their outputs digest by digest.
    not touched) checked out at the commit, with the patch applied (`git apply --binary`).
 3. The environment: the current interpreter when its distributions and Python version match the lock
    (`environment: reused`); otherwise a fresh virtual environment built from the lock with `uv venv` and
-   `uv pip install name==version ...` (the checkout's own packages come from the checkout), or, with
+   `uv pip install name==version ...` (the checkout's own packages come from the checkout; uv is found on
+   PATH, beside this interpreter or as the `uv` package, `find_uv`; with `UV_OFFLINE=1` it installs only
+   from its cache, which is how the tests build one without network), or, with
    `--env current`, the current interpreter anyway (the differences are recorded).
 4. The run: `python SCRIPT --prefix OTHER --backend local --run-only ^name$ ...` in the checkout (its
    packages first on PYTHONPATH). Environment variables the script reads are passed through as they are now.
@@ -31,6 +33,7 @@ import glob
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -132,20 +135,45 @@ def interpreter(lock: dict[str, Any], src: str, workdir: str, mode: str) -> tupl
     diffs = [d for d in differences(lock, current) if d.split(" ", 1)[0] not in own]
     if not diffs or mode == "current":
         return sys.executable, "reused" if not diffs else "current", diffs
-    uv = shutil.which("uv")
+    uv = find_uv()
     if uv is None:
         raise ReproduceError("the current environment differs from the lock (" + "; ".join(diffs[:5])
-                             + ") and uv is not installed to build one. Fix: install uv, or pass "
+                             + ") and uv is not installed to build one (looked on PATH, beside "
+                             f"{sys.executable} and for the uv package). Fix: install uv, or pass "
                              "--env current")
     venv = os.path.join(workdir, "venv")
     pins = [f"{n}=={v}" for n, v in (lock.get("distributions") or {}).items() if n not in own]
-    for cmd in ([uv, "venv", "--quiet", "--python", str(lock.get("python")), venv],
+    # the recorded Python: this interpreter when it is that version (found without a search, offline too)
+    wanted = str(lock.get("python"))
+    python = sys.executable if wanted == platform.python_version() else wanted
+    for cmd in ([uv, "venv", "--quiet", "--python", python, venv],
                 [uv, "pip", "install", "--quiet", "--python", os.path.join(venv, "bin", "python"), *pins]):
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise ReproduceError(f"building the locked environment failed ({' '.join(cmd[:3])}): "
+            offline = " (UV_OFFLINE is set: only wheels in uv's cache can be installed)" \
+                if os.environ.get("UV_OFFLINE") else ""
+            raise ReproduceError(f"building the locked environment failed ({' '.join(cmd[1:3])}){offline}: "
                                  f"{done.stderr.strip()[-500:]}. Fix: pass --env current to use this one")
     return os.path.join(venv, "bin", "python"), "built", diffs
+
+
+def find_uv() -> str | None:
+    """The uv executable: on PATH, else beside this interpreter (a virtual environment's `bin/`, which need
+    not be on PATH), else the `uv` package's own binary (what `python -m uv` runs); None when there is
+    none."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    beside = os.path.join(os.path.dirname(sys.executable), "uv")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    try:
+        import uv as uv_package  # type: ignore[import-not-found,unused-ignore]
+
+        binary: str = uv_package.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return None
+    return binary
 
 
 def _own_distributions(src: str) -> set[str]:

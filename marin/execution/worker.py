@@ -54,14 +54,21 @@ def _holds(record: StepRecord, holder: LeaseInfo | None) -> bool:
         record.lease_acquired is None or holder.acquired == record.lease_acquired)
 
 
-def _refusal(record: StepRecord) -> AttemptResult | None:
+def _refusal(record: StepRecord, delivered_once: bool) -> AttemptResult | None:
     """None if the attempt may run. Otherwise what to report instead of running it:
     - this very attempt's SUCCESS is already recorded (Ray re-ran a task whose worker died after finishing it,
       before its result reached the executor): that result stands, and `lease_released` says whether the lease
-      is already gone;
+      is already gone; not read when the backend hands each attempt to a worker once (`delivered_once`: the
+      local backend, whose retry is a new attempt), since no earlier run of this attempt can exist;
     - the lease no longer names the executor's holding (taken over while this attempt was queued): lease lost.
     """
     storage = storage_for(record.output_path)
+    if delivered_once:
+        lease = storage.read_text(sf.lease_path(record.output_path))
+        if _holds(record, LeaseInfo.parse(lease) if lease else None):
+            return None
+        return _lease_lost("the executor no longer held the step's lease when the attempt was to start; "
+                           "it did not run")
     # both read at once (one round trip on an object store)
     status_data, lease_data = storage.read_many([sf.status_path(record.output_path),
                                                  sf.lease_path(record.output_path)])
@@ -120,8 +127,10 @@ def _lease_lost(message: str, started: float | None = None, ended: float | None 
                          message=message)
 
 
-def _record_start(record: StepRecord, started: float) -> None:
+def _record_start(record: StepRecord, started: float, events: sf.EventWriter | None = None) -> None:
     storage = storage_for(record.output_path)
+    if events is None:
+        events = sf.EventWriter(storage, record.output_path, fresh=False)
 
     def provenance() -> None:
         if record.patch is not None:  # before step.json, which names it (marin/status/lock.py)
@@ -135,8 +144,8 @@ def _record_start(record: StepRecord, started: float) -> None:
                                       status=sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
                                       executor=record.executor, previous={"created": record.created},
                                       started=started),
-              lambda: sf.append_event(storage, record.output_path, sf.RUNNING, attempt=record.attempt,
-                                      run_id=record.run_id, executor=record.executor))
+              lambda: events.append(sf.RUNNING, attempt=record.attempt, run_id=record.run_id,
+                                    executor=record.executor))
 
 
 def _record_fallbacks(record: StepRecord, started: float) -> None:
@@ -157,7 +166,7 @@ def _record_fallbacks(record: StepRecord, started: float) -> None:
               f"interruption ledger ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
 
-def _record_success(record: StepRecord, started: float, ended: float) -> bool | None:
+def _record_success(record: StepRecord, started: float, ended: float, events: sf.EventWriter) -> bool | None:
     """Write SUCCESS if the executor still holds the lease, then release the lease on its behalf.
 
     Returns None if the executor lost the lease (nothing written); otherwise whether the lease was released
@@ -181,8 +190,8 @@ def _record_success(record: StepRecord, started: float, ended: float) -> bool | 
                                       status=sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
                                       executor=record.executor, previous={"created": record.created},
                                       started=started, ended=ended, outputs=outputs),
-              lambda: sf.append_event(storage, record.output_path, sf.SUCCESS, attempt=record.attempt,
-                                      run_id=record.run_id, executor=record.executor))
+              lambda: events.append(sf.SUCCESS, attempt=record.attempt, run_id=record.run_id,
+                                    executor=record.executor))
     return storage.delete_if(lease_file, current.token)  # only if it is still the lease read above
 
 
@@ -227,6 +236,7 @@ def execute_step(
     env: Mapping[str, str],
     record: StepRecord | None = None,
     *dependencies: AttemptResult | None,
+    delivered_once: bool = False,
 ) -> AttemptResult:
     """Run one attempt of a step; never raises (the outcome is returned).
 
@@ -234,27 +244,33 @@ def execute_step(
     into a local temporary file that is uploaded when the attempt ends. `record`, when given, is written as
     described in the module docstring. `dependencies` are the results of attempts this one was queued behind
     (Ray passes them once they finished): if one of them did not succeed, `fn` is not called and the result
-    is SKIPPED - the executor decides what happens to the step.
+    is SKIPPED - the executor decides what happens to the step. `delivered_once`: the backend never runs
+    this attempt twice (the local backend; Ray may re-run a task), so no earlier run's SUCCESS is looked for.
     """
-    result = _attempt(fn, config, log_path, env, record, dependencies)
+    result = _attempt(fn, config, log_path, env, record, dependencies, delivered_once)
     if result.log_path == log_path and result.host == HOST:  # the success path makes its result whole
         return result
     return dataclasses.replace(result, log_path=log_path, host=HOST)
 
 
 def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[str, str],
-             record: StepRecord | None, dependencies: tuple[AttemptResult | None, ...]) -> AttemptResult:
+             record: StepRecord | None, dependencies: tuple[AttemptResult | None, ...],
+             delivered_once: bool) -> AttemptResult:
     not_ok = [d for d in dependencies if d is None or not d.ok]
     if not_ok:
         return AttemptResult(Outcome.SKIPPED, error_type="DependencyNotSucceeded", message=(
             f"a dependency's attempt did not succeed: {not_ok[0].message if not_ok[0] else None}"))
     started = time.time()
+    events = None
     if record is not None:
         try:
-            refusal = _refusal(record)
+            # a step's first attempt has no events yet: its two appends skip the read-back (sf.EventWriter)
+            events = sf.EventWriter(storage_for(record.output_path), record.output_path,
+                                    fresh=record.attempt == 1)
+            refusal = _refusal(record, delivered_once)
             if refusal is not None:
                 return refusal
-            _record_start(record, started)
+            _record_start(record, started, events)
         except Exception as exc:  # the status store is unreachable: the attempt fails before fn runs
             return AttemptResult.from_exception(exc, context="cannot write the step's RUNNING status",
                                                 started=started, ended=time.time())  # it started: a failure
@@ -268,9 +284,9 @@ def _attempt(fn: Callable[[Any], Any], config: Any, log_path: str, env: Mapping[
         if failure is not None:
             return AttemptResult.from_exception(failure, started=started, ended=ended)
         released = False
-        if record is not None:
+        if record is not None and events is not None:
             try:
-                recorded = _record_success(record, started, ended)
+                recorded = _record_success(record, started, ended, events)
             except Exception as exc:
                 return AttemptResult.from_exception(
                     exc, context="the step finished but its SUCCESS status could not be written",

@@ -57,7 +57,8 @@ from marin.status.files import (
 from marin.storage.base import Storage
 from marin.storage.lease import LeaseInfo
 from marin.storage.listed_cache import read_listed
-from marin.storage.listing import FileInfo
+from marin.storage.listing import WHOLE_PARENT_MIN as WHOLE_PARENT_MIN  # re-exported (tests name it here)
+from marin.storage.listing import FileInfo, whole_parents
 from marin.storage.outputs import OutputCheck, check_listed, recorded_step_facts
 
 RUN, SKIP, WAIT, BLOCKED, FAILED_ACTION = "run", "skip", "wait", "blocked", "failed"
@@ -141,9 +142,9 @@ def _map(storage: Storage, fn: Callable[[str], Any], items: Sequence[str]) -> li
         return list(pool.map(fn, items))
 
 
-WHOLE_PARENT_MIN = 8
-"""A parent directory with at least this many succeeded steps to check (and at least half of its entries) is
-listed whole, recursively, once; the others' output paths are listed one by one (marin/storage/base.py)."""
+# A parent directory with at least WHOLE_PARENT_MIN succeeded steps to check (and at least half of its
+# entries) is listed whole, recursively, once; the others' output paths are listed one by one: the rule is
+# marin/storage/listing.py's `whole_parents`, which the dashboard's store shares.
 
 
 def output_listings(storage: Storage, paths: Sequence[str], entries: dict[str, set[str]],
@@ -159,8 +160,7 @@ def output_listings(storage: Storage, paths: Sequence[str], entries: dict[str, s
     for p in paths:
         if p not in listed:
             by_parent.setdefault(posixpath.dirname(p), []).append(p)
-    whole = [d for d, ps in by_parent.items()
-             if len(ps) >= WHOLE_PARENT_MIN and 2 * len(ps) >= len(entries.get(d, ()))]
+    whole = whole_parents(by_parent, lambda d: len(entries.get(d, ())))
     single = [p for d, ps in by_parent.items() if d not in whole for p in ps] if singles else []
     found = storage.list_many(whole + single)
     out: dict[str, dict[str, FileInfo] | None] = {p: listed[p] for p in paths if p in listed}

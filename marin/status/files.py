@@ -158,11 +158,49 @@ def append_event(
     ts: float | None = None,
     **extra: Any,
 ) -> None:
-    """Append one event line to events.jsonl; `ts` defaults to the clock."""
+    """Append one event line to events.jsonl; `ts` defaults to the clock (see `EventWriter` for a writer
+    that appends more than once)."""
+    storage.append_text(events_path(output_path), _event_line(event, attempt, run_id, executor, message, ts,
+                                                              extra))
+
+
+class EventWriter:
+    """One writer's appends to a step's events.jsonl (a worker's RUNNING and SUCCESS of one attempt) that
+    remember what they wrote, so an object store is not read back before each append.
+
+    On an object store an append is a read and a rewrite (two round trips, `Storage.append_text`). Here the
+    first append of a `fresh` step (its first attempt: no events yet) is a create-if-absent that answers with
+    the object's version (`Storage.create_versioned`), and the next one rewrites that very version with one
+    more line (`Storage.replace_if`): one request each. A refused condition (the file existed, or someone
+    else appended meanwhile) falls back to the ordinary read-and-rewrite, so no line another writer added is
+    ever overwritten - a guarantee the plain read-and-rewrite does not give. On local disk every append is
+    the OS's `O_APPEND`. The file's format is unchanged."""
+
+    def __init__(self, storage: Storage, output_path: str, *, fresh: bool) -> None:
+        self.storage, self.path = storage, events_path(output_path)
+        self._create = fresh and not storage.is_local
+        self._known: tuple[str, Any] | None = None  # (the text this writer left, its version token)
+
+    def append(self, event: str, *, attempt: int, run_id: str, executor: str, message: str = "",
+               ts: float | None = None, **extra: Any) -> None:
+        line = _event_line(event, attempt, run_id, executor, message, ts, extra)
+        create, known = self._create, self._known
+        self._create, self._known = False, None
+        if create:
+            created, token = self.storage.create_versioned(self.path, line)
+            if created:
+                self._known = (line, token) if token is not None else None
+                return
+        elif known is not None and self.storage.replace_if(self.path, known[0] + line, known[1]):
+            return
+        self.storage.append_text(self.path, line)
+
+
+def _event_line(event: str, attempt: int, run_id: str, executor: str, message: str, ts: float | None,
+                extra: dict[str, Any]) -> str:
     record = {"ts": time.time() if ts is None else ts, "event": event, "attempt": attempt, "run_id": run_id,
-              "executor": executor,
-              "message": message, **extra}
-    storage.append_text(events_path(output_path), json.dumps(record) + "\n")
+              "executor": executor, "message": message, **extra}
+    return json.dumps(record) + "\n"
 
 
 def read_events(storage: Storage, output_path: str) -> list[dict[str, Any]]:

@@ -20,10 +20,24 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 CHUNK = 1 << 20
+
+WHOLE_PARENT_MIN = 8
+"""A parent directory is listed whole (recursively, once: on S3 and GCS a page per 1,000 objects) instead of
+its wanted members one by one when at least this many of them lie under it and they are at least half of its
+entries (`whole_parents`: the plan's output listings and the dashboard's `read_json_many` share it)."""
+
+
+def whole_parents(wanted: Mapping[str, Collection[Any]], entries: Callable[[str], int],
+                  allowed: Callable[[str], bool] = lambda parent: True) -> list[str]:
+    """The parents in `wanted` (parent -> the members wanted under it) worth one recursive listing: at least
+    `WHOLE_PARENT_MIN` members wanted and at least half of its entries (`entries(parent)`: how many it has,
+    asked only of a parent that passed the other checks, since it may cost a listing), and `allowed`."""
+    return [parent for parent, members in wanted.items()
+            if len(members) >= WHOLE_PARENT_MIN and allowed(parent) and 2 * len(members) >= entries(parent)]
 
 
 @dataclasses.dataclass(frozen=True)

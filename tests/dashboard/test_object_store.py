@@ -151,6 +151,42 @@ def test_experiment_page_reads_step_files_in_batches(moto_endpoint: str, tmp_pat
         assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}
 
 
+def test_a_later_load_costs_one_listing_of_the_parent_and_one_get_of_the_verdicts(moto_endpoint: str,
+                                                                                   tmp_path: Path) -> None:
+    """A later load of an experiment page lists the steps' parent once (no delimited listing of its names
+    first: its last listing says how many entries it has) and reads the experiment's absent verdicts.json
+    with a GET (a stat of an absent object is a metadata request and a directory listing)."""
+    import s3fs
+
+    from marin import ExecutorMainConfig, run_experiment
+    from tests.marin.test_plan_batching import _fan_out
+
+    result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
+                            verbose=False, script="tests/dashboard_later_load.py")
+    opts = {"endpoint_url": moto_endpoint, "key": "test", "secret": "test"}
+    fs = s3fs.S3FileSystem(**opts)
+    fs.mkdir("later-bucket")
+    fs.put(str(tmp_path / "p") + "/", "later-bucket/prefix/", recursive=True)
+    app = create_app("s3://later-bucket/prefix", cache_ttl=0, storage_options=opts)  # every load revalidates
+    calls: list[tuple[str, Any]] = []
+    store = app.state.dash.store
+    store._storage = _Counting(store.storage, calls)
+    store.fs = _Counting(store.fs, calls)
+    verdicts = f"later-bucket/prefix/experiments/{result.experiment_id}/verdicts.json"
+    page = f"/experiments/{result.experiment_id}"
+    with TestClient(app) as c:
+        first = c.get(page)
+        assert first.status_code == 200
+        calls.clear()
+        assert c.get(page).text == first.text
+        assert [(n, a) for n, a in calls if str(a).rstrip("/").endswith("prefix/fan")] == [
+            ("find", "later-bucket/prefix/fan")]
+        read = [n for n, a in calls if str(a).endswith("verdicts.json")]
+        assert read and set(read) == {"read_bytes"}  # GETs only (each view's, with a ttl of 0): no stat
+        assert store.read_json_fetched(f"experiments/{result.experiment_id}/verdicts.json") is None
+        assert not fs.exists(verdicts)
+
+
 def test_prefix_groups_cover_every_name_within_the_bound() -> None:
     from marin.dashboard.store import prefix_groups
 

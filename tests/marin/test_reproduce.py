@@ -150,3 +150,69 @@ def test_the_tutorials_tokenize_and_train_steps_reproduce_from_a_dirty_tree(
     metrics = (prefix / "b/train" / train.name / "metrics.jsonl").read_text()
     rows = [json.loads(x) for x in metrics.splitlines()]
     assert rows and all("loss" in r for r in rows if "alert" not in r)
+
+
+def runtime_lock() -> dict[str, object]:
+    """The lock of an environment that holds the project's runtime dependencies only (`pip install .`, no test
+    extras), at the versions installed here: the closure of pyproject's `dependencies` over the installed
+    distributions' metadata. dev.py installs exactly these with uv, so uv's cache holds every one of their
+    wheels; the test extras' torch and lm-eval come from pip and are not in it."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    installed = {canonicalize_name(d.metadata["Name"]): d for d in importlib.metadata.distributions()
+                 if d.metadata["Name"]}
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    todo, found = [(Requirement(r), frozenset({""})) for r in roots], {}
+    while todo:
+        req, extras = todo.pop()
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in extras):
+            continue
+        dist = installed[canonicalize_name(req.name)]
+        name = dist.metadata["Name"]
+        wanted = frozenset({"", *req.extras})
+        if name in found and wanted <= found[name][1]:
+            continue
+        found[name] = (dist.version, wanted | (found[name][1] if name in found else frozenset()))
+        todo += [(Requirement(r), found[name][1]) for r in dist.requires or []]
+    return {**environment_lock(),
+            "distributions": {n: v for n, (v, _) in sorted(found.items(), key=lambda kv: kv[0].lower())}}
+
+
+def test_uv_is_found_beside_the_interpreter_when_it_is_not_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's venv holds uv (dev.py installs it) but need not be on PATH."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = reproduce.find_uv()
+    assert found is not None and os.access(found, os.X_OK)
+    done = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("uv ")
+
+
+@pytest.mark.slow
+def test_a_run_recorded_in_another_environment_reproduces_in_one_uv_builds_offline(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The recorded lock is the project's runtime dependencies only (no torch, no pytest): this interpreter
+    does not match it, so `marin reproduce` builds a fresh environment with uv - offline, from uv's cache
+    (UV_OFFLINE=1) - and re-runs the steps in it; the outputs are identical."""
+    if reproduce.find_uv() is None:
+        pytest.fail("uv is not installed in the project's environment (dev.py installs it)")
+    run_script(repo, "experiments/hello_world.py", tmp_path / "a")
+    lock = runtime_lock()
+    assert "pytest" not in lock["distributions"] and "ray" in lock["distributions"]  # type: ignore[operator]
+    steps = sorted((tmp_path / "a/demo").glob("*/.marin/step.json"))
+    for step_json in steps:  # as if recorded on a machine with the runtime dependencies only
+        info = json.loads(step_json.read_text())
+        step_json.write_text(json.dumps({**info, "environment": lock}, indent=2))
+    experiment = json.loads(steps[0].read_text())["experiment"]
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # uv is found beside the interpreter, not on PATH
+    assert reproduce.main([experiment, "--from", str(tmp_path / "a"), "--prefix", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "environment built): IDENTICAL" in out and "identical demo/total" in out
+    recorded = json.loads((steps[0].parent / "reproductions.json").read_text())["reproductions"]
+    assert [(r["result"], r["environment"]) for r in recorded] == [("identical", "built")]

@@ -173,3 +173,45 @@ def test_a_pool_of_many_threads_cannot_hide_the_odd_thread_from_the_hazard() -> 
         assert "asyncio-portal x12" in hazard
     finally:
         stop.set()
+
+
+def test_fsspecs_io_thread_is_no_hazard_but_a_lookalike_is() -> None:
+    """fsspec resets its IO thread, loop and lock in a forked child (os.register_at_fork): the plan on a gs://
+    prefix always starts that thread, and it alone must not turn every worker into a spawned interpreter."""
+    import fsspec.asyn
+
+    fsspec.asyn.get_loop()  # starts fsspec's IO thread, as the first gcsfs/s3fs call does
+    real = fsspec.asyn.iothread[0]
+    assert real is not None and real.is_alive() and real.name == "fsspecIO"
+    assert "fsspecIO" not in (fork_hazard() or "")
+    stop = threading.Event()
+    lookalike = threading.Thread(target=stop.wait, name="fsspecIO", daemon=True)
+    lookalike.start()
+    try:
+        assert "1 other thread(s) run in this process (fsspecIO)" in (fork_hazard() or "")
+    finally:
+        stop.set()
+
+
+def test_a_worker_forked_beside_fsspecs_io_thread_uses_its_own_loop() -> None:
+    """The child of a fork taken while fsspec's IO thread runs gets a fresh loop and thread of its own."""
+    import multiprocessing
+
+    import fsspec.asyn
+
+    fsspec.asyn.get_loop()
+    parent_thread = fsspec.asyn.iothread[0]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child = pool.apply(_fresh_fsspec_loop_in_child)
+    assert child[0] and child[1] != parent_thread.native_id  # kernel thread ids: both alive, never equal
+
+
+def _fresh_fsspec_loop_in_child() -> tuple[bool, int]:
+    import asyncio
+
+    import fsspec.asyn
+
+    loop = fsspec.asyn.get_loop()
+    result = fsspec.asyn.sync(loop, asyncio.sleep, 0, result=True)
+    return bool(result), fsspec.asyn.iothread[0].native_id

@@ -39,7 +39,8 @@ def verdicts_doc(dash: Dashboard, experiment_id: str,
     if listed is not None and rel not in listed:
         return None
     try:
-        doc = dash.store.read_json(rel, info=listed[rel] if listed is not None else None)
+        doc = (dash.store.read_json(rel, info=listed[rel]) if listed is not None
+               else dash.store.read_json_fetched(rel))  # one GET, there or not
     except (CorruptFileError, UnsafePathError, OSError):
         return None  # shown as not evaluated; the file itself is visible under /files
     return doc if isinstance(doc, dict) else None
