@@ -166,15 +166,15 @@ def append_event(
 
 class EventWriter:
     """One writer's appends to a step's events.jsonl (a worker's RUNNING and SUCCESS of one attempt) that
-    remember what they wrote, so an object store is not read back before each append.
-
-    On an object store an append is a read and a rewrite (two round trips, `Storage.append_text`). Here the
-    first append of a `fresh` step (its first attempt: no events yet) is a create-if-absent that answers with
-    the object's version (`Storage.create_versioned`), and the next one rewrites that very version with one
-    more line (`Storage.replace_if`): one request each. A refused condition (the file existed, or someone
-    else appended meanwhile) falls back to the ordinary read-and-rewrite, so no line another writer added is
-    ever overwritten - a guarantee the plain read-and-rewrite does not give. On local disk every append is
-    the OS's `O_APPEND`. The file's format is unchanged."""
+    remember what they wrote, so an object store is not read back before each append. On an object store
+    an append is a read and a rewrite (two round trips, `Storage.append_text`). Here the first append of a
+    `fresh` step (its first attempt: no events yet) is a create-if-absent that answers with the object's
+    version (`Storage.create_versioned`), and the next one rewrites that very version with one more line
+    (`Storage.replace_if`): one request each. A refused condition (the file existed, or someone else
+    appended meanwhile, or a retried request of this writer that had landed) falls back to a read of the
+    file with its version and a rewrite of that version, repeated while someone else writes in between, so
+    no line another writer added is ever overwritten, and a line that is already there is not written
+    twice. On local disk every append is the OS's `O_APPEND`. The file's format is unchanged."""
 
     def __init__(self, storage: Storage, output_path: str, *, fresh: bool) -> None:
         self.storage, self.path = storage, events_path(output_path)
@@ -193,7 +193,35 @@ class EventWriter:
                 return
         elif known is not None and self.storage.replace_if(self.path, known[0] + line, known[1]):
             return
+        if self.storage.is_local:
+            self.storage.append_text(self.path, line)
+        else:
+            self._append_conditionally(line)
+
+    def _append_conditionally(self, line: str) -> None:
+        """The refused condition's way out: read the file with its version and rewrite that very version with
+        the line added, again until no one else wrote in between. A line already in the file is not added
+        twice: a conditional write whose answer was lost is retried by the client library
+        (google-cloud-storage and botocore do), and the retry's refusal does not mean the first request
+        failed. The line is unique
+        (its clock, run and attempt), so finding it means this writer's earlier request landed."""
+        for _ in range(_CONDITIONAL_TRIES):
+            found = self.storage.read_versioned(self.path)
+            if found is None:
+                created, _token = self.storage.create_versioned(self.path, line)
+                if created:
+                    return
+                continue
+            if line in found.text.splitlines(keepends=True):
+                return
+            text = found.text if not found.text or found.text.endswith("\n") else found.text + "\n"
+            if self.storage.replace_if(self.path, text + line, found.token):
+                return
+        # contended each time: the plain read-and-rewrite, as before
         self.storage.append_text(self.path, line)
+
+
+_CONDITIONAL_TRIES = 20
 
 
 def _event_line(event: str, attempt: int, run_id: str, executor: str, message: str, ts: float | None,
