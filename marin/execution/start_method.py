@@ -8,8 +8,8 @@ millisecond per step after a few milliseconds to fork; `spawn` starts a fresh in
 step's modules, a few hundred milliseconds per worker), so it stays the rule when nothing makes it unsafe:
 
 - **fork** when the executor's thread is the only thread of the process besides the engine's own (`marin-*`
-  threads: the local backend's reaper, lease heartbeats, the log shipper, the console's progress poller) and
-  fsspec's IO thread (see below), no JAX backend is initialised in it, and Ray is not initialised in it.
+  threads: the local backend's reaper, lease heartbeats, the log shipper, the console's progress poller), no
+  JAX backend is initialised in it, and Ray is not initialised in it.
 - **spawn** otherwise, with the reason said once on stderr. A spawned worker imports the step's function by
   module and name (a script run by `marin run` or `python SCRIPT` is imported as its main module, guarded by
   `if __name__ == "__main__"`); a function defined where no module can import it (a notebook cell, `python
@@ -18,14 +18,14 @@ step's modules, a few hundred milliseconds per worker), so it stays the rule whe
 
 `MARIN_LOCAL_START` overrides the choice: `auto` (the default, as above), `fork` or `spawn`.
 
-fsspec's IO thread (`fsspecIO`, started by the first call to gcsfs or s3fs: on a `gs://` or `s3://` prefix
-the plan has always started it before the first worker) is no hazard: fsspec registers `os.register_at_fork`
-to drop its event loop, its thread and its lock in the child, which starts its own on first use, and its
-filesystem instances are cached per process id (a child never reuses the parent's sessions); the engine's own
-per-process clients are dropped the same way (storage/gcs.py). Only that very thread object
-(`fsspec.asyn.iothread[0]`) is exempt, and only while fsspec's hook is there; the asyncio threads a
-resolver starts beside it still count. Spawning instead cost each of 16 workers a fresh interpreter that
-imports marin, gcsfs and aiohttp (about 1 CPU second each on this project's 2-core machines).
+fsspec's IO thread (`fsspecIO`, started by the first call to gcsfs, s3fs or any async filesystem) counts like
+any other. fsspec drops its own loop and thread in a forked child, but an async filesystem object created
+before the fork and still held (a step module's `HTTP = fsspec.filesystem("http")` at import time) refuses to
+work in the child ("This class is not fork-safe"), while a spawned worker imports the module afresh and builds
+its own. On a `gs://` or `s3://` prefix the plan has started that thread, so workers are spawned there;
+`MARIN_LOCAL_START=fork` forks them anyway for steps that hold no such object (a 200-step no-op fan-out on
+fake-gcs-server at 30 ms per request: 90 -> 22 s wall, 25.2 -> 6.6 CPU s, load 12-17; each spawned worker
+imports marin, gcsfs and aiohttp, about 1 CPU second).
 
 Threads outside Python (a C library's pool, such as OpenBLAS's after `import numpy`) are not counted:
 they are invisible to `threading`, and the common ones re-initialise themselves in a forked child
@@ -63,9 +63,8 @@ def _families(names: list[str]) -> str:
 def fork_hazard() -> str | None:
     """Why forking this process now could hand the child a lock held forever; None when nothing is known."""
     here = threading.current_thread()
-    exempt = _fsspec_io_thread()
     others = [t.name for t in threading.enumerate()
-              if t is not here and t is not exempt and not t.name.startswith(OWN_THREAD_PREFIX)]
+              if t is not here and not t.name.startswith(OWN_THREAD_PREFIX)]
     reasons = []
     if others:
         reasons.append(f"{len(others)} other thread(s) run in this process ({_families(others)})")
@@ -78,16 +77,6 @@ def fork_hazard() -> str | None:
     if callable(is_initialized) and is_initialized():
         reasons.append("Ray is initialised in this process")
     return "; ".join(reasons) or None
-
-
-def _fsspec_io_thread() -> threading.Thread | None:
-    """fsspec's IO thread when fsspec resets it in a forked child (its `reset_after_fork` hook), else None."""
-    asyn = sys.modules.get("fsspec.asyn")
-    if asyn is None or not callable(getattr(asyn, "reset_after_fork", None)):
-        return None
-    holder = getattr(asyn, "iothread", None)
-    thread = holder[0] if isinstance(holder, list) and holder else None
-    return thread if isinstance(thread, threading.Thread) else None
 
 
 def start_method() -> tuple[str, str | None]:
