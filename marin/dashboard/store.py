@@ -164,6 +164,9 @@ def _local_ls(path: str) -> list[dict[str, Any]]:
     return out
 
 
+_FETCHED = ("fetched without listing info",)  # see `_read_batch`
+
+
 class PrefixStore:
     """A read-only, cached view of one prefix."""
 
@@ -589,8 +592,10 @@ class PrefixStore:
             entry = self._cache.get(full)
             if entry is not None and entry.value == value:
                 value = entry.value  # the same object as before: views cached on it stay valid (results.py)
-            self._cache[full] = _Entry(signature(info) if info is not None and raw is not None else None, now,
-                                       value)
+            # a body read without its listing info gets a signature no stat matches: an absent file's (None)
+            # must not revive it once it is deleted, nor a present file's skip the re-read
+            sig = None if raw is None else signature(info) if info is not None else _FETCHED
+            self._cache[full] = _Entry(sig, now, value)
             out[rel] = value
         return out
 

@@ -182,3 +182,27 @@ def test_read_json_many_is_as_fresh_as_read_json(tmp_path: Path) -> None:
     assert again["alone/x/.marin/status.json"] == {"status": "SUCCESS"}
     assert again["fan/s0/.marin/status.json"] is first["fan/s0/.marin/status.json"]
     assert isinstance(again["fan/s3/.marin/status.json"], CorruptFileError)
+
+
+def test_a_file_read_without_its_listing_info_is_not_served_once_deleted() -> None:
+    """Review of issue 35: a body fetched without listing info was cached under the absent file's signature,
+    so once the file was deleted every later read matched it and served the old value, forever."""
+    import uuid
+
+    import fsspec
+
+    from marin.dashboard.store import PrefixStore
+
+    fs = fsspec.filesystem("memory")
+    root = f"/stale-{uuid.uuid4().hex[:8]}"
+    fs.pipe(f"{root}/experiments/e1/verdicts.json", b'{"outcome": "worked"}')
+    store = PrefixStore(f"memory://{root}", ttl=0.05)
+    assert store.read_json_fetched("experiments/e1/verdicts.json") == {"outcome": "worked"}
+    fs.rm(f"{root}/experiments/e1/verdicts.json")
+    time.sleep(0.1)
+    assert store.read_json("experiments/e1/verdicts.json") is None
+    time.sleep(0.1)
+    assert store.read_json_fetched("experiments/e1/verdicts.json") is None
+    fs.pipe(f"{root}/experiments/e1/verdicts.json", b'{"outcome": "did_not_work"}')
+    time.sleep(0.1)
+    assert store.read_json("experiments/e1/verdicts.json") == {"outcome": "did_not_work"}
