@@ -272,8 +272,9 @@ def choose_nearest(results: list[dict[str, Any]], grid: str, values: tuple[float
 
 
 FLOOR_RULES = {"at_least_90": choose, "nearest_90": choose_nearest}
-"""The floor's choice rules: ``at_least_90`` (the rule the shipped floor was chosen by; reported as
-``floor_calibration``) and ``nearest_90`` (``floor_calibration_nearest``)."""
+"""The floor's choice rules: ``at_least_90`` (the rule the floor of rules ``issue-34/2`` was chosen by;
+reported as ``floor_calibration``) and ``nearest_90`` (the rule the shipped floor, rules ``issue-34/3``, was
+chosen by, adopted after the first rule's in-sample 1.0 was seen; ``floor_calibration_nearest``)."""
 
 
 def floor_calibration(results: list[dict[str, Any]], rule: str = "at_least_90") -> dict[str, Any]:

@@ -45,6 +45,10 @@ PREDICTION_SCHEMAS = ("marin-prediction/v1", PREDICTION_SCHEMA)
 OLD_INTERVAL_RULES = "before-issue-34"
 """What :attr:`Prediction.interval_rules` says of a record written without ``interval_rules`` (operators'
 ``bootstrap.INTERVAL_RULES_V1``: the same text)."""
+SECOND_ISSUE34_RULES = "issue-34/2"
+"""The second interval rules of issue 34 (operators' ``bootstrap.INTERVAL_RULES_ISSUE34_SECOND``), replaced
+by ``issue-34/3`` (a floor of 0.5% per decade instead of 0.75%): a record made under them says so when
+shown."""
 FIRST_ISSUE34_RULES = "issue-34"
 """The first interval rules of issue 34 (operators' ``bootstrap.INTERVAL_RULES_ISSUE34_FIRST``), replaced by
 ``issue-34/2``: a record made under them says so when shown."""
@@ -219,6 +223,12 @@ class Prediction:
 
     def rules_line(self) -> str | None:
         """A line for a surface to show under a forecast made under earlier interval rules; None otherwise."""
+        if self.interval_rules == SECOND_ISSUE34_RULES:
+            return (
+                "Made under issue 34's second interval rules: where the ladder had no seeds, its model error "
+                "had a floor of 0.75% per decade (now 0.5%, chosen by coverage nearest 90% on published "
+                "ladders); otherwise as now."
+            )
         if self.interval_rules == FIRST_ISSUE34_RULES:
             return (
                 "Made under issue 34's first interval rules: where the ladder had no seeds, its model error "

@@ -68,7 +68,7 @@ def test_three_budgets_of_one_run_get_the_prior_sigma_never_a_zero_width_interva
     assert record["sigma_dof"] == 0 and record["sigma_estimate"] is None
     assert record["sigma_log"] == pytest.approx(0.005)
     assert record["sigma_prior"] == {"sigma": 0.005, "dof": 2.0}
-    assert record["interval_rules"] == "issue-34/2"
+    assert record["interval_rules"] == "issue-34/3"
     for single in (False, True):
         point, low, high = fit.predict(1e18, single_run=single)
         assert (high - low) / point > 0.01  # a decade past the top of three exact points

@@ -56,7 +56,7 @@ def test_real_sub_ladders_never_crash_and_never_give_a_degenerate_interval(name:
         point, low, high = fit.predict(target, single_run=single)
         assert all(math.isfinite(v) for v in (point, low, high)) and 0 < low < point < high
         assert (high - low) / point >= 0.01, f"{name}: a {(high - low) / point:.3%} interval at 10x"
-    # one run per budget: the model error has its floor, the mean's interval is one run's (rules issue-34/2)
+    # one run per budget: the model error has its floor, the mean's interval is one run's (rules issue-34/3)
     assert fit.model_error is not None and fit.model_error.applied >= TAU_FLOOR_NO_SEEDS
     assert fit.predict(target) == fit.predict(target, single_run=True)
 

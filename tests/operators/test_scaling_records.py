@@ -253,11 +253,11 @@ def test_prediction_records_its_interval_rules_model_error_and_the_gates_that_fi
     predict_target(_prediction_config(tmp_path))
     record = read_sealed(str(tmp_path / "prediction" / PREDICTION_FILE))
     typed = Prediction.from_json(record)
-    assert record["interval_rules"] == typed.interval_rules == "issue-34/2" and typed.rules_line() is None
+    assert record["interval_rules"] == typed.interval_rules == "issue-34/3" and typed.rules_line() is None
     assert record["gates_flagged"] == list(typed.gates_flagged)
     assert typed.flagged == bool(record["warnings"]) == bool(record["gates_flagged"])
     end = record["points"][-1]
     # the target is past the ladder
-    assert end["interval_rules"] == "issue-34/2" and end["model_error_log"] > 0
+    assert end["interval_rules"] == "issue-34/3" and end["model_error_log"] > 0
     fit = read_json(str(tmp_path / "fit" / "fit.json"))["fractions"][-1]["fit"]
     assert fit["model_error"]["tau_per_decade"] > 0 and fit["sigma_prior"] == {"sigma": 0.005, "dof": 2.0}

@@ -241,7 +241,7 @@ def test_every_listing_surface_marks_fired_gates_and_the_old_interval_rules(
     old = _record()  # no interval_rules: made before issue 34
     body = {k: v for k, v in old.items() if k != "record_sha256"}
     new = seal({**body, "warnings": ["the top rung left the law"],
-                "interval_rules": "issue-34/2", "gates_flagged": ["backtest_top_rung"]})
+                "interval_rules": "issue-34/3", "gates_flagged": ["backtest_top_rung"]})
     _write(tmp_path / "old/prediction/prediction.json", old)
     _write(tmp_path / "new/prediction/prediction.json", new)
     rows = {r["path"].split("/")[-3]: r for r in list_predictions(str(tmp_path))["predictions"]}
@@ -259,3 +259,6 @@ def test_every_listing_surface_marks_fired_gates_and_the_old_interval_rules(
     # a record made under issue 34's first rules says so too, with its own line
     first = Prediction.from_json(seal({**body, "interval_rules": "issue-34"})).rules_line()
     assert first and first != rules and "first interval rules" in first
+    # and one made under the second (the 0.75% floor), with its own line
+    second = Prediction.from_json(seal({**body, "interval_rules": "issue-34/2"})).rules_line()
+    assert second and second not in (first, rules) and "0.75% per decade" in second
