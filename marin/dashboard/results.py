@@ -21,6 +21,7 @@ whose experiments come and go does not grow."""
 from __future__ import annotations
 
 import posixpath
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -185,17 +186,20 @@ def prewarm(dash: Dashboard, budget_s: float) -> tuple[int, int]:
     ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
     todo = ids if dash.store.is_local else ids[:WARM_REMOTE]
     done = 0
-    for batch_start in range(0, len(todo), 25):  # a list page's worth: its verdicts read in one batch
-        if time.monotonic() >= deadline:
-            break
-        batch = todo[batch_start:batch_start + 25]
-        try:
+    try:
+        for batch_start in range(0, len(todo), 25):  # a list page's worth: its verdicts read in one batch
+            batch = todo[batch_start:batch_start + 25]
+            if time.monotonic() >= deadline:
+                break
             read_verdicts(dash, batch)
             for experiment_id in batch:
+                if time.monotonic() >= deadline:
+                    return done, len(ids)
                 numbers(dash, experiment_id)
                 done += 1
-        except (OSError, ValueError):
-            break  # the request that needs it computes it and reports why
+    except Exception as e:  # noqa: BLE001 - never keeps the server from starting: the request reports it
+        print(f"marin dashboard: computing the experiments' numbers before serving stopped: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
     return done, len(ids)
 
 
