@@ -1,9 +1,10 @@
 """`marin publish`: the static site of the experiments a policy makes public, built incrementally.
 
 Every page but the site's own few (index, interruption timeline, data cards) is the public dashboard's page
-at the same URL, rendered in-process through the same app, templates and partials (marin.publish.serve), so
-the site and `marin dashboard --public` cannot disagree; `links.rewrite` then makes its links relative and
-keeps only the scripts that need no server. The stylesheet is the dashboard's own app.css, copied.
+at the same URL, rendered in-process by the same route function, readers, templates and partials
+(marin.publish.render), so the site and `marin dashboard --public` cannot disagree; `links.rewrite` then
+makes its links relative and keeps only the scripts that need no server. The stylesheet is the dashboard's
+own app.css, copied.
 
 Incremental: each page has a digest of the inputs it renders (the size and mtime/etag of every file of its
 steps, its manifest and verdicts, the pages it depends on, the redactor's fingerprint and the renderer's
@@ -146,7 +147,7 @@ class Site:
         self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
         self.dash = self.app.state.dash
         self.redactor: Redactor = self.app.state.redactor
-        self.client = AppPages(self.app)
+        self.client = AppPages(self.app, policy)
         self.fs, self.root = fsspec.core.url_to_fs(self.out)
         self.index: PublicIndex = self.dash.experiments
         self.index.refresh()
@@ -437,12 +438,9 @@ class Site:
         return data.get("pages", {}) if isinstance(data, dict) else {}
 
     def _render(self, page: Page, published: Callable[[str], bool], targets: set[str]) -> str | None:
-        if page.render is not None:
-            text = page.render()
-        else:
-            status, text = self.client.get(page.url)
-            if status != 200:
-                return None
+        text = page.render() if page.render is not None else self.client.get(page.url)
+        if text is None:
+            return None
         return rewrite(text, page.file, published, self._safe, targets)
 
     def _write(self, rel: str, data: bytes) -> None:
@@ -552,8 +550,5 @@ class Site:
 def publish(prefix: str, out: str, policy: Policy, *, anonymous: bool = False, check: bool = False,
             storage_options: dict[str, Any] | None = None, jobs: int | None = None) -> Report:
     """Build (or, with check, plan) the site of `prefix` into `out`."""
-    site = Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options)
-    try:
-        return site.build(check=check, jobs=jobs)
-    finally:
-        site.client.close()  # its event loop (a long-lived process, e.g. the run hook, builds many sites)
+    return Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options).build(check=check,
+                                                                                                 jobs=jobs)

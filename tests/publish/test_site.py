@@ -296,3 +296,30 @@ def test_a_failing_render_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
+
+
+def test_the_builder_renders_each_page_as_the_public_server_serves_it(lab: Path, tmp_path: Path) -> None:
+    """One rendering path: the builder calls the public app's route functions directly (no HTTP, no thread,
+    nothing of FastAPI patched), and gets the same text the public server answers at the same URL; what the
+    server refuses (a hidden experiment, a missing step) the builder refuses too."""
+    import fastapi.routing
+    import starlette.concurrency
+
+    from marin.publish.render import AppPages
+    from marin.publish.site import Site
+
+    policy = parse_policy({"select": {"experiments": ["exp100_*", "exp101_*", "exp102_*"]},
+                           "compare": {"pairs": [["exp100_sweep-00000000", "exp101_sweep-00000001"]]}})
+    site = Site(str(lab), str(tmp_path / "site"), policy)
+    urls = [p.url for p in site.pages() if p.render is None]
+    kinds = {u.split("/")[1].split("?")[0] for u in urls}
+    assert {"steps", "experiments", "compare", "catalogue", "predictions", "alerts"} <= kinds
+    server = TestClient(site.app)
+    pages = AppPages(site.app, policy)
+    for url in urls:
+        served = server.get(url)
+        assert served.status_code == 200, url
+        assert pages.get(url) == served.text, url
+    for refused in ("/experiments/exp103_sweep-00000003", "/steps/nowhere/x-00000000", "/compare?runs=nope"):
+        assert server.get(refused).status_code == 404 and pages.get(refused) is None
+    assert fastapi.routing.run_in_threadpool is starlette.concurrency.run_in_threadpool
