@@ -50,7 +50,7 @@ from marin.publish.render import MIN_SPLIT, AppPages, can_fork, default_jobs, re
 from marin.publish.serve import create_public_app
 from marin.status.alerts import ALERTS_FILE, WATCH_FILE
 from marin.status.manifest import EXPERIMENTS_DIR
-from openlab_records import PREDICTION_FILE, VERDICT_FILE
+from openlab_records import NOTE_FILE, PREDICTION_FILE, TRACKING_FILE, VERDICT_FILE
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE.parent / "dashboard"
@@ -61,6 +61,8 @@ STATIC = {"app.css": DASHBOARD / "static/app.css", "app.js": DASHBOARD / "static
 SITE_NAV = (("/timeline", "Interruptions"), ("/data", "Data"))
 GLOBAL = ("/", "/catalogue", "/predictions", "/alerts", "/timeline", "/data")
 CACHE_VERSION = 2
+_FORECAST_FILES = (NOTE_FILE, TRACKING_FILE, VERDICT_FILE, PREDICTION_FILE)
+"""What the step page's prediction section reads in the step's folder (dashboard.predictions.for_step)."""
 _ALERT_FILES = (ALERTS_FILE, WATCH_FILE, ".marin/status.json")
 
 
@@ -142,7 +144,9 @@ class Site:
         self.app = create_public_app(prefix, policy, anonymous=anonymous, cache_ttl=1e9,
                                      storage_options=storage_options, rate=1e9, burst=1e9)
         env: Environment = self.app.state.templates.env
-        env.globals.update(public_nav=SITE_NAV)
+        self._forecasting: set[str] = set()
+        env.globals.update(public_nav=SITE_NAV,
+                           prediction_for=self._prediction_for(env.globals["prediction_for"]))
         assert env.loader is not None
         self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
         self.dash = self.app.state.dash
@@ -240,6 +244,17 @@ class Site:
             if files:
                 yield rel, files
 
+    def _prediction_for(self, real: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+        """The step page's prediction section (the dashboard's `prediction_for`), read only for a step whose
+        folder held one of the files it reads when the prefix was listed: for any other it is None, as
+        `for_step` finds (four reads through fsspec saved on nearly every step page)."""
+        def prediction_for(prefix: str, step_path: str) -> Any:
+            if step_path in self._forecasting or step_path.startswith("/") or "://" in step_path:
+                return real(prefix, step_path)
+            return None
+
+        return prediction_for
+
     def _safe(self, segment: str) -> str:
         return self.redactor.name(segment)
 
@@ -257,6 +272,8 @@ class Site:
         exp_steps = self._steps()
         steps = {s for rels in exp_steps.values() for s in rels}
         sigs = self._signatures(steps)
+        listed = {f for rel in steps for f, _ in sigs.get(rel, ())}
+        self._forecasting = {rel for rel in steps if any(f"{rel}/{n}" in listed for n in _FORECAST_FILES)}
         raw = self._learn_steps(exp_steps, sigs)  # the redactor learns every user and host before any page
         fp = (self.redactor.fingerprint(), renderer_version())
         files_key = _h(fp, self.redactor.salt)
