@@ -44,7 +44,7 @@ from marin.errors import CorruptFileError
 from marin.publish import cards
 from marin.publish.links import file_of, rewrite
 from marin.publish.policy import Policy
-from marin.publish.public import PublicIndex
+from marin.publish.public import PublicIndex, RedactingStore
 from marin.publish.redact import Redactor
 from marin.publish.render import MIN_SPLIT, AppPages, can_fork, default_jobs, render_split
 from marin.publish.serve import create_public_app
@@ -60,7 +60,7 @@ STATIC = {"app.css": DASHBOARD / "static/app.css", "app.js": DASHBOARD / "static
           "favicon.svg": DASHBOARD / "static/favicon.svg", "publish.js": HERE / "static/publish.js"}
 SITE_NAV = (("/timeline", "Interruptions"), ("/data", "Data"))
 GLOBAL = ("/", "/catalogue", "/predictions", "/alerts", "/timeline", "/data")
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 _FORECAST_FILES = (NOTE_FILE, TRACKING_FILE, VERDICT_FILE, PREDICTION_FILE)
 """What the step page's prediction section reads in the step's folder (dashboard.predictions.for_step)."""
 _ALERT_FILES = (ALERTS_FILE, WATCH_FILE, ".marin/status.json")
@@ -150,6 +150,8 @@ class Site:
         assert env.loader is not None
         self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
         self.dash = self.app.state.dash
+        assert isinstance(self.dash.store, RedactingStore)
+        self.store: RedactingStore = self.dash.store
         self.redactor: Redactor = self.app.state.redactor
         self.client = AppPages(self.app, policy)
         self.fs, self.root = fsspec.core.url_to_fs(self.out)
@@ -314,9 +316,7 @@ class Site:
                 raw[rel] = _h_plain("step", rel, sigs.get(rel, []))
                 hit = self._cache.get(rel)
                 if hit is None or hit.get("raw") != raw[rel]:
-                    info = self.dash.store.read_json(f"{rel}/.marin/step.json")
-                    names = [str(info[k]) for k in ("user", "host") if isinstance(info, dict) and info.get(k)]
-                    hit = {"raw": raw[rel], "names": names,
+                    hit = {"raw": raw[rel], "names": self.store.names_in(f"{rel}/.marin/step.json"),
                            "card": cards.data_card(self.dash.store, rel) is not None,
                            "interruptions": [asdict(i) for i in
                                              cards.interruptions(self.dash.store, rel, key)]}
