@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader
+from jinja2 import ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader
 
 from marin.compare.runs import baseline_of
 from marin.dashboard.compare_source import DashboardSource
@@ -70,6 +70,17 @@ def cache_dir() -> Path:
     """Where the builder keeps what it learnt of each step (names included: never inside the site)."""
     return Path(os.environ.get("MARIN_PUBLISH_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
                 or Path.home() / ".cache") / "marin" / "publish")
+
+
+def _bytecode_cache() -> FileSystemBytecodeCache | None:
+    """Jinja's cache of compiled templates, beside the private cache: a `marin publish` process loads the
+    templates' code instead of compiling them (each entry is checked against its template's source)."""
+    folder = cache_dir() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # no cache: the templates are compiled, as without one
+    return FileSystemBytecodeCache(str(folder))
 
 
 def _h(*parts: Any) -> str:
@@ -148,7 +159,9 @@ class Site:
         env.globals.update(public_nav=SITE_NAV,
                            prediction_for=self._prediction_for(env.globals["prediction_for"]))
         assert env.loader is not None
-        self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
+        env.bytecode_cache = _bytecode_cache()
+        self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]),
+                               bytecode_cache=env.bytecode_cache)
         self.dash = self.app.state.dash
         assert isinstance(self.dash.store, RedactingStore)
         self.store: RedactingStore = self.dash.store
