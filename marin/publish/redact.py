@@ -61,7 +61,7 @@ _GITHUB = re.compile(r"https?://(?:www\.)?github\.com/([\w.-]+)/([\w.-]+)[^\s\"'
 # redacted once per build and then found in the memo. A name, root or secret (replaced verbatim, so it could
 # match across a cut or change the `>`/`<` beside one) holding a newline, `<` or `>` turns the cutting off.
 _CUT = re.compile(r"(?<=>)([ \t]*\n)(?=[ \t]*<)")
-# The two costliest patterns are applied only between tags holding a literal each of their matches contains
+# The costliest patterns are applied only between tags holding a literal each of their matches contains
 # (`_near`): neither matches a `<` or `>`, and both treat one before or after a match as they treat the text's
 # edge (not a word character, not a character their look-behinds refuse), so applying one to each stretch
 # between tags that holds such a literal, and to nothing else, changes exactly what it changes in the whole.
@@ -69,7 +69,12 @@ _SECRET_LITERALS = ("token", "secret", "passw", "key", "credential", "auth", "co
 """Lower-case literals one of which every _SECRET_WORDS match holds (in an ASCII text, where `(?i)` is ASCII
 case-folding)."""
 _ISSUE_HASH = re.compile(r"#\d")
+_ENV_END = re.compile(r"[A-Z0-9_]=")  # the end of every _ENV_ASSIGN name
 _PIECE = 512  # pieces longer than this are not memoized (they rarely repeat)
+
+
+def _env_value(m: re.Match[str]) -> str:
+    return f"{m.group(1)}={MASK}"
 
 
 def _finds(text: str, literal: str) -> list[int]:
@@ -194,7 +199,7 @@ class Redactor:
             s = _near(_SECRET_ASSIGN, self._assign, s, [i for w in _SECRET_LITERALS for i in _finds(low, w)])
         else:  # (?i) folds some non-ASCII letters onto ASCII ones (the Kelvin sign onto k): scan it all
             s = _SECRET_ASSIGN.sub(self._assign, s)
-        s = _ENV_ASSIGN.sub(lambda m: f"{m.group(1)}={MASK}", s)
+        s = _near(_ENV_ASSIGN, _env_value, s, [m.start() for m in _ENV_END.finditer(s)])
         for root in self.roots:
             s = s.replace(root + "/", "").replace(root, "(prefix)")
         if any(x in s for x in _BUCKET_LITERALS):

@@ -307,7 +307,6 @@ def test_the_builder_renders_each_page_as_the_public_server_serves_it(lab: Path,
 
     from marin.publish.render import AppPages
     from marin.publish.site import SITE_NAV, Site
-
     from tests.compare.test_fitplot import RECORD
 
     policy = parse_policy({"select": {"experiments": ["exp100_*", "exp101_*", "exp102_*"]},
