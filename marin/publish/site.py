@@ -140,6 +140,13 @@ def _inside_site(rel: str) -> bool:
 _URL_SAFE = re.compile(r"[A-Za-z0-9_.~/-]*")  # what quote(segment, safe="") leaves as it is
 
 
+def _alert_files(rel: str, files: list[Any]) -> list[Any]:
+    """The signatures of a step's alert, heartbeat and status files among those of all its files (a step's
+    files are under `rel/`: a name's tail decides, one slice per file)."""
+    n, folder = len(rel) + 1, rel + "/"
+    return [x for x in files if x[0][n:] in _ALERT_FILES and x[0].startswith(folder)]
+
+
 def _step_url(rel: str) -> str:
     if _URL_SAFE.fullmatch(rel):
         return "/steps/" + rel
@@ -367,8 +374,7 @@ class Site:
         the timeline the interruptions; the data list the cards. The index shows when it was published, so
         it is rendered every time (from each experiment's row, kept by the experiment's digest)."""
         exp_files = [(k, sigs.get(f"{EXPERIMENTS_DIR}/{k}", [])) for k in sorted(self._exp_steps)]
-        alert_files = [(rel, [x for x in sigs.get(rel, []) if x[0].removeprefix(rel + "/") in _ALERT_FILES])
-                       for rel in sorted(step_digest)]
+        alert_files = [(rel, _alert_files(rel, sigs.get(rel, []))) for rel in sorted(step_digest)]
         timeline = [(rel, self._cache[rel]["interruptions"]) for rel in sorted(step_digest)]
         watched = [rel for rel, files in alert_files if any(x[0].endswith(WATCH_FILE) for x in files)]
         digests = {"/": None,
