@@ -91,7 +91,8 @@ def _near(pattern: re.Pattern[str], repl: Callable[[re.Match[str]], str], s: str
     stretches between tags that hold a hit only."""
     if not hits:
         return s
-    out, last, n = [], 0, len(s)
+    out: list[str] = []
+    last, n = 0, len(s)
     for h in sorted(hits):
         if h < last:
             continue  # in the stretch just done

@@ -40,6 +40,7 @@ from marin.dashboard.app import ROUTERS
 from marin.execution.start_method import fork_hazard
 from marin.publish.policy import Policy
 from marin.publish.public import allowed
+from marin.publish.redact import Redactor
 
 T = TypeVar("T")
 MIN_SPLIT = 64
@@ -55,7 +56,7 @@ class AppPages:
     def __init__(self, app: Any, policy: Policy) -> None:
         self.app, self.policy = app, policy
         self.dash = app.state.dash
-        self.redactor = app.state.redactor
+        self.redactor: Redactor = app.state.redactor
         handled = [k for k in app.exception_handlers if isinstance(k, type) and k is not Exception]
         self._handled: tuple[type[BaseException], ...] = tuple(handled)
 

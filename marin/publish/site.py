@@ -163,8 +163,9 @@ class Site:
                                      storage_options=storage_options, rate=1e9, burst=1e9)
         env: Environment = self.app.state.templates.env
         self._forecasting: set[str] = set()
-        env.globals.update(public_nav=SITE_NAV,
-                           prediction_for=self._prediction_for(env.globals["prediction_for"]))
+        real = env.globals["prediction_for"]
+        assert callable(real)
+        env.globals.update(public_nav=SITE_NAV, prediction_for=self._prediction_for(real))
         assert env.loader is not None
         env.bytecode_cache = _bytecode_cache()
         self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]),
