@@ -35,6 +35,9 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+ROUTERS = tuple(m.router for m in (experiments, steps, files, issues, predictions, catalogue, alerts,
+                                   compare))
+"""The app's routers, in the order they are included (marin.publish calls the page routes' functions)."""
 _HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -91,8 +94,8 @@ def create_app(
     app.state.dash = dash or Dashboard.open(prefix, cache_ttl=cache_ttl, storage_options=storage_options,
                                             metrics_cache_bytes=metrics_cache_bytes)
     app.state.templates = templates()
-    for module in (experiments, steps, files, issues, predictions, catalogue, alerts, compare):
-        app.include_router(module.router)
+    for router in ROUTERS:
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_middleware(SecurityHeaders)
 

@@ -52,6 +52,10 @@ class RedactingStore(PrefixStore):
     redactor: Redactor
     hidden_steps: frozenset[str] = frozenset()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._names_in: dict[str, list[str]] = {}
+
     def hides(self, rel: str) -> bool:
         rel = rel.strip("/")
         while rel:
@@ -86,16 +90,24 @@ class RedactingStore(PrefixStore):
     def listing(self, rel: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in super().listing(rel).items() if not self.hides(k)}
 
-    def _learn(self, value: Any) -> None:
-        if isinstance(value, dict):
-            self.redactor.add_names(_names_of(value))
-            prov = value.get("provenance")
-            if isinstance(prov, dict):
-                self.redactor.add_names(_names_of(prov))
+    def _learn(self, value: Any) -> list[str]:
+        """Teach the redactor the names `value` (a parsed record) carries; they are returned."""
+        if not isinstance(value, dict):
+            return []
+        prov = value.get("provenance")
+        names = _names_of(value) + (_names_of(prov) if isinstance(prov, dict) else [])
+        self.redactor.add_names(names)
+        return names
+
+    def names_in(self, rel: str) -> list[str]:
+        """The private names the record at `rel` carries as written (its parsed value is redacted: a name
+        read from it would be a pseudonym), reading it if it was not read yet."""
+        self.read_json(rel)
+        return self._names_in.get(self.full(rel), [])
 
     def _parse_record(self, full: str, raw: bytes) -> Any:  # read_json and read_json_many alike
         value = super()._parse_record(full, raw)
-        self._learn(value)
+        self._names_in[full] = self._learn(value)
         return self.redactor.obj(value)
 
     def _parse_jsonl(self, full: str, info: dict[str, Any], max_bytes: int) -> JsonlRows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from marin.tracking.redact import MASK, known_secrets
@@ -61,7 +61,48 @@ _GITHUB = re.compile(r"https?://(?:www\.)?github\.com/([\w.-]+)/([\w.-]+)[^\s\"'
 # redacted once per build and then found in the memo. A name, root or secret (replaced verbatim, so it could
 # match across a cut or change the `>`/`<` beside one) holding a newline, `<` or `>` turns the cutting off.
 _CUT = re.compile(r"(?<=>)([ \t]*\n)(?=[ \t]*<)")
+# The costliest patterns are applied only between tags holding a literal each of their matches contains
+# (`_near`): neither matches a `<` or `>`, and both treat one before or after a match as they treat the text's
+# edge (not a word character, not a character their look-behinds refuse), so applying one to each stretch
+# between tags that holds such a literal, and to nothing else, changes exactly what it changes in the whole.
+_SECRET_LITERALS = ("token", "secret", "passw", "key", "credential", "auth", "cookie", "session")
+"""Lower-case literals one of which every _SECRET_WORDS match holds (in an ASCII text, where `(?i)` is ASCII
+case-folding)."""
+_ISSUE_HASH = re.compile(r"#\d")
+_ENV_END = re.compile(r"[A-Z0-9_]=")  # the end of every _ENV_ASSIGN name
 _PIECE = 512  # pieces longer than this are not memoized (they rarely repeat)
+
+
+def _env_value(m: re.Match[str]) -> str:
+    return f"{m.group(1)}={MASK}"
+
+
+def _finds(text: str, literal: str) -> list[int]:
+    out, i = [], text.find(literal)
+    while i >= 0:
+        out.append(i)
+        i = text.find(literal, i + len(literal))
+    return out
+
+
+def _near(pattern: re.Pattern[str], repl: Callable[[re.Match[str]], str], s: str, hits: list[int]) -> str:
+    """`pattern.sub(repl, s)` for a pattern whose matches never hold `<` or `>` and see either beside them as
+    the text's edge (see above), every match holding a literal found at one of `hits`: applied to the
+    stretches between tags that hold a hit only."""
+    if not hits:
+        return s
+    out: list[str] = []
+    last, n = 0, len(s)
+    for h in sorted(hits):
+        if h < last:
+            continue  # in the stretch just done
+        start = max(s.rfind("<", last, h), s.rfind(">", last, h)) + 1 or last
+        ends = [e for e in (s.find("<", h), s.find(">", h)) if e >= 0]
+        last_end = min(ends) if ends else n
+        out += (s[last:start], pattern.sub(repl, s[start:last_end]))
+        last = last_end
+    out.append(s[last:])
+    return "".join(out)
 
 
 def pseudonym(name: str, salt: str) -> str:
@@ -154,14 +195,18 @@ class Redactor:
         for pattern, literals in _MORE_CREDENTIALS:
             if any(x in s for x in literals):
                 s = pattern.sub(MASK, s)
-        s = _SECRET_ASSIGN.sub(self._assign, s)
-        s = _ENV_ASSIGN.sub(lambda m: f"{m.group(1)}={MASK}", s)
+        if s.isascii():
+            low = s.lower()
+            s = _near(_SECRET_ASSIGN, self._assign, s, [i for w in _SECRET_LITERALS for i in _finds(low, w)])
+        else:  # (?i) folds some non-ASCII letters onto ASCII ones (the Kelvin sign onto k): scan it all
+            s = _SECRET_ASSIGN.sub(self._assign, s)
+        s = _near(_ENV_ASSIGN, _env_value, s, [m.start() for m in _ENV_END.finditer(s)])
         for root in self.roots:
             s = s.replace(root + "/", "").replace(root, "(prefix)")
         if any(x in s for x in _BUCKET_LITERALS):
             s = _BUCKET.sub(MASK, s)
         s = _GITHUB.sub(self._github, s)
-        s = _ISSUE_REF.sub(self._ref, s)
+        s = _near(_ISSUE_REF, self._ref, s, [m.start() for m in _ISSUE_HASH.finditer(s)])
         s = _ABS_PATH.sub(MASK, s)
         if self._name_re is not None:
             s = self._name_re.sub(lambda m: self._names[m.group(0).lower()], s)

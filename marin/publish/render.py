@@ -1,9 +1,17 @@
-"""Rendering the site's pages: the public app called in-process, and a full build split over forked workers.
+"""Rendering the site's pages: the public dashboard's page functions called directly, and a full build split
+over forked workers.
 
-:class:`AppPages` sends each page's GET straight into the public app (ASGI) on one event loop kept for the
-whole build: the same middleware (PublicGate's URL rules and redaction), routers and templates as
-`marin dashboard --public`, without an HTTP client, a socket or a thread per request (Starlette's
-TestClient starts a portal thread for every request: about 5 ms per page, a third of the build).
+:class:`AppPages` renders each page by calling the endpoint of the public app's route that serves its URL, as
+a plain function: the route is found among the dashboard's routers (`marin.dashboard.app.ROUTERS`, matched
+by Starlette's `Route.matches`, path converters included), the page's
+dashboard readers are passed as the `dash` argument FastAPI would inject, and `request` is a Starlette
+`Request` over a scope naming the app (what the routes read: `request.app.state.templates`). So a page is
+rendered by the same route function, readers, templates and partials as `marin dashboard --public` serves
+it, and the public gate's two body rules are applied as the gate applies them (`public.allowed` refuses the
+URL, the redactor rewrites the whole text), without an event loop, an HTTP client or a worker thread per
+page. FastAPI's own dispatch (dependency solving, a thread for each sync endpoint) is not used, and nothing
+of it is patched: an exception the app turns into an error page (an exception handler's type) makes the page
+a problem of the build, any other propagates, as it would out of the app.
 
 :func:`render_split` renders a list of pages in `jobs` processes forked from the builder, after everything
 the pages share (the experiment index, the redactor's names, the store's parsed records) is in memory; each
@@ -14,97 +22,70 @@ thread running in the builder (a fork copies no threads, so a lock one held woul
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import json
 import os
 import signal
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
-from starlette.types import ASGIApp, Message
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Route
 
+from marin.dashboard.app import ROUTERS
 from marin.execution.start_method import fork_hazard
+from marin.publish.policy import Policy
+from marin.publish.public import allowed
+from marin.publish.redact import Redactor
 
 T = TypeVar("T")
 MIN_SPLIT = 64
 """Fewer pages than this are rendered in the builder itself (a fork costs more than it saves)."""
-
-
-_INLINE = contextvars.ContextVar("marin_publish_inline", default=False)
-
-
-def _inline_or(threaded: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def run_in_threadpool(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if _INLINE.get():
-            return func(*args, **kwargs)
-        return await threaded(func, *args, **kwargs)
-
-    run_in_threadpool.marin_inline = True  # type: ignore[attr-defined]
-    return run_in_threadpool
-
-
-def inline() -> None:
-    """Let :class:`AppPages` requests call the app's sync endpoints and dependencies in the event loop's
-    thread: FastAPI's `run_in_threadpool` (in the two modules that call it) is wrapped by one that does so
-    only inside an AppPages request (a context variable its request task sets); every other request, a
-    dashboard served by the same process included, still gets a worker thread. Idempotent; where FastAPI
-    no longer has that name, requests keep their threads (slower, the same pages)."""
-    import fastapi.dependencies.utils
-    import fastapi.routing
-
-    for module in (fastapi.routing, fastapi.dependencies.utils):
-        current = getattr(module, "run_in_threadpool", None)
-        if current is not None and not getattr(current, "marin_inline", False):
-            module.run_in_threadpool = _inline_or(current)  # type: ignore[attr-defined]
+QUERY_LISTS = frozenset({"runs"})
+"""The query parameters of the site's pages (`/compare?runs=A&runs=B`), all repeatable."""
 
 
 class AppPages:
-    """GET requests into an ASGI app in this thread's own event loop; (status, text) per URL."""
+    """The text of the public app's page at a URL, by a direct call of its route's endpoint (see the module
+    docstring); None where the public app would answer anything but 200."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
-        inline()
+    def __init__(self, app: Any, policy: Policy) -> None:
+        self.app, self.policy = app, policy
+        self.dash = app.state.dash
+        self.redactor: Redactor = app.state.redactor
+        handled = [k for k in app.exception_handlers if isinstance(k, type) and k is not Exception]
+        self._handled: tuple[type[BaseException], ...] = tuple(handled)
 
-    def get(self, url: str) -> tuple[int, str]:
-        if self._loop is None or self._pid != os.getpid():
-            # one loop per process: a forked worker must not share its parent's loop (their wake-up pipe is
-            # one socket, so each would swallow the other's wake-ups)
-            self._loop, self._pid = asyncio.new_event_loop(), os.getpid()
-        return self._loop.run_until_complete(self._get(url))
+    def _route(self, scope: dict[str, Any]) -> tuple[Route, dict[str, Any]]:
+        """The first route serving `scope` among the dashboard's routers, in the app's order."""
+        for route in (r for router in ROUTERS for r in router.routes):
+            if isinstance(route, Route):
+                match, child = route.matches(scope)
+                if match == Match.FULL:
+                    return route, child.get("path_params", {})
+        raise LookupError(f"no route of the public app serves {scope['path']!r}")
 
-    async def _get(self, url: str) -> tuple[int, str]:
-        _INLINE.set(True)  # this request's task only (run_until_complete wraps it in its own task)
+    def get(self, url: str) -> str | None:
         path, _, query = url.partition("?")
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-                 "scheme": "http", "path": unquote(path), "raw_path": path.encode(), "root_path": "",
-                 "query_string": query.encode(), "headers": [(b"host", b"testserver")],
-                 "client": ("127.0.0.1", 0), "server": ("testserver", 80)}
-        status, body = 0, bytearray()
-
-        async def receive() -> Message:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            elif message["type"] == "http.response.body":
-                body.extend(message.get("body", b""))
-
-        await self.app(scope, receive, send)
-        return status, body.decode("utf-8", errors="replace")
-
-    def close(self) -> None:
-        if self._loop is not None and self._pid == os.getpid():
-            self._loop.close()
-        self._loop = None
+        if not allowed(self.dash, self.policy, path, query):
+            return None  # the public gate's 404
+        scope = {"type": "http", "method": "GET", "path": unquote(path), "root_path": "", "app": self.app,
+                 "query_string": query.encode(), "headers": []}
+        route, params = self._route(scope)
+        args = parse_qs(query, keep_blank_values=True)
+        if not set(args) <= QUERY_LISTS:
+            raise ValueError(f"{url!r}: a site page has no query parameters but {sorted(QUERY_LISTS)}")
+        try:
+            response: Response = route.endpoint(request=Request(scope), dash=self.dash, **params, **args)
+        except self._handled:
+            return None  # the app's exception handlers answer these with an error page
+        if response.status_code != 200:
+            return None
+        return self.redactor.text(bytes(response.body).decode("utf-8", errors="replace"))
 
 
 def can_fork(local: bool) -> bool:

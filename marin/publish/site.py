@@ -1,9 +1,10 @@
 """`marin publish`: the static site of the experiments a policy makes public, built incrementally.
 
 Every page but the site's own few (index, interruption timeline, data cards) is the public dashboard's page
-at the same URL, rendered in-process through the same app, templates and partials (marin.publish.serve), so
-the site and `marin dashboard --public` cannot disagree; `links.rewrite` then makes its links relative and
-keeps only the scripts that need no server. The stylesheet is the dashboard's own app.css, copied.
+at the same URL, rendered in-process by the same route function, readers, templates and partials
+(marin.publish.render), so the site and `marin dashboard --public` cannot disagree; `links.rewrite` then
+makes its links relative and keeps only the scripts that need no server. The stylesheet is the dashboard's
+own app.css, copied.
 
 Incremental: each page has a digest of the inputs it renders (the size and mtime/etag of every file of its
 steps, its manifest and verdicts, the pages it depends on, the redactor's fingerprint and the renderer's
@@ -31,7 +32,7 @@ from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader
+from jinja2 import ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader
 
 from marin.compare.runs import baseline_of
 from marin.dashboard.compare_source import DashboardSource
@@ -43,13 +44,13 @@ from marin.errors import CorruptFileError
 from marin.publish import cards
 from marin.publish.links import file_of, rewrite
 from marin.publish.policy import Policy
-from marin.publish.public import PublicIndex
+from marin.publish.public import PublicIndex, RedactingStore
 from marin.publish.redact import Redactor
 from marin.publish.render import MIN_SPLIT, AppPages, can_fork, default_jobs, render_split
 from marin.publish.serve import create_public_app
 from marin.status.alerts import ALERTS_FILE, WATCH_FILE
 from marin.status.manifest import EXPERIMENTS_DIR
-from openlab_records import PREDICTION_FILE, VERDICT_FILE
+from openlab_records import NOTE_FILE, PREDICTION_FILE, TRACKING_FILE, VERDICT_FILE
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE.parent / "dashboard"
@@ -59,7 +60,9 @@ STATIC = {"app.css": DASHBOARD / "static/app.css", "app.js": DASHBOARD / "static
           "favicon.svg": DASHBOARD / "static/favicon.svg", "publish.js": HERE / "static/publish.js"}
 SITE_NAV = (("/timeline", "Interruptions"), ("/data", "Data"))
 GLOBAL = ("/", "/catalogue", "/predictions", "/alerts", "/timeline", "/data")
-CACHE_VERSION = 2
+CACHE_VERSION = 3
+_FORECAST_FILES = (NOTE_FILE, TRACKING_FILE, VERDICT_FILE, PREDICTION_FILE)
+"""What the step page's prediction section reads in the step's folder (dashboard.predictions.for_step)."""
 _ALERT_FILES = (ALERTS_FILE, WATCH_FILE, ".marin/status.json")
 
 
@@ -67,6 +70,17 @@ def cache_dir() -> Path:
     """Where the builder keeps what it learnt of each step (names included: never inside the site)."""
     return Path(os.environ.get("MARIN_PUBLISH_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
                 or Path.home() / ".cache") / "marin" / "publish")
+
+
+def _bytecode_cache() -> FileSystemBytecodeCache | None:
+    """Jinja's cache of compiled templates, beside the private cache: a `marin publish` process loads the
+    templates' code instead of compiling them (each entry is checked against its template's source)."""
+    folder = cache_dir() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # no cache: the templates are compiled, as without one
+    return FileSystemBytecodeCache(str(folder))
 
 
 def _h(*parts: Any) -> str:
@@ -126,6 +140,13 @@ def _inside_site(rel: str) -> bool:
 _URL_SAFE = re.compile(r"[A-Za-z0-9_.~/-]*")  # what quote(segment, safe="") leaves as it is
 
 
+def _alert_files(rel: str, files: list[Any]) -> list[Any]:
+    """The signatures of a step's alert, heartbeat and status files among those of all its files (a step's
+    files are under `rel/`: a name's tail decides, one slice per file)."""
+    n, folder = len(rel) + 1, rel + "/"
+    return [x for x in files if x[0][n:] in _ALERT_FILES and x[0].startswith(folder)]
+
+
 def _step_url(rel: str) -> str:
     if _URL_SAFE.fullmatch(rel):
         return "/steps/" + rel
@@ -141,12 +162,19 @@ class Site:
         self.app = create_public_app(prefix, policy, anonymous=anonymous, cache_ttl=1e9,
                                      storage_options=storage_options, rate=1e9, burst=1e9)
         env: Environment = self.app.state.templates.env
-        env.globals.update(public_nav=SITE_NAV)
+        self._forecasting: set[str] = set()
+        real = env.globals["prediction_for"]
+        assert callable(real)
+        env.globals.update(public_nav=SITE_NAV, prediction_for=self._prediction_for(real))
         assert env.loader is not None
-        self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]))
+        env.bytecode_cache = _bytecode_cache()
+        self.env = env.overlay(loader=ChoiceLoader([FileSystemLoader(HERE / "templates"), env.loader]),
+                               bytecode_cache=env.bytecode_cache)
         self.dash = self.app.state.dash
+        assert isinstance(self.dash.store, RedactingStore)
+        self.store: RedactingStore = self.dash.store
         self.redactor: Redactor = self.app.state.redactor
-        self.client = AppPages(self.app)
+        self.client = AppPages(self.app, policy)
         self.fs, self.root = fsspec.core.url_to_fs(self.out)
         self.index: PublicIndex = self.dash.experiments
         self.index.refresh()
@@ -239,6 +267,17 @@ class Site:
             if files:
                 yield rel, files
 
+    def _prediction_for(self, real: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+        """The step page's prediction section (the dashboard's `prediction_for`), read only for a step whose
+        folder held one of the files it reads when the prefix was listed: for any other it is None, as
+        `for_step` finds (four reads through fsspec saved on nearly every step page)."""
+        def prediction_for(prefix: str, step_path: str) -> Any:
+            if step_path in self._forecasting or step_path.startswith("/") or "://" in step_path:
+                return real(prefix, step_path)
+            return None
+
+        return prediction_for
+
     def _safe(self, segment: str) -> str:
         return self.redactor.name(segment)
 
@@ -256,6 +295,8 @@ class Site:
         exp_steps = self._steps()
         steps = {s for rels in exp_steps.values() for s in rels}
         sigs = self._signatures(steps)
+        listed = {f for rel in steps for f, _ in sigs.get(rel, ())}
+        self._forecasting = {rel for rel in steps if any(f"{rel}/{n}" in listed for n in _FORECAST_FILES)}
         raw = self._learn_steps(exp_steps, sigs)  # the redactor learns every user and host before any page
         fp = (self.redactor.fingerprint(), renderer_version())
         files_key = _h(fp, self.redactor.salt)
@@ -296,9 +337,7 @@ class Site:
                 raw[rel] = _h_plain("step", rel, sigs.get(rel, []))
                 hit = self._cache.get(rel)
                 if hit is None or hit.get("raw") != raw[rel]:
-                    info = self.dash.store.read_json(f"{rel}/.marin/step.json")
-                    names = [str(info[k]) for k in ("user", "host") if isinstance(info, dict) and info.get(k)]
-                    hit = {"raw": raw[rel], "names": names,
+                    hit = {"raw": raw[rel], "names": self.store.names_in(f"{rel}/.marin/step.json"),
                            "card": cards.data_card(self.dash.store, rel) is not None,
                            "interruptions": [asdict(i) for i in
                                              cards.interruptions(self.dash.store, rel, key)]}
@@ -336,8 +375,7 @@ class Site:
         the timeline the interruptions; the data list the cards. The index shows when it was published, so
         it is rendered every time (from each experiment's row, kept by the experiment's digest)."""
         exp_files = [(k, sigs.get(f"{EXPERIMENTS_DIR}/{k}", [])) for k in sorted(self._exp_steps)]
-        alert_files = [(rel, [x for x in sigs.get(rel, []) if x[0].removeprefix(rel + "/") in _ALERT_FILES])
-                       for rel in sorted(step_digest)]
+        alert_files = [(rel, _alert_files(rel, sigs.get(rel, []))) for rel in sorted(step_digest)]
         timeline = [(rel, self._cache[rel]["interruptions"]) for rel in sorted(step_digest)]
         watched = [rel for rel, files in alert_files if any(x[0].endswith(WATCH_FILE) for x in files)]
         digests = {"/": None,
@@ -437,12 +475,9 @@ class Site:
         return data.get("pages", {}) if isinstance(data, dict) else {}
 
     def _render(self, page: Page, published: Callable[[str], bool], targets: set[str]) -> str | None:
-        if page.render is not None:
-            text = page.render()
-        else:
-            status, text = self.client.get(page.url)
-            if status != 200:
-                return None
+        text = page.render() if page.render is not None else self.client.get(page.url)
+        if text is None:
+            return None
         return rewrite(text, page.file, published, self._safe, targets)
 
     def _write(self, rel: str, data: bytes) -> None:
@@ -552,8 +587,5 @@ class Site:
 def publish(prefix: str, out: str, policy: Policy, *, anonymous: bool = False, check: bool = False,
             storage_options: dict[str, Any] | None = None, jobs: int | None = None) -> Report:
     """Build (or, with check, plan) the site of `prefix` into `out`."""
-    site = Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options)
-    try:
-        return site.build(check=check, jobs=jobs)
-    finally:
-        site.client.close()  # its event loop (a long-lived process, e.g. the run hook, builds many sites)
+    return Site(prefix, out, policy, anonymous=anonymous, storage_options=storage_options).build(check=check,
+                                                                                                 jobs=jobs)

@@ -26,11 +26,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from marin.status.publisher import RunView, StepView
 from marin.tracking.base import Comment, Tracker
@@ -377,10 +379,32 @@ class PredictionPublisher:
 # ---- the calibration view ------------------------------------------------------------------------------
 
 
+def _find(fs: Any, root: str, filename: str) -> list[str]:
+    """Every file named `filename` under `root` (fs.glob's `root/**/filename`); on a local disk one os.scandir
+    walk, which does not descend into symlinked folders either (fsspec's walk stats each entry through
+    several layers: the dashboard's and the static site's predictions lists were most of their cost at
+    77,000 files)."""
+    if not isinstance(fs, LocalFileSystem):
+        return list(fs.glob(f"{root}/**/{filename}"))
+    found, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(f"{folder}/{e.name}")
+                    elif e.name == filename:
+                        found.append(f"{folder}/{e.name}")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return found
+
+
 def _records(prefix: str, filename: str) -> list[tuple[str, Any]]:
     fs, root = fsspec.core.url_to_fs(prefix)
     found = []
-    for path in sorted(fs.glob(f"{root.rstrip('/')}/**/{filename}")):
+    for path in sorted(_find(fs, root.rstrip("/"), filename)):
         if "/.marin/" in path or "/checkpoints/" in path:
             continue
         found.append(

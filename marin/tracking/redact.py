@@ -17,9 +17,10 @@ import threading
 MASK = "***"
 TOKEN_ENV_VARS = ("GITHUB_TOKEN", "GH_TOKEN", "MARIN_GITHUB_TOKEN")
 
+# each with the literals one of which every match contains: a text holding none of them is not scanned
 _PATTERNS = (
-    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{16,}\b"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}\b"),
+    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{16,}\b"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}\b"), ("github_pat_",)),
 )
 _AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?(?:token|bearer|basic)\s+)[^\s'\",}]+")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
@@ -53,9 +54,12 @@ def redact(text: str) -> str:
     """``text`` with every known secret and credential-shaped substring replaced by ``***``."""
     for secret in _known_secrets():
         text = text.replace(secret, MASK)
-    for pattern in _PATTERNS:
-        text = pattern.sub(MASK, text)
+    for pattern, literals in _PATTERNS:
+        if any(x in text for x in literals):
+            text = pattern.sub(MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
+    if "://" not in text or "@" not in text:  # both are in every match
+        return text
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
 
 

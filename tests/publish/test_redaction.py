@@ -135,3 +135,32 @@ def test_a_page_redacted_piece_by_piece_equals_the_page_redacted_whole(names: tu
         assert len(page) > 256
         assert cut.text(page) == whole._text(page)
     assert cut.text(_page(_LINES)) != _page(_LINES)
+
+
+_NEAR = ["<td>hf_token: abcdefgh</td>", "<a href='x'>token=abcdef12</a>", "api-key=zzzzzz<b>",
+         ">password: 'hunter22'<", "<code>owner/repo#12</code>", "x owner/repo#12>",
+         "<p>see acme/secret-repo#7 and a/b#1<c/d#2>e/f#3</p>",
+         "&quot;secret_key&quot;: &quot;abcd1234&quot;", "to\u212aen=abcdefgh", "<x>tokens: 1234567</x>",
+         "eos_token: abcdef", '<i title="SESSION_ID=qwertyuiop">', 'fill="#57606a">owner/x#5',
+         "Cookie:\n  zzzzzzzz>", "<b>HOME=/root/x</b>", "X_1=y AB=c>ABC=<d DEF_9=ok&x", 'run(MY_VAR="v")']
+
+
+@pytest.mark.parametrize("text", [*_NEAR, "".join(_NEAR), "\n".join(reversed(_NEAR)), "  ".join(_NEAR * 3)])
+def test_patterns_applied_between_tags_change_what_they_change_in_the_whole(text: str) -> None:
+    """The key-value secret and issue-reference patterns are applied only to the stretches between tags that
+    hold a literal of theirs (`_near`): the text is exactly what applying them to the whole gives."""
+    from marin.publish import redact
+    from marin.publish.redact import Redactor
+
+    r = Redactor(["/data/lab"], ["bob"])
+    hits = [i for w in redact._SECRET_LITERALS for i in redact._finds(text.lower(), w)]
+    whole = redact._SECRET_ASSIGN.sub(r._assign, text)
+    assert redact._near(redact._SECRET_ASSIGN, r._assign, text, hits) == whole
+    refs = [m.start() for m in redact._ISSUE_HASH.finditer(text)]
+    assert redact._near(redact._ISSUE_REF, r._ref, text, refs) == redact._ISSUE_REF.sub(r._ref, text)
+    ends = [m.start() for m in redact._ENV_END.finditer(text)]
+    assert (redact._near(redact._ENV_ASSIGN, redact._env_value, text, ends)
+            == redact._ENV_ASSIGN.sub(redact._env_value, text))
+    if len(text) > 300:  # the texts of several values: planted secrets are masked, references too
+        assert "hunter22" not in whole and "SESSION_ID=***" in whole and "***#12" in r.text(text)
+        assert "HOME=***" in r.text(text) and "DEF_9=***" in r.text(text)

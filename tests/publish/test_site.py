@@ -296,3 +296,36 @@ def test_a_failing_render_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
+
+
+def test_the_builder_renders_each_page_as_the_public_server_serves_it(lab: Path, tmp_path: Path) -> None:
+    """One rendering path: the builder calls the public app's route functions directly (no HTTP, no thread,
+    nothing of FastAPI patched), and gets the same text the public server answers at the same URL; what the
+    server refuses (a hidden experiment, a missing step) the builder refuses too."""
+    import fastapi.routing
+    import starlette.concurrency
+
+    from marin.publish.render import AppPages
+    from marin.publish.site import SITE_NAV, Site
+    from tests.compare.test_fitplot import RECORD
+
+    policy = parse_policy({"select": {"experiments": ["exp100_*", "exp101_*", "exp102_*"]},
+                           "compare": {"pairs": [["exp100_sweep-00000000", "exp101_sweep-00000001"]]}})
+    manifest = json.loads((lab / "experiments" / "exp101_sweep-00000001.json").read_text())
+    forecast = Path(next(s["output_path"] for s in manifest["steps"] if s["name"].endswith("train/model0")))
+    (forecast / "prediction.json").write_text(RECORD.read_text())  # the builder reads it for that step only
+    site = Site(str(lab), str(tmp_path / "site"), policy)
+    urls = [p.url for p in site.pages() if p.render is None]
+    kinds = {u.split("/")[1].split("?")[0] for u in urls}
+    assert {"steps", "experiments", "compare", "catalogue", "predictions", "alerts"} <= kinds
+    public = create_public_app(str(lab), policy, rate=1e9, burst=1e9)  # (no rate limit, as the builder)
+    public.state.templates.env.globals.update(public_nav=SITE_NAV)  # the site's two pages in the menu
+    server = TestClient(public)
+    pages = AppPages(site.app, policy)
+    assert all(server.get(url).status_code == 200 for url in urls)  # the server learns names as it reads
+    for url in urls:  # (the builder learnt every step's before its first page)
+        assert pages.get(url) == server.get(url).text, url
+    assert 'id="prediction"' in pages.get("/steps/" + forecast.relative_to(lab).as_posix())  # type: ignore[operator]
+    for refused in ("/experiments/exp103_sweep-00000003", "/steps/nowhere/x-00000000", "/compare?runs=nope"):
+        assert server.get(refused).status_code == 404 and pages.get(refused) is None
+    assert fastapi.routing.run_in_threadpool is starlette.concurrency.run_in_threadpool
