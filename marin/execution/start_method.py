@@ -48,6 +48,9 @@ OWN_THREAD_PREFIX = "marin-"  # the engine's own threads; they hold none of the 
 _INSTANCE_SUFFIX = re.compile(r"([-_ ]?(?:0x)?[0-9a-f]*\d[0-9a-f]*)?( \(.*\))?$")
 
 
+_MOST_FAMILIES = 24  # kinds of thread named; a process rarely has more (one test-suite worker had 9)
+
+
 def _families(names: list[str]) -> str:
     """Thread names grouped by family ("asyncio-portal-7f01..." and "asyncio-portal-7f02..." are one family,
     shown once with its count), so a pool of many threads cannot push the one odd thread out of the text."""
@@ -56,8 +59,9 @@ def _families(names: list[str]) -> str:
         family = _INSTANCE_SUFFIX.sub("", name) or name
         counts[family] = counts.get(family, 0) + 1
     ordered = sorted(counts, key=lambda f: (counts[f], f))
-    shown = [f if counts[f] == 1 else f"{f} x{counts[f]}" for f in ordered[:8]]
-    return ", ".join(shown) + (f", and {len(ordered) - 8} more kinds" if len(ordered) > 8 else "")
+    shown = [f if counts[f] == 1 else f"{f} x{counts[f]}" for f in ordered[:_MOST_FAMILIES]]
+    more = len(ordered) - _MOST_FAMILIES
+    return ", ".join(shown) + (f", and {more} more kinds" if more > 0 else "")
 
 
 def fork_hazard() -> str | None:
