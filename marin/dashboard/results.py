@@ -164,8 +164,7 @@ def warm(dash: Dashboard) -> None:
 
     def run() -> None:
         try:
-            ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
-            for experiment_id in ids if dash.store.is_local else ids[:WARM_REMOTE]:
+            for experiment_id in _to_warm(dash)[1]:
                 numbers(dash, experiment_id)
         except (OSError, ValueError):
             pass  # a prefix gone or a corrupt record: the request that needs it computes it and reports why
@@ -176,6 +175,13 @@ def warm(dash: Dashboard) -> None:
     threading.Thread(target=run, name="marin-dashboard-warm", daemon=True).start()
 
 
+def _to_warm(dash: Dashboard) -> tuple[list[str], list[str]]:
+    """(every experiment, newest first; those a warm-up computes: all on local disk, the newest `WARM_REMOTE`
+    on an object store, where each read is a request)."""
+    ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
+    return ids, ids if dash.store.is_local else ids[:WARM_REMOTE]
+
+
 def prewarm(dash: Dashboard, budget_s: float) -> tuple[int, int]:
     """Compute the numbers of the newest experiments before the server listens, for at most `budget_s`
     seconds (then the background warm-up of the first list request does the rest): the first list pages a
@@ -183,20 +189,16 @@ def prewarm(dash: Dashboard, budget_s: float) -> tuple[int, int]:
     one interpreter (each computation makes some 75 system calls, and every one gives the lock away).
     Returns (experiments computed, experiments under the prefix)."""
     deadline = time.monotonic() + budget_s
-    ids = [s.id for s in dash.experiments.query(limit=1 << 30).items]
-    todo = ids if dash.store.is_local else ids[:WARM_REMOTE]
+    ids, todo = _to_warm(dash)
     done = 0
     try:
-        for batch_start in range(0, len(todo), 25):  # a list page's worth: its verdicts read in one batch
-            batch = todo[batch_start:batch_start + 25]
+        for experiment_id in todo:
             if time.monotonic() >= deadline:
                 break
-            read_verdicts(dash, batch)
-            for experiment_id in batch:
-                if time.monotonic() >= deadline:
-                    return done, len(ids)
-                numbers(dash, experiment_id)
-                done += 1
+            if done % 25 == 0:  # a list page's worth: its verdicts read in one batch
+                read_verdicts(dash, todo[done:done + 25])
+            numbers(dash, experiment_id)
+            done += 1
     except Exception as e:  # noqa: BLE001 - never keeps the server from starting: the request reports it
         print(f"marin dashboard: computing the experiments' numbers before serving stopped: "
               f"{type(e).__name__}: {e}", file=sys.stderr)
