@@ -26,7 +26,11 @@ DECIDING = re.compile(r"(?P<metric>\S+:\S+) (?P<value>\S+) vs (?P<base>\S+) \((?
 def marin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_TUTORIAL_TEXT", "MARIN_ISSUE_REPO")}
     env.update({"MARIN_TUTORIAL_SMALL": "1", "MARIN_TRACKER_MIN_INTERVAL": "0.2",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")])})
+                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")]),
+                # the one CPU device a newcomer's machine shows, not the eight fake devices conftest.py gives
+                # the sharding tests (every step compiled and run 8-way partitioned on 2 cores); LLVM -O0 for
+                # compile time, as conftest.py sets for every test
+                "XLA_FLAGS": "--xla_backend_optimization_level=0"})
     done = subprocess.run([sys.executable, "-m", "marin", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=1500)
     assert done.returncode == 0, f"marin {' '.join(args)}:\n{done.stdout}\n{done.stderr[-5000:]}"
