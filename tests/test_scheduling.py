@@ -4,15 +4,22 @@ longest expected first, so that the slow modules do not start last."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-
-import conftest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_scopes_are_handed_out_longest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def conftest(request: pytest.FixtureRequest) -> ModuleType:
+    """The root conftest.py as pytest loaded it (the name `conftest` alone may be another directory's)."""
+    [module] = [p for p in request.config.pluginmanager.get_plugins()
+                if isinstance(p, ModuleType) and getattr(p, "__file__", None) == str(ROOT / "conftest.py")]
+    return module
+
+
+def test_scopes_are_handed_out_longest_first(conftest: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conftest, "_MODULE_SECONDS", {"tests/slow_one.py": 80, "tests/ray_a.py": 60,
                                                       "tests/ray_b.py": 50})
     queue = {  # xdist's own order: by number of tests
@@ -28,7 +35,7 @@ def test_scopes_are_handed_out_longest_first(monkeypatch: pytest.MonkeyPatch) ->
     assert conftest._expected_seconds(list(queue["ray"])) == 110  # each module once, however many tests
 
 
-def test_every_timed_module_exists() -> None:
+def test_every_timed_module_exists(conftest: ModuleType) -> None:
     missing = [m for m in conftest._MODULE_SECONDS if not (ROOT / m).is_file()]
     assert not missing, f"conftest._MODULE_SECONDS names modules that are gone (rename or drop them): " \
                         f"{missing}"
