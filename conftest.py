@@ -150,6 +150,43 @@ def fake_gcs_bucket() -> Iterator[str]:
 _RAY_MODULE = re.compile(r"^\s*import ray\b|ray_embedded|local_cluster|fakes\.ray_cluster|pytest\.mark\.ray"
                          r"|[\"']ray[\"']", re.M)
 
+# Longest first: the scopes are handed out in order of their expected time (the longest-processing-time rule),
+# so the slow modules start early and the end of the run is many short modules spread over the workers.
+# xdist's own order is by number of tests, which put the single-test newcomer path (85 s) 127th of 135 scopes
+# and the multi-host module (200-260 s, 11 tests) 40th: slow modules were handed out late, where one of them
+# could still run on one worker after the other had run out of work.
+# The seconds are whole-module times from fresh-clone runs (`--durations`, 2 loaded cores); they only order
+# the work, so a stale or missing entry costs balance, never correctness. Other modules count
+# _SECONDS_PER_TEST per test.
+_MODULE_SECONDS = {
+    "tests/marin/test_gang.py": 230,
+    "lib/moe_trainer/tests/test_multihost.py": 220,
+    "tests/experiments/test_tutorial.py": 135,
+    "tests/cluster/test_submit.py": 135,
+    "tests/experiments/test_scaling_ladder.py": 120,  # 190 s before it ran on one device
+    "tests/test_code_quality.py": 105,
+    "lib/moe_trainer/tests/test_model.py": 85,
+    "lib/moe_trainer/tests/test_train.py": 70,
+    "tests/marin/test_reproduce.py": 70,
+    "tests/experiments/test_newcomer_path.py": 65,
+    "tests/operators/test_evaluate_choices.py": 60,
+    "tests/operators/test_train_eval.py": 55,
+    "lib/moe_trainer/tests/test_accel.py": 55,
+    "tests/operators/test_train_rerun.py": 50,
+    "tests/marin/test_lost_executor.py": 46,
+    "lib/moe_trainer/tests/test_chunked_loss.py": 46,
+    "tests/marin/test_ray_backend.py": 35,
+    "tests/marin/test_ray_watchdog.py": 32,
+    "tests/marin/test_cli_conventions.py": 30,
+    "tests/health/test_training_alerts.py": 30,
+    "lib/moe_trainer/tests/test_warm_start.py": 28,
+    "tests/marin/test_interruption_ledger.py": 27,
+    "tests/publish/test_browser.py": 23,
+    "tests/dashboard/test_browser.py": 19,
+    "tests/health/test_band_alerts.py": 18,
+}
+_SECONDS_PER_TEST = 0.5
+
 
 def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
     if path not in cache:
@@ -158,20 +195,43 @@ def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
     return cache[path]
 
 
+def _expected_seconds(nodeids: list[str]) -> float:
+    """A scope's expected time: each listed module's measured time, _SECONDS_PER_TEST per other test."""
+    modules = {n.split("::", 1)[0] for n in nodeids}
+    known = sum(_MODULE_SECONDS[m] for m in modules if m in _MODULE_SECONDS)
+    return known + _SECONDS_PER_TEST * sum(n.split("::", 1)[0] not in _MODULE_SECONDS for n in nodeids)
+
+
+def _longest_first(workqueue: dict[str, dict[str, bool]]) -> list[tuple[str, dict[str, bool]]]:
+    """The scopes by expected time, longest first (ties keep xdist's order)."""
+    return sorted(workqueue.items(), key=lambda scope: -_expected_seconds(list(scope[1])))
+
+
 _GROUPS: dict[Path, str] = {}
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist may be absent or off (`-p no:xdist`)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scope scheduler with this project's scopes: a module, or "ray" for every Ray-starting module.
-    (xdist's own `loadgroup` marks do not work with pytest 9.2: node ids no longer come from `_nodeid`.)"""
+    """xdist's scope scheduler with this project's scopes (a module, or "ray" for every Ray-starting module),
+    handed out longest first. (xdist's own `loadgroup` marks do not work with pytest 9.2: node ids no longer
+    come from `_nodeid`.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     if config.getvalue("dist") == "each":
         return None  # every test on every worker: xdist's own scheduler
 
     class ModuleScheduling(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return _xdist_group(_ROOT / nodeid.split("::", 1)[0], _GROUPS)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first hand-out: the queue is complete, nothing is assigned yet
+                self.ordered = True
+                ordered = _longest_first(self.workqueue)
+                self.workqueue.clear()
+                self.workqueue.update(ordered)
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)

@@ -10,8 +10,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = "experiments/tutorials/tiny_moe.py"
@@ -23,10 +26,30 @@ DECIDING = re.compile(r"(?P<metric>\S+:\S+) (?P<value>\S+) vs (?P<base>\S+) \((?
                       r"(?P<effect>\S+), needed >= (?P<needed>\S+)\)")
 
 
+_COMPILE_CACHE: dict[str, str] = {}  # this test's persistent JAX compilation cache (set by compile_cache)
+
+
+@pytest.fixture(autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One persistent JAX compilation cache for the test's CLI runs: the experiment's evaluation step runs the
+    program the tutorial's evaluation compiled (the same model shapes), and finds it there."""
+    _COMPILE_CACHE["dir"] = str(tmp_path_factory.mktemp("newcomer-jax-cache"))
+    yield
+    _COMPILE_CACHE.clear()
+
+
 def marin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_TUTORIAL_TEXT", "MARIN_ISSUE_REPO")}
+    if "dir" in _COMPILE_CACHE:
+        env.update({"JAX_COMPILATION_CACHE_DIR": _COMPILE_CACHE["dir"],
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
     env.update({"MARIN_TUTORIAL_SMALL": "1", "MARIN_TRACKER_MIN_INTERVAL": "0.2",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")])})
+                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib/moe_trainer/src")]),
+                # the one CPU device a newcomer's machine shows, not the eight fake devices conftest.py gives
+                # the sharding tests (every step compiled and run 8-way partitioned on 2 cores); LLVM -O0 for
+                # compile time, as conftest.py sets for every test
+                "XLA_FLAGS": "--xla_backend_optimization_level=0"})
     done = subprocess.run([sys.executable, "-m", "marin", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=1500)
     assert done.returncode == 0, f"marin {' '.join(args)}:\n{done.stdout}\n{done.stderr[-5000:]}"

@@ -23,7 +23,12 @@ SCRIPT = "experiments/exp15_scaling_ladder.py"
 
 
 def marin(command: str, prefix: str, *flags: str, cache: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_") and k != "GITHUB_TOKEN"}
+    # The ladder runs in the environment of its documented command (`MARIN_LADDER_SMALL=1 python
+    # experiments/exp15_scaling_ladder.py`): exp15 sets its own XLA flags (LLVM -O0, no expensive passes),
+    # and JAX sees the one CPU device a user's run has, not the eight fake devices that conftest.py gives the
+    # sharding tests (which made each rung an 8-way partitioned program on 2 cores, compiled and run 8-way).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MARIN_") and k not in ("GITHUB_TOKEN", "XLA_FLAGS")}
     env.update(
         {
             "MARIN_LADDER_SMALL": "1",

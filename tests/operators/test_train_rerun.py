@@ -7,8 +7,10 @@ Real runs of the tiny trainer through the local backend, each in a fresh interpr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,26 @@ def train_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return write_cache(str(tmp_path_factory.mktemp("rerun-cache")), "toy", texts, shards=2)
 
 
+_COMPILE_CACHE: dict[str, str] = {}  # the module's persistent JAX compilation cache (set by compile_cache)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One persistent JAX compilation cache for this module's runs: each test's first run trains the same
+    step on the same shapes, and its re-runs load the same programs again."""
+    _COMPILE_CACHE["dir"] = str(tmp_path_factory.mktemp("rerun-jax-cache"))
+    yield
+    _COMPILE_CACHE.clear()
+
+
 def _run(prefix: Path, train_cache: str, forced: list[str]) -> tuple[dict[str, Any], str]:
+    env = dict(os.environ)
+    if "dir" in _COMPILE_CACHE:
+        env.update({"JAX_COMPILATION_CACHE_DIR": _COMPILE_CACHE["dir"],
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
     out = subprocess.run([sys.executable, "-c", RUN, str(prefix), train_cache, json.dumps(forced)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):]), out.stderr
