@@ -169,7 +169,7 @@ def test_runs_of_one_experiment_started_at_once_on_s3_all_land_in_its_manifest(s
     assert runs == {f"run-{i}": "SUCCESS" for i in range(6)}
 
 
-# ----- leases taken off the executor's loop (executor.py `_start_ready`) -------------------------------------
+# ----- leases taken off the executor's loop (executor.py `_start_ready`) ---------------------------------
 def test_a_lease_slow_to_take_holds_up_no_other_step(s3_bucket: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """`slow`'s lease is taken only once the executor has started `after`, a step that can start only when
