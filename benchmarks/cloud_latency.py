@@ -265,6 +265,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     def timed(phase: str, dry: bool) -> tuple[float, Any]:
         before = proxy_requests(args.endpoint)
         cpu0, workers0 = cpu_seconds(), cpu_seconds(children_only=True)
+        server0 = process_cpu(args.server_pid) if args.server_pid else 0.0
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
@@ -272,6 +273,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         elapsed = round(time.perf_counter() - t0, 3)
         cpu[phase] = round(cpu_seconds() - cpu0, 2)
         cpu[f"{phase}_workers"] = round(cpu_seconds(children_only=True) - workers0, 2)
+        if args.server_pid:  # fake-gcs-server takes writes one at a time: its CPU is a floor under the wall
+            cpu[f"{phase}_server"] = round(process_cpu(args.server_pid) - server0, 2)
         requests[phase] = counts_since(before, proxy_requests(args.endpoint))
         return elapsed, result
 
@@ -387,7 +390,7 @@ def noop(cfg: Config) -> None:
 
 # ----- the driver -----------------------------------------------------------------------------------------
 def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
-               args: argparse.Namespace) -> dict[str, Any]:
+               args: argparse.Namespace, server_pid: int) -> dict[str, Any]:
     env = {**os.environ, **store_env(store, endpoint),
            "PYTHONPATH": os.pathsep.join([os.path.abspath(code), os.path.join(os.path.abspath(code),
                                                                               "lib/moe_trainer/src")])}
@@ -395,7 +398,7 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
            "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
     cmd += ["--raw-input"] if args.raw_input else []
     cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
-    cmd += ["--page-gap-s", str(args.page_gap_s)]
+    cmd += ["--page-gap-s", str(args.page_gap_s), "--server-pid", str(server_pid)]
     with tempfile.TemporaryDirectory(prefix="marin-bench-cache-") as cache:
         env["MARIN_CACHE_DIR"] = cache  # a machine that never planned these steps before
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s,
@@ -423,7 +426,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                        "measured_listing_ms": measured_listing_ms(store, endpoint), "shape": shape, "n": n,
                        "code": code, "step_cpus": args.step_cpus, "concurrency": args.concurrency,
                        "load_at_start": os.getloadavg()[0]}
-                row.update(run_worker(code, store, endpoint, shape, n, args))
+                row.update(run_worker(code, store, endpoint, shape, n, args, pid))
                 # the harness's share of the machine over all phases: the store server and the proxy
                 row["server_cpu_s"] = round(process_cpu(pid) - harness0[0], 1)
                 row["proxy_cpu_s"] = round(process_cpu(os.getpid(), proxy.thread.native_id) - harness0[1], 1)
@@ -454,6 +457,7 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
+    p.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--shape", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
