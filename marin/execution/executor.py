@@ -265,8 +265,13 @@ class Executor:
         for key in keys:
             future = self._lease_pool.submit(self._lease_io, key)
             self._taking[key] = future
-            future.add_done_callback(lambda f, key=key: self.completions.put(
-                LeaseTaken(key, f.exception() or f.result())))
+            future.add_done_callback(self._post_taken(key))
+
+    def _post_taken(self, key: str) -> Callable[[Future[Taken]], None]:
+        """What posts `key`'s taken lease (or what taking it raised) to the loop once its thread is done."""
+        def post(future: Future[Taken]) -> None:
+            self.completions.put(LeaseTaken(key, future.exception() or future.result()))
+        return post
 
     def _lease_taken(self, message: LeaseTaken) -> None:
         """A lease `_start_ready` had taken off this thread: decide the step (launch it, wait for the

@@ -146,14 +146,15 @@ def _server_matches() -> bool:
     return _server.get("environ") == dict(os.environ) and _server.get("stdio") == _stdio()
 
 
-def fresh_context(forced: bool) -> tuple[multiprocessing.context.BaseContext, str]:
+def fresh_context(forced: bool) -> tuple[multiprocessing.context.SpawnContext
+                                         | multiprocessing.context.ForkServerContext, str]:
     """The multiprocessing context a spawned worker is started with, and how that is said: the spawn server
     (see the module docstring) when it can be used, else a plain spawned interpreter (always when `forced`,
     i.e. MARIN_LOCAL_START=spawn)."""
-    plain = multiprocessing.get_context("spawn"), "each a fresh interpreter"
+    plain = multiprocessing.context.SpawnContext(), "each a fresh interpreter"
     if forced or "forkserver" not in multiprocessing.get_all_start_methods():
         return plain
-    context = multiprocessing.get_context("forkserver")
+    context = multiprocessing.context.ForkServerContext()
     if not _server:
         context.set_forkserver_preload([m for m in SERVER_PRELOAD
                                         if m in sys.modules or m == SERVER_PRELOAD[0]])
