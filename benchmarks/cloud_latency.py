@@ -168,8 +168,9 @@ def wait_port(port: int, timeout: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def server(store: str) -> Iterator[int]:
-    """Start moto (s3) or fake-gcs-server (gs) on loopback with the benchmark's bucket; yields its port."""
+def server(store: str) -> Iterator[tuple[int, int]]:
+    """Start moto (s3) or fake-gcs-server (gs) on loopback with the benchmark's bucket; yields its port and
+    process id."""
     port = free_port()
     if store == "s3":
         exe = str(Path(sys.executable).with_name("moto_server"))
@@ -183,7 +184,7 @@ def server(store: str) -> Iterator[int]:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         proc.wait(30)
@@ -263,13 +264,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     def timed(phase: str, dry: bool) -> tuple[float, Any]:
         before = proxy_requests(args.endpoint)
-        cpu0 = cpu_seconds()
+        cpu0, workers0 = cpu_seconds(), cpu_seconds(children_only=True)
+        server0 = process_cpu(args.server_pid) if args.server_pid else 0.0
         t0 = time.perf_counter()
         result = run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", dry_run=dry,
                                                           max_concurrent=args.concurrency),
                                 verbose=False, script="benchmarks/cloud_latency_dag.py")
         elapsed = round(time.perf_counter() - t0, 3)
         cpu[phase] = round(cpu_seconds() - cpu0, 2)
+        cpu[f"{phase}_workers"] = round(cpu_seconds(children_only=True) - workers0, 2)
+        if args.server_pid:  # fake-gcs-server takes writes one at a time: its CPU is a floor under the wall
+            cpu[f"{phase}_server"] = round(process_cpu(args.server_pid) - server0, 2)
         requests[phase] = counts_since(before, proxy_requests(args.endpoint))
         return elapsed, result
 
@@ -296,13 +301,35 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     return {**out, "cpu_s": cpu, "requests": requests}
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its reaped children (the local backend's workers):
-    less disturbed by the machine's load than wall time (the servers and the proxy are not counted)."""
+def cpu_seconds(children_only: bool = False) -> float:
+    """User + system CPU seconds of this process and of its children (the local backend's workers: reaped
+    ones, and live ones with their own reaped children, i.e. the spawn server and the workers it forked), or
+    of the children alone (`<phase>_workers` in `cpu_s`): less disturbed by the machine's load than wall time
+    (the servers and the proxy run in another process and are not counted)."""
     import resource
 
-    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+    time.sleep(0.2)  # the spawn server reaps its ended workers on SIGCHLD: let it
+    who = [resource.RUSAGE_CHILDREN] if children_only else [resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN]
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who)) + live_children_cpu()
+
+
+def process_cpu(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (or one of its threads) in seconds, from /proc."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def live_children_cpu() -> float:
+    """utime + stime + cutime + cstime (/proc/PID/stat) of this process's live children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / tick
 
 
 def timed_status(steps: list[Any], prefix: str, endpoint: str, requests: dict[str, dict[str, int]]) -> float:
@@ -363,7 +390,7 @@ def noop(cfg: Config) -> None:
 
 # ----- the driver -----------------------------------------------------------------------------------------
 def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
-               args: argparse.Namespace) -> dict[str, Any]:
+               args: argparse.Namespace, server_pid: int) -> dict[str, Any]:
     env = {**os.environ, **store_env(store, endpoint),
            "PYTHONPATH": os.pathsep.join([os.path.abspath(code), os.path.join(os.path.abspath(code),
                                                                               "lib/moe_trainer/src")])}
@@ -371,7 +398,7 @@ def run_worker(code: str, store: str, endpoint: str, shape: str, n: int,
            "--shape", shape, "--n", str(n), "--concurrency", str(args.concurrency)]
     cmd += ["--raw-input"] if args.raw_input else []
     cmd += ["--page-loads", str(args.page_loads), "--step-cpus", str(args.step_cpus)]
-    cmd += ["--page-gap-s", str(args.page_gap_s)]
+    cmd += ["--page-gap-s", str(args.page_gap_s), "--server-pid", str(server_pid)]
     with tempfile.TemporaryDirectory(prefix="marin-bench-cache-") as cache:
         env["MARIN_CACHE_DIR"] = cache  # a machine that never planned these steps before
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s,
@@ -390,15 +417,19 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         for code in args.code:  # alternating versions, same minute
             # a fresh server for each: fake-gcs-server's and moto's listings scan the whole bucket, so the
             # version measured second would pay for the first one's objects (a 1,000-step run leaves 8,000)
-            with server(store) as port:
+            with server(store) as (port, pid):
                 make_bucket(store, f"http://127.0.0.1:{port}")
                 proxy = LatencyProxy(port, latency / 1000)
+                harness0 = process_cpu(pid), process_cpu(os.getpid(), proxy.thread.native_id)
                 endpoint = f"http://127.0.0.1:{proxy.port}"
                 row = {"store": store, "latency_ms": latency,
                        "measured_listing_ms": measured_listing_ms(store, endpoint), "shape": shape, "n": n,
                        "code": code, "step_cpus": args.step_cpus, "concurrency": args.concurrency,
                        "load_at_start": os.getloadavg()[0]}
-                row.update(run_worker(code, store, endpoint, shape, n, args))
+                row.update(run_worker(code, store, endpoint, shape, n, args, pid))
+                # the harness's share of the machine over all phases: the store server and the proxy
+                row["server_cpu_s"] = round(process_cpu(pid) - harness0[0], 1)
+                row["proxy_cpu_s"] = round(process_cpu(os.getpid(), proxy.thread.native_id) - harness0[1], 1)
             print(json.dumps(row), file=sys.stderr, flush=True)
             out["results"].append(row)
     out["load_after"] = os.getloadavg()
@@ -426,6 +457,7 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
+    p.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--shape", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -8,6 +8,9 @@ scheduling loop handles on its own thread, one at a time:
 - `RunOnLoop`: work that must run on the executor's thread (the local backend forks workers only there).
 - `LeaseLost`: the lease heartbeat found a step's lease taken over (sent by the lease manager).
 
+(`Waiting`, `Interrupted` and `LeaseTaken` are posted by the gang waiter, the driver's signal handler and the
+executor's own lease-taking threads.)
+
 A backend that `queues_behind_dependencies` accepts a task whose `after` names attempts still in flight and
 starts it once they returned, handing it their results (Ray passes result references as task arguments); the
 executor keeps `after` empty for the others.
@@ -42,6 +45,15 @@ class LeaseLost:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaseTaken:
+    """The executor's own: a ready step's lease, taken (or not) off its thread (executor.py `_start_ready`);
+    `taken` is what `Executor._lease_io` returned, or what it raised."""
+
+    key: str
+    taken: object
+
+
+@dataclasses.dataclass(frozen=True)
 class Waiting:
     """A gang attempt started waiting for hosts (`text` says for what), or stopped waiting (None)."""
 
@@ -57,7 +69,7 @@ class Interrupted:
     interrupt's own clean-up (PREEMPTED records, the final status) takes again."""
 
 
-Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost | Waiting | Interrupted
+Message: TypeAlias = AttemptDone | RunOnLoop | LeaseLost | Waiting | Interrupted | LeaseTaken
 Completions: TypeAlias = queue.SimpleQueue[Message]
 
 

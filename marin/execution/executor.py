@@ -28,7 +28,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from marin.definition.step import Resources
@@ -39,6 +39,7 @@ from marin.execution.backend import (
     Backend,
     Completions,
     Interrupted,
+    LeaseTaken,
     Message,
     RunOnLoop,
     Waiting,
@@ -64,7 +65,9 @@ Taken = tuple[Acquired, dict[str, Any] | None]
 # trip through this loop (~1 ms).
 QUEUE_BEHIND_MAX_DEPENDENCIES = 16
 LEASE_BATCH_THREADS = 32
-"""Threads taking the leases of ready steps at once on an object store (`Executor._start_ready`)."""
+"""Threads taking the leases of ready steps on an object store, off the loop's thread
+(`Executor._start_ready`). Their names start with `marin-`: the engine's own threads, which do not stop the
+local backend forking."""
 # How long the attempts of a Ray-backed executor may outlive its process: Ray ends a dead driver's workers
 # within seconds; a same-machine taker waits this long after it first saw the owner's process gone.
 ATTEMPTS_OUTLIVE_S = 15.0
@@ -105,6 +108,8 @@ class Executor:
         self._resume: deque[tuple[str, int, AttemptResult, bool]] = deque()  # deferred results now to handle
         self._backoff: list[tuple[float, str, int]] = []  # (when, key, attempt): preempted, re-launched then
         self._ledger_open: set[str] = set()  # steps whose last interruption waits for the next attempt's end
+        self._taking: dict[str, Future[Taken]] = {}  # ready steps whose leases are taken off this thread
+        self._lease_pool: ThreadPoolExecutor | None = None  # those threads (object stores; made at need)
 
     @property
     def states(self) -> dict[str, StepState]:
@@ -140,6 +145,8 @@ class Executor:
             self._abort()
             raise
         finally:
+            if self._lease_pool is not None:
+                self._lease_pool.shutdown(wait=True)
             self.leases.stop()
         return self.states
 
@@ -153,7 +160,7 @@ class Executor:
                     self._start_ready()
                 else:
                     self._queue_dependents(self._eager.popleft())
-            if not running and not waiting and not self._ready:
+            if not running and not waiting and not self._ready and not self._taking:
                 return
             timeout = None
             if waiting:
@@ -179,13 +186,15 @@ class Executor:
                     self._launch(key)
 
     def _has_room(self) -> bool:
-        return len(self.board.running) < self.max_concurrent
+        return len(self.board.running) + len(self._taking) < self.max_concurrent
 
     def _handle(self, message: Message) -> None:
         if isinstance(message, AttemptDone):
             self._finished(message.key, message.attempt, message.result)
         elif isinstance(message, RunOnLoop):  # a backend's work that must run on this thread (local forks)
             message.call()
+        elif isinstance(message, LeaseTaken):
+            self._lease_taken(message)
         elif isinstance(message, Waiting):
             self._waiting(message)
         elif isinstance(message, Interrupted):  # Ctrl-C, raised here: run() records the running PREEMPTED
@@ -238,35 +247,38 @@ class Executor:
 
     # ----- starting -----------------------------------------------------------------------------------
     def _start_ready(self) -> None:
-        """Start as many ready steps as there is room for. On an object store their leases are taken and
-        their statuses re-read under them concurrently (two round trips a step, which one after the other
-        bounded a 1,000-step run at about 65 s at 30 ms a request); each step is then decided here, in turn,
-        exactly as one taken alone. A failure deciding one releases the leases taken for those after it."""
+        """Start as many ready steps as there is room for. On local disk each is decided at once. On an
+        object store their leases are taken, and their statuses re-read under them, by a pool of threads
+        while this loop goes on: each takes two round trips, and taken on this thread they bounded a
+        1,000-step run at 30 ms a request to about 65 s, the loop waiting on storage instead of handing out
+        work. A step whose lease is being taken counts against `max_concurrent` like a running one; once
+        taken (a `LeaseTaken` message), it is decided here (`_lease_taken`), exactly as one taken inline."""
         keys = [self._ready.popleft()
-                for _ in range(min(len(self._ready), self.max_concurrent - len(self.board.running)))]
-        taken = self._take_leases(keys)
-        for i, key in enumerate(keys):
-            try:
-                self._try_start(key, taken[i])
-            except BaseException:
-                for later, t in zip(keys[i + 1:], taken[i + 1:], strict=True):
-                    if isinstance(t, tuple) and t[0].ok:
-                        self.leases.release(self.board[later])
-                raise
+                for _ in range(min(len(self._ready), self.max_concurrent - len(self.board.running)
+                                   - len(self._taking)))]
+        if self.leases.storage.is_local:
+            for key in keys:
+                self._try_start(key)
+            return
+        if self._lease_pool is None:
+            self._lease_pool = ThreadPoolExecutor(LEASE_BATCH_THREADS, thread_name_prefix="marin-lease-take")
+        for key in keys:
+            future = self._lease_pool.submit(self._lease_io, key)
+            self._taking[key] = future
+            future.add_done_callback(self._post_taken(key))
 
-    def _take_leases(self, keys: list[str]) -> list[Taken | BaseException | None]:
-        """`_lease_io` of each key, concurrently on an object store (None: `_try_start` does it itself)."""
-        if len(keys) < 2 or self.leases.storage.is_local:
-            return [None] * len(keys)
+    def _post_taken(self, key: str) -> Callable[[Future[Taken]], None]:
+        """What posts `key`'s taken lease (or what taking it raised) to the loop once its thread is done."""
+        def post(future: Future[Taken]) -> None:
+            self.completions.put(LeaseTaken(key, future.exception() or future.result()))
+        return post
 
-        def io(key: str) -> Taken | BaseException:
-            try:
-                return self._lease_io(key)
-            except BaseException as exc:  # raised where the step is decided, in order
-                return exc
-
-        with ThreadPoolExecutor(min(len(keys), LEASE_BATCH_THREADS)) as pool:
-            return list(pool.map(io, keys))
+    def _lease_taken(self, message: LeaseTaken) -> None:
+        """A lease `_start_ready` had taken off this thread: decide the step (launch it, wait for the
+        holder, reuse another executor's result...). What `_lease_io` raised is raised here."""
+        if self._taking.pop(message.key, None) is None:
+            return  # already released by `_abort`
+        self._try_start(message.key, message.taken)  # type: ignore[arg-type]
 
     def _lease_io(self, key: str) -> Taken:
         """Take the step's lease and, once held, re-read its status under it: between our plan and our
@@ -504,7 +516,9 @@ class Executor:
             self.leases.release(st)
 
     def _abort(self) -> None:
-        """Interrupted (Ctrl-C, SIGTERM): stop running attempts and record them PREEMPTED."""
+        """Interrupted (Ctrl-C, SIGTERM), or a step could not be decided: give back the leases still being
+        taken, stop running attempts and record them PREEMPTED."""
+        self._release_taking()
         for key in list(self.board.running):
             st = self.board[key]
             self.backend.cancel(key)
@@ -521,6 +535,18 @@ class Executor:
                 self.records.interrupted(st, **fields)
                 self.leases.release(st)
             self.board.move(key, Phase.PREEMPTED)
+
+    def _release_taking(self) -> None:
+        """The leases `_start_ready` is still taking: wait for each, release it if it was taken (the step
+        stays PENDING; nothing about it was recorded)."""
+        taking, self._taking = self._taking, {}
+        for key, future in taking.items():
+            try:
+                acquired, _ = future.result()
+            except BaseException:  # nothing was taken
+                continue
+            if acquired.ok:
+                self.leases.release(self.board[key])
 
 
 def _new_success(st: StepState, current: dict[str, Any] | None) -> bool:

@@ -17,7 +17,8 @@ die with the executor (PR_SET_PDEATHSIG), so a killed executor leaves no step ru
 A process that already runs other threads (a JAX runtime that has computed, embedded Ray, a notebook) cannot
 be forked safely: a lock one of them held stays held forever in the child. Workers of such a process are
 started with `spawn` instead (a fresh interpreter that imports the step's function by module and name; the
-reason is said once on stderr); `MARIN_LOCAL_START` forces either (start_method.py).
+reason is said once on stderr; in `auto` they are forked from a spawn server, one fresh interpreter that
+imported the engine once); `MARIN_LOCAL_START` forces either (start_method.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import multiprocessing
 import multiprocessing.connection as mpc
 import multiprocessing.process
 import os
+import select
 import selectors
 import signal
 import sys
@@ -39,20 +41,35 @@ from marin.definition.step import Resources
 from marin.execution.attempt import HOST, AttemptResult, Outcome, Task
 from marin.execution.backend import AttemptDone, Completions, RunOnLoop
 from marin.execution.resources import check_feasible, local_machine, requested
-from marin.execution.start_method import start_method
+from marin.execution.start_method import ENV, fresh_context, start_method
 from marin.execution.worker import execute_step
 
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent: int) -> None:
+    """End this worker when the executor `parent` ends: by PR_SET_PDEATHSIG for a forked worker (the
+    executor's child); a worker of the spawn server is the server's child, and the server outlives the
+    executor while any of its workers runs, so that worker watches the executor's process itself."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: workers may outlive a killed executor
         return
-    if os.getppid() != parent:
+    if os.getppid() == parent:
+        return
+    try:
+        watched = os.pidfd_open(parent)
+    except ProcessLookupError:  # the executor is gone already
         os._exit(1)
+    except OSError:  # a kernel without pidfds (before Linux 5.3)
+        return
+
+    def watch() -> None:
+        select.select([watched], [], [])  # readable once the executor's process has ended
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="marin-executor-watch", daemon=True).start()
 
 
 UNPICKLABLE = ("the worker process could not load the step it was sent: a spawned worker (start_method.py) "
@@ -164,8 +181,9 @@ class LocalBackend:
         method, why = start_method()
         process = None
         if method == "spawn":
-            self._say_spawn(why)
-            process = multiprocessing.get_context("spawn").Process(
+            context, how = fresh_context(forced=os.environ.get(ENV, "").strip().lower() == "spawn")
+            self._say_spawn(why, how)
+            process = context.Process(
                 target=_serve, args=(task_r, result_w, parent), name="marin-local-worker", daemon=False)
             process.start()
             pid = process.pid
@@ -184,11 +202,12 @@ class LocalBackend:
         os.write(self._wake_w, b"x")
         return worker
 
-    def _say_spawn(self, why: str | None) -> None:
+    def _say_spawn(self, why: str | None, how: str) -> None:
         if not self._said_spawn:
             self._said_spawn = True
             print(f"marin: the local backend starts its workers with spawn, not fork: {why} (a forked worker "
-                  "could inherit a lock held forever); MARIN_LOCAL_START=fork forces fork",
+                  f"could inherit a lock held forever; workers are {how}); MARIN_LOCAL_START=fork forces "
+                  "fork",
                   file=sys.stderr, flush=True)
 
     def submit(self, task: Task) -> None:

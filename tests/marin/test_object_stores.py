@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,69 @@ def test_runs_of_one_experiment_started_at_once_on_s3_all_land_in_its_manifest(s
     assert text is not None
     runs = {r["run_id"]: r["status"] for r in json.loads(text)["runs"]}
     assert runs == {f"run-{i}": "SUCCESS" for i in range(6)}
+
+
+# ----- leases taken off the executor's loop (executor.py `_start_ready`) ---------------------------------
+def test_a_lease_slow_to_take_holds_up_no_other_step(s3_bucket: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`slow`'s lease is taken only once the executor has started `after`, a step that can start only when
+    `first` has finished and the loop has handled it: taking leases on the loop's own thread would wait for
+    `slow` first, and the run would never get there."""
+    import threading
+
+    from marin.execution.step_leases import StepLeases
+
+    asked_for_after = threading.Event()
+    take = StepLeases.acquire
+
+    def acquire(self: StepLeases, st: Any, attempt: int) -> Any:
+        if st.node.name == "pipe/after":
+            asked_for_after.set()
+        if st.node.name == "pipe/slow":
+            assert asked_for_after.wait(60), "the loop waited for a lease instead of starting other steps"
+        return take(self, st, attempt=attempt)
+
+    monkeypatch.setattr(StepLeases, "acquire", acquire)
+    first = Step(name="pipe/first", fn=fs_write,
+                 config=FsWriteConfig(output_path=this_output_path(), text="a"))
+    slow = Step(name="pipe/slow", fn=fs_write,
+                config=FsWriteConfig(output_path=this_output_path(), text="b"))
+    after = Step(name="pipe/after", fn=fs_copy_upper, config=FsCopyConfig(
+        input_path=output_path_of(first, "out.txt"), output_path=this_output_path()))
+    result = run_experiment([first, slow, after], ExecutorMainConfig(prefix=f"{s3_bucket}/pipelined",
+                                                                      backend="local", max_concurrent=4),
+                            verbose=False, script="tests/s3.py")
+    assert {n: result.status_of(n) for n in ("pipe/first", "pipe/slow", "pipe/after")} == {
+        "pipe/first": "SUCCESS", "pipe/slow": "SUCCESS", "pipe/after": "SUCCESS"}
+    assert storage_for(s3_bucket).read_text(f"{result.output_path('pipe/after')}/out.txt") == "A"
+
+
+def test_a_lease_that_cannot_be_taken_stops_the_run_and_gives_back_the_others(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store fails while one ready step's lease is taken: the run stops with that error, the leases
+    taken meanwhile for the others are released, and no step is left RUNNING."""
+    from marin.errors import StorageError
+    from marin.execution.step_leases import StepLeases
+
+    take = StepLeases.acquire
+
+    def acquire(self: StepLeases, st: Any, attempt: int) -> Any:
+        if st.node.name == "fail/b3":
+            time.sleep(0.5)  # the others' leases are taken (and some steps launched) meanwhile
+            raise StorageError("s3://marin-test/...: the store refused the lease (test)")
+        return take(self, st, attempt=attempt)
+
+    monkeypatch.setattr(StepLeases, "acquire", acquire)
+    steps = [Step(name=f"fail/b{i}", fn=fs_write, config=FsWriteConfig(output_path=this_output_path(),
+                                                                       text=str(i)))
+             for i in range(6)]
+    prefix = f"{s3_bucket}/lease-failure"
+    with pytest.raises(StorageError, match="the store refused the lease"):
+        run_experiment(steps, ExecutorMainConfig(prefix=prefix, backend="local", max_concurrent=6),
+                       verbose=False, script="tests/s3.py")
+    storage = storage_for(prefix)
+    listing = storage.list_files(f"{prefix}/fail") or {}
+    assert not [name for name in listing if name.endswith(".marin/lease.json")], sorted(listing)
+    statuses = [json.loads(storage.read_text(f"{prefix}/fail/{name}") or "{}")["status"]
+                for name in listing if name.endswith(".marin/status.json")]
+    assert "RUNNING" not in statuses, statuses

@@ -262,3 +262,158 @@ def _fresh_fsspec_loop_in_child() -> tuple[bool, int]:
     loop = fsspec.asyn.get_loop()
     result = fsspec.asyn.sync(loop, asyncio.sleep, 0, result=True)
     return bool(result), fsspec.asyn.iothread[0].native_id
+
+
+# ----- the spawn server (start_method.fresh_context): workers of `auto` in a process that cannot fork -------
+SERVED_DIE = """
+import json, sys, threading
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.fns import DieConfig, WriteConfig, die, write_numbers
+
+if __name__ == "__main__":
+    threading.Thread(target=threading.Event().wait, name="busy", daemon=True).start()  # forking is unsafe
+    ok = Step(name="hz/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
+    dead = Step(name="hz/die", fn=die, config=DieConfig(output_path=this_output_path(), how=sys.argv[2]),
+                max_preemptions=0)
+    result = run_experiment([ok, dead], ExecutorMainConfig(prefix=sys.argv[1], backend="local"),
+                            verbose=False, script="tests/experiment_under_test.py")
+    print("RESULT " + json.dumps({"statuses": {n: result.status_of(n) for n in ("hz/numbers", "hz/die")},
+                                  "path": result.output_path("hz/numbers")}))
+"""
+
+SERVED = "forked from one fresh interpreter that imported the engine and its storage libraries"
+
+
+@pytest.mark.parametrize("how", ["kill", "exit"])
+def test_a_worker_of_the_spawn_server_that_dies_is_reported_and_replaced(tmp_path: Path, how: str) -> None:
+    result, err = _run(SERVED_DIE, tmp_path, how, env={"MARIN_LOCAL_START": "auto"})
+    assert "starts its workers with spawn, not fork: 1 other thread(s) run in this process (busy)" in err
+    assert SERVED in err
+    assert result["statuses"] == {"hz/numbers": "SUCCESS",
+                                  "hz/die": "PREEMPTED" if how == "kill" else "FAILED"}
+    [die_dir] = (tmp_path / "prefix/hz").glob("die-*")
+    status = json.loads((die_dir / ".marin/status.json").read_text())
+    expected = "was killed by signal 9" if how == "kill" else "exited with code 3"
+    assert f"the step's worker process {expected} before reporting" in status["error"]["message"]
+
+
+SERVED_UNGUARDED = """
+import json, sys, threading
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+from tests.marin.fns import WriteConfig, write_numbers
+
+threading.Thread(target=threading.Event().wait, name="busy", daemon=True).start()
+step = Step(name="hz/numbers", fn=write_numbers, config=WriteConfig(output_path=this_output_path(), n=4))
+result = run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"), verbose=False,
+                        script="tests/experiment_under_test.py")
+print("RESULT " + json.dumps({"status": result.status}))
+"""
+
+
+def test_a_script_that_runs_at_import_time_is_stopped_in_a_worker_of_the_spawn_server(
+        tmp_path: Path) -> None:
+    result, err = _run(SERVED_UNGUARDED, tmp_path, env={"MARIN_LOCAL_START": "auto"})
+    assert SERVED in err
+    assert result["status"] == "FAILED"
+    assert "guard the script's run with `if __name__ == \"__main__\":`" in err
+
+
+SERVED_ENV = """
+import dataclasses, json, os, sys, threading
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+    run: int
+
+
+def note_env(cfg):
+    os.makedirs(cfg.output_path, exist_ok=True)
+    with open(os.path.join(cfg.output_path, "env.json"), "w") as f:
+        json.dump({"x": os.environ.get("MARIN_TEST_SERVED"), "pid": os.getpid()}, f)
+
+
+if __name__ == "__main__":
+    threading.Thread(target=threading.Event().wait, name="busy", daemon=True).start()
+    seen = []
+    for run, value in enumerate(["first", "first", "second"]):
+        os.environ["MARIN_TEST_SERVED"] = value
+        step = Step(name="hz/env", fn=note_env, config=Cfg(output_path=this_output_path(), run=run))
+        result = run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"),
+                                verbose=False, script="tests/experiment_under_test.py")
+        with open(os.path.join(result.output_path("hz/env"), "env.json")) as f:
+            seen.append(json.load(f))
+    print("RESULT " + json.dumps({"seen": seen, "executor": os.getpid()}))
+"""
+
+
+def test_a_worker_of_the_spawn_server_sees_the_executors_environment_of_its_run(tmp_path: Path) -> None:
+    """The server keeps the environment it was started with: a run after a variable changed gets plain
+    spawned workers (start_method._server_matches), so no step sees a stale value."""
+    result, err = _run(SERVED_ENV, tmp_path, env={"MARIN_LOCAL_START": "auto"})
+    seen = result["seen"]
+    assert isinstance(seen, list)
+    assert [s["x"] for s in seen] == ["first", "first", "second"], err[-3000:]
+    assert len({s["pid"] for s in seen}) == 3  # each run's worker is a new process
+
+
+SERVED_SLEEP = """
+import dataclasses, os, sys, threading, time
+from marin import ExecutorMainConfig, Step, run_experiment, this_output_path
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+    pid_file: str
+
+
+def sleep_long(cfg):
+    with open(cfg.pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(cfg.pid_file + ".tmp", cfg.pid_file)
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    threading.Thread(target=threading.Event().wait, name="busy", daemon=True).start()
+    step = Step(name="hz/sleep", fn=sleep_long,
+                config=Cfg(output_path=this_output_path(), pid_file=sys.argv[2]))
+    run_experiment([step], ExecutorMainConfig(prefix=sys.argv[1], backend="local"), verbose=False,
+                   script="tests/experiment_under_test.py")
+"""
+
+
+def test_a_killed_executor_takes_the_workers_of_its_spawn_server_with_it(tmp_path: Path) -> None:
+    """A worker forked by the server is the server's child, not the executor's: the server ends when the
+    executor does, and its workers die with it (PR_SET_PDEATHSIG), so no step runs on behind a stale lease."""
+    import os
+    import signal
+    import time
+
+    script, pid_file = tmp_path / "script.py", tmp_path / "worker.pid"
+    script.write_text(textwrap.dedent(SERVED_SLEEP))
+    executor = subprocess.Popen([sys.executable, str(script), str(tmp_path / "prefix"), str(pid_file)],
+                                cwd=ROOT, env={**os.environ, "MARIN_LOCAL_START": "auto"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not pid_file.exists() and executor.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert pid_file.exists(), executor.stderr.read()[-3000:] if executor.poll() is not None else "no pid"
+        worker = int(pid_file.read_text())
+        assert worker != executor.pid and Path(f"/proc/{worker}").exists()
+        os.kill(executor.pid, signal.SIGKILL)
+        executor.wait(30)
+        deadline = time.time() + 30
+        while Path(f"/proc/{worker}").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        alive = Path(f"/proc/{worker}").exists()
+        state = Path(f"/proc/{worker}/stat").read_text().split()[2] if alive else "gone"
+        assert state in ("gone", "Z"), f"the worker {worker} still runs (state {state})"
+    finally:
+        if executor.poll() is None:
+            executor.kill()
+            executor.wait(30)
