@@ -122,8 +122,9 @@ def refuse_while_spawning() -> None:
 
 
 SERVER_PRELOAD = ("marin.execution.local_backend", "gcsfs", "google.cloud.storage", "s3fs", "adlfs")
-"""What the spawn server imports before it forks a worker: the engine's worker side and, of the storage
-libraries, those this process has already imported (the prefix's)."""
+"""What the spawn server imports before it forks a worker: those of these this process has imported (the
+engine's worker side, and the prefix's storage libraries), where the server finds them where this process
+did (`_found_alike_by_server`)."""
 
 _server: dict[str, Any] = {}  # the spawn server this process started: what it was started with
 
@@ -146,6 +147,25 @@ def _server_matches() -> bool:
     return _server.get("environ") == dict(os.environ) and _server.get("stdio") == _stdio()
 
 
+def _found_alike_by_server(name: str) -> bool:
+    """Whether the spawn server would import module `name` (already imported here) from where this process
+    did. The server is `python -c` started in this directory, and on Python 3.11 its preloads are imported
+    on its own search path: this directory first, then what this process has after its own first entry (the
+    script's directory). So a package of that name in this directory, or one this process found in its
+    script's directory, is not preloaded (a worker then imports it itself, on this process's path)."""
+    origin = getattr(sys.modules.get(name), "__file__", None)
+    if not origin:
+        return False
+    top = name.split(".")[0]
+    cut = origin.rfind(os.sep + top + os.sep)
+    root = os.path.realpath(origin[:cut] if cut >= 0 else os.path.dirname(origin))
+    here = os.getcwd()
+    if os.path.exists(os.path.join(here, top)) or os.path.exists(os.path.join(here, top + ".py")):
+        return root == os.path.realpath(here)
+    first = sys.path[0] if sys.path else ""
+    return not first or root != os.path.realpath(first)
+
+
 def fresh_context(forced: bool) -> tuple[multiprocessing.context.SpawnContext
                                          | multiprocessing.context.ForkServerContext, str]:
     """The multiprocessing context a spawned worker is started with, and how that is said: the spawn server
@@ -156,8 +176,7 @@ def fresh_context(forced: bool) -> tuple[multiprocessing.context.SpawnContext
         return plain
     context = multiprocessing.context.ForkServerContext()
     if not _server:
-        context.set_forkserver_preload([m for m in SERVER_PRELOAD
-                                        if m in sys.modules or m == SERVER_PRELOAD[0]])
+        context.set_forkserver_preload([m for m in SERVER_PRELOAD if _found_alike_by_server(m)])
         _server.update(environ=dict(os.environ), stdio=_stdio())
     elif not _server_matches():
         return plain

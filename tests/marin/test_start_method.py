@@ -417,3 +417,31 @@ def test_a_killed_executor_takes_the_workers_of_its_spawn_server_with_it(tmp_pat
         if executor.poll() is None:
             executor.kill()
             executor.wait(30)
+
+
+def test_the_spawn_server_never_preloads_a_package_this_directory_shadows(tmp_path: Path) -> None:
+    """Run from a directory holding another `marin` (a second checkout): the server, a `python -c` started
+    there, would import that one for its preload (Python 3.11 ignores the executor's path there); the
+    workers must run this checkout's engine."""
+    import os
+
+    decoy = tmp_path / "elsewhere"
+    (decoy / "marin/execution").mkdir(parents=True)
+    (decoy / "marin/__init__.py").write_text("")
+    (decoy / "marin/execution/__init__.py").write_text("")
+    (decoy / "marin/execution/local_backend.py").write_text(
+        "import os\n\ndef _serve(*args):\n    os._exit(7)\n")
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SERVED_DIE))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "prefix"), "exit"], capture_output=True,
+                         text=True, timeout=300, cwd=decoy,
+                         env={**os.environ, "MARIN_LOCAL_START": "auto",
+                              "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert SERVED in out.stderr
+    assert result["statuses"] == {"hz/numbers": "SUCCESS", "hz/die": "FAILED"}, out.stderr[-3000:]
+    [die_dir] = (tmp_path / "prefix/hz").glob("die-*")
+    status = json.loads((die_dir / ".marin/status.json").read_text())
+    assert "exited with code 3" in status["error"]["message"]  # the step's own exit, not the decoy's 7
