@@ -18,12 +18,14 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -72,6 +74,11 @@ def prefix_groups(names: Sequence[str], most: int) -> list[str]:
             return sorted(groups)
         del groups[prefix]
         groups.update(children)
+
+
+_REQUEST_START: contextvars.ContextVar[float | None] = contextvars.ContextVar("marin_request_start",
+                                                                          default=None)
+"""When the request this thread serves began (`PrefixStore.one_request`), or None outside one."""
 
 
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
@@ -235,9 +242,29 @@ class PrefixStore:
     # ----------------------------------------------------------------------------------------- cached reads
     def _fresh(self, cache: dict[str, _Entry], key: str, now: float) -> _Entry | None:
         entry = cache.get(key)
-        if entry is not None and now - entry.checked < self.ttl:
+        if entry is not None and self.fresh_since(entry.checked, now):
             return entry
         return None
+
+    def fresh_since(self, checked: float, now: float | None = None) -> bool:
+        """Whether what was checked against the store at `checked` (time.monotonic) may be served without a
+        new look: within `ttl`, or checked during the request being served (`one_request`)."""
+        if (time.monotonic() if now is None else now) - checked < self.ttl:
+            return True
+        start = _REQUEST_START.get()
+        return start is not None and checked >= start
+
+    @contextlib.contextmanager
+    def one_request(self) -> Iterator[None]:
+        """Serve one request: within it, what was checked against the store since it began is not looked
+        at again (two views of one page, or the concurrent read-ahead of an experiment page and the page
+        itself, share each read), whatever the `ttl`; nothing checked before it is trusted longer than the
+        `ttl`, so a status changed since the previous request is on this one."""
+        token = _REQUEST_START.set(time.monotonic() if _REQUEST_START.get() is None else _REQUEST_START.get())
+        try:
+            yield
+        finally:
+            _REQUEST_START.reset(token)
 
     @property
     def _direct(self) -> bool:
@@ -410,21 +437,16 @@ class PrefixStore:
         if fresh is not None:
             cached: dict[str, dict[str, Any]] = fresh.value
             return cached
-        # split by names (a delimited listing first) only when it is worth it: a parent whose last listing
-        # showed few entries is listed in one go (one that grew since is split at the listing after this one)
-        before = None if self.is_local else self._listed_count(rel)
-        small = self.is_local or (before is not None and before <= SPLIT_LISTING)
-        names = [] if small else self.names(rel)
-        if len(names) > SPLIT_LISTING:
-            # the listing is as fresh as the names it was split by: trusted `ttl` from when they were listed
+        # split by names only when it is worth it: a parent whose last listing showed few entries is listed
+        # in one go (one that grew since is split at the listing after this one)
+        before = None if self.is_local else self._listed_names(rel)
+        if self.is_local or (before is not None and len(before) <= SPLIT_LISTING):
+            found = self._find_groups(full, [""])
+        else:
+            found = self._find_split(rel, full, before)
+            # the listing is as fresh as the names it was checked against: trusted `ttl` from their listing
             listed = self._names_cache.get(self.full(rel))
             now = min(now, listed.checked) if listed is not None else now
-            found = self._find_split(full, names)
-        else:
-            try:
-                found = self.fs.find(full, detail=True)
-            except (FileNotFoundError, NotADirectoryError):
-                found = {}
         base = full + "/"
         head = rel.rstrip("/") + "/" if rel.rstrip("/") else ""
         entries = {f"{head}{name[len(base):]}": info for name, info in found.items()
@@ -432,23 +454,51 @@ class PrefixStore:
         self._find_cache[full] = _Entry(None, now, entries)
         return entries
 
-    def _find_split(self, full: str, names: list[str]) -> dict[str, dict[str, Any]]:
-        """`fs.find(full, detail=True)` as a few concurrent listings of the entries sharing a name prefix
-        (`prefix_groups`), each paginated on its own, instead of one listing whose pages come one after
-        another (a 1,000-step parent: 11 pages of 1,000 objects)."""
-        groups = prefix_groups(names, SPLIT_GROUPS)
+    def _find_split(self, rel: str, full: str, before: list[str] | None) -> dict[str, dict[str, Any]]:
+        """`fs.find(full, detail=True)` of a large directory as a few concurrent listings of the entries
+        sharing a name prefix (`prefix_groups`), each paginated on its own, instead of one listing whose pages
+        come one after another (a 1,000-step parent: 11 pages of 1,000 objects).
+
+        The groups come from the entries the last listing showed (`before`), and the directory's names (a
+        delimited listing) are listed at the same time, not first: an entry that none of those groups covers
+        (created since, its name unlike the others') is listed after them, so nothing is missed. Without a
+        last listing the names come first; a directory that turns out small is listed in one go."""
+        if before is None:
+            names = self.names(rel)
+            if len(names) <= SPLIT_LISTING:
+                return self._find_groups(full, [""])
+            return self._find_groups(full, prefix_groups(names, SPLIT_GROUPS))
+        groups = prefix_groups(before, SPLIT_GROUPS)
+        names_now: list[list[str]] = []
+        found = self._find_groups(full, groups, also=lambda: names_now.append(self.names(rel)))
+        covered = tuple(groups)
+        new = [name for name in names_now[0] if not name.startswith(covered)]
+        if new:
+            found.update(self._find_groups(full, prefix_groups(new, SPLIT_GROUPS)))
+        return found
+
+    def _find_groups(self, full: str, groups: list[str],
+                     also: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+        """`fs.find(full, prefix=group, detail=True)` of each group, concurrently (and `also`, at the same
+        time), merged; a single group "" is the whole directory."""
 
         def one(prefix: str) -> dict[str, dict[str, Any]]:
             try:
-                found: dict[str, dict[str, Any]] = self.fs.find(full, prefix=prefix, detail=True)
+                found: dict[str, dict[str, Any]] = (self.fs.find(full, prefix=prefix, detail=True) if prefix
+                                                    else self.fs.find(full, detail=True))
             except (FileNotFoundError, NotADirectoryError):
                 return {}
             return found
 
         out: dict[str, dict[str, Any]] = {}
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        if len(groups) == 1 and also is None:
+            return one(groups[0])
+        with ThreadPoolExecutor(max_workers=len(groups) + (also is not None)) as pool:
+            extra = pool.submit(also) if also is not None else None
             for found in pool.map(one, groups):
                 out.update(found)
+            if extra is not None:
+                extra.result()
         return out
 
     def read_json_many(self, rels: Sequence[str], parents: Sequence[str]) -> dict[str, Any]:
@@ -543,11 +593,16 @@ class PrefixStore:
 
     def _listed_count(self, rel: str) -> int | None:
         """The number of entries of `rel` its last recursive listing showed (even one past `ttl`), or None."""
+        names = self._listed_names(rel)
+        return None if names is None else len(names)
+
+    def _listed_names(self, rel: str) -> list[str] | None:
+        """The entries of `rel` its last recursive listing showed (even one past `ttl`), sorted, or None."""
         last = self._find_cache.get(self.full(rel).rstrip("/"))
         if last is None:
             return None
         head = len(rel.rstrip("/")) + 1 if rel.rstrip("/") else 0
-        return len({name[head:].split("/", 1)[0] for name in last.value})
+        return sorted({name[head:].split("/", 1)[0] for name in last.value})
 
     def read_json_fetched(self, rel: str) -> Any:
         """`read_json` of a file that is often absent (an experiment's verdicts.json), as fresh: on an object
