@@ -25,7 +25,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -198,8 +198,11 @@ class PrefixStore:
         self._ls_cache: dict[str, _Entry] = {}
         self._names_cache: dict[str, _Entry] = {}
         self._find_cache: dict[str, _Entry] = {}
+        self._listed_tails: dict[str, frozenset[str]] = {}  # see `listing`
         self._lock = threading.Lock()
         self._storage: Storage | None = None
+        protocol = getattr(fs, "protocol", ())
+        self._gcs = "gs" in (protocol if isinstance(protocol, tuple | list) else (protocol,))
 
     @property
     def storage(self) -> Storage:
@@ -426,24 +429,37 @@ class PrefixStore:
         self._names_cache[full] = _Entry(None, now, names)
         return names
 
-    def listing(self, rel: str) -> dict[str, dict[str, Any]]:
+    def listing(self, rel: str, tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
         """Every file under the directory `rel`, recursively: relative path -> its info (signature keys
         included), from one listing per `ttl` (one paginated call on an object store, a walk locally); {}
         when absent. Views over many small files (verdicts under experiments/) compare these signatures
-        with their cache instead of asking for each file."""
+        with their cache instead of asking for each file.
+
+        `tails`: only the files `{rel}/{entry}/{tail}` for a tail in `tails` are wanted (an experiment page:
+        each step's `.marin/status.json`), and the listing may hold only those (plus the tails asked for under
+        `rel` before, so that the views of one page share one listing): on GCS a `matchGlob` asks the store
+        for just them (marin/storage/gcs.py `gcs_find`), elsewhere they are picked from the whole listing."""
         full = self.full(rel).rstrip("/")
         now = time.monotonic()
+        if tails is not None:
+            tails = self._listed_tails.setdefault(full, frozenset()) | frozenset(tails)
+            self._listed_tails[full] = tails
         fresh = self._fresh(self._find_cache, full, now)
-        if fresh is not None:
+        # an entry holds the tails it was filtered by (None: every file)
+        if fresh is not None and (fresh.signature is None or (tails is not None and tails <= fresh.signature)
+                                  ):
             cached: dict[str, dict[str, Any]] = fresh.value
             return cached
         # split by names only when it is worth it: a parent whose last listing showed few entries is listed
         # in one go (one that grew since is split at the listing after this one)
         before = None if self.is_local else self._listed_names(rel)
+        named = self._names_cache.get(self.full(rel))
+        if before is not None and named is not None:  # a listing of some tails only misses entries without
+            before = sorted(set(before) | set(named.value))  # them: its groups cover the names listed too
         if self.is_local or (before is not None and len(before) <= SPLIT_LISTING):
-            found = self._find_groups(full, [""])
+            found = self._find_groups(full, [""], tails)
         else:
-            found = self._find_split(rel, full, before)
+            found = self._find_split(rel, full, before, tails)
             # the listing is as fresh as the names it was checked against: trusted `ttl` from their listing
             listed = self._names_cache.get(self.full(rel))
             now = min(now, listed.checked) if listed is not None else now
@@ -451,10 +467,11 @@ class PrefixStore:
         head = rel.rstrip("/") + "/" if rel.rstrip("/") else ""
         entries = {f"{head}{name[len(base):]}": info for name, info in found.items()
                    if name.startswith(base) and info.get("type", "file") == "file"}
-        self._find_cache[full] = _Entry(None, now, entries)
+        self._find_cache[full] = _Entry(tails, now, entries)
         return entries
 
-    def _find_split(self, rel: str, full: str, before: list[str] | None) -> dict[str, dict[str, Any]]:
+    def _find_split(self, rel: str, full: str, before: list[str] | None,
+                    tails: frozenset[str] | None) -> dict[str, dict[str, Any]]:
         """`fs.find(full, detail=True)` of a large directory as a few concurrent listings of the entries
         sharing a name prefix (`prefix_groups`), each paginated on its own, instead of one listing whose pages
         come one after another (a 1,000-step parent: 11 pages of 1,000 objects).
@@ -466,40 +483,53 @@ class PrefixStore:
         if before is None:
             names = self.names(rel)
             if len(names) <= SPLIT_LISTING:
-                return self._find_groups(full, [""])
-            return self._find_groups(full, prefix_groups(names, SPLIT_GROUPS))
+                return self._find_groups(full, [""], tails)
+            return self._find_groups(full, prefix_groups(names, SPLIT_GROUPS), tails)
         groups = prefix_groups(before, SPLIT_GROUPS)
         names_now: list[list[str]] = []
-        found = self._find_groups(full, groups, also=lambda: names_now.append(self.names(rel)))
+        found = self._find_groups(full, groups, tails, also=lambda: names_now.append(self.names(rel)))
         covered = tuple(groups)
         new = [name for name in names_now[0] if not name.startswith(covered)]
         if new:
-            found.update(self._find_groups(full, prefix_groups(new, SPLIT_GROUPS)))
+            found.update(self._find_groups(full, prefix_groups(new, SPLIT_GROUPS), tails))
         return found
 
-    def _find_groups(self, full: str, groups: list[str],
+    def _find_groups(self, full: str, groups: list[str], tails: frozenset[str] | None,
                      also: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
-        """`fs.find(full, prefix=group, detail=True)` of each group, concurrently (and `also`, at the same
-        time), merged; a single group "" is the whole directory."""
-
-        def one(prefix: str) -> dict[str, dict[str, Any]]:
-            try:
-                found: dict[str, dict[str, Any]] = (self.fs.find(full, prefix=prefix, detail=True) if prefix
-                                                    else self.fs.find(full, detail=True))
-            except (FileNotFoundError, NotADirectoryError):
-                return {}
-            return found
-
-        out: dict[str, dict[str, Any]] = {}
+        """`_find` of each group, concurrently (and `also`, at the same time), merged; a single group "" is
+        the whole directory."""
         if len(groups) == 1 and also is None:
-            return one(groups[0])
+            return self._find(full, groups[0], tails)
+        out: dict[str, dict[str, Any]] = {}
         with ThreadPoolExecutor(max_workers=len(groups) + (also is not None)) as pool:
             extra = pool.submit(also) if also is not None else None
-            for found in pool.map(one, groups):
+            for found in pool.map(lambda group: self._find(full, group, tails), groups):
                 out.update(found)
             if extra is not None:
                 extra.result()
         return out
+
+    def _find(self, full: str, prefix: str, tails: frozenset[str] | None) -> dict[str, dict[str, Any]]:
+        """The files under `full` whose name there starts with `prefix` (fs.find's answer), only those
+        `{full}/{entry}/{tail}` for a tail in `tails` unless it is None; {} when absent. On GCS straight
+        off objects.list (`gcs_find`: the glob asked of the store, and only the files kept described)."""
+        try:
+            if self._gcs:
+                from fsspec.asyn import sync
+
+                from marin.storage.gcs import gcs_find
+
+                found: dict[str, dict[str, Any]] = sync(self.fs.loop, gcs_find, self.fs, full, prefix, tails)
+                return found
+            found = (self.fs.find(full, prefix=prefix, detail=True) if prefix
+                     else self.fs.find(full, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        if tails is None:
+            return found
+        base = full.rstrip("/") + "/"
+        return {name: info for name, info in found.items()
+                if (parts := name[len(base):].partition("/"))[0] and parts[1] and parts[2] in tails}
 
     def read_json_many(self, rels: Sequence[str], parents: Sequence[str]) -> dict[str, Any]:
         """`read_json` of many small files in a few storage calls: rel -> its value, or the CorruptFileError
@@ -577,11 +607,13 @@ class PrefixStore:
         """The recursive listing of each parent that holds at least `WHOLE_PARENT_MIN` of `files` (rel,
         parent), from at least half of its entries."""
         by_parent: dict[str, set[str]] = {}
+        tails: dict[str, set[str]] = {}  # what lies below each file's entry: the listing keeps only those
         for rel, parent in files:
-            first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
+            first, _, tail = (rel[len(parent):].lstrip("/") if parent else rel).partition("/")
             by_parent.setdefault(parent, set()).add(first)
+            tails.setdefault(parent, set()).add(tail)
         whole = whole_parents(by_parent, self._entry_count, allowed=_clean)
-        return {p: self.listing(p) for p in whole}
+        return {p: self.listing(p, None if "" in tails[p] else tails[p]) for p in whole}
 
     def _entry_count(self, rel: str) -> int:
         """How many entries the directory `rel` has, for deciding how to read under it (never what is read):
