@@ -12,7 +12,11 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
   passes each file's listed signature to `read_json`, so an unchanged file costs no call of its own;
 - reads many small files in a few calls (`read_json_many`: an experiment page's status.json of every step):
   entries still fresh from memory, the rest checked against one recursive listing of a parent directory that
-  holds mostly them, and what changed read in one concurrent batch (`Storage.read_many`);
+  holds mostly them (only the files asked for: on GCS a `matchGlob`, marin/storage/gcs.py `gcs_find`), and
+  what changed read in one concurrent batch (`Storage.read_many`);
+- shares, within one request (`one_request`), what the request already checked against the store, so an
+  experiment page can make its independent reads at once beforehand (marin/dashboard/read_ahead.py) and
+  then find them; nothing checked before the request is trusted longer than `ttl`;
 - reads the end of large files only (`read_range`), so a multi-GB log is never loaded whole.
 """
 
@@ -52,8 +56,10 @@ _STATE_FILE = re.compile(
 # implementation (marin/storage/listing.py `whole_parents`); otherwise each file is read.
 SPLIT_LISTING = 256
 """On an object store, `listing` of a directory with more entries than this lists groups of them concurrently
-(`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries (one delimited listing, cached
-like any): the pages of one recursive listing come one after another, a round trip each."""
+(`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries: those its last listing showed, with
+its names (one delimited listing, cached like any) listed at the same time to catch an entry the groups miss,
+or, the first time, its names listed first. The pages of one recursive listing come one after another, a
+round trip each."""
 SPLIT_GROUPS = 16
 
 
