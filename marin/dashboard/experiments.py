@@ -81,10 +81,10 @@ class ExperimentIndex:
 
     # ----------------------------------------------------------------------------------------- refresh
     def refresh(self) -> None:
-        if time.monotonic() - self._refreshed < self.store.ttl:
+        if self.store.fresh_since(self._refreshed):
             return
         with self._lock:
-            if time.monotonic() - self._refreshed < self.store.ttl:
+            if self.store.fresh_since(self._refreshed):
                 return
             entries = {
                 e["name"][: -len(".json")]: e
@@ -249,6 +249,12 @@ class ExperimentIndex:
         self.refresh()
         return self._problems.get(key)
 
+    def known(self, key: str) -> dict[str, Any] | None:
+        """The manifest `key` as last read, without looking at the store (None: never read): what an
+        experiment page reads ahead from (marin/dashboard/read_ahead.py), never what it shows."""
+        found = self._manifests.get(key)
+        return found[1] if found else None
+
     def manifest(self, key: str) -> tuple[dict[str, Any], ExperimentSummary] | None:
         self.refresh()
         found = self._manifests.get(key)
@@ -322,10 +328,15 @@ def step_refs(store: PrefixStore, entries: list[dict[str, Any]]) -> list[StepRef
     """`step_ref` of many steps (an experiment page), their status.json read in a few batched calls
     (`PrefixStore.read_json_many`: one listing of a parent holding most of them, one concurrent batch of
     reads) rather than a stat and a read per step."""
+    paths, found = read_statuses(store, entries)
+    return [step_ref(store, e, found[p]) for e, p in zip(entries, paths, strict=True)]
+
+
+def read_statuses(store: PrefixStore, entries: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The status.json path of each step of `entries`, and what `PrefixStore.read_json_many` read there."""
     rels = [step_rel(store, e) for e in entries]
     paths = [sf.status_path(r) for r in rels]
-    found = store.read_json_many(paths, [posixpath.dirname(r) for r in rels])
-    return [step_ref(store, e, found[p]) for e, p in zip(entries, paths, strict=True)]
+    return paths, store.read_json_many(paths, [posixpath.dirname(r) for r in rels])
 
 
 _UNREAD = object()

@@ -32,6 +32,7 @@ from marin.compare.runs import baseline_of, own_steps
 from marin.dashboard.compare_source import DashboardSource
 from marin.dashboard.context import Dashboard
 from marin.dashboard.lru import ByteLru
+from marin.dashboard.read_ahead import verdicts_rel
 from marin.dashboard.schemas import (
     ExperimentDetail,
     ExperimentSummary,
@@ -128,7 +129,7 @@ def numbers(dash: Dashboard, experiment_id: str) -> _Numbers:
         isinstance(r, dict) and r.get("status") == "RUNNING" for r in found[0].get("runs") or [])
     sig = dash.experiments.signature_of(experiment_id)
     try:  # one GET on an object store, there or not (store.py `read_json_fetched`)
-        verdicts = dash.store.read_json_fetched(f"{EXPERIMENTS_DIR}/{experiment_id}/verdicts.json")
+        verdicts = dash.store.read_json_fetched(verdicts_rel(experiment_id))
     except CorruptFileError as e:  # one problem row on the page, never a 500 (status/damaged.py)
         return _Numbers(None, [], [], None, problem=str(e))
     key = (id(dash), experiment_id)

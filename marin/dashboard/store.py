@@ -12,18 +12,24 @@ The dashboard never writes. Every read goes through :class:`PrefixStore`, which
   passes each file's listed signature to `read_json`, so an unchanged file costs no call of its own;
 - reads many small files in a few calls (`read_json_many`: an experiment page's status.json of every step):
   entries still fresh from memory, the rest checked against one recursive listing of a parent directory that
-  holds mostly them, and what changed read in one concurrent batch (`Storage.read_many`);
+  holds mostly them (only the files asked for: on GCS a `matchGlob`, marin/storage/gcs.py `gcs_find`), and
+  what changed read in one concurrent batch (`Storage.read_many`);
+- shares, within one request (`one_request`), what the request already checked against the store, so an
+  experiment page can make its independent reads at once beforehand (marin/dashboard/read_ahead.py) and
+  then find them; nothing checked before the request is trusted longer than `ttl`;
 - reads the end of large files only (`read_range`), so a multi-GB log is never loaded whole.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -50,8 +56,10 @@ _STATE_FILE = re.compile(
 # implementation (marin/storage/listing.py `whole_parents`); otherwise each file is read.
 SPLIT_LISTING = 256
 """On an object store, `listing` of a directory with more entries than this lists groups of them concurrently
-(`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries (one delimited listing, cached
-like any): the pages of one recursive listing come one after another, a round trip each."""
+(`prefix_groups`, at most `SPLIT_GROUPS`), from the names of its entries: those its last listing showed, with
+its names (one delimited listing, cached like any) listed at the same time to catch an entry the groups miss,
+or, the first time, its names listed first. The pages of one recursive listing come one after another, a
+round trip each."""
 SPLIT_GROUPS = 16
 
 
@@ -72,6 +80,11 @@ def prefix_groups(names: Sequence[str], most: int) -> list[str]:
             return sorted(groups)
         del groups[prefix]
         groups.update(children)
+
+
+_REQUEST_START: contextvars.ContextVar[float | None] = contextvars.ContextVar("marin_request_start",
+                                                                          default=None)
+"""When the request this thread serves began (`PrefixStore.one_request`), or None outside one."""
 
 
 _SIGNATURE_KEYS = ("mtime", "size", "ino", "generation", "etag", "ETag", "md5Hash", "updated", "LastModified")
@@ -191,8 +204,11 @@ class PrefixStore:
         self._ls_cache: dict[str, _Entry] = {}
         self._names_cache: dict[str, _Entry] = {}
         self._find_cache: dict[str, _Entry] = {}
+        self._listed_tails: dict[str, frozenset[str]] = {}  # see `listing`
         self._lock = threading.Lock()
         self._storage: Storage | None = None
+        protocol = getattr(fs, "protocol", ())
+        self._gcs = "gs" in (protocol if isinstance(protocol, tuple | list) else (protocol,))
 
     @property
     def storage(self) -> Storage:
@@ -235,9 +251,29 @@ class PrefixStore:
     # ----------------------------------------------------------------------------------------- cached reads
     def _fresh(self, cache: dict[str, _Entry], key: str, now: float) -> _Entry | None:
         entry = cache.get(key)
-        if entry is not None and now - entry.checked < self.ttl:
+        if entry is not None and self.fresh_since(entry.checked, now):
             return entry
         return None
+
+    def fresh_since(self, checked: float, now: float | None = None) -> bool:
+        """Whether what was checked against the store at `checked` (time.monotonic) may be served without a
+        new look: within `ttl`, or checked during the request being served (`one_request`)."""
+        if (time.monotonic() if now is None else now) - checked < self.ttl:
+            return True
+        start = _REQUEST_START.get()
+        return start is not None and checked >= start
+
+    @contextlib.contextmanager
+    def one_request(self) -> Iterator[None]:
+        """Serve one request: within it, what was checked against the store since it began is not looked
+        at again (two views of one page, or the concurrent read-ahead of an experiment page and the page
+        itself, share each read), whatever the `ttl`; nothing checked before it is trusted longer than the
+        `ttl`, so a status changed since the previous request is on this one."""
+        token = _REQUEST_START.set(time.monotonic() if _REQUEST_START.get() is None else _REQUEST_START.get())
+        try:
+            yield
+        finally:
+            _REQUEST_START.reset(token)
 
     @property
     def _direct(self) -> bool:
@@ -399,57 +435,107 @@ class PrefixStore:
         self._names_cache[full] = _Entry(None, now, names)
         return names
 
-    def listing(self, rel: str) -> dict[str, dict[str, Any]]:
+    def listing(self, rel: str, tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
         """Every file under the directory `rel`, recursively: relative path -> its info (signature keys
         included), from one listing per `ttl` (one paginated call on an object store, a walk locally); {}
         when absent. Views over many small files (verdicts under experiments/) compare these signatures
-        with their cache instead of asking for each file."""
+        with their cache instead of asking for each file.
+
+        `tails`: only the files `{rel}/{entry}/{tail}` for a tail in `tails` are wanted (an experiment page:
+        each step's `.marin/status.json`), and the listing may hold only those (plus the tails asked for under
+        `rel` before, so that the views of one page share one listing): on GCS a `matchGlob` asks the store
+        for just them (marin/storage/gcs.py `gcs_find`), elsewhere they are picked from the whole listing."""
         full = self.full(rel).rstrip("/")
         now = time.monotonic()
+        if tails is not None:
+            tails = self._listed_tails.setdefault(full, frozenset()) | frozenset(tails)
+            self._listed_tails[full] = tails
         fresh = self._fresh(self._find_cache, full, now)
-        if fresh is not None:
+        # an entry holds the tails it was filtered by (None: every file)
+        if fresh is not None and (fresh.signature is None or (tails is not None and tails <= fresh.signature)
+                                  ):
             cached: dict[str, dict[str, Any]] = fresh.value
             return cached
-        # split by names (a delimited listing first) only when it is worth it: a parent whose last listing
-        # showed few entries is listed in one go (one that grew since is split at the listing after this one)
-        before = None if self.is_local else self._listed_count(rel)
-        small = self.is_local or (before is not None and before <= SPLIT_LISTING)
-        names = [] if small else self.names(rel)
-        if len(names) > SPLIT_LISTING:
-            # the listing is as fresh as the names it was split by: trusted `ttl` from when they were listed
+        # split by names only when it is worth it: a parent whose last listing showed few entries is listed
+        # in one go (one that grew since is split at the listing after this one)
+        before = None if self.is_local else self._listed_names(rel)
+        named = self._names_cache.get(self.full(rel))
+        if before is not None and named is not None:  # a listing of some tails only misses entries without
+            before = sorted(set(before) | set(named.value))  # them: its groups cover the names listed too
+        if self.is_local or (before is not None and len(before) <= SPLIT_LISTING):
+            found = self._find_groups(full, [""], tails)
+        else:
+            found = self._find_split(rel, full, before, tails)
+            # the listing is as fresh as the names it was checked against: trusted `ttl` from their listing
             listed = self._names_cache.get(self.full(rel))
             now = min(now, listed.checked) if listed is not None else now
-            found = self._find_split(full, names)
-        else:
-            try:
-                found = self.fs.find(full, detail=True)
-            except (FileNotFoundError, NotADirectoryError):
-                found = {}
         base = full + "/"
         head = rel.rstrip("/") + "/" if rel.rstrip("/") else ""
         entries = {f"{head}{name[len(base):]}": info for name, info in found.items()
                    if name.startswith(base) and info.get("type", "file") == "file"}
-        self._find_cache[full] = _Entry(None, now, entries)
+        self._find_cache[full] = _Entry(tails, now, entries)
         return entries
 
-    def _find_split(self, full: str, names: list[str]) -> dict[str, dict[str, Any]]:
-        """`fs.find(full, detail=True)` as a few concurrent listings of the entries sharing a name prefix
-        (`prefix_groups`), each paginated on its own, instead of one listing whose pages come one after
-        another (a 1,000-step parent: 11 pages of 1,000 objects)."""
-        groups = prefix_groups(names, SPLIT_GROUPS)
+    def _find_split(self, rel: str, full: str, before: list[str] | None,
+                    tails: frozenset[str] | None) -> dict[str, dict[str, Any]]:
+        """`fs.find(full, detail=True)` of a large directory as a few concurrent listings of the entries
+        sharing a name prefix (`prefix_groups`), each paginated on its own, instead of one listing whose pages
+        come one after another (a 1,000-step parent: 11 pages of 1,000 objects).
 
-        def one(prefix: str) -> dict[str, dict[str, Any]]:
-            try:
-                found: dict[str, dict[str, Any]] = self.fs.find(full, prefix=prefix, detail=True)
-            except (FileNotFoundError, NotADirectoryError):
-                return {}
-            return found
+        The groups come from the entries the last listing showed (`before`), and the directory's names (a
+        delimited listing) are listed at the same time, not first: an entry that none of those groups covers
+        (created since, its name unlike the others') is listed after them, so nothing is missed. Without a
+        last listing the names come first; a directory that turns out small is listed in one go."""
+        if before is None:
+            names = self.names(rel)
+            if len(names) <= SPLIT_LISTING:
+                return self._find_groups(full, [""], tails)
+            return self._find_groups(full, prefix_groups(names, SPLIT_GROUPS), tails)
+        groups = prefix_groups(before, SPLIT_GROUPS)
+        names_now: list[list[str]] = []
+        found = self._find_groups(full, groups, tails, also=lambda: names_now.append(self.names(rel)))
+        covered = tuple(groups)
+        new = [name for name in names_now[0] if not name.startswith(covered)]
+        if new:
+            found.update(self._find_groups(full, prefix_groups(new, SPLIT_GROUPS), tails))
+        return found
 
+    def _find_groups(self, full: str, groups: list[str], tails: frozenset[str] | None,
+                     also: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+        """`_find` of each group, concurrently (and `also`, at the same time), merged; a single group "" is
+        the whole directory."""
+        if len(groups) == 1 and also is None:
+            return self._find(full, groups[0], tails)
         out: dict[str, dict[str, Any]] = {}
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            for found in pool.map(one, groups):
+        with ThreadPoolExecutor(max_workers=len(groups) + (also is not None)) as pool:
+            extra = pool.submit(also) if also is not None else None
+            for found in pool.map(lambda group: self._find(full, group, tails), groups):
                 out.update(found)
+            if extra is not None:
+                extra.result()
         return out
+
+    def _find(self, full: str, prefix: str, tails: frozenset[str] | None) -> dict[str, dict[str, Any]]:
+        """The files under `full` whose name there starts with `prefix` (fs.find's answer), only those
+        `{full}/{entry}/{tail}` for a tail in `tails` unless it is None; {} when absent. On GCS straight
+        off objects.list (`gcs_find`: the glob asked of the store, and only the files kept described)."""
+        try:
+            if self._gcs:
+                from fsspec.asyn import sync
+
+                from marin.storage.gcs import gcs_find
+
+                found: dict[str, dict[str, Any]] = sync(self.fs.loop, gcs_find, self.fs, full, prefix, tails)
+                return found
+            found = (self.fs.find(full, prefix=prefix, detail=True) if prefix
+                     else self.fs.find(full, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        if tails is None:
+            return found
+        base = full.rstrip("/") + "/"
+        return {name: info for name, info in found.items()
+                if (parts := name[len(base):].partition("/"))[0] and parts[1] and parts[2] in tails}
 
     def read_json_many(self, rels: Sequence[str], parents: Sequence[str]) -> dict[str, Any]:
         """`read_json` of many small files in a few storage calls: rel -> its value, or the CorruptFileError
@@ -527,11 +613,13 @@ class PrefixStore:
         """The recursive listing of each parent that holds at least `WHOLE_PARENT_MIN` of `files` (rel,
         parent), from at least half of its entries."""
         by_parent: dict[str, set[str]] = {}
+        tails: dict[str, set[str]] = {}  # what lies below each file's entry: the listing keeps only those
         for rel, parent in files:
-            first = rel[len(parent):].lstrip("/").split("/", 1)[0] if parent else rel.split("/", 1)[0]
+            first, _, tail = (rel[len(parent):].lstrip("/") if parent else rel).partition("/")
             by_parent.setdefault(parent, set()).add(first)
+            tails.setdefault(parent, set()).add(tail)
         whole = whole_parents(by_parent, self._entry_count, allowed=_clean)
-        return {p: self.listing(p) for p in whole}
+        return {p: self.listing(p, None if "" in tails[p] else tails[p]) for p in whole}
 
     def _entry_count(self, rel: str) -> int:
         """How many entries the directory `rel` has, for deciding how to read under it (never what is read):
@@ -543,11 +631,16 @@ class PrefixStore:
 
     def _listed_count(self, rel: str) -> int | None:
         """The number of entries of `rel` its last recursive listing showed (even one past `ttl`), or None."""
+        names = self._listed_names(rel)
+        return None if names is None else len(names)
+
+    def _listed_names(self, rel: str) -> list[str] | None:
+        """The entries of `rel` its last recursive listing showed (even one past `ttl`), sorted, or None."""
         last = self._find_cache.get(self.full(rel).rstrip("/"))
         if last is None:
             return None
         head = len(rel.rstrip("/")) + 1 if rel.rstrip("/") else 0
-        return len({name[head:].split("/", 1)[0] for name in last.value})
+        return sorted({name[head:].split("/", 1)[0] for name in last.value})
 
     def read_json_fetched(self, rel: str) -> Any:
         """`read_json` of a file that is often absent (an experiment's verdicts.json), as fresh: on an object

@@ -20,7 +20,7 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -87,8 +87,8 @@ class RedactingStore(PrefixStore):
         base = rel.strip("/")
         return [e for e in super().ls(rel) if not self.hides(f"{base}/{e['name']}" if base else e["name"])]
 
-    def listing(self, rel: str) -> dict[str, dict[str, Any]]:
-        return {k: v for k, v in super().listing(rel).items() if not self.hides(k)}
+    def listing(self, rel: str, tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in super().listing(rel, tails).items() if not self.hides(k)}
 
     def _learn(self, value: Any) -> list[str]:
         """Teach the redactor the names `value` (a parsed record) carries; they are returned."""

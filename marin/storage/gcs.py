@@ -10,7 +10,8 @@ emulators), the token is the text and the conditions are best effort, as in `gen
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from typing import Any
 
 from marin.errors import StorageError
@@ -137,3 +138,73 @@ class GcsStorage(FsspecStorage):
         if blob is None:
             return super().delete_if(path, token)
         return _conditional(lambda: blob.delete(if_generation_match=token))
+
+
+LIST_FIELDS = ("items(name,size,generation,metageneration,md5Hash,crc32c,etag,updated,timeCreated),prefixes,"
+               "nextPageToken")
+"""What `gcs_find` asks objects.list for (`fields`): the names, sizes and versions a listing is read for; a
+full object resource (ACLs, links, storage class...) is several times longer. A store that ignores `fields`
+answers the whole resource, and the same keys are read from it."""
+
+_GLOB_SPECIAL = re.compile(r"([\\*?\[\]{},])")
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a GCS `matchGlob` pattern (a backslash before each special character)."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def member_glob(base: str, tails: Collection[str]) -> str:
+    """The `matchGlob` of the objects `{base}{entry}/{tail}` (an entry: one path component, a tail one of
+    `tails`)."""
+    alternatives = sorted(glob_escape(t) for t in tails)
+    tail = alternatives[0] if len(alternatives) == 1 else "{" + ",".join(alternatives) + "}"
+    return f"{glob_escape(base)}*/{tail}"
+
+
+async def gcs_find(fs: Any, path: str, prefix: str = "",
+                   tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+    """gcsfs's `find(path, prefix=prefix, detail=True)` (the files under the directory `path` whose name
+    there starts with `prefix`, each as gcsfs describes it), or with `tails` only the files `{path}/{entry}/
+    {tail}` for a tail in `tails`, from objects.list pages read straight off the API: gcsfs's find builds an
+    info dict for every object and a directory cache on top, most of it for files a caller then drops.
+
+    With `tails` the request carries a `matchGlob` (`member_glob`), so a store that supports it (GCS) sends
+    only those objects; every answer is filtered here as well, so a store that ignores the glob (some
+    emulators) gives the same result, and one that refuses it (a 400) is asked again without it."""
+    bucket, key, _ = fs.split_path(path)
+    base = key.rstrip("/") + "/" if key else ""
+    params: dict[str, Any] = {"prefix": base + prefix, "fields": LIST_FIELDS}
+    if tails:
+        params["matchGlob"] = member_glob(base, tails)
+    try:
+        items = await _list_pages(fs, bucket, params)
+    except (ValueError, OSError) as e:
+        if isinstance(e, FileNotFoundError) or "matchGlob" not in params:
+            raise
+        del params["matchGlob"], params["fields"]  # a store that refuses them: the plain listing
+        items = await _list_pages(fs, bucket, params)
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name = item.get("name", "")
+        if not name.startswith(params["prefix"]):
+            continue
+        if tails is not None:
+            entry, slash, tail = name[len(base):].partition("/")
+            if not (entry and slash and tail in tails):
+                continue
+        info: dict[str, Any] = fs._process_object(bucket, item)
+        out[info["name"]] = info
+    return out
+
+
+async def _list_pages(fs: Any, bucket: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every item of an objects.list with `params`, page after page (GCS pages at 1,000 items)."""
+    items: list[dict[str, Any]] = []
+    token = None
+    while True:
+        page = await fs._call("GET", "b/{}/o", bucket, json_out=True, pageToken=token, **params)
+        items.extend(page.get("items") or ())
+        token = page.get("nextPageToken")
+        if not token:
+            return items

@@ -237,3 +237,71 @@ def test_a_large_parent_is_listed_in_concurrent_groups(moto_endpoint: str, tmp_p
         _mark_failed(c, fs, "split-bucket/prefix", result.experiment_id, "fan/s3")
         detail = c.get(f"/api/experiments/{result.experiment_id}").json()
         assert detail["step_counts"] == {"SUCCESS": 12, "FAILED": 1}
+
+
+def test_member_glob_escapes_the_literal_parts() -> None:
+    from marin.storage.gcs import member_glob
+
+    assert member_glob("run/b/", {".marin/status.json"}) == "run/b/*/.marin/status.json"
+    assert member_glob("r[1]/{x}*/", {"eval.json", "a,b.json"}) == r"r\[1\]/\{x\}\*/*/{a\,b.json,eval.json}"
+
+
+def test_gcs_listing_of_wanted_files_and_a_later_load(fake_gcs_bucket: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: on gs:// the listing a batch read needs (each step's .marin/status.json) is read straight off
+    objects.list with a matchGlob (`gcs_find`); fake-gcs-server ignores the glob and the answer is filtered
+    here: the same files as gcsfs's find, with the same signatures. A store that refuses the glob is asked
+    again without it. A later load (its three reads made at once, `read_ahead`) shows a status changed since
+    the previous load, and a step new since the last listing, named unlike the groups that listing was split
+    by, is listed too."""
+    import gcsfs
+    from fsspec.asyn import sync
+
+    from marin import ExecutorMainConfig, run_experiment
+    from marin.dashboard import store as store_module
+    from marin.dashboard.read_ahead import read_ahead
+    from marin.dashboard.store import signature
+    from marin.storage.gcs import gcs_find
+    from tests.marin.test_plan_batching import _fan_out
+
+    result = run_experiment(_fan_out(12), ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local"),
+                            verbose=False, script="tests/dashboard_gcs_glob.py")
+    opts: dict[str, Any] = {"token": "anon", "skip_instance_cache": True}
+    fs = gcsfs.GCSFileSystem(**opts)
+    root = fake_gcs_bucket.removeprefix("gs://") + "/glob/prefix"
+    fs.put(str(tmp_path / "p") + "/", root + "/", recursive=True)
+    tail = ".marin/status.json"
+    expected = {k: v for k, v in fs.find(f"{root}/fan", detail=True).items() if k.endswith("/" + tail)}
+    assert len(expected) == 13
+    found = sync(fs.loop, gcs_find, fs, f"{root}/fan", "", {tail})
+    assert found.keys() == expected.keys()
+    assert all(signature(found[k]) == signature(expected[k]) for k in found)
+    assert sync(fs.loop, gcs_find, fs, f"{root}/fan", "s1")  # a name prefix: fan/s1-..., fan/s10-...
+    assert set(sync(fs.loop, gcs_find, fs, f"{root}/fan", "s1", {tail})) == {
+        k for k in expected if k.split("/fan/")[1].startswith("s1")}
+
+    real_call, globs = fs._call, []
+
+    async def refusing(*args: Any, **kwargs: Any) -> Any:
+        globs.append(kwargs.get("matchGlob"))
+        if kwargs.get("matchGlob"):
+            raise ValueError("Bad Request: invalid matchGlob")
+        return await real_call(*args, **kwargs)
+
+    monkeypatch.setattr(fs, "_call", refusing)
+    assert sync(fs.loop, gcs_find, fs, f"{root}/fan", "", {tail}).keys() == expected.keys()
+    assert globs == [root.split("/", 1)[1] + "/fan/*/.marin/status.json", None]
+    monkeypatch.setattr(fs, "_call", real_call)
+
+    monkeypatch.setattr(store_module, "SPLIT_LISTING", 4)  # fan/ holds 13 step directories: split
+    app = create_app(f"gs://{root}", cache_ttl=0, storage_options=opts)  # every load revalidates
+    api = f"/api/experiments/{result.experiment_id}"
+    with TestClient(app) as c:
+        assert c.get(f"/experiments/{result.experiment_id}").status_code == 200
+        assert c.get(api).json()["step_counts"] == {"SUCCESS": 13}
+        assert read_ahead(app.state.dash, result.experiment_id) == 3
+        assert read_ahead(app.state.dash, "no-such-experiment") == 0
+        _mark_failed(c, fs, root, result.experiment_id, "fan/s3")
+        assert c.get(api).json()["step_counts"] == {"SUCCESS": 12, "FAILED": 1}
+        fs.pipe_file(f"{root}/fan/zz-new/.marin/status.json", b'{"status": "SUCCESS"}')
+        assert "fan/zz-new/.marin/status.json" in app.state.dash.store.listing("fan", {tail})

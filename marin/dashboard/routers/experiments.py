@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 
 from marin.dashboard.context import Dashboard, get_dashboard, page
 from marin.dashboard.fragments import experiment_fragments
+from marin.dashboard.read_ahead import read_ahead
 from marin.dashboard.results import read_verdicts, warm, with_headline, with_results
 from marin.dashboard.routers.catalogue import notebook_view
 from marin.dashboard.schemas import ExperimentDetail, ExperimentList
@@ -61,6 +62,12 @@ def list_experiments(
 @router.get("/api/experiments/{experiment_id}", response_model=ExperimentDetail, tags=["experiments"])
 def get_experiment(experiment_id: str, dash: Dash) -> ExperimentDetail:
     """One experiment: manifest fields, runs, every step with its status, and the laid-out DAG."""
+    with dash.store.one_request():
+        read_ahead(dash, experiment_id)  # its reads at once (marin/dashboard/read_ahead.py)
+        return _experiment(experiment_id, dash)
+
+
+def _experiment(experiment_id: str, dash: Dash) -> ExperimentDetail:
     detail = dash.experiments.detail(experiment_id)
     problem = dash.experiments.problem(experiment_id) if detail is None else None
     if problem is not None:  # named with the fix (status/damaged.py), not reported as absent
@@ -118,10 +125,11 @@ def experiments_page(
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse, include_in_schema=False)
 def experiment_page(experiment_id: str, request: Request, dash: Dash) -> HTMLResponse:
-    detail = get_experiment(experiment_id, dash)
-    fragments = experiment_fragments(request.app.state.templates.env, dash, detail)
-    return page(
-        request, "experiment.html",
-        {"prefix": dash.prefix, "exp": detail, "notebook": notebook_view(dash, experiment_id),
-         "fragments": fragments},
-    )
+    with dash.store.one_request():
+        detail = get_experiment(experiment_id, dash)
+        fragments = experiment_fragments(request.app.state.templates.env, dash, detail)
+        return page(
+            request, "experiment.html",
+            {"prefix": dash.prefix, "exp": detail, "notebook": notebook_view(dash, experiment_id),
+             "fragments": fragments},
+        )
