@@ -153,7 +153,7 @@ def _found_alike_by_server(name: str) -> bool:
     on its own search path: this directory first, then what this process has after its own first entry (the
     script's directory). So a package of that name in this directory, or one this process found in its
     script's directory, is not preloaded (a worker then imports it itself, on this process's path)."""
-    origin = getattr(sys.modules.get(name), "__file__", None)
+    origin: str | None = getattr(sys.modules.get(name), "__file__", None)
     if not origin:
         return False
     top = name.split(".")[0]
