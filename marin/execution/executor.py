@@ -21,6 +21,8 @@ splitting them apart would spread one decision ("what runs next") over several f
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import heapq
 import pickle
 import queue
@@ -68,6 +70,8 @@ LEASE_BATCH_THREADS = 32
 """Threads taking the leases of ready steps on an object store, off the loop's thread
 (`Executor._start_ready`). Their names start with `marin-`: the engine's own threads, which do not stop the
 local backend forking."""
+RELEASE_WAIT_S = 10.0
+"""How long an interrupted run waits for lease takes in flight before it gives up on releasing them."""
 # How long the attempts of a Ray-backed executor may outlive its process: Ray ends a dead driver's workers
 # within seconds; a same-machine taker waits this long after it first saw the owner's process gone.
 ATTEMPTS_OUTLIVE_S = 15.0
@@ -229,8 +233,8 @@ class Executor:
         the backend starts it the moment they finish."""
         for user in self._dependents.get(key, ()):
             ust = self.board[user]
-            if (ust.phase is Phase.PENDING and ust.entry.action in (RUN, WAIT) and self._has_room()
-                    and self._startable(user)):
+            if (ust.phase is Phase.PENDING and user not in self._taking and ust.entry.action in (RUN, WAIT)
+                    and self._has_room() and self._startable(user)):
                 self._try_start(user)
 
     def _startable(self, key: str) -> bool:
@@ -270,7 +274,8 @@ class Executor:
     def _post_taken(self, key: str) -> Callable[[Future[Taken]], None]:
         """What posts `key`'s taken lease (or what taking it raised) to the loop once its thread is done."""
         def post(future: Future[Taken]) -> None:
-            self.completions.put(LeaseTaken(key, future.exception() or future.result()))
+            if not future.cancelled():  # `_abort` cancelled it before it started: nothing was taken
+                self.completions.put(LeaseTaken(key, future.exception() or future.result()))
         return post
 
     def _lease_taken(self, message: LeaseTaken) -> None:
@@ -278,6 +283,12 @@ class Executor:
         holder, reuse another executor's result...). What `_lease_io` raised is raised here."""
         if self._taking.pop(message.key, None) is None:
             return  # already released by `_abort`
+        st = self.board[message.key]
+        if st.phase is not Phase.PENDING:  # decided by another path meanwhile (none should: see
+            taken = message.taken  # `_queue_dependents`); a lease this take holds is given back
+            if isinstance(taken, tuple) and taken[0].ok:
+                self.leases.release(st)
+            return
         self._try_start(message.key, message.taken)  # type: ignore[arg-type]
 
     def _lease_io(self, key: str) -> Taken:
@@ -287,7 +298,14 @@ class Executor:
         fresh = st.entry.action == WAIT or st.phase is not Phase.PENDING
         prev = self.records.current(st) if fresh else st.previous
         acquired = self.leases.acquire(st, attempt=recorded_attempt(prev) + 1)
-        return acquired, self.records.current(st) if acquired.ok else None
+        if not acquired.ok:
+            return acquired, None
+        try:
+            return acquired, self.records.current(st)
+        except BaseException:  # the lease is held, but the step cannot be decided: give it back
+            with contextlib.suppress(Exception):
+                self.leases.release(st)
+            raise
 
     def _try_start(self, key: str, taken: Taken | BaseException | None = None) -> None:
         if isinstance(taken, BaseException):
@@ -516,9 +534,18 @@ class Executor:
             self.leases.release(st)
 
     def _abort(self) -> None:
-        """Interrupted (Ctrl-C, SIGTERM), or a step could not be decided: give back the leases still being
-        taken, stop running attempts and record them PREEMPTED."""
-        self._release_taking()
+        """Interrupted (Ctrl-C, SIGTERM), or a step could not be decided: cancel the lease takes not started,
+        stop running attempts and record them PREEMPTED, then give back the leases taken meanwhile."""
+        taking, self._taking = self._taking, {}
+        for future in taking.values():
+            future.cancel()  # not started yet: nothing taken
+        try:
+            self._abort_running()
+        finally:
+            self._release_taken(taking)
+
+    def _abort_running(self) -> None:
+        """Stop the running attempts; record them PREEMPTED and release their leases."""
         for key in list(self.board.running):
             st = self.board[key]
             self.backend.cancel(key)
@@ -536,17 +563,20 @@ class Executor:
                 self.leases.release(st)
             self.board.move(key, Phase.PREEMPTED)
 
-    def _release_taking(self) -> None:
-        """The leases `_start_ready` is still taking: wait for each, release it if it was taken (the step
-        stays PENDING; nothing about it was recorded)."""
-        taking, self._taking = self._taking, {}
+    def _release_taken(self, taking: dict[str, Future[Taken]]) -> None:
+        """The leases `_start_ready` was still taking when the run stopped: wait for each take in flight (at
+        most RELEASE_WAIT_S in all: a hung store must not hold up the exit), release what was taken (the
+        step stays PENDING; nothing about it was recorded). A take still running after that leaves a lease
+        that goes stale like any lease of a killed executor."""
+        done, _ = concurrent.futures.wait([f for f in taking.values() if not f.cancelled()],
+                                          timeout=RELEASE_WAIT_S)
         for key, future in taking.items():
-            try:
-                acquired, _ = future.result()
-            except BaseException:  # nothing was taken
-                continue
+            if future not in done or future.exception() is not None:
+                continue  # nothing taken (or still being taken: see above)
+            acquired, _ = future.result()
             if acquired.ok:
-                self.leases.release(self.board[key])
+                with contextlib.suppress(Exception):
+                    self.leases.release(self.board[key])
 
 
 def _new_success(st: StepState, current: dict[str, Any] | None) -> bool:

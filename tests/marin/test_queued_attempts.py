@@ -247,3 +247,93 @@ def test_a_queued_attempt_whose_worker_died_after_starting_counts_as_an_attempt(
     assert _events(result, "q/b") == [("RUNNING", 1), ("PREEMPTED", 1), ("RUNNING", 2), ("SUCCESS", 2)]
     assert _status(result, "q/b")["attempt"] == 2
     assert (tmp_path / "ran.txt").read_text().splitlines() == [result.output_path(n) for n in ("q/a", "q/b")]
+
+
+class _AtOnceQueueingBackend:
+    """Queues an attempt behind its dependencies like Ray, and runs whatever is runnable at once, inside
+    `submit`: a dependency's result and its dependent's submission reach the loop in one batch."""
+
+    name = "at-once"
+    queues_behind_dependencies = True
+
+    def __init__(self, completions: Completions) -> None:
+        self.completions = completions
+        self.results: dict[str, AttemptResult] = {}
+        self.pending: list[Task] = []
+        self.submitted: list[tuple[str, int]] = []
+
+    def check_resources(self, tasks: Any) -> None:
+        pass
+
+    def submit(self, task: Task) -> None:
+        self.submitted.append((task.name, task.attempt))
+        self.pending.append(task)
+        progressed = True
+        while progressed:
+            progressed = False
+            for t in [t for t in self.pending if all(k in self.results for k in t.after)]:
+                self.pending.remove(t)
+                result = execute_step(t.fn, t.config, t.log_path, t.env, t.record,
+                                      *[self.results[k] for k in t.after])
+                self.results[t.key] = result
+                self.completions.put(AttemptDone(t.key, t.attempt, result))
+                progressed = True
+
+    def forget(self, key: str) -> None:
+        pass
+
+    def cancel(self, key: str) -> None:
+        self.pending = [t for t in self.pending if t.key != key]
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("second", ["succeeds", "fails"])
+def test_a_step_whose_lease_is_being_taken_is_not_started_again_by_its_dependencys_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second: str) -> None:
+    """Review of issue 35's leases taken off the loop: on a queueing backend over an object store, `b`'s lease
+    was being taken on a pool thread while `a`'s launch queued its dependents and took `b`'s lease again
+    inline. The second take found the lease held (by this very executor): `b` then counted as waiting for
+    another executor, a success of its own was reported as reused, and a failure hung the run forever."""
+    from marin.storage.local import LocalStorage
+
+    monkeypatch.setattr(LocalStorage, "is_local", False)  # leases taken off the loop, as on an object store
+    backends: list[_AtOnceQueueingBackend] = []
+
+    def make(name: str, completions: Completions, address: Any) -> _AtOnceQueueingBackend:
+        backends.append(_AtOnceQueueingBackend(completions))
+        return backends[-1]
+
+    monkeypatch.setattr(marin_main, "_make_backend", make)
+    counter = str(tmp_path / "ran.txt")
+    a = Step(name="q/a", fn=count_and_write, config=CountConfig(output_path=this_output_path(),
+                                                                counter_file=counter))
+    after_a = (output_path_of(a),)
+    b = (Step(name="q/b", fn=count_and_write,
+              config=CountConfig(output_path=this_output_path(), counter_file=counter, inputs=after_a))
+         if second == "succeeds" else
+         Step(name="q/b", fn=fail, config=FailConfig(output_path=this_output_path(), inputs=after_a)))
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            config = ExecutorMainConfig(prefix=str(tmp_path / "out"), backend="local", max_concurrent=8)
+            results.append(run_experiment([b], config, verbose=False, script="tests/queued.py"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the run hung"
+    assert backends[0].submitted == [("q/a", 1), ("q/b", 1)]  # each step submitted once
+    assert not errors, errors
+    result = results[0]
+    status = json.loads(next((tmp_path / "out/q").glob("b-*/.marin/status.json")).read_text())
+    if second == "succeeds":
+        assert result.status == "SUCCESS" and status["status"] == "SUCCESS"
+        assert [s.note for s in result.steps.values() if s.node.name == "q/b"] == ["ran"]
+    else:
+        assert result.status_of("q/b") == "FAILED" and status["status"] == "FAILED"
