@@ -132,6 +132,14 @@ class _Worker:
     task: Task | None = None
     process: multiprocessing.process.BaseProcess | None = None  # a spawned worker (None: forked)
 
+    def kill(self) -> None:
+        """SIGKILL the worker if it still runs. A worker of the spawn server is the server's child, reaped
+        there at once: its pid could be another process's by now, so it is killed only while it is alive."""
+        if self.process is not None and not self.process.is_alive():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
     def wait(self) -> tuple[int | None, int | None]:
         """Wait for the ended process: (the signal that killed it, or None; its exit code, or None)."""
         if self.process is not None:  # its Popen reaps it: a waitpid of ours could race with that
@@ -308,8 +316,7 @@ needs a new worker is started only on the executor's thread, so no worker is for
             self._pending = [t for t in self._pending if t.key != key]  # never started: nothing to report
             worker = next((w for w in self._workers if w.task is not None and w.task.key == key), None)
         if worker is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGKILL)
+            worker.kill()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -317,8 +324,7 @@ needs a new worker is started only on the executor's thread, so no worker is for
             workers = list(self._workers)
         for w in workers:
             if w.task is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(w.pid, signal.SIGKILL)
+                w.kill()
             with contextlib.suppress(OSError, BrokenPipeError):
                 w.tasks.send(None)
         self._closed = True

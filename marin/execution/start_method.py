@@ -47,10 +47,12 @@ they are invisible to `threading`, and the common ones re-initialise themselves 
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import multiprocessing.context
 import os
 import re
+import subprocess
 import sys
 import threading
 from typing import Any
@@ -123,8 +125,8 @@ def refuse_while_spawning() -> None:
 
 SERVER_PRELOAD = ("marin.execution.local_backend", "gcsfs", "google.cloud.storage", "s3fs", "adlfs")
 """What the spawn server imports before it forks a worker: those of these this process has imported (the
-engine's worker side, and the prefix's storage libraries), where the server finds them where this process
-did (`_found_alike_by_server`)."""
+engine's worker side, and the prefix's storage libraries) that the server finds where this process did
+(`_found_alike_by_server`)."""
 
 _server: dict[str, Any] = {}  # the spawn server this process started: what it was started with
 
@@ -147,23 +149,47 @@ def _server_matches() -> bool:
     return _server.get("environ") == dict(os.environ) and _server.get("stdio") == _stdio()
 
 
-def _found_alike_by_server(name: str) -> bool:
-    """Whether the spawn server would import module `name` (already imported here) from where this process
-    did. The server is `python -c` started in this directory, and on Python 3.11 its preloads are imported
-    on its own search path: this directory first, then what this process has after its own first entry (the
-    script's directory). So a package of that name in this directory, or one this process found in its
-    script's directory, is not preloaded (a worker then imports it itself, on this process's path)."""
-    origin: str | None = getattr(sys.modules.get(name), "__file__", None)
-    if not origin:
-        return False
-    top = name.split(".")[0]
-    cut = origin.rfind(os.sep + top + os.sep)
-    root = os.path.realpath(origin[:cut] if cut >= 0 else os.path.dirname(origin))
-    here = os.getcwd()
-    if os.path.exists(os.path.join(here, top)) or os.path.exists(os.path.join(here, top + ".py")):
-        return root == os.path.realpath(here)
-    first = sys.path[0] if sys.path else ""
-    return not first or root != os.path.realpath(first)
+_PROBE = """
+import importlib.util, json, sys
+found = {}
+for name in sys.argv[1:]:
+    spec = importlib.util.find_spec(name.split(".")[0])
+    if spec is not None and spec.origin is None:  # a namespace package (google): the module itself
+        spec = importlib.util.find_spec(name)
+    found[name] = spec.origin if spec is not None else None
+print(json.dumps(found))
+"""
+
+
+def _origin_here(name: str) -> str | None:
+    """Where this process found `name`: its top-level package's file, or for a namespace package (no file)
+    the module's own; the probe (`_PROBE`) answers the same for the server."""
+    top = sys.modules.get(name.split(".")[0])
+    origin = getattr(top, "__file__", None) or getattr(sys.modules.get(name), "__file__", None)
+    return os.path.realpath(origin) if isinstance(origin, str) else None
+
+
+def _found_alike_by_server(names: list[str]) -> list[str]:
+    """Those of `names` (imported here) that the spawn server would import from where this process did.
+    The server is `python -c` started in this directory, and on Python 3.11 it imports its preloads on its
+    own search path (this directory first, then PYTHONPATH and the site's), not on this process's: a second
+    checkout in this directory, or a path this process changed at run time, would give it other code. A
+    fresh interpreter started as the server is (same directory, environment and flags) says where it finds
+    each; what it would find elsewhere is not preloaded, and a worker imports it itself on this process's
+    path."""
+    here = {n: _origin_here(n) for n in names}
+    asked = [n for n in names if here[n] is not None]
+    if not asked:
+        return []
+    # the interpreter's flags, as multiprocessing starts the server
+    flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
+    try:
+        done = subprocess.run([sys.executable, *flags, "-c", _PROBE, *asked], capture_output=True, text=True,
+                              timeout=60, check=True)
+        there = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+    return [n for n in asked if isinstance(there.get(n), str) and os.path.realpath(there[n]) == here[n]]
 
 
 def fresh_context(forced: bool) -> tuple[multiprocessing.context.SpawnContext
@@ -176,7 +202,8 @@ def fresh_context(forced: bool) -> tuple[multiprocessing.context.SpawnContext
         return plain
     context = multiprocessing.context.ForkServerContext()
     if not _server:
-        context.set_forkserver_preload([m for m in SERVER_PRELOAD if _found_alike_by_server(m)])
+        loaded = [m for m in SERVER_PRELOAD if m in sys.modules]
+        context.set_forkserver_preload(_found_alike_by_server(loaded))
         _server.update(environ=dict(os.environ), stdio=_stdio())
     elif not _server_matches():
         return plain
