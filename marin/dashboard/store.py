@@ -208,7 +208,8 @@ class PrefixStore:
         self._lock = threading.Lock()
         self._storage: Storage | None = None
         protocol = getattr(fs, "protocol", ())
-        self._gcs = "gs" in (protocol if isinstance(protocol, tuple | list) else (protocol,))
+        protocols = protocol if isinstance(protocol, tuple | list) else (protocol,)
+        self._gcs, self._s3 = "gs" in protocols, "s3" in protocols
 
     @property
     def storage(self) -> Storage:
@@ -527,6 +528,10 @@ class PrefixStore:
 
                 found: dict[str, dict[str, Any]] = sync(self.fs.loop, gcs_find, self.fs, full, prefix, tails)
                 return found
+            if self._s3:  # listings parsed with the fast timestamp parser (marin/storage/s3.py)
+                from marin.storage.s3 import tuned_client
+
+                tuned_client(self.fs)
             found = (self.fs.find(full, prefix=prefix, detail=True) if prefix
                      else self.fs.find(full, detail=True))
         except (FileNotFoundError, NotADirectoryError):

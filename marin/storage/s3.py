@@ -9,11 +9,14 @@ by the wording of a message; an object deleted meanwhile is a refusal too.
 
 from __future__ import annotations
 
+import datetime
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from marin.storage.base import Versioned
 from marin.storage.generic import FsspecStorage, split_bucket
-from marin.storage.listing import digest_chunks
+from marin.storage.listing import FileInfo, digest_chunks
 
 
 def is_precondition_failure(error: BaseException) -> bool:
@@ -47,19 +50,63 @@ def _no_continue_for_small_bodies(params: dict[str, Any], **kwargs: Any) -> None
         del headers["Expect"]
 
 
+def iso_timestamp(value: Any) -> Any:
+    """botocore's timestamp parser, fast for the form S3 lists (`2026-12-06T22:50:00.000Z`): an aware
+    datetime equal to what botocore's `parse_timestamp` gives (the same instant, in UTC), about 1.5 us
+    instead of 30. botocore's goes through dateutil's general parser, three quarters of the CPU of parsing a
+    1,000-object listing page (54 of 70 ms here). Any other form (RFC 822 headers, epoch seconds, an offset)
+    goes to botocore's parser."""
+    if isinstance(value, str) and len(value) in (20, 24) and value[10:11] == "T" and value[-1:] == "Z":
+        from dateutil.tz import tzutc
+
+        try:
+            return datetime.datetime.fromisoformat(value[:-1]).replace(tzinfo=tzutc())
+        except ValueError:
+            pass
+    from botocore.utils import parse_timestamp
+
+    return parse_timestamp(value)
+
+
+_TUNING = threading.Lock()
+
+
+def tuned_client(fs: Any) -> Any:
+    """The s3fs filesystem's client, connected and set up once per client: small PUTs go without waiting for
+    S3's go-ahead (`_no_continue_for_small_bodies`), and listings' timestamps are parsed by `iso_timestamp`
+    (the parser is its session's, so every client of that session parses the same way: the same values)."""
+    from fsspec.asyn import sync
+
+    client = getattr(fs, "_s3", None)
+    if client is not None and getattr(client, "_marin_tuned", False):
+        return client
+    client = sync(fs.loop, fs.set_session)
+    with _TUNING:
+        if not getattr(client, "_marin_tuned", False):
+            client.meta.events.register_last("before-call.s3", _no_continue_for_small_bodies)
+            factory = getattr(getattr(client, "_endpoint", None), "_response_parser_factory", None)
+            if factory is not None and hasattr(factory, "set_parser_defaults"):
+                factory.set_parser_defaults(timestamp_parser=iso_timestamp)
+            client._marin_tuned = True
+    return client
+
+
 class S3Storage(FsspecStorage):
     guarantees = "single-PUT writes; create If-None-Match; compare-and-swap/delete If-Match on the ETag"
     # s3fs's cat_file first asks for the size (a HEAD) to split large reads; the engine's reads are one GET
     cat_options = {"max_concurrency": 1}
 
     def _client(self) -> None:
-        """Connect, and send small PUTs without waiting for S3's go-ahead (once per client)."""
-        from fsspec.asyn import sync
+        """Connect and set the client up (`tuned_client`) before a call; costs nothing once done."""
+        tuned_client(self.fs)
 
-        client = sync(self.fs.loop, self.fs.set_session)
-        if not getattr(client, "_marin_small_puts", False):
-            client.meta.events.register_last("before-call.s3", _no_continue_for_small_bodies)
-            client._marin_small_puts = True
+    def list_files(self, path: str, limit: int | None = None) -> dict[str, FileInfo] | None:
+        self._client()
+        return super().list_files(path, limit)
+
+    def list_many(self, paths: Sequence[str]) -> list[dict[str, FileInfo] | None]:
+        self._client()
+        return super().list_many(paths)
 
     def listed_checksum(self, data: bytes) -> str | None:
         """A single-part PUT's ETag is the MD5 of its bytes (the engine's records are far below a part)."""
