@@ -5,7 +5,8 @@ The same function runs in a forked local process and inside a Ray task. The exec
 before it submits an attempt. The worker first checks that the lease still names its executor (see
 `_refusal`), then writes the attempt's records as the lease holder's agent: `step.json` (first attempt of a
 run) and RUNNING (status and event) when it really starts; once `fn` returned, the output manifest
-(`.marin/outputs.json`, marin/storage/outputs.py) and then SUCCESS (status and event) -
+(marin/storage/outputs.py: inside the SUCCESS status for a step of few files, else `.marin/outputs.json`,
+written first) and then SUCCESS (status and event) -
 only after checking the lease again, so a worker whose executor lost the lease never marks the step SUCCESS -
 and then it releases the lease for its executor (SUCCESS is final: the executor has nothing left to write).
 On an object store, where each write is a round trip, what does not depend on another goes at once: step.json

@@ -43,7 +43,7 @@ def verify_step(storage: Storage, name: str, output_path: str) -> StepVerdict:
     status = read_status(storage, output_path) or {}
     if status.get("status") != SUCCESS:
         return StepVerdict(name, output_path, NOT_SUCCEEDED, f"status {status.get('status')}")
-    recorded = read_manifest(storage, output_path)
+    recorded = read_manifest(storage, output_path, status.get("outputs"))
     if recorded is None:
         if isinstance(status.get("outputs"), dict):
             return StepVerdict(name, output_path, DIFFERS,

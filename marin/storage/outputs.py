@@ -1,10 +1,17 @@
 """Output manifests: what a step wrote, recorded at its SUCCESS and checked before its result is reused.
 
-At success the worker lists the step's output path once (everything except `.marin/`), computes a content
-digest where the store keeps none (local files: sha256), and writes `.marin/outputs.json` *before* the SUCCESS
-status, which carries a summary: `{"files", "bytes", "listing"}`. `listing` is sha256 over the listing as the
-store returns it (name, size, and the store's checksum, or the local mtime), so a plan compares one fresh
-listing with the status it already read, and reads the manifest only when they differ, to say what changed.
+At success the worker lists the step's output path once (everything except `.marin/`) and computes a content
+digest where the store keeps none (local files: sha256). The SUCCESS status carries a summary: `{"files",
+"bytes", "listing"}`. `listing` is sha256 over the listing as the store returns it (name, size, and the
+store's checksum, or the local mtime), so a plan compares one fresh listing with the status it already read,
+and reads the manifest only when they differ, to say what changed. The manifest itself (every file's size,
+checksum and version) is:
+- for a step with at most `INLINE_ENTRIES` files, inside that summary (`entries`, and `nondeterministic`
+  when declared): written in the same single-object write as SUCCESS, so status and manifest cannot part,
+  and one object and one round trip fewer per step;
+- otherwise (or when an earlier success of the step left one) `.marin/outputs.json`, written *before* the
+  SUCCESS status (a SUCCESS always has its manifest).
+`read_manifest` reads either. Steps recorded with `outputs.json` before inline manifests read as before.
 
 A missing or changed file (size, the store's checksum, or on local disk a changed mtime whose re-read content
 digest differs) means the outputs are not the ones that succeeded: the plan re-runs the step and says why
@@ -30,8 +37,12 @@ from marin.storage.base import Storage
 from marin.storage.listing import FileInfo, digest_chunks, recomputable
 
 SCHEMA = "marin-outputs/v1"
+INLINE_ENTRIES = 8
+"""A manifest of at most this many files is carried in the SUCCESS status (`outputs.entries`) instead of a
+file of its own; about 150 bytes of status.json a file (docs/formats.md)."""
 META = ".marin"
 STEP_JSON = ".marin/step.json"  # relative to the output path (marin/status/files.py names it too)
+MANIFEST = ".marin/outputs.json"
 
 
 def join(base: str, name: str) -> str:
@@ -39,7 +50,7 @@ def join(base: str, name: str) -> str:
 
 
 def manifest_path(output_path: str) -> str:
-    return join(output_path, ".marin/outputs.json")
+    return join(output_path, MANIFEST)
 
 
 def scan_outputs(storage: Storage, output_path: str) -> dict[str, FileInfo] | None:
@@ -110,6 +121,13 @@ def record_listed_outputs(storage: Storage, output_path: str, listing: dict[str,
         summary["step_json"] = step_json.checksum
     entries = {name: _with_digest(storage, join(output_path, name), info).to_json()
                for name, info in sorted(files.items())}
+    # written with SUCCESS, in the same object (see the module docstring); a step whose earlier success left
+    # an outputs.json keeps its manifest there (rewritten now), so no stale manifest stays beside the status
+    if len(entries) <= INLINE_ENTRIES and MANIFEST not in (listing or {}):
+        summary["entries"] = entries
+        if nondeterministic:
+            summary["nondeterministic"] = list(nondeterministic)
+        return summary
     jsonio.write_json(storage, manifest_path(output_path), {
         "schema": SCHEMA, "output_path": output_path, "created": time.time(),
         **{k: v for k, v in summary.items() if k != "step_json"},
@@ -117,7 +135,20 @@ def record_listed_outputs(storage: Storage, output_path: str, listing: dict[str,
     return summary
 
 
-def read_manifest(storage: Storage, output_path: str) -> dict[str, Any] | None:
+def inline_manifest(summary: Any) -> dict[str, Any] | None:
+    """The manifest a SUCCESS status's `outputs` summary carries itself (a step of few files), else None."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("entries"), dict):
+        return None
+    return {"schema": SCHEMA, **{k: v for k, v in summary.items() if k != "step_json"},
+            "nondeterministic": list(summary.get("nondeterministic") or ())}
+
+
+def read_manifest(storage: Storage, output_path: str, summary: Any = None) -> dict[str, Any] | None:
+    """The step's output manifest: the one its status's `outputs` summary carries (`summary`, when given and
+    inline), else `.marin/outputs.json`; None when neither is there (or the file cannot be read)."""
+    inline = inline_manifest(summary)
+    if inline is not None:
+        return inline
     try:
         data = jsonio.read_json(storage, manifest_path(output_path))
     except CorruptFileError:
@@ -187,7 +218,7 @@ def check_listed(storage: Storage, output_path: str, summary: dict[str, Any],
     files = step_files(listing, storage, output_path) or {}
     if listing_digest(files) == summary.get("listing"):
         return OutputCheck()
-    recorded = read_manifest(storage, output_path)
+    recorded = read_manifest(storage, output_path, summary)
     if recorded is None:
         return OutputCheck(no_manifest=True)
     return compare(storage, output_path, recorded, files)

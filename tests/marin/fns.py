@@ -38,6 +38,19 @@ def write_with_outside_log(cfg: WriteConfig) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class ShardsConfig:
+    output_path: str
+    files: int = 12
+
+
+def write_shards(cfg: ShardsConfig) -> None:
+    """`cfg.files` small files, `shard-00.txt`...: a step whose output manifest is too long to go inline."""
+    os.makedirs(cfg.output_path, exist_ok=True)
+    for i in range(cfg.files):
+        Path(cfg.output_path, f"shard-{i:02d}.txt").write_text(f"shard {i}\n")
+
+
+@dataclasses.dataclass(frozen=True)
 class SumConfig:
     input_path: str
     output_path: str

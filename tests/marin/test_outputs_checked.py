@@ -12,17 +12,20 @@ import pytest
 
 from marin import ExecutorMainConfig, Step, output_path_of, run_experiment, this_output_path
 from marin.status import verify
+from marin.status.files import read_status
 from marin.storage.fs import storage_for
-from marin.storage.outputs import manifest_path
+from marin.storage.outputs import INLINE_ENTRIES, manifest_path, read_manifest
 from tests.marin.fns import (
     FsCopyConfig,
     FsWriteConfig,
+    ShardsConfig,
     SumConfig,
     WriteConfig,
     fs_copy_upper,
     fs_write,
     sum_numbers,
     write_numbers,
+    write_shards,
     write_with_outside_log,
 )
 
@@ -48,7 +51,8 @@ def test_the_manifest_is_written_with_success_and_names_every_output(tmp_path: P
     result = _run([total], str(tmp_path))
     out = result.output_path("out/total")
     status = json.loads(Path(out, ".marin/status.json").read_text())
-    manifest = json.loads(Path(manifest_path(out)).read_text())
+    manifest = read_manifest(storage_for(out), out, status["outputs"])
+    assert manifest is not None
     assert sorted(manifest["entries"]) == ["total.txt"]
     text = Path(out, "total.txt").read_bytes()
     import hashlib
@@ -56,7 +60,55 @@ def test_the_manifest_is_written_with_success_and_names_every_output(tmp_path: P
     assert manifest["entries"]["total.txt"] == {"size": len(text),
                                                 "checksum": "sha256:" + hashlib.sha256(text).hexdigest(),
                                                 "version": os.stat(Path(out, "total.txt")).st_mtime_ns}
-    assert status["outputs"] == {"files": 1, "bytes": manifest["bytes"], "listing": manifest["listing"]}
+    # one file: the manifest goes inside the SUCCESS status (one write), no outputs.json beside it
+    assert status["outputs"] == {"files": 1, "bytes": manifest["bytes"], "listing": manifest["listing"],
+                                 "entries": manifest["entries"]}
+    assert not Path(manifest_path(out)).exists()
+
+
+def test_a_step_of_many_files_writes_its_manifest_to_a_file_and_a_changed_one_is_still_named(
+        tmp_path: Path) -> None:
+    """Past INLINE_ENTRIES files the manifest is `.marin/outputs.json` (written before SUCCESS) and the status
+    keeps the summary only; a file changed since is named from it. Run again with few files, the step
+    rewrites that file rather than leave a stale manifest beside an inline one."""
+    step = Step(name="out/shards", fn=write_shards,
+                config=ShardsConfig(output_path=this_output_path(), files=INLINE_ENTRIES + 4))
+    out = _run([step], str(tmp_path)).output_path("out/shards")
+    status = json.loads(Path(out, ".marin/status.json").read_text())
+    manifest = json.loads(Path(manifest_path(out)).read_text())
+    assert len(manifest["entries"]) == INLINE_ENTRIES + 4 == status["outputs"]["files"]
+    assert status["outputs"] == {"files": INLINE_ENTRIES + 4, "bytes": manifest["bytes"],
+                                 "listing": manifest["listing"]}
+    assert read_manifest(storage_for(out), out, status["outputs"]) == manifest
+    Path(out, "shard-03.txt").write_text("shard 3 changed\n")
+    assert _actions(_run([step], str(tmp_path), dry=True)) == [
+        ("run", "outputs changed since success: 1 file changed (shard-03.txt); re-running")]
+    os.unlink(manifest_path(out))  # a manifest file gone: nothing to name the change from
+    assert _actions(_run([step], str(tmp_path), dry=True)) == [
+        ("run", "outputs cannot be checked since success: its output manifest (.marin/outputs.json) is gone; "
+                "re-running")]
+    again = _run([step], str(tmp_path))
+    assert again.status == "SUCCESS" and _actions(_run([step], str(tmp_path), dry=True)) == [
+        ("skip", "already succeeded (attempt 2)")]
+    assert Path(out, "shard-03.txt").read_text() == "shard 3\n"  # written again by the re-run
+    assert json.loads(Path(manifest_path(out)).read_text())["entries"]["shard-03.txt"]["size"] == 8
+
+
+def test_a_step_run_again_over_an_outputs_json_of_an_earlier_success_rewrites_it(tmp_path: Path) -> None:
+    """A step recorded by an engine that always wrote outputs.json, run again (here `--force-run`): its one
+    file would go inline, but the listing shows the old outputs.json, so the new manifest is written there;
+    no stale manifest is left beside the status."""
+    numbers, total = _steps()
+    out = _run([total], str(tmp_path)).output_path("out/total")
+    Path(manifest_path(out)).write_text('{"schema": "marin-outputs/v1", "entries": {"old.txt": {"size": 1}}}')
+    forced = run_experiment([total], ExecutorMainConfig(prefix=str(tmp_path), backend="local",
+                                                        force_run=["out/total"]),
+                            verbose=False, script="tests/outputs.py")
+    assert forced.status == "SUCCESS"
+    status = json.loads(Path(out, ".marin/status.json").read_text())
+    manifest = json.loads(Path(manifest_path(out)).read_text())
+    assert list(manifest["entries"]) == ["total.txt"] and "entries" not in status["outputs"]
+    assert status["outputs"]["listing"] == manifest["listing"]
 
 
 def test_a_deleted_output_re_runs_its_step_and_the_plan_says_why(tmp_path: Path) -> None:
@@ -138,7 +190,7 @@ def test_steps_recorded_before_manifests_are_trusted_and_the_plan_says_so_once(t
         old = json.loads(status.read_text())
         del old["outputs"]
         status.write_text(json.dumps(old))
-        os.unlink(manifest_path(first.output_path(name)))
+        Path(manifest_path(first.output_path(name))).unlink(missing_ok=True)  # inline: in the status
     os.unlink(Path(first.output_path("out/total"), "total.txt"))  # not noticed: nothing to compare with
     plan = _run([total], str(tmp_path), dry=True)
     assert [e.action for e in plan.plan.entries] == ["skip", "skip"]
@@ -180,7 +232,7 @@ def _object_store_round(prefix: str, script: str) -> None:
     assert result.status == "SUCCESS", result.summary
     storage = storage_for(prefix)
     out = result.output_path("os/second")
-    manifest = json.loads(storage.read_text(manifest_path(out)) or "{}")
+    manifest = read_manifest(storage, out, (read_status(storage, out) or {}).get("outputs")) or {}
     assert list(manifest["entries"]) == ["out.txt"] and manifest["entries"]["out.txt"]["size"] == 3
     checksum = manifest["entries"]["out.txt"]["checksum"]
     assert checksum.split(":")[0] in ("etag", "md5")  # the store's own checksum, read from the listing
@@ -216,7 +268,8 @@ def test_a_link_out_of_the_output_path_is_checked_as_a_link_not_by_what_it_point
     step = Step(name="out/linked", fn=write_with_outside_log,
                 config=WriteConfig(output_path=this_output_path()))
     out = _run([step], str(tmp_path)).output_path("out/linked")
-    manifest = json.loads(Path(manifest_path(out)).read_text())
+    manifest = read_manifest(storage_for(out), out, (read_status(storage_for(out), out) or {})["outputs"])
+    assert manifest is not None
     outside = out + ".outside.log"
     link = {"size": len(outside.encode()), "checksum": "link:" + outside}
     assert manifest["entries"]["logs/debug.log"] == link
