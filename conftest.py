@@ -5,6 +5,7 @@ pointed at offline modes (the suite runs inside a private network namespace, see
 shared loopback object-store servers (moto for s3://), started once per session.
 """
 
+import atexit
 import os
 import re
 import shutil
@@ -43,6 +44,17 @@ os.environ.setdefault(
     "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent JAX compilation cache for the whole run, fresh each run: the suite's step, worker and CLI
+# processes (and both xdist workers, which inherit this environment) compile the same tiny train and eval
+# programs again and again; a program compiled once is loaded from the cache afterwards (the same program:
+# the cache key covers the computation, the XLA flags, the devices and the JAX version). JAX's own threshold
+# decides what is written (programs that took at least 1 s to compile): writing every program cost the
+# in-process model tests 8% more CPU (docs/benchmarks/suite-time.md). The process that made the directory
+# (pytest's controller under xdist) removes it at exit. Modules whose runs share a cache of their own (the
+# multi-host, train re-run, newcomer and ladder tests) still set theirs for those runs.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="marin-tests-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
