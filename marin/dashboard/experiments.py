@@ -390,9 +390,9 @@ class _StepsView:
     rels: list[str]
     paths: list[str]  # each step's status.json
     parents: list[str]  # the directory above each step (`read_json_many` may list it whole)
-    statuses: list[Any] | None = None  # what `steps` and `dag` were built from, one per step
-    steps: list[StepRef] | None = None
-    dag: Dag | None = None
+    # the statuses (one per step) the steps and graph were last built from, with them: one tuple, replaced
+    # whole, so a concurrent request never pairs one build's statuses with another's steps
+    built: tuple[list[Any], list[StepRef], Dag] | None = None
 
 
 class StepViews:
@@ -439,12 +439,12 @@ class StepViews:
     def steps(self, key: str, manifest: dict[str, Any]) -> tuple[list[StepRef], Dag]:
         """The manifest's steps with their current status, and their graph laid out."""
         view, statuses = self.read_statuses(key, manifest)
-        built, steps, dag = view.statuses, view.steps, view.dag
-        if (built is not None and steps is not None and dag is not None and len(built) == len(statuses)
-                and all(a is b for a, b in zip(built, statuses, strict=True))):
-            return steps, dag
+        built = view.built
+        if (built is not None and len(built[0]) == len(statuses)
+                and all(a is b for a, b in zip(built[0], statuses, strict=True))):
+            return built[1], built[2]
         steps = [step_ref(self.store, entry, status, rel)
                  for entry, status, rel in zip(view.entries, statuses, view.rels, strict=True)]
         dag = layout(steps)
-        view.statuses, view.steps, view.dag = statuses, steps, dag
+        view.built = (statuses, steps, dag)
         return steps, dag

@@ -148,6 +148,11 @@ LIST_FIELDS = ("items(name,size,generation,metageneration,md5Hash,crc32c,etag,up
 full object resource (ACLs, links, storage class...) is several times longer. A store that ignores `fields`
 answers the whole resource, and the same keys are read from it."""
 
+LISTED_KEYS = ("name", "size", "generation", "metageneration", "md5Hash", "crc32c", "etag", "updated",
+               "timeCreated")
+"""The keys of each object `LIST_FIELDS` asks for: `gcs_find` keeps only these of an answer that holds more
+(a store that ignores `fields`), so every store's listing describes its objects alike."""
+
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]{},])")
 
 
@@ -167,9 +172,10 @@ def member_glob(base: str, tails: Collection[str]) -> str:
 async def gcs_find(fs: Any, path: str, prefix: str = "",
                    tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
     """gcsfs's `find(path, prefix=prefix, detail=True)` (the files under the directory `path` whose name
-    there starts with `prefix`, each as gcsfs describes it), or with `tails` only the files `{path}/{entry}/
-    {tail}` for a tail in `tails`, from objects.list pages read straight off the API: gcsfs's find builds an
-    info dict for every object and a directory cache on top, most of it for files a caller then drops.
+    there starts with `prefix`, each as gcsfs describes it from the keys `LIST_FIELDS` asks for), or with
+    `tails` only the files `{path}/{entry}/{tail}` for a tail in `tails`, from objects.list pages read
+    straight off the API: gcsfs's find builds an info dict for every object and a directory cache on top,
+    most of it for files a caller then drops.
 
     With `tails` the request carries a `matchGlob` (`member_glob`), so a store that supports it (GCS) sends
     only those objects; every answer is filtered here as well, so a store that ignores the glob (some
@@ -205,7 +211,8 @@ async def gcs_find(fs: Any, path: str, prefix: str = "",
 
 
 def parse_page(raw: bytes, keep: Callable[[str], bool]) -> tuple[list[dict[str, Any]], str | None]:
-    """One objects.list answer's items whose name `keep` accepts, and its nextPageToken.
+    """One objects.list answer's items whose name `keep` accepts (only their `LISTED_KEYS`), and its
+    nextPageToken.
 
     With the cyclic garbage collector paused while the page is parsed and filtered: a page of 1,000 full
     object resources (a store that ignores `fields` and `matchGlob`: about 1 MB) is some 5,000 dicts and
@@ -213,7 +220,8 @@ def parse_page(raw: bytes, keep: Callable[[str], bool]) -> tuple[list[dict[str, 
     and promote the whole tree, still alive, to the old one; a dashboard listing a 1,000-step experiment
     (6 MB a load) then made a full collection of its heap every third load (80-200 ms, docs/benchmarks.md).
     The tree holds no cycles: what is not kept is freed by reference counting before the collector runs
-    again. (`gc.disable` is process-wide; another thread's allocations meanwhile are collected later.)"""
+    again, and what is kept (flat dicts of strings) the collector stops tracking at its next pass.
+    (`gc.disable` is process-wide; another thread's allocations meanwhile are collected later.)"""
     paused = gc.isenabled()
     if paused:
         gc.disable()
@@ -221,7 +229,8 @@ def parse_page(raw: bytes, keep: Callable[[str], bool]) -> tuple[list[dict[str, 
         page = json.loads(raw)
         if not isinstance(page, dict):
             raise ValueError(f"objects.list answered a JSON {type(page).__name__}, not an object")
-        items = [item for item in page.get("items") or () if keep(item.get("name", ""))]
+        items = [{k: item[k] for k in LISTED_KEYS if k in item}
+                 for item in page.get("items") or () if keep(item.get("name", ""))]
         token = page.get("nextPageToken")
         del page
     finally:
