@@ -18,7 +18,8 @@ a fan-out (root -> N-1 children) or a chain of N no-op steps, each naming one ra
 with the local cache of status files off, `MARIN_CACHE_DIR=off`: what a machine that never saw them pays;
 each worker gets a fresh cache directory), `rerun_s` (a run that skips every step),
 `status_s` (`marin status` of the script), and the dashboard's experiment page in-process
-(`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads).
+(`dashboard_first_ms`, then `dashboard_p50_ms` / `dashboard_p95_ms` over `--page-loads` more loads; each
+load in `dashboard_loads_ms`, the full garbage collections meanwhile in `dashboard_full_gc_ms`).
 `requests` says where the round trips go: the proxy counts every request it forwards by kind (method and
 object, e.g. `GET status.json`, `GET list`; `request_kind`), and the worker asks it for the counts between
 phases; `cpu_s` the CPU seconds of the engine's processes per phase. Load averages are printed before and
@@ -32,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -364,17 +366,45 @@ def timed_dashboard(prefix: str, experiment_id: str, args: argparse.Namespace,
     assert first.status_code == 200, first.text[:500]
     requests["dashboard_first"] = counts_since(before, proxy_requests(args.endpoint))
     before = proxy_requests(args.endpoint)
-    times = []
-    for _ in range(args.page_loads):
-        time.sleep(args.page_gap_s)  # not timed: past the dashboard's ttl (5 s), every load revalidates
-        t0 = time.perf_counter()
-        assert client.get(f"/experiments/{experiment_id}").status_code == 200
-        times.append(time.perf_counter() - t0)
+    times, full_gc = [], GcFull()
+    with full_gc:
+        for _ in range(args.page_loads):
+            time.sleep(args.page_gap_s)  # not timed: past the dashboard's ttl (5 s), every load revalidates
+            t0 = time.perf_counter()
+            assert client.get(f"/experiments/{experiment_id}").status_code == 200
+            times.append(time.perf_counter() - t0)
     requests["dashboard_after"] = counts_since(before, proxy_requests(args.endpoint))
+    loads_ms = [round(t * 1000, 1) for t in times]
     times.sort()
     return {"dashboard_first_ms": round(first_s * 1000, 1),
             "dashboard_p50_ms": round(times[len(times) // 2] * 1000, 1),
-            "dashboard_p95_ms": round(times[min(len(times) - 1, int(len(times) * 0.95))] * 1000, 1)}
+            "dashboard_p95_ms": round(times[min(len(times) - 1, int(len(times) * 0.95))] * 1000, 1),
+            "dashboard_loads_ms": loads_ms, "dashboard_full_gc_ms": full_gc.ms,
+            "tracked_objects": len(gc.get_objects())}
+
+
+class GcFull:
+    """While entered, the duration (ms) of each full (generation 2) collection of the cyclic garbage
+    collector in this process: a pause every page load of the dashboard may meet."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self._t0 = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.ms.append(round((time.perf_counter() - self._t0) * 1000, 1))
+
+    def __enter__(self) -> GcFull:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,9 @@ etag...) changed are re-read, in one batched `cat` (concurrent on object stores)
 run in memory, so listing 1,000 experiments costs one directory listing and a sort.
 
 An experiment's state in the list is its latest run's status from the manifest (RUNNING, SUCCESS, FAILED);
-the experiment page adds every step's own status.json.
+the experiment page adds every step's own status.json. Its steps and their graph are a pure function of the
+manifest and of what this request read of each status.json (`StepViews`): they are built again only when one
+of those changed, never trusted longer than the reads they come from.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import posixpath
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from marin.dashboard.dag import layout
 from marin.dashboard.schemas import (
+    Dag,
     ExperimentDetail,
     ExperimentList,
     ExperimentSummary,
@@ -78,6 +83,7 @@ class ExperimentIndex:
         self._authors: list[str] = []
         self._refreshed = -1e18
         self._lock = threading.Lock()
+        self.step_views = StepViews(store)
 
     # ----------------------------------------------------------------------------------------- refresh
     def refresh(self) -> None:
@@ -280,7 +286,7 @@ class ExperimentIndex:
             return None
         manifest, summary = found
         summary = self._linked(summary)
-        steps = step_refs(self.store, [s for s in manifest.get("steps") or [] if isinstance(s, dict)])
+        steps, dag = self.step_views.steps(key, manifest)
         counts: dict[str, int] = {}
         for s in steps:
             counts[s.status] = counts.get(s.status, 0) + 1
@@ -294,7 +300,7 @@ class ExperimentIndex:
             runs=runs,
             steps=steps,
             step_counts=counts,
-            dag=layout(steps),
+            dag=dag,
             active=active,
             problems=problems,
         )
@@ -342,10 +348,12 @@ def read_statuses(store: PrefixStore, entries: list[dict[str, Any]]) -> tuple[li
 _UNREAD = object()
 
 
-def step_ref(store: PrefixStore, entry: dict[str, Any], status: Any = _UNREAD) -> StepRef:
+def step_ref(store: PrefixStore, entry: dict[str, Any], status: Any = _UNREAD, rel: str | None = None
+             ) -> StepRef:
     """A step named in a manifest (or step.json's dependencies) with its current status.json (`status`: as
-    already read by `PrefixStore.read_json_many`, a CorruptFileError when it could not be)."""
-    rel = step_rel(store, entry)
+    already read by `PrefixStore.read_json_many`, a CorruptFileError when it could not be; `rel`: its
+    `step_rel` when known)."""
+    rel = step_rel(store, entry) if rel is None else rel
     problems: list[str] = []
     if status is _UNREAD:
         status = store.read_json_noting(sf.status_path(rel), problems)
@@ -371,3 +379,72 @@ def step_ref(store: PrefixStore, entry: dict[str, Any], status: Any = _UNREAD) -
             d if isinstance(d, str) else str(d.get("hash", "")) for d in deps if isinstance(d, str | dict)
         ],
     )
+
+
+@dataclass
+class _StepsView:
+    """One manifest's steps: where their status files are, and the steps and graph last built from them."""
+
+    manifest: dict[str, Any]  # the parsed manifest these come from (compared by identity)
+    entries: list[dict[str, Any]]
+    rels: list[str]
+    paths: list[str]  # each step's status.json
+    parents: list[str]  # the directory above each step (`read_json_many` may list it whole)
+    # the statuses (one per step) the steps and graph were last built from, with them: one tuple, replaced
+    # whole, so a concurrent request never pairs one build's statuses with another's steps
+    built: tuple[list[Any], list[StepRef], Dag] | None = None
+
+
+class StepViews:
+    """An experiment page's steps (`StepRef`) and laid-out graph, rebuilt only when what they are built from
+    changed: the manifest (the same parsed object while its signature is the same) or a step's status as this
+    request read it (`PrefixStore.read_json_many` returns the same parsed object for a file that did not
+    change, and a new one for a file that did). Every status is read (checked against the store) on every
+    request as before; only the work of turning 1,000 unchanged statuses into models and laying out the graph
+    again is saved (about half of a later load's CPU on a 1,000-step page, and most of its garbage).
+
+    Bounded: the `KEPT` experiments last asked for."""
+
+    KEPT = 16
+
+    def __init__(self, store: PrefixStore) -> None:
+        self.store = store
+        self._views: OrderedDict[str, _StepsView] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _view(self, key: str, manifest: dict[str, Any]) -> _StepsView:
+        with self._lock:
+            view = self._views.get(key)
+            if view is not None and view.manifest is manifest:
+                self._views.move_to_end(key)
+                return view
+        entries = [s for s in manifest.get("steps") or [] if isinstance(s, dict)]
+        rels = [step_rel(self.store, e) for e in entries]
+        view = _StepsView(manifest, entries, rels, [sf.status_path(r) for r in rels],
+                          [posixpath.dirname(r) for r in rels])
+        with self._lock:
+            self._views[key] = view
+            self._views.move_to_end(key)
+            while len(self._views) > self.KEPT:
+                self._views.popitem(last=False)
+        return view
+
+    def read_statuses(self, key: str, manifest: dict[str, Any]) -> tuple[_StepsView, list[Any]]:
+        """The steps of the manifest `key` (as parsed: `manifest`), and what `PrefixStore.read_json_many`
+        reads of their status.json now, one per step."""
+        view = self._view(key, manifest)
+        found = self.store.read_json_many(view.paths, view.parents)
+        return view, [found[p] for p in view.paths]
+
+    def steps(self, key: str, manifest: dict[str, Any]) -> tuple[list[StepRef], Dag]:
+        """The manifest's steps with their current status, and their graph laid out."""
+        view, statuses = self.read_statuses(key, manifest)
+        built = view.built
+        if (built is not None and len(built[0]) == len(statuses)
+                and all(a is b for a, b in zip(built[0], statuses, strict=True))):
+            return built[1], built[2]
+        steps = [step_ref(self.store, entry, status, rel)
+                 for entry, status, rel in zip(view.entries, statuses, view.rels, strict=True)]
+        dag = layout(steps)
+        view.built = (statuses, steps, dag)
+        return steps, dag

@@ -3,14 +3,14 @@
 On an object store every look at the store is a round trip (tens of milliseconds), and a later load of an
 experiment page (past the cache's `ttl`) makes three that do not depend on each other: the experiments/
 listing (is the manifest still the one read?), the listing of the steps' parent with the status.json files
-that changed (`experiments.read_statuses`), and the experiment's verdicts.json (`results.numbers`). The page
-code asks for them in that order, each waiting for the one before. `read_ahead` makes the three at the same
-time, from the manifest as last read, before the page runs; inside `PrefixStore.one_request` the page then
-finds each answer as fresh as the request and does not ask again.
+that changed (`experiments.StepViews.read_statuses`), and the experiment's verdicts.json (`results.numbers`).
+The page code asks for them in that order, each waiting for the one before. `read_ahead` makes the three at
+the same time, from the manifest as last read, before the page runs; inside `PrefixStore.one_request` the page
+then finds each answer as fresh as the request and does not ask again.
 
-Nothing is trusted longer than before: every read here is made by this request. A manifest that changed
-since it was last read only makes the read-ahead partly useless (the page reads the steps it did not cover
-itself); a read that fails here is made again by the page, which reports it (the path and the fix).
+Nothing is trusted longer than before: every read here is made by this request. A manifest that changed since
+it was last read only makes the read-ahead partly useless (the page reads the steps it did not cover itself);
+a read that fails here is made again by the page, which reports it (the path and the fix).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marin.dashboard.context import Dashboard
-from marin.dashboard.experiments import read_statuses
 from marin.status.manifest import EXPERIMENTS_DIR
 
 
@@ -37,11 +36,10 @@ def read_ahead(dash: Dashboard, experiment_id: str) -> int:
     known = None if store.is_local else dash.experiments.known(experiment_id)
     if known is None:
         return 0
-    entries = [s for s in known.get("steps") or [] if isinstance(s, dict)]
     jobs: list[Callable[[], Any]] = [
         dash.experiments.refresh,
         lambda: store.read_json_fetched(verdicts_rel(experiment_id)),
-        lambda: read_statuses(store, entries),
+        lambda: dash.experiments.step_views.read_statuses(experiment_id, known),
     ]
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="marin-read-ahead") as pool:
         futures = [pool.submit(job) for job in jobs]

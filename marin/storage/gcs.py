@@ -9,6 +9,8 @@ emulators), the token is the text and the conditions are best effort, as in `gen
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import re
 from collections.abc import Callable, Collection
@@ -146,6 +148,11 @@ LIST_FIELDS = ("items(name,size,generation,metageneration,md5Hash,crc32c,etag,up
 full object resource (ACLs, links, storage class...) is several times longer. A store that ignores `fields`
 answers the whole resource, and the same keys are read from it."""
 
+LISTED_KEYS = ("name", "size", "generation", "metageneration", "md5Hash", "crc32c", "etag", "updated",
+               "timeCreated")
+"""The keys of each object `LIST_FIELDS` asks for: `gcs_find` keeps only these of an answer that holds more
+(a store that ignores `fields`), so every store's listing describes its objects alike."""
+
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]{},])")
 
 
@@ -165,46 +172,82 @@ def member_glob(base: str, tails: Collection[str]) -> str:
 async def gcs_find(fs: Any, path: str, prefix: str = "",
                    tails: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
     """gcsfs's `find(path, prefix=prefix, detail=True)` (the files under the directory `path` whose name
-    there starts with `prefix`, each as gcsfs describes it), or with `tails` only the files `{path}/{entry}/
-    {tail}` for a tail in `tails`, from objects.list pages read straight off the API: gcsfs's find builds an
-    info dict for every object and a directory cache on top, most of it for files a caller then drops.
+    there starts with `prefix`, each as gcsfs describes it from the keys `LIST_FIELDS` asks for), or with
+    `tails` only the files `{path}/{entry}/{tail}` for a tail in `tails`, from objects.list pages read
+    straight off the API: gcsfs's find builds an info dict for every object and a directory cache on top,
+    most of it for files a caller then drops.
 
     With `tails` the request carries a `matchGlob` (`member_glob`), so a store that supports it (GCS) sends
     only those objects; every answer is filtered here as well, so a store that ignores the glob (some
-    emulators) gives the same result, and one that refuses it (a 400) is asked again without it."""
+    emulators) gives the same result, and one that refuses it (a 400) is asked again without it. Each page is
+    filtered as it is parsed (`parse_page`), so only the objects kept outlive it."""
     bucket, key, _ = fs.split_path(path)
     base = key.rstrip("/") + "/" if key else ""
     params: dict[str, Any] = {"prefix": base + prefix, "fields": LIST_FIELDS}
     if tails:
         params["matchGlob"] = member_glob(base, tails)
+    wanted = frozenset(tails) if tails is not None else None
+
+    def keep(name: str) -> bool:
+        if not name.startswith(params["prefix"]):
+            return False
+        if wanted is None:
+            return True
+        entry, slash, tail = name[len(base):].partition("/")
+        return bool(entry and slash and tail in wanted)
+
     try:
-        items = await _list_pages(fs, bucket, params)
+        items = await _list_pages(fs, bucket, params, keep)
     except (ValueError, OSError) as e:
         if isinstance(e, FileNotFoundError) or "matchGlob" not in params:
             raise
         del params["matchGlob"], params["fields"]  # a store that refuses them: the plain listing
-        items = await _list_pages(fs, bucket, params)
+        items = await _list_pages(fs, bucket, params, keep)
     out: dict[str, dict[str, Any]] = {}
     for item in items:
-        name = item.get("name", "")
-        if not name.startswith(params["prefix"]):
-            continue
-        if tails is not None:
-            entry, slash, tail = name[len(base):].partition("/")
-            if not (entry and slash and tail in tails):
-                continue
         info: dict[str, Any] = fs._process_object(bucket, item)
         out[info["name"]] = info
     return out
 
 
-async def _list_pages(fs: Any, bucket: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every item of an objects.list with `params`, page after page (GCS pages at 1,000 items)."""
+def parse_page(raw: bytes, keep: Callable[[str], bool]) -> tuple[list[dict[str, Any]], str | None]:
+    """One objects.list answer's items whose name `keep` accepts (only their `LISTED_KEYS`), and its
+    nextPageToken.
+
+    With the cyclic garbage collector paused while the page is parsed and filtered: a page of 1,000 full
+    object resources (a store that ignores `fields` and `matchGlob`: about 1 MB) is some 5,000 dicts and
+    lists, so a parse with the collector running makes it collect the young generation about seven times
+    and promote the whole tree, still alive, to the old one; a dashboard listing a 1,000-step experiment
+    (6 MB a load) then made a full collection of its heap every third load (80-200 ms, docs/benchmarks.md).
+    The tree holds no cycles: what is not kept is freed by reference counting before the collector runs
+    again, and what is kept (flat dicts of strings) the collector stops tracking at its next pass.
+    (`gc.disable` is process-wide; another thread's allocations meanwhile are collected later.)"""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        page = json.loads(raw)
+        if not isinstance(page, dict):
+            raise ValueError(f"objects.list answered a JSON {type(page).__name__}, not an object")
+        items = [{k: item[k] for k in LISTED_KEYS if k in item}
+                 for item in page.get("items") or () if keep(item.get("name", ""))]
+        token = page.get("nextPageToken")
+        del page
+    finally:
+        if paused:
+            gc.enable()
+    return items, token if isinstance(token, str) and token else None
+
+
+async def _list_pages(fs: Any, bucket: str, params: dict[str, Any],
+                      keep: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """The items `keep` accepts of an objects.list with `params`, page after page (GCS pages at 1,000
+    items), each page parsed and filtered on its own (`parse_page`)."""
     items: list[dict[str, Any]] = []
     token = None
     while True:
-        page = await fs._call("GET", "b/{}/o", bucket, json_out=True, pageToken=token, **params)
-        items.extend(page.get("items") or ())
-        token = page.get("nextPageToken")
+        _, raw = await fs._call("GET", "b/{}/o", bucket, pageToken=token, **params)
+        kept, token = parse_page(raw, keep)
+        items.extend(kept)
         if not token:
             return items

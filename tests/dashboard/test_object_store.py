@@ -246,6 +246,40 @@ def test_member_glob_escapes_the_literal_parts() -> None:
     assert member_glob("r[1]/{x}*/", {"eval.json", "a,b.json"}) == r"r\[1\]/\{x\}\*/*/{a\,b.json,eval.json}"
 
 
+def test_a_listing_page_is_filtered_as_it_is_parsed_with_the_collector_paused() -> None:
+    """`parse_page` keeps the items whose name is wanted (the keys `fields` asks for: an emulator that ignores
+    `fields` answers ACLs too) and the next page's token, with the cyclic garbage
+    collector paused only while it parses (and left as it was: disabled stays disabled); an answer that is
+    not a JSON object is refused, naming what came back."""
+    import gc
+
+    from marin.storage.gcs import parse_page
+
+    names_seen: list[bool] = []
+
+    def keep(name: str) -> bool:
+        names_seen.append(gc.isenabled())
+        return name.endswith("/status.json")
+
+    page = {"kind": "storage#objects", "nextPageToken": "run/b/s2",
+            "items": [{"name": "run/b/s1/.marin/status.json", "size": "3", "acl": [{"role": "OWNER"}]},
+                      {"name": "run/b/s1/.marin/events.jsonl", "size": "9"}, {"size": "1"}]}
+    assert gc.isenabled()
+    items, token = parse_page(json.dumps(page).encode(), keep)
+    assert items == [{"name": "run/b/s1/.marin/status.json", "size": "3"}] and token == "run/b/s2"  # no acl
+    assert names_seen == [False, False, False] and gc.isenabled()
+    assert parse_page(b'{"kind": "storage#objects"}', keep) == ([], None)  # an empty listing
+    gc.disable()
+    try:
+        parse_page(json.dumps(page).encode(), keep)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError, match="JSON list, not an object"):
+        parse_page(b"[]", keep)
+    assert gc.isenabled()
+
+
 def test_gcs_listing_of_wanted_files_and_a_later_load(fake_gcs_bucket: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: on gs:// the listing a batch read needs (each step's .marin/status.json) is read straight off
