@@ -330,21 +330,6 @@ def step_rel(store: PrefixStore, entry: dict[str, Any]) -> str:
     return f"{entry.get('name')}-{str(entry.get('hash', ''))[:8]}"
 
 
-def step_refs(store: PrefixStore, entries: list[dict[str, Any]]) -> list[StepRef]:
-    """`step_ref` of many steps (an experiment page), their status.json read in a few batched calls
-    (`PrefixStore.read_json_many`: one listing of a parent holding most of them, one concurrent batch of
-    reads) rather than a stat and a read per step."""
-    paths, found = read_statuses(store, entries)
-    return [step_ref(store, e, found[p]) for e, p in zip(entries, paths, strict=True)]
-
-
-def read_statuses(store: PrefixStore, entries: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
-    """The status.json path of each step of `entries`, and what `PrefixStore.read_json_many` read there."""
-    rels = [step_rel(store, e) for e in entries]
-    paths = [sf.status_path(r) for r in rels]
-    return paths, store.read_json_many(paths, [posixpath.dirname(r) for r in rels])
-
-
 _UNREAD = object()
 
 

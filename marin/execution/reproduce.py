@@ -45,7 +45,7 @@ from typing import Any
 
 from marin.definition.placeholders import join
 from marin.errors import MarinError
-from marin.status.files import read_record, status_path, step_json_path
+from marin.status.files import read_record, step_json_path
 from marin.status.lock import PATCH_FILE, differences, environment_lock
 from marin.status.manifest import manifest_path
 from marin.storage.base import Storage
@@ -242,12 +242,13 @@ def normalized(storage: Storage, path: str, prefix: str, keys: Sequence[str]) ->
 
 def compare(storage: Storage, other: Storage, source: str, prefix: str, t: Target) -> StepComparison:
     """The reproduction of `t` under `prefix` against the original's output manifest, file by file."""
-    original = read_manifest(storage, t.output_path, _outputs_summary(storage, t.output_path))
+    original = read_manifest(storage, t.output_path)
     if original is None:
         return StepComparison(t.name, "differs",
-                              "the original has no output manifest (recorded before issue 35)")
+                              "the original has no output manifest (recorded before issue 35, or its "
+                              "status is being rewritten or cannot be read)")
     path = join(prefix, f"{t.name}-{t.hash[:8]}")
-    again = read_manifest(other, path, _outputs_summary(other, path))
+    again = read_manifest(other, path)
     if again is None:
         return StepComparison(t.name, "differs", f"no reproduction at {path}: its identity differs (config, "
                               "raw inputs or code changed the hash)")
@@ -261,11 +262,6 @@ def compare(storage: Storage, other: Storage, source: str, prefix: str, t: Targe
     left_out = len(original["entries"]) - len(names)
     return StepComparison(t.name, "identical", f"{len(names)} file(s) identical"
                           + (f" ({left_out} declared non-deterministic left out)" if left_out else ""))
-
-
-def _outputs_summary(storage: Storage, output_path: str) -> Any:
-    """The `outputs` summary of the step's status (it carries the manifest of a step of few files)."""
-    return (read_record(storage, status_path(output_path)) or {}).get("outputs")
 
 
 def _same(storage: Storage, other: Storage, a: tuple[str, str], b: tuple[str, str], name: str,

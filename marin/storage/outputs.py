@@ -144,8 +144,15 @@ def inline_manifest(summary: Any) -> dict[str, Any] | None:
 
 
 def read_manifest(storage: Storage, output_path: str, summary: Any = None) -> dict[str, Any] | None:
-    """The step's output manifest: the one its status's `outputs` summary carries (`summary`, when given and
-    inline), else `.marin/outputs.json`; None when neither is there (or the file cannot be read)."""
+    """The step's output manifest: the one its status's `outputs` summary carries (`summary`, read from the
+    step's status.json when not given), else `.marin/outputs.json`; None when neither is there (or a file
+    cannot be read)."""
+    if summary is None:
+        try:
+            status = jsonio.read_json(storage, join(output_path, ".marin/status.json"))
+        except CorruptFileError:
+            status = None
+        summary = status.get("outputs") if isinstance(status, dict) else None
     inline = inline_manifest(summary)
     if inline is not None:
         return inline

@@ -10,6 +10,7 @@ by the wording of a message; an object deleted meanwhile is a refusal too.
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -50,13 +51,17 @@ def _no_continue_for_small_bodies(params: dict[str, Any], **kwargs: Any) -> None
         del headers["Expect"]
 
 
+_LISTED_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{3})?Z")
+"""The one form the fast path takes: what S3 lists (`2026-12-06T22:50:00.000Z`, milliseconds optional)."""
+
+
 def iso_timestamp(value: Any) -> Any:
     """botocore's timestamp parser, fast for the form S3 lists (`2026-12-06T22:50:00.000Z`): an aware
     datetime equal to what botocore's `parse_timestamp` gives (the same instant, in UTC), about 1.5 us
     instead of 30. botocore's goes through dateutil's general parser, three quarters of the CPU of parsing a
     1,000-object listing page (54 of 70 ms here). Any other form (RFC 822 headers, epoch seconds, an offset)
     goes to botocore's parser."""
-    if isinstance(value, str) and len(value) in (20, 24) and value[10:11] == "T" and value[-1:] == "Z":
+    if isinstance(value, str) and _LISTED_FORM.fullmatch(value):
         from dateutil.tz import tzutc
 
         try:
