@@ -509,8 +509,10 @@ class Executor:
             held = st.queued  # queued behind the failure: it never called fn
             if st.phase is not Phase.PENDING and not held:
                 continue
-            if held:
-                self.backend.cancel(key)
+            if held:  # left to end by itself: it sees the failed result and returns SKIPPED, never calling fn
+                # (a forced `ray.cancel` racing that quick end crashed Ray 2.60's driver: "Tried to complete
+                # task that was not pending"); its late result is ignored, and shutdown no longer cancels it
+                self.backend.forget(key)
                 st.deferred, st.attempt = None, st.attempt - 1
             self.board.move(key, Phase.DEP_FAILED)
             st.note = f"dependency {failed.node.name} failed"
