@@ -509,10 +509,8 @@ class Executor:
             held = st.queued  # queued behind the failure: it never called fn
             if st.phase is not Phase.PENDING and not held:
                 continue
-            if held:  # left to end by itself: it sees the failed result and returns SKIPPED, never calling fn
-                # (a forced `ray.cancel` racing that quick end crashed Ray 2.60's driver: "Tried to complete
-                # task that was not pending"); its late result is ignored, and shutdown no longer cancels it
-                self.backend.forget(key)
+            if held:  # ends by itself (SKIPPED, fn never called; its late result ignored): a forced cancel
+                self.backend.forget(key)  # racing that end crashed Ray 2.60's driver (changelog)
                 st.deferred, st.attempt = None, st.attempt - 1
             self.board.move(key, Phase.DEP_FAILED)
             st.note = f"dependency {failed.node.name} failed"

@@ -143,11 +143,14 @@ def inline_manifest(summary: Any) -> dict[str, Any] | None:
             "nondeterministic": list(summary.get("nondeterministic") or ())}
 
 
-def read_manifest(storage: Storage, output_path: str, summary: Any = None) -> dict[str, Any] | None:
+_UNGIVEN: Any = object()
+
+
+def read_manifest(storage: Storage, output_path: str, summary: Any = _UNGIVEN) -> dict[str, Any] | None:
     """The step's output manifest: the one its status's `outputs` summary carries (`summary`, read from the
-    step's status.json when not given), else `.marin/outputs.json`; None when neither is there (or a file
-    cannot be read)."""
-    if summary is None:
+    step's status.json when not given; None: the status has none), else `.marin/outputs.json`; None when
+    neither is there (or a file cannot be read)."""
+    if summary is _UNGIVEN:
         try:
             status = jsonio.read_json(storage, join(output_path, ".marin/status.json"))
         except CorruptFileError:
